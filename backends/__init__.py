@@ -1,0 +1,1 @@
+"""Compilers and runtimes, importable as ``functrans.backends.<name>``."""

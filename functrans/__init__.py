@@ -1,0 +1,29 @@
+"""functrans: composable transforms of functional array programs.
+
+    >>> import functrans, functrans.numpy as jnp
+    >>> functrans.grad(lambda x: jnp.sum(x ** 2))(jnp.arange(3.0))
+    Array([0., 2., 4.], dtype=float32)
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from functrans._config import config  # noqa: F401
+from functrans import core  # noqa: F401
+from functrans._array import Array  # noqa: F401
+from functrans import tree_util  # noqa: F401
+from functrans.primitives import elementwise as _elementwise  # noqa: F401
+from functrans.primitives import structural as _structural  # noqa: F401
+from functrans.primitives import reductions as _reductions  # noqa: F401
+from functrans._api import (ShapeDtypeStruct, block_until_ready, device_put, eval_shape,  # noqa: F401
+                            grad, hessian, jacfwd, jacrev, jvp, linearize, make_jaxpr,
+                            value_and_grad, vjp, vmap)
+from functrans._jit import jit  # noqa: F401
+from functrans._devices import (default_device, device_count, devices, local_device_count,  # noqa: F401
+                                local_devices)
+from functrans import numpy  # noqa: F401
+from functrans import lax  # noqa: F401
+from functrans import distributed  # noqa: F401
+
+from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,  # noqa: F401
+                            TracerIntegerConversionError, UnexpectedTracerError)

@@ -1,0 +1,309 @@
+"""``functrans.Array``: an immutable array on a device, and the array methods shared with tracers.
+
+Operators and methods are defined once here and installed on both :class:`Array` and
+:class:`functrans.core.Tracer`, so code reads the same eagerly and under a transform.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from functrans import _dtypes, core
+
+
+def _jnp():
+    import functrans.numpy as jnp
+    return jnp
+
+
+class Array:
+    """An immutable n-dimensional array. On a CPU device its buffer is a NumPy array.
+
+        >>> import functrans.numpy as jnp
+        >>> x = jnp.arange(3.0)
+        >>> x * 2
+        Array([0., 2., 4.], dtype=float32)
+    """
+
+    __slots__ = ("_value", "weak_type", "_device", "__weakref__")
+    __array_priority__ = 100
+
+    def __init__(self, value: np.ndarray, weak_type: bool = False, device=None):
+        if not isinstance(value, np.ndarray):
+            value = np.asarray(value)
+        if value.flags.writeable:
+            if value.base is not None or not value.flags.owndata:
+                value = value.view()
+            value.flags.writeable = False
+        self._value = value
+        self.weak_type = weak_type
+        self._device = device
+
+    @property
+    def aval(self) -> core.ShapedArray:
+        return core.ShapedArray(self._value.shape, self._value.dtype, self.weak_type)
+
+    shape = property(lambda self: self._value.shape)
+    dtype = property(lambda self: self._value.dtype)
+    ndim = property(lambda self: self._value.ndim)
+    size = property(lambda self: self._value.size)
+    nbytes = property(lambda self: self._value.nbytes)
+    itemsize = property(lambda self: self._value.itemsize)
+
+    @property
+    def device(self):
+        if self._device is None:
+            from functrans import _devices
+            self._device = _devices.default_device()
+        return self._device
+
+    def devices(self) -> set:
+        return {self.device}
+
+    def block_until_ready(self) -> "Array":
+        return self
+
+    def is_fully_addressable(self) -> bool:
+        return True
+
+    def __array__(self, dtype=None, copy=None):
+        value = self._value
+        if dtype is not None and np.dtype(dtype) != value.dtype:
+            return value.astype(dtype)
+        if copy:
+            return value.copy()
+        return value
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._value.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._value.__dlpack_device__()
+
+    def to_numpy(self) -> np.ndarray:
+        return self._value
+
+    def __len__(self):
+        if self._value.ndim == 0:
+            raise TypeError("len() of unsized object (a 0-d array)")
+        return self._value.shape[0]
+
+    def __iter__(self):
+        if self._value.ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self._value.shape[0]))
+
+    def __bool__(self):
+        return bool(self._value)
+
+    def __float__(self):
+        return float(self._value)
+
+    def __int__(self):
+        return int(self._value)
+
+    def __complex__(self):
+        return complex(self._value)
+
+    def __index__(self):
+        if not _dtypes.is_integer(self.dtype) and not _dtypes.is_bool(self.dtype):
+            raise TypeError(f"only integer arrays can be used as an index, not {self.dtype}")
+        return int(self._value)
+
+    def item(self, *args):
+        return self._value.item(*args)
+
+    def tolist(self):
+        return self._value.tolist()
+
+    def copy(self) -> "Array":
+        return Array(self._value.copy(), self.weak_type, self._device)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __reduce__(self):
+        return (_rebuild_array, (self._value.copy(), self.weak_type))
+
+    __hash__ = None
+
+    def __setitem__(self, idx, value):
+        raise TypeError("functrans arrays are immutable: `x[idx] = y` is not supported. "
+                        "Use `x = x.at[idx].set(y)` to get an updated copy.")
+
+    def __repr__(self):
+        value = self._value
+        if value.dtype == _dtypes.float0:
+            return f"Array(float0{list(value.shape)})"
+        prefix = "Array("
+        body = np.array2string(value, separator=", ", prefix=prefix)
+        dtype = value.dtype.name
+        weak = ", weak_type=True" if self.weak_type else ""
+        return f"{prefix}{body}, dtype={dtype}{weak})"
+
+    def __str__(self):
+        return str(self._value)
+
+    def __format__(self, spec):
+        if self._value.ndim == 0:
+            return format(self._value.item(), spec)
+        return format(str(self), spec)
+
+
+def _rebuild_array(value, weak_type):
+    return Array(value, weak_type)
+
+
+# ---- methods shared by Array and Tracer ------------------------------------------------------
+
+def _binary(name, reverse=False):
+    def method(self, other):
+        if not _is_array_like(other):
+            return NotImplemented
+        fn = getattr(_jnp(), name)
+        return fn(other, self) if reverse else fn(self, other)
+    method.__name__ = name
+    return method
+
+
+def _is_array_like(x) -> bool:
+    return isinstance(x, (Array, core.Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
+        or hasattr(x, "__jax_array__")
+
+
+def _unary(name):
+    def method(self):
+        return getattr(_jnp(), name)(self)
+    method.__name__ = name
+    return method
+
+
+def _forward(name):
+    def method(self, *args, **kwargs):
+        return getattr(_jnp(), name)(self, *args, **kwargs)
+    method.__name__ = name
+    return method
+
+
+def _reshape(self, *shape, order="C"):
+    if len(shape) == 1 and not isinstance(shape[0], int) and shape[0] is not None:
+        shape = shape[0]
+    return _jnp().reshape(self, shape, order=order)
+
+
+def _transpose(self, *axes):
+    if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], int)):
+        axes = axes[0]
+    return _jnp().transpose(self, axes or None)
+
+
+def _astype(self, dtype, copy=False):
+    return _jnp().astype(self, dtype)
+
+
+def _getitem(self, idx):
+    return _jnp()._indexing.getitem(self, idx)
+
+
+class _IndexUpdateHelper:
+    """``x.at[idx]``: the functional counterpart of ``x[idx] op= y``."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, idx):
+        return _IndexUpdateRef(self.array, idx)
+
+    def __repr__(self):
+        return f"_IndexUpdateHelper({self.array!r})"
+
+
+class _IndexUpdateRef:
+    __slots__ = ("array", "index")
+
+    def __init__(self, array, index):
+        self.array = array
+        self.index = index
+
+    def _update(self, op, values, mode=None):
+        return _jnp()._indexing.scatter_update(self.array, self.index, values, op, mode=mode)
+
+    def get(self, mode=None, fill_value=None):
+        return _jnp()._indexing.getitem(self.array, self.index, mode=mode, fill_value=fill_value)
+
+    def set(self, values, mode=None):
+        return self._update("set", values, mode)
+
+    def add(self, values, mode=None):
+        return self._update("add", values, mode)
+
+    def subtract(self, values, mode=None):
+        return self._update("add", -_jnp().asarray(values), mode)
+
+    def multiply(self, values, mode=None):
+        return self._update("mul", values, mode)
+
+    mul = multiply
+
+    def divide(self, values, mode=None):
+        return self._update("mul", 1 / _jnp().asarray(values), mode)
+
+    def power(self, values, mode=None):
+        current = self.get()
+        return self.set(current ** values, mode)
+
+    def min(self, values, mode=None):
+        return self._update("min", values, mode)
+
+    def max(self, values, mode=None):
+        return self._update("max", values, mode)
+
+    def apply(self, func, mode=None):
+        return self.set(func(self.get()), mode)
+
+
+_BINARY_OPS = {
+    "__add__": "add", "__sub__": "subtract", "__mul__": "multiply", "__truediv__": "true_divide",
+    "__floordiv__": "floor_divide", "__mod__": "remainder", "__pow__": "power",
+    "__matmul__": "matmul", "__and__": "bitwise_and", "__or__": "bitwise_or",
+    "__xor__": "bitwise_xor", "__lshift__": "left_shift", "__rshift__": "right_shift",
+    "__eq__": "equal", "__ne__": "not_equal", "__lt__": "less", "__le__": "less_equal",
+    "__gt__": "greater", "__ge__": "greater_equal", "__divmod__": "divmod",
+}
+_UNARY_OPS = {"__neg__": "negative", "__pos__": "positive", "__abs__": "abs",
+              "__invert__": "invert"}
+_FORWARDED_METHODS = [
+    "sum", "mean", "max", "min", "prod", "argmax", "argmin", "any", "all", "var", "std",
+    "cumsum", "cumprod", "ravel", "flatten", "squeeze", "swapaxes", "clip", "round", "dot",
+    "conj", "conjugate", "take", "sort", "argsort", "repeat", "nonzero", "trace", "diagonal",
+    "ptp", "searchsorted", "choose", "compress", "nansum", "view",
+]
+
+
+def _install(cls):
+    for dunder, fname in _BINARY_OPS.items():
+        setattr(cls, dunder, _binary(fname))
+        if dunder not in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
+            setattr(cls, "__r" + dunder[2:], _binary(fname, reverse=True))
+    for dunder, fname in _UNARY_OPS.items():
+        setattr(cls, dunder, _unary(fname))
+    for name in _FORWARDED_METHODS:
+        setattr(cls, name, _forward(name))
+    cls.__round__ = lambda self, ndigits=None: _jnp().round(self, ndigits or 0)
+    cls.reshape = _reshape
+    cls.transpose = _transpose
+    cls.astype = _astype
+    cls.__getitem__ = _getitem
+    cls.T = property(lambda self: _jnp().transpose(self))
+    cls.mT = property(lambda self: _jnp().swapaxes(self, -1, -2))
+    cls.real = property(lambda self: _jnp().real(self))
+    cls.imag = property(lambda self: _jnp().imag(self))
+    cls.at = property(_IndexUpdateHelper)
+
+
+_install(Array)
+_install(core.Tracer)

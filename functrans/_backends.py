@@ -1,0 +1,76 @@
+"""The narrow interface between the front end and the compilers.
+
+A backend registers ``compile(closed_jaxpr, devices) -> Executable``, where an executable is
+called with NumPy buffers (one per jaxpr input) and returns a list of NumPy buffers. Backends
+live in ``functrans.backends.<name>`` and register themselves when imported; the front end
+discovers them by listing that package, never by importing one by name.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import threading
+from typing import Callable
+
+from functrans._config import config
+
+_registry: dict[str, "Backend"] = {}
+_discovered = False
+_lock = threading.Lock()
+
+
+class Backend:
+    def __init__(self, name: str, platform: str, compile: Callable, priority: int = 0,
+                 available: Callable[[], bool] = lambda: True):
+        self.name = name
+        self.platform = platform
+        self.compile = compile
+        self.priority = priority
+        self.available = available
+
+    def __repr__(self):
+        return f"Backend({self.name}, platform={self.platform})"
+
+
+def register_backend(name: str, platform: str, compile: Callable, priority: int = 0,
+                     available: Callable[[], bool] = lambda: True) -> None:
+    _registry[name] = Backend(name, platform, compile, priority, available)
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    with _lock:
+        if _discovered:
+            return
+        import functrans.backends as package
+        for info in pkgutil.iter_modules(package.__path__):
+            try:
+                importlib.import_module(f"functrans.backends.{info.name}")
+            except ImportError:
+                continue  # an optional backend whose dependencies are absent
+        _discovered = True
+
+
+def get_backend(name: str | None = None, platform: str = "cpu") -> Backend:
+    """The backend called ``name``, or the preferred available one for ``platform``."""
+    _discover()
+    if name is None:
+        name = config.default_backend or None
+    if name is not None:
+        if name in ("cpu", "gpu", "cuda"):
+            platform = "gpu" if name in ("gpu", "cuda") else "cpu"
+        elif name not in _registry:
+            raise ValueError(f"unknown backend {name!r}; available: {sorted(_registry)}")
+        else:
+            return _registry[name]
+    candidates = [b for b in _registry.values() if b.platform == platform and b.available()]
+    if not candidates:
+        raise RuntimeError(f"no backend available for platform {platform!r}")
+    return max(candidates, key=lambda b: b.priority)
+
+
+def backends() -> dict[str, Backend]:
+    _discover()
+    return dict(_registry)

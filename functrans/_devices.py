@@ -1,0 +1,105 @@
+"""Devices: CPU devices in this process (``FUNCTRANS_CPU_DEVICES`` of them), and any others
+a backend adds (GPUs). Multi-process runs add the other processes' devices."""
+from __future__ import annotations
+
+import threading
+
+from functrans._config import config
+
+
+class Device:
+    """One device: a platform, an id unique across processes, and the process it belongs to."""
+
+    __slots__ = ("platform", "id", "process_index", "local_id")
+
+    def __init__(self, platform: str, id: int, process_index: int = 0, local_id: int | None = None):
+        self.platform = platform
+        self.id = id
+        self.process_index = process_index
+        self.local_id = id if local_id is None else local_id
+
+    @property
+    def device_kind(self) -> str:
+        return self.platform
+
+    def __repr__(self):
+        return f"{self.platform.capitalize()}Device(id={self.id})" if self.platform != "cpu" \
+            else f"CpuDevice(id={self.id})"
+
+    def __hash__(self):
+        return hash((self.platform, self.id))
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and (self.platform, self.id) == (other.platform, other.id)
+
+
+_lock = threading.Lock()
+_cpu_devices: list[Device] | None = None
+_extra_platforms: dict[str, callable] = {}
+
+
+def register_platform(platform: str, device_lister) -> None:
+    """A backend adds a platform (``"gpu"``) with a function listing its devices."""
+    _extra_platforms[platform] = device_lister
+
+
+def _process_info():
+    from functrans import distributed
+    return distributed.process_index(), distributed.process_count()
+
+
+def cpu_devices() -> list[Device]:
+    global _cpu_devices
+    if _cpu_devices is None:
+        with _lock:
+            if _cpu_devices is None:
+                count = int(config.cpu_device_count)
+                if count < 1:
+                    raise ValueError(f"cpu_device_count must be >= 1, got {count}")
+                _, nproc = _process_info()
+                _cpu_devices = [Device("cpu", p * count + i, p, i)
+                                for p in range(nproc) for i in range(count)]
+    return _cpu_devices
+
+
+def _reset_cpu_devices(_value=None) -> None:
+    global _cpu_devices
+    _cpu_devices = None
+
+
+config.on_change("cpu_device_count", _reset_cpu_devices)
+
+
+def devices(backend: str | None = None) -> list[Device]:
+    """All devices of a platform (``"cpu"`` or ``"gpu"``), across processes."""
+    platform = backend or default_platform()
+    if platform in ("cuda",):
+        platform = "gpu"
+    if platform == "cpu":
+        return list(cpu_devices())
+    lister = _extra_platforms.get(platform)
+    if lister is None:
+        raise RuntimeError(f"no devices for platform {platform!r} (is its backend installed?)")
+    return list(lister())
+
+
+def default_platform() -> str:
+    return "cpu"
+
+
+def local_devices(process_index: int | None = None, backend: str | None = None) -> list[Device]:
+    from functrans import distributed
+    index = distributed.process_index() if process_index is None else process_index
+    return [d for d in devices(backend) if d.process_index == index]
+
+
+def device_count(backend: str | None = None) -> int:
+    return len(devices(backend))
+
+
+def local_device_count(backend: str | None = None) -> int:
+    return len(local_devices(backend=backend))
+
+
+def default_device() -> Device:
+    return local_devices()[0]

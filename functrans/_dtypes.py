@@ -1,0 +1,219 @@
+"""Dtypes: canonicalization (32-bit unless x64 is on) and JAX's type-promotion lattice.
+
+Weak types: a Python scalar, or a value computed only from Python scalars, carries a *weak*
+dtype. In promotion it stands for its kind ("some int", "some float") rather than a width,
+so ``float32_array * 2.0`` stays float32 and ``int8_array + 1`` stays int8.
+"""
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+
+from functrans._config import config
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float0 = np.dtype([("float0", np.void, 0)])
+
+bool_ = np.dtype(np.bool_)
+int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+uint8, uint16, uint32, uint64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
+float16, float32, float64 = (np.dtype(t) for t in (np.float16, np.float32, np.float64))
+complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
+
+_CANONICAL_32 = {int64: int32, uint64: uint32, float64: float32, complex128: complex64}
+
+
+def x64_enabled() -> bool:
+    return bool(config.enable_x64)
+
+
+def canonicalize_dtype(dtype) -> np.dtype:
+    """The dtype a value of ``dtype`` is stored as: 64-bit types narrow unless x64 is on."""
+    dtype = np.dtype(dtype)
+    if not x64_enabled():
+        return _CANONICAL_32.get(dtype, dtype)
+    return dtype
+
+
+def default_int_dtype() -> np.dtype:
+    return int64 if x64_enabled() else int32
+
+
+def default_uint_dtype() -> np.dtype:
+    return uint64 if x64_enabled() else uint32
+
+
+def default_float_dtype() -> np.dtype:
+    return float64 if x64_enabled() else float32
+
+
+def default_complex_dtype() -> np.dtype:
+    return complex128 if x64_enabled() else complex64
+
+
+def is_float(dtype) -> bool:
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype == bfloat16
+
+
+def is_complex(dtype) -> bool:
+    return np.dtype(dtype).kind == "c"
+
+
+def is_inexact(dtype) -> bool:
+    return is_float(dtype) or is_complex(dtype)
+
+
+def is_integer(dtype) -> bool:
+    return np.dtype(dtype).kind in "iu"
+
+
+def is_signed(dtype) -> bool:
+    return np.dtype(dtype).kind == "i"
+
+
+def is_unsigned(dtype) -> bool:
+    return np.dtype(dtype).kind == "u"
+
+
+def is_bool(dtype) -> bool:
+    return np.dtype(dtype) == bool_
+
+
+def finfo(dtype):
+    return ml_dtypes.finfo(dtype) if np.dtype(dtype) == bfloat16 else np.finfo(dtype)
+
+
+def iinfo(dtype):
+    return np.iinfo(dtype)
+
+
+def python_scalar_dtype(value) -> np.dtype:
+    """The (weak) dtype a Python scalar takes: bool, default int, default float, default complex."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool_
+    if isinstance(value, int):
+        return default_int_dtype()
+    if isinstance(value, float):
+        return default_float_dtype()
+    if isinstance(value, complex):
+        return default_complex_dtype()
+    raise TypeError(f"not a Python scalar: {value!r}")
+
+
+def is_python_scalar(value) -> bool:
+    return type(value) in (bool, int, float, complex)
+
+
+# The lattice. Nodes are dtypes plus the weak kinds "i*", "f*", "c*".
+_WEAK_INT, _WEAK_FLOAT, _WEAK_COMPLEX = "i*", "f*", "c*"
+_LATTICE_EDGES = {
+    bool_: [_WEAK_INT],
+    _WEAK_INT: [uint8, int8],
+    uint8: [uint16, int16],
+    uint16: [uint32, int32],
+    uint32: [uint64, int64],
+    uint64: [_WEAK_FLOAT],
+    int8: [int16],
+    int16: [int32],
+    int32: [int64],
+    int64: [_WEAK_FLOAT],
+    _WEAK_FLOAT: [bfloat16, float16, _WEAK_COMPLEX],
+    bfloat16: [float32],
+    float16: [float32],
+    float32: [float64, complex64],
+    float64: [complex128],
+    _WEAK_COMPLEX: [complex64],
+    complex64: [complex128],
+    complex128: [],
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _upper_bounds(node) -> frozenset:
+    bounds = {node}
+    for successor in _LATTICE_EDGES[node]:
+        bounds |= _upper_bounds(successor)
+    return frozenset(bounds)
+
+
+def _lattice_node(dtype: np.dtype, weak: bool):
+    if weak:
+        if dtype.kind in "iu":
+            return _WEAK_INT
+        if is_float(dtype):
+            return _WEAK_FLOAT
+        if dtype.kind == "c":
+            return _WEAK_COMPLEX
+    return dtype
+
+
+@functools.lru_cache(maxsize=4096)
+def _join(nodes: tuple):
+    common = functools.reduce(frozenset.intersection, (_upper_bounds(n) for n in nodes))
+    # The least upper bound is the common bound that every other common bound is above.
+    for candidate in common:
+        if all(other in _upper_bounds(candidate) for other in common):
+            return candidate
+    raise TypeError(f"no common dtype for {nodes}")
+
+
+def promote_types_weak(*typed: tuple) -> tuple[np.dtype, bool]:
+    """Join of ``(dtype, weak_type)`` pairs: returns the result dtype and whether it is weak."""
+    nodes = tuple(_lattice_node(np.dtype(d), w) for d, w in typed)
+    result = _join(nodes)
+    if result == _WEAK_INT:
+        return default_int_dtype(), True
+    if result == _WEAK_FLOAT:
+        return default_float_dtype(), True
+    if result == _WEAK_COMPLEX:
+        return default_complex_dtype(), True
+    return canonicalize_dtype(result), False
+
+
+def result_type(*args, return_weak_type_flag: bool = False):
+    """``jnp.result_type``: the dtype arguments promote to (Python scalars are weak)."""
+    typed = [dtype_and_weak(a) for a in args]
+    if not typed:
+        raise ValueError("at least one array or dtype is required")
+    dtype, weak = promote_types_weak(*typed)
+    return (dtype, weak) if return_weak_type_flag else dtype
+
+
+def promote_types(a, b) -> np.dtype:
+    return promote_types_weak((np.dtype(a), False), (np.dtype(b), False))[0]
+
+
+def dtype_and_weak(x) -> tuple[np.dtype, bool]:
+    """The dtype of a value, dtype-like or Python scalar, and whether it is weakly typed."""
+    if is_python_scalar(x):
+        return python_scalar_dtype(x), True
+    aval = getattr(x, "aval", None)
+    if aval is not None:
+        return aval.dtype, aval.weak_type
+    if isinstance(x, (np.ndarray, np.generic)):
+        return canonicalize_dtype(x.dtype), False
+    if isinstance(x, type) and x in (bool, int, float, complex):
+        return python_scalar_dtype(x(0)), x is not bool
+    try:
+        return canonicalize_dtype(np.dtype(x)), False
+    except TypeError:
+        raise TypeError(f"cannot interpret {x!r} as a dtype") from None
+
+
+def dtype_of(x) -> np.dtype:
+    return dtype_and_weak(x)[0]
+
+
+def short_name(dtype) -> str:
+    """Compact name used in IR printing: f32, i32, bf16, bool, ..."""
+    dtype = np.dtype(dtype)
+    if dtype == bool_:
+        return "bool"
+    if dtype == bfloat16:
+        return "bf16"
+    if dtype == float0:
+        return "float0"
+    return {"f": "f", "i": "i", "u": "u", "c": "c"}[dtype.kind] + str(dtype.itemsize * 8)

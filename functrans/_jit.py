@@ -1,0 +1,367 @@
+"""``jit``: stage once per signature, compile with a backend, call the cached executable.
+
+Under another transform a jitted function is one ``jit`` equation holding its closed jaxpr;
+the rules below (jvp, transpose, batching, partial evaluation) transform that jaxpr and bind
+``jit`` again, so compiled code stays compiled through ``grad`` and ``vmap``.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import time
+import weakref
+from typing import Callable, Sequence
+
+import numpy as np
+
+from functrans import _backends, core, tree_util
+from functrans._config import config
+from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
+from functrans.interpreters import ad, batching
+from functrans.interpreters import partial_eval as pe
+from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+
+logger = logging.getLogger("functrans")
+
+jit_p = Primitive("jit", multiple_results=True)
+
+# Compiled executables, keyed by the closed jaxpr object and the backend name.
+_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, dict]" = weakref.WeakKeyDictionary()
+
+
+def compile_closed(closed: ClosedJaxpr, backend: str | None):
+    per_jaxpr = _executables.get(closed)
+    if per_jaxpr is None:
+        per_jaxpr = _executables[closed] = {}
+    executable = per_jaxpr.get(backend)
+    if executable is None:
+        be = _backends.get_backend(backend)
+        start = time.perf_counter()
+        executable = be.compile(closed, None)
+        if config.log_compiles:
+            logger.warning("compiled %s with backend %s in %.1f ms", _jaxpr_name(closed),
+                           be.name, 1e3 * (time.perf_counter() - start))
+        per_jaxpr[backend] = executable
+    return executable
+
+
+def _jaxpr_name(closed) -> str:
+    return f"a program of {len(closed.eqns)} equations"
+
+
+@jit_p.def_impl
+def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, backend=None, donated_invars=()):
+    executable = compile_closed(jaxpr, backend)
+    return executable(*args)
+
+
+@jit_p.def_abstract_eval
+def _jit_abstract_eval(*avals, jaxpr: ClosedJaxpr, name: str, backend=None, donated_invars=()):
+    return jaxpr.out_avals
+
+
+def _jit_jvp(primals, tangents, *, jaxpr, name, backend=None, donated_invars=()):
+    nonzeros = [not isinstance(t, ad.Zero) for t in tangents]
+    jvp_closed, out_nonzeros = ad.jvp_jaxpr(jaxpr, nonzeros, instantiate=False)
+    nz_tangents = [t for t in tangents if not isinstance(t, ad.Zero)]
+    outs = jit_p.bind(*primals, *nz_tangents, jaxpr=jvp_closed, name=f"jvp({name})",
+                      backend=backend, donated_invars=())
+    num_out = len(jaxpr.out_avals)
+    primals_out, nz_tangents_out = outs[:num_out], iter(outs[num_out:])
+    tangents_out = [next(nz_tangents_out) if nz else ad.Zero(ad.tangent_aval(a))
+                    for a, nz in zip(jaxpr.out_avals, out_nonzeros)]
+    return primals_out, tangents_out
+
+
+def _jit_transpose(cts, *args, jaxpr, name, backend=None, donated_invars=()):
+    undefined = [ad.is_undefined_primal(a) for a in args]
+    defined_args = [a for a in args if not ad.is_undefined_primal(a)]
+    ct_nonzero = [not isinstance(ct, ad.Zero) for ct in cts]
+
+    def transposed(*flat):
+        residuals, cts_in = flat[:len(defined_args)], iter(flat[len(defined_args):])
+        res_iter = iter(residuals)
+        primals = [ad.UndefinedPrimal(a.aval) if u else next(res_iter) for a, u in zip(args, undefined)]
+        cts_full = [next(cts_in) if nz else ad.Zero(ad.tangent_aval(av))
+                    for av, nz in zip(jaxpr.out_avals, ct_nonzero)]
+        cts_out = ad.backward_pass(jaxpr.jaxpr, jaxpr.consts, primals, cts_full)
+        return [ad.instantiate_zeros(ct) for ct, u in zip(cts_out, undefined) if u]
+
+    res_avals = [get_aval(a) for a in defined_args]
+    ct_avals = [ad.tangent_aval(av) for av, nz in zip(jaxpr.out_avals, ct_nonzero) if nz]
+    t_jaxpr, t_consts = trace_to_jaxpr_dynamic(transposed, res_avals + ct_avals)
+    outs = jit_p.bind(*defined_args, *[ct for ct in cts if not isinstance(ct, ad.Zero)],
+                      jaxpr=ClosedJaxpr(t_jaxpr, t_consts), name=f"transpose({name})",
+                      backend=backend, donated_invars=())
+    outs = iter(outs)
+    return [next(outs) if u else None for u in undefined]
+
+
+def _jit_batch(vals, dims, *, jaxpr, name, backend=None, donated_invars=()):
+    size = batching.batch_size_of(vals, dims)
+    batched, out_dims = batching.batch_jaxpr(jaxpr, size, dims, False)
+    outs = jit_p.bind(*vals, jaxpr=batched, name=name, backend=backend, donated_invars=())
+    return outs, out_dims
+
+
+def _jit_partial_eval(trace, tracers, *, jaxpr, name, backend=None, donated_invars=()):
+    unknowns = [not t.pval.is_known() for t in tracers]
+    known_jaxpr, unknown_jaxpr, out_unknowns, num_res = pe.partial_eval_jaxpr(
+        jaxpr, unknowns, instantiate=False)
+    known_vals = [t.pval.get_known() for t in tracers if t.pval.is_known()]
+    known_outs = jit_p.bind(*known_vals, jaxpr=known_jaxpr, name=name, backend=backend,
+                            donated_invars=())
+    num_known_out = len(known_outs) - num_res
+    known_out_vals, residuals = known_outs[:num_known_out], known_outs[num_known_out:]
+    res_tracers = [trace.instantiate_const(trace.pure(r)) for r in residuals]
+    unknown_tracers = [trace.instantiate_const(t) for t in tracers if not t.pval.is_known()]
+    unknown_outs = trace.default_process_primitive(
+        jit_p, res_tracers + unknown_tracers,
+        dict(jaxpr=unknown_jaxpr, name=name, backend=backend, donated_invars=()))
+    known_iter, unknown_iter = iter(known_out_vals), iter(unknown_outs)
+    return [next(unknown_iter) if uk else next(known_iter) for uk in out_unknowns]
+
+
+jit_p.jvp = _jit_jvp
+jit_p.transpose = _jit_transpose
+jit_p.batch = _jit_batch
+jit_p.partial_eval = _jit_partial_eval
+
+
+# =============================================================================================
+# The user-facing wrapper
+# =============================================================================================
+
+
+def _normalize_argnums(fun, static_argnums, static_argnames):
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    if isinstance(static_argnames, str):
+        static_argnames = (static_argnames,)
+    static_argnums = tuple(static_argnums or ())
+    static_argnames = tuple(static_argnames or ())
+    try:
+        sig = inspect.signature(fun)
+        params = list(sig.parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for n in static_argnums:
+        if 0 <= n < len(positional) and positional[n] not in static_argnames:
+            static_argnames += (positional[n],)
+    for name in static_argnames:
+        if name in positional:
+            i = positional.index(name)
+            if i not in static_argnums:
+                static_argnums += (i,)
+    return static_argnums, static_argnames, positional
+
+
+class _CacheEntry:
+    __slots__ = ("closed", "out_tree", "executable", "backend")
+
+    def __init__(self, closed, out_tree, backend):
+        self.closed = closed
+        self.out_tree = out_tree
+        self.executable = None
+        self.backend = backend
+
+
+class _HashableStatic:
+    """Wraps a static argument for the cache key, with a clear error if it is unhashable."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value, where):
+        try:
+            hash(value)
+        except TypeError:
+            raise ValueError(f"static argument {where} must be hashable, got "
+                             f"{type(value).__name__}: {value!r}") from None
+        self.value = value
+
+    def __hash__(self):
+        return hash(self.value)
+
+    def __eq__(self, other):
+        return type(self.value) is type(other.value) and self.value == other.value
+
+
+class Lowered:
+    """The result of ``jitted.lower(*args)``: the staged program, ready to compile."""
+
+    def __init__(self, closed: ClosedJaxpr, out_tree, backend):
+        self.closed = closed
+        self.out_tree = out_tree
+        self.backend = backend
+
+    def as_text(self, dialect: str | None = None) -> str:
+        text = "# jaxpr\n" + self.closed.pretty_print()
+        executable = self.compile()._executable
+        extra = getattr(executable, "as_text", None)
+        if extra is not None and dialect != "jaxpr":
+            text += "\n# compiled (" + _backends.get_backend(self.backend).name + ")\n" + extra()
+        return text
+
+    def compile(self) -> "Compiled":
+        return Compiled(compile_closed(self.closed, self.backend), self.out_tree, self.closed)
+
+    def jaxpr(self) -> ClosedJaxpr:
+        return self.closed
+
+
+class Compiled:
+    def __init__(self, executable, out_tree, closed):
+        self._executable = executable
+        self.out_tree = out_tree
+        self.closed = closed
+
+    def __call__(self, *args):
+        leaves = tree_util.tree_leaves(args)
+        outs = self._executable(*[core.to_numpy(x) for x in leaves])
+        return self.out_tree.unflatten(
+            core.wrap_array(o, a) for o, a in zip(outs, self.closed.out_avals))
+
+    def as_text(self) -> str:
+        extra = getattr(self._executable, "as_text", None)
+        return extra() if extra else str(self.closed)
+
+
+class JitWrapped:
+    """A jitted function. Calling it traces once per signature and runs compiled code."""
+
+    def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=(),
+                 backend=None):
+        functools.update_wrapper(self, fun)
+        self._fun = fun
+        self._static_argnums, self._static_argnames, self._positional = _normalize_argnums(
+            fun, static_argnums, static_argnames)
+        if isinstance(donate_argnums, int):
+            donate_argnums = (donate_argnums,)
+        self._donate_argnums = tuple(donate_argnums or ())
+        self._backend = backend
+        self._cache: dict = {}
+        self._last_signature = None
+
+    def __get__(self, instance, owner):
+        if instance is None:
+            return self
+        return functools.partial(self, instance)
+
+    def _split(self, args, kwargs):
+        statics = []
+        dyn_args = []
+        for i, a in enumerate(args):
+            if i in self._static_argnums:
+                statics.append((i, _HashableStatic(a, f"{i}")))
+            else:
+                dyn_args.append(a)
+        dyn_kwargs = {}
+        for k, v in kwargs.items():
+            if k in self._static_argnames:
+                statics.append((k, _HashableStatic(v, repr(k))))
+            else:
+                dyn_kwargs[k] = v
+        return tuple(statics), dyn_args, dyn_kwargs
+
+    def _call_with_statics(self, statics, dyn_args, dyn_kwargs):
+        static_pos = {k: s.value for k, s in statics if isinstance(k, int)}
+        static_kw = {k: s.value for k, s in statics if isinstance(k, str)}
+        it = iter(dyn_args)
+        args = [static_pos[i] if i in static_pos else next(it)
+                for i in range(len(dyn_args) + len(static_pos))]
+        return self._fun(*args, **dyn_kwargs, **static_kw)
+
+    def _trace(self, statics, dyn_args, dyn_kwargs, in_tree, avals):
+        out_tree_cell = []
+
+        def flat_fun(*flat):
+            args, kwargs = tree_util.tree_unflatten(in_tree, flat)
+            out = self._call_with_statics(statics, args, kwargs)
+            leaves, out_tree = tree_util.tree_flatten(out)
+            for leaf in leaves:
+                if not (isinstance(leaf, Tracer) or core.valid_jaxtype(leaf)):
+                    raise TypeError(f"jit: the function returned a value of type "
+                                    f"{type(leaf).__name__}, which is not an array: {leaf!r}")
+            out_tree_cell.append(out_tree)
+            return leaves
+
+        start = time.perf_counter()
+        jaxpr, consts = trace_to_jaxpr_dynamic(flat_fun, avals)
+        if config.log_compiles:
+            logger.warning("traced %s in %.1f ms", getattr(self._fun, "__name__", "fun"),
+                           1e3 * (time.perf_counter() - start))
+        return ClosedJaxpr(jaxpr, consts), out_tree_cell[0]
+
+    def _signature(self, args, kwargs):
+        if config.disable_jit:
+            return None
+        statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        avals = tuple(get_aval(x) for x in leaves)
+        return statics, dyn_args, dyn_kwargs, leaves, in_tree, avals
+
+    def _get_entry(self, statics, dyn_args, dyn_kwargs, in_tree, avals):
+        key = (in_tree, avals, statics)
+        entry = self._cache.get(key)
+        if entry is None:
+            if config.explain_cache_misses and self._cache:
+                from functrans import _explain
+                _explain.explain_cache_miss(self, key, self._cache.keys())
+            closed, out_tree = self._trace(statics, dyn_args, dyn_kwargs, in_tree, avals)
+            entry = _CacheEntry(closed, out_tree, self._backend)
+            if not any(isinstance(c, Tracer) for c in closed.consts):
+                self._cache[key] = entry
+        return entry
+
+    def __call__(self, *args, **kwargs):
+        if config.disable_jit:
+            return self._fun(*args, **kwargs)
+        statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)
+        entry = self._get_entry(statics, dyn_args, dyn_kwargs, in_tree, avals)
+        closed = entry.closed
+        eager = core._state.dynamic.level == 0 and not any(isinstance(x, Tracer) for x in leaves)
+        if eager:
+            if entry.executable is None:
+                entry.executable = compile_closed(closed, self._backend)
+            outs = entry.executable(*[core.to_numpy(x, a) for x, a in zip(leaves, avals)])
+            outs = [core.wrap_array(o, a) for o, a in zip(outs, closed.out_avals)]
+            from functrans import _debug_checks
+            if _debug_checks.enabled():
+                _debug_checks.check_compiled_outputs(closed, leaves, outs)
+        else:
+            outs = jit_p.bind(*leaves, jaxpr=closed, name=getattr(self._fun, "__name__", "fun"),
+                              backend=self._backend, donated_invars=())
+        return entry.out_tree.unflatten(outs)
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)
+        entry = self._get_entry(statics, dyn_args, dyn_kwargs, in_tree, avals)
+        return Lowered(entry.closed, entry.out_tree, self._backend)
+
+    def eval_shape(self, *args, **kwargs):
+        from functrans._api import eval_shape
+        return eval_shape(self, *args, **kwargs)
+
+    def clear_cache(self):
+        self._cache.clear()
+
+    def _cache_size(self) -> int:
+        return len(self._cache)
+
+
+def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(), donate_argnums=(),
+        backend: str | None = None, inline: bool = False, **unused):
+    """Compile ``fun``: trace it once per argument signature (pytree structure, shapes,
+    dtypes, static argument values) and run the compiled program on later calls.
+
+        >>> import functrans, functrans.numpy as jnp
+        >>> f = functrans.jit(lambda x: jnp.sin(x) * 2)
+        >>> f(jnp.zeros(3))
+        Array([0., 0., 0.], dtype=float32)
+    """
+    if fun is None:
+        return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
+                                 donate_argnums=donate_argnums, backend=backend, inline=inline)
+    return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, backend)

@@ -1,0 +1,46 @@
+"""Where in the user's code something happened: the first stack frame outside functrans."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import NamedTuple
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_INTERNAL_DIRS = (_PACKAGE_DIR + os.sep,)
+
+
+def add_internal_dir(path: str) -> None:
+    """Mark a directory (a backend's, say) as internal: its frames are never "the user's line"."""
+    global _INTERNAL_DIRS
+    path = os.path.abspath(path) + os.sep
+    if path not in _INTERNAL_DIRS:
+        _INTERNAL_DIRS = _INTERNAL_DIRS + (path,)
+
+
+def is_internal_file(filename: str) -> bool:
+    return filename.startswith(_INTERNAL_DIRS) or filename.startswith("<frozen ")
+
+
+class SourceInfo(NamedTuple):
+    filename: str
+    lineno: int
+    function: str
+
+    def __str__(self):
+        return f"{os.path.basename(self.filename)}:{self.lineno} ({self.function})"
+
+
+def user_frame(skip: int = 1) -> SourceInfo | None:
+    """The innermost frame that is not functrans code, or None if there is none."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not is_internal_file(filename) and "contextlib" not in filename:
+            return SourceInfo(filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
+
+
+def user_line_note() -> str:
+    info = user_frame(2)
+    return f"(raised for the call at {info.filename}:{info.lineno}, in {info.function})" if info else ""

@@ -1,0 +1,817 @@
+"""The core: the primal IR, primitives and ``bind``, traces, tracers and the trace stack.
+
+Every array operation is a :class:`Primitive` applied with ``bind``. ``bind`` finds the
+innermost active transform among its arguments (the *top trace*) and hands it the operation:
+the eval trace computes it with the reference implementation; a staging trace records an
+equation into a :class:`Jaxpr`; the jvp, batching and partial-evaluation traces apply the
+primitive's rules and bind again one level down. Transforms nest because the trace stack
+orders them.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from functrans import _dtypes
+from functrans._source_info import SourceInfo, user_frame
+
+# =============================================================================================
+# Abstract values
+# =============================================================================================
+
+
+class ShapedArray:
+    """The type of an array in the IR: shape, dtype and whether the dtype is weak."""
+
+    __slots__ = ("shape", "dtype", "weak_type")
+    array_abstraction_level = 1
+
+    def __init__(self, shape, dtype, weak_type: bool = False):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = bool(weak_type)
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+    def update(self, shape=None, dtype=None, weak_type=None) -> "ShapedArray":
+        return ShapedArray(self.shape if shape is None else shape,
+                           self.dtype if dtype is None else dtype,
+                           self.weak_type if weak_type is None else weak_type)
+
+    def strip_weak_type(self) -> "ShapedArray":
+        return self.update(weak_type=False) if self.weak_type else self
+
+    def str_short(self) -> str:
+        return f"{_dtypes.short_name(self.dtype)}[{','.join(str(d) for d in self.shape)}]"
+
+    def __repr__(self):
+        weak = ", weak_type=True" if self.weak_type else ""
+        return f"ShapedArray({self.str_short()}{weak})"
+
+    __str__ = str_short
+
+    def __eq__(self, other):
+        return (type(self) is type(other) and self.shape == other.shape
+                and self.dtype == other.dtype and self.weak_type == other.weak_type)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype, self.weak_type))
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object (a 0-d array)")
+        return self.shape[0]
+
+
+class AbstractToken:
+    """Type of the ordering token threaded through effectful operations (debug callbacks)."""
+
+    shape = ()
+    dtype = np.dtype(np.bool_)
+    weak_type = False
+
+    def str_short(self):
+        return "Token"
+
+    __str__ = __repr__ = str_short
+
+    def __eq__(self, other):
+        return isinstance(other, AbstractToken)
+
+    def __hash__(self):
+        return hash("AbstractToken")
+
+
+def raise_to_shaped(aval):
+    return aval
+
+
+def get_aval(x) -> ShapedArray:
+    """The abstract value of a tracer, array, NumPy value or Python scalar."""
+    if isinstance(x, Tracer):
+        return x.aval
+    aval = getattr(x, "aval", None)
+    if aval is not None:
+        return aval
+    if _dtypes.is_python_scalar(x):
+        return ShapedArray((), _dtypes.python_scalar_dtype(x), weak_type=type(x) is not bool)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return ShapedArray(np.shape(x), _dtypes.canonicalize_dtype(x.dtype))
+    if hasattr(x, "__jax_array__"):
+        return get_aval(x.__jax_array__())
+    raise TypeError(f"value of type {type(x).__name__} is not a valid array: {x!r}")
+
+
+def valid_jaxtype(x) -> bool:
+    try:
+        get_aval(x)
+        return True
+    except TypeError:
+        return False
+
+
+# =============================================================================================
+# The primal IR
+# =============================================================================================
+
+_var_counter = itertools.count()
+
+
+class Var:
+    """A variable of the IR, typed by an abstract value."""
+
+    __slots__ = ("aval", "count", "suffix")
+
+    def __init__(self, aval, suffix: str = ""):
+        self.aval = aval
+        self.count = next(_var_counter)
+        self.suffix = suffix
+
+    def __repr__(self):
+        return f"Var({self.count}:{self.aval.str_short()})"
+
+
+class Literal:
+    """A scalar constant written inline in an equation."""
+
+    __slots__ = ("val", "aval")
+
+    def __init__(self, val, aval):
+        self.val = val
+        self.aval = aval
+
+    def __repr__(self):
+        return f"Literal({self.val!r})"
+
+
+class DropVar(Var):
+    """An output nobody reads."""
+
+    __slots__ = ()
+
+
+class Eqn:
+    """``outvars = primitive[params](*invars)``, with the user's source line."""
+
+    __slots__ = ("primitive", "invars", "outvars", "params", "source_info")
+
+    def __init__(self, primitive, invars, outvars, params, source_info=None):
+        self.primitive = primitive
+        self.invars = list(invars)
+        self.outvars = list(outvars)
+        self.params = dict(params)
+        self.source_info = source_info
+
+    def replace(self, **kwargs) -> "Eqn":
+        fields = dict(primitive=self.primitive, invars=self.invars, outvars=self.outvars,
+                      params=self.params, source_info=self.source_info)
+        fields.update(kwargs)
+        return Eqn(**fields)
+
+    def __repr__(self):
+        return f"Eqn({self.primitive.name}, {self.invars} -> {self.outvars})"
+
+
+class Jaxpr:
+    """A typed first-order program: ``{ lambda constvars ; invars . let eqns in outvars }``."""
+
+    __slots__ = ("constvars", "invars", "outvars", "eqns", "__weakref__")
+
+    def __init__(self, constvars, invars, outvars, eqns):
+        self.constvars = list(constvars)
+        self.invars = list(invars)
+        self.outvars = list(outvars)
+        self.eqns = list(eqns)
+
+    in_avals = property(lambda self: [v.aval for v in self.invars])
+    out_avals = property(lambda self: [v.aval for v in self.outvars])
+
+    def pretty_print(self, source_info: bool = False) -> str:
+        return _pp_jaxpr(self, _Namer(), 0, source_info)
+
+    def __str__(self):
+        return self.pretty_print()
+
+    __repr__ = __str__
+
+
+class ClosedJaxpr:
+    """A :class:`Jaxpr` together with the values of its constvars."""
+
+    __slots__ = ("jaxpr", "consts", "__weakref__")
+
+    def __init__(self, jaxpr: Jaxpr, consts: Sequence):
+        if len(consts) != len(jaxpr.constvars):
+            raise ValueError("ClosedJaxpr needs one value per constvar")
+        self.jaxpr = jaxpr
+        self.consts = list(consts)
+
+    in_avals = property(lambda self: self.jaxpr.in_avals)
+    out_avals = property(lambda self: self.jaxpr.out_avals)
+    eqns = property(lambda self: self.jaxpr.eqns)
+
+    def pretty_print(self, source_info: bool = False) -> str:
+        return self.jaxpr.pretty_print(source_info)
+
+    def __call__(self, *args):
+        return eval_jaxpr(self.jaxpr, self.consts, *args)
+
+    def __str__(self):
+        return self.pretty_print()
+
+    __repr__ = __str__
+
+
+def closed_jaxpr_from(jaxpr: Jaxpr) -> ClosedJaxpr:
+    """Close a jaxpr without constvars."""
+    assert not jaxpr.constvars
+    return ClosedJaxpr(jaxpr, [])
+
+
+# ---- printing --------------------------------------------------------------------------------
+
+class _Namer:
+    def __init__(self):
+        self.names: dict[int, str] = {}
+
+    def __call__(self, v) -> str:
+        if isinstance(v, Literal):
+            return _pp_literal(v)
+        if isinstance(v, DropVar):
+            return "_"
+        name = self.names.get(id(v))
+        if name is None:
+            name = self.names[id(v)] = _nth_name(len(self.names)) + v.suffix
+        return name
+
+
+def _nth_name(n: int) -> str:
+    letters = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        letters = chr(ord("a") + r) + letters
+    return letters
+
+
+def _pp_literal(lit: Literal) -> str:
+    val = np.asarray(lit.val)
+    if val.dtype == np.bool_:
+        text = "True" if val else "False"
+    elif _dtypes.is_float(val.dtype):
+        text = repr(float(val))
+    else:
+        text = str(val.item())
+    return text if lit.aval.weak_type else f"{text}:{_dtypes.short_name(lit.aval.dtype)}"
+
+
+def _pp_param(value, namer, indent, source_info) -> str:
+    if isinstance(value, ClosedJaxpr):
+        return _pp_jaxpr(value.jaxpr, namer, indent + 4, source_info)
+    if isinstance(value, Jaxpr):
+        return _pp_jaxpr(value, namer, indent + 4, source_info)
+    if isinstance(value, np.dtype):
+        return _dtypes.short_name(value)
+    if isinstance(value, tuple) and value and all(isinstance(v, (ClosedJaxpr, Jaxpr)) for v in value):
+        return "(" + ", ".join(_pp_param(v, namer, indent, source_info) for v in value) + ")"
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return _dtypes.short_name(np.dtype(value))
+    return str(value)
+
+
+def _pp_eqn(eqn: Eqn, namer, indent: int, source_info: bool) -> str:
+    outs = " ".join(f"{namer(v)}:{v.aval.str_short()}" for v in eqn.outvars) or "()"
+    params = ""
+    shown = {k: v for k, v in eqn.params.items() if v is not None or k == "axes"}
+    if shown:
+        params = "[" + " ".join(f"{k}={_pp_param(v, namer, indent, source_info)}"
+                                for k, v in sorted(shown.items())) + "]"
+    args = " ".join(namer(v) for v in eqn.invars)
+    line = f"{outs} = {eqn.primitive.name}{params} {args}".rstrip()
+    if source_info and eqn.source_info is not None:
+        line += f"  # {eqn.source_info}"
+    return " " * indent + line
+
+
+def _pp_jaxpr(jaxpr: Jaxpr, namer, indent: int, source_info: bool) -> str:
+    def binders(vs):
+        return " ".join(f"{namer(v)}:{v.aval.str_short()}" for v in vs)
+
+    pad = " " * indent
+    head = "{ lambda " + binders(jaxpr.constvars) + ("; " if jaxpr.constvars else "; ") \
+        + binders(jaxpr.invars) + ". let"
+    body = [_pp_eqn(e, namer, indent + 4, source_info) for e in jaxpr.eqns]
+    outs = ", ".join(namer(v) for v in jaxpr.outvars)
+    tail = pad + "  in (" + outs + ("," if len(jaxpr.outvars) == 1 else "") + ") }"
+    return "\n".join([head] + body + [tail])
+
+
+# ---- type checking ---------------------------------------------------------------------------
+
+class JaxprTypeError(TypeError):
+    pass
+
+
+def check_jaxpr(jaxpr: Jaxpr | ClosedJaxpr) -> None:
+    """Check that ``jaxpr`` is well typed: every variable is bound once before use and each
+    equation's outputs have the types its primitive's shape rule gives."""
+    if isinstance(jaxpr, ClosedJaxpr):
+        for v, c in zip(jaxpr.jaxpr.constvars, jaxpr.consts):
+            aval = get_aval(c)
+            if (aval.shape, aval.dtype) != (v.aval.shape, v.aval.dtype):
+                raise JaxprTypeError(f"constant of type {aval} bound to {v.aval}")
+        jaxpr = jaxpr.jaxpr
+    env: set[int] = set()
+
+    def write(v):
+        if isinstance(v, DropVar):
+            return
+        if id(v) in env:
+            raise JaxprTypeError(f"variable {v} bound twice")
+        env.add(id(v))
+
+    def read(v):
+        if isinstance(v, Literal):
+            return v.aval
+        if id(v) not in env:
+            raise JaxprTypeError(f"variable {v} used before it is bound")
+        return v.aval
+
+    for v in jaxpr.constvars + jaxpr.invars:
+        write(v)
+    for eqn in jaxpr.eqns:
+        in_avals = [read(v) for v in eqn.invars]
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, tuple) else (p,)):
+                if isinstance(sub, (Jaxpr, ClosedJaxpr)):
+                    check_jaxpr(sub)
+        out_avals = eqn.primitive.abstract_eval_many(in_avals, eqn.params)
+        if len(out_avals) != len(eqn.outvars):
+            raise JaxprTypeError(f"{eqn.primitive.name}: {len(out_avals)} results for "
+                                 f"{len(eqn.outvars)} output variables")
+        for v, a in zip(eqn.outvars, out_avals):
+            if not _avals_match(v.aval, a):
+                raise JaxprTypeError(
+                    f"{eqn.primitive.name}: output typed {v.aval} but its rule gives {a}")
+            write(v)
+    for v in jaxpr.outvars:
+        read(v)
+
+
+def _avals_match(declared, inferred) -> bool:
+    if isinstance(declared, AbstractToken) or isinstance(inferred, AbstractToken):
+        return type(declared) is type(inferred)
+    return declared.shape == inferred.shape and declared.dtype == inferred.dtype
+
+
+# =============================================================================================
+# Primitives
+# =============================================================================================
+
+
+class Primitive:
+    """An operation of the IR. Its rules live beside its declaration:
+
+    ``impl``          reference implementation on NumPy values (the eager path and the oracle)
+    ``abstract_eval`` shape/dtype rule: avals in, aval (or list of avals) out
+    ``jvp``           ``(primals, tangents, **params) -> (primals_out, tangents_out)``
+    ``transpose``     for linear primitives: ``(cotangent, *args, **params) -> cotangents``
+    ``batch``         ``(args, dims, **params) -> (outs, out_dims)``
+    ``lowerings``     backend name -> lowering function
+    """
+
+    multiple_results = False
+
+    def __init__(self, name: str, multiple_results: bool = False):
+        self.name = name
+        self.multiple_results = multiple_results
+        self.impl: Callable | None = None
+        self.abstract_eval: Callable | None = None
+        self.jvp: Callable | None = None
+        self.transpose: Callable | None = None
+        self.batch: Callable | None = None
+        self.partial_eval: Callable | None = None
+        self.dce: Callable | None = None
+        self.lowerings: dict[str, Callable] = {}
+        self.effectful = False
+
+    def __repr__(self):
+        return self.name
+
+    def bind(self, *args, **params):
+        trace = find_top_trace(args)
+        tracers = [trace.full_raise(a) for a in args]
+        outs = trace.process_primitive(self, tracers, params)
+        if self.multiple_results:
+            return [full_lower(o) for o in outs]
+        return full_lower(outs)
+
+    # Decorators to declare rules next to each other.
+    def def_impl(self, f):
+        self.impl = f
+        return f
+
+    def def_abstract_eval(self, f):
+        self.abstract_eval = f
+        return f
+
+    def def_jvp(self, f):
+        self.jvp = f
+        return f
+
+    def def_transpose(self, f):
+        self.transpose = f
+        return f
+
+    def def_batch(self, f):
+        self.batch = f
+        return f
+
+    def def_lowering(self, backend: str):
+        def register(f):
+            self.lowerings[backend] = f
+            return f
+        return register
+
+    def abstract_eval_many(self, avals, params) -> list:
+        """Run the shape rule and always return a list of output avals."""
+        if self.abstract_eval is None:
+            raise NotImplementedError(f"primitive {self.name} has no shape rule")
+        out = self.abstract_eval(*avals, **params)
+        return list(out) if self.multiple_results else [out]
+
+
+# =============================================================================================
+# Traces and tracers
+# =============================================================================================
+
+
+class MainTrace:
+    """One active transform on the trace stack. ``payload`` carries transform-wide data
+    (a staging builder, a vmap axis name and size)."""
+
+    __slots__ = ("level", "trace_type", "payload", "alive", "name")
+
+    def __init__(self, level: int, trace_type, payload=None, name: str = ""):
+        self.level = level
+        self.trace_type = trace_type
+        self.payload = payload
+        self.alive = True
+        self.name = name or trace_type.__name__
+
+    def __repr__(self):
+        return f"MainTrace({self.level}, {self.name})"
+
+
+class _TraceState(threading.local):
+    def __init__(self):
+        self.stack: list[MainTrace] = [MainTrace(0, EvalTrace)]
+        self.dynamic: MainTrace = self.stack[0]
+        self.axis_env: list = []
+
+
+_state: _TraceState  # defined after EvalTrace
+
+
+@contextmanager
+def new_main(trace_type, payload=None, dynamic: bool = False, name: str = ""):
+    """Push a transform onto the trace stack for the duration of the block."""
+    level = len(_state.stack)
+    main = MainTrace(level, trace_type, payload, name)
+    _state.stack.append(main)
+    previous_dynamic = _state.dynamic
+    if dynamic:
+        _state.dynamic = main
+    try:
+        yield main
+    finally:
+        main.alive = False
+        _state.dynamic = previous_dynamic
+        _state.stack.pop()
+
+
+@contextmanager
+def new_base_main(trace_type, payload=None):
+    """Make a fresh bottom of the stack (used when tracing a sub-program in isolation)."""
+    main = MainTrace(0, trace_type, payload)
+    saved = (_state.stack, _state.dynamic)
+    _state.stack, _state.dynamic = [main], main
+    try:
+        yield main
+    finally:
+        main.alive = False
+        _state.stack, _state.dynamic = saved
+
+
+def cur_level() -> int:
+    return len(_state.stack) - 1
+
+
+def trace_stack() -> list[MainTrace]:
+    return list(_state.stack)
+
+
+class UnexpectedTracerError(Exception):
+    pass
+
+
+class ConcretizationTypeError(TypeError):
+    pass
+
+
+class TracerArrayConversionError(TypeError):
+    pass
+
+
+class TracerIntegerConversionError(TypeError):
+    pass
+
+
+def _leak_error(tracer) -> UnexpectedTracerError:
+    main = tracer._trace.main
+    return UnexpectedTracerError(
+        f"a value traced by a {main.name} transform was used after that transform ended "
+        f"(a leaked tracer of type {tracer.aval.str_short()}). This happens when a function "
+        "stores an intermediate value in a global, a closure or an object attribute during "
+        "jit/grad/vmap and it is read later. Return the value from the function instead.")
+
+
+def find_top_trace(args) -> "Trace":
+    top = _state.dynamic
+    for x in args:
+        if isinstance(x, Tracer):
+            main = x._trace.main
+            if main.level > top.level:
+                top = main
+            if not main.alive:
+                raise _leak_error(x)
+    return top.trace_type(top)
+
+
+def full_lower(x):
+    return x.full_lower() if isinstance(x, Tracer) else x
+
+
+class Trace:
+    """How one transform processes primitives. Subclasses give ``pure`` (a constant into the
+    transform), ``lift`` (a lower-level tracer into it) and ``process_primitive``."""
+
+    __slots__ = ("main", "level")
+
+    def __init__(self, main: MainTrace):
+        self.main = main
+        self.level = main.level
+
+    def full_raise(self, val) -> "Tracer":
+        if not isinstance(val, Tracer):
+            return self.pure(val)
+        trace = val._trace
+        if trace.main is self.main:
+            return val
+        if not trace.main.alive:
+            raise _leak_error(val)
+        if trace.level < self.level:
+            return self.lift(val)
+        raise UnexpectedTracerError(
+            f"cannot lift a {trace.main.name} tracer at level {trace.level} into the "
+            f"{self.main.name} transform at level {self.level}; a value escaped its transform")
+
+    def pure(self, val):
+        raise NotImplementedError
+
+    def lift(self, val):
+        raise NotImplementedError
+
+    def process_primitive(self, primitive, tracers, params):
+        raise NotImplementedError
+
+    def process_custom_jvp_call(self, primitive, fun, jvp, tracers, params):
+        raise NotImplementedError(f"{type(self).__name__} does not support custom_jvp")
+
+    def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, params):
+        raise NotImplementedError(f"{type(self).__name__} does not support custom_vjp")
+
+
+class Tracer:
+    """A value under a transform. Array operators, indexing and methods are installed on
+    this class by ``functrans._array`` so traced code reads like NumPy code."""
+
+    __slots__ = ("_trace", "__weakref__")
+    __array_priority__ = 1000
+
+    @property
+    def aval(self):
+        raise NotImplementedError
+
+    def full_lower(self):
+        return self
+
+    # Concrete-value access: a transform that still knows the value returns it (jvp and
+    # partial evaluation of known values); staging and batching cannot.
+    def to_concrete_value(self):
+        return None
+
+    shape = property(lambda self: self.aval.shape)
+    dtype = property(lambda self: self.aval.dtype)
+    ndim = property(lambda self: self.aval.ndim)
+    size = property(lambda self: self.aval.size)
+    weak_type = property(lambda self: self.aval.weak_type)
+
+    def __len__(self):
+        return len(self.aval)
+
+    def _concrete_or_error(self, what: str, fix: str):
+        value = self.to_concrete_value()
+        if value is None:
+            raise ConcretizationTypeError(
+                f"{what} of a traced value ({self.aval.str_short()}, traced by "
+                f"{self._trace.main.name}): its value is not known while the function is "
+                f"being transformed. {fix}")
+        return value
+
+    def __bool__(self):
+        value = self._concrete_or_error(
+            "bool() (a Python `if`, `while`, `and`/`or` or `assert`)",
+            "Use functrans.lax.cond / lax.select / jnp.where for value-dependent branches, "
+            "lax.while_loop for loops, or mark the argument static with "
+            "jit(f, static_argnums=...) if it is a configuration value.")
+        return bool(np.asarray(value))
+
+    def _scalar_conversion(self, kind):
+        value = self._concrete_or_error(
+            f"{kind}()",
+            "Keep the value as an array (use jnp functions on it), or mark the argument "
+            "static with jit(f, static_argnums=...) if it is a configuration value.")
+        return getattr(np.asarray(value), "item")()
+
+    def __float__(self):
+        return float(self._scalar_conversion("float"))
+
+    def __int__(self):
+        return int(self._scalar_conversion("int"))
+
+    def __complex__(self):
+        return complex(self._scalar_conversion("complex"))
+
+    def item(self, *args):
+        return self._scalar_conversion(".item")
+
+    def __index__(self):
+        value = self.to_concrete_value()
+        if value is None or not _dtypes.is_integer(self.aval.dtype):
+            raise TracerIntegerConversionError(
+                f"a traced {self.aval.str_short()} value was used as a Python integer "
+                "(an index, a shape or a range bound). Use lax.dynamic_slice / "
+                "lax.dynamic_index_in_dim for traced positions, or mark the argument static "
+                "with jit(f, static_argnums=...).")
+        return int(np.asarray(value))
+
+    def __array__(self, dtype=None, copy=None):
+        raise TracerArrayConversionError(
+            f"a traced value ({self.aval.str_short()}, traced by {self._trace.main.name}) "
+            "was converted to a NumPy array (np.asarray, np.array or a NumPy function). "
+            "Inside transformed code, use functrans.numpy (jnp) functions instead, or move "
+            "the NumPy computation outside the transformed function.")
+
+    def tolist(self):
+        return self.__array__()
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __hash__(self):
+        raise TypeError(f"unhashable type: traced array ({self.aval.str_short()}); use a "
+                        "static argument for values that key dictionaries")
+
+    def __setitem__(self, idx, value):
+        raise TypeError("functrans arrays are immutable: `x[idx] = y` is not supported. "
+                        "Use `x = x.at[idx].set(y)` to get an updated copy.")
+
+    def __repr__(self):
+        return f"Traced<{self.aval.str_short()}>with<{type(self._trace).__name__}>"
+
+
+# ---- the eval trace: run the reference implementation ---------------------------------------
+
+class EvalTrace(Trace):
+    """The bottom of the stack: primitives are computed right away."""
+
+    def pure(self, val):
+        return val
+
+    lift = pure
+
+    def process_primitive(self, primitive, args, params):
+        return eval_primitive(primitive, args, params)
+
+    def process_custom_jvp_call(self, primitive, fun, jvp, tracers, params):
+        return fun(*tracers)
+
+    def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, params):
+        return fun(*tracers)
+
+
+_state = _TraceState()
+
+
+def to_numpy(x, aval=None) -> np.ndarray:
+    """The NumPy value behind an eager value (Array, NumPy array or Python scalar)."""
+    value = getattr(x, "_value", None)
+    if value is not None:
+        return value
+    if aval is None:
+        aval = get_aval(x)
+    return np.asarray(x, dtype=aval.dtype)
+
+
+def _note_user_line(err: Exception, primitive) -> None:
+    info = user_frame(3)
+    if info is not None and hasattr(err, "add_note"):
+        err.add_note(f"in primitive '{primitive.name}', called at {info.filename}:{info.lineno}"
+                     f" ({info.function})")
+
+
+def abstract_eval_checked(primitive, avals, params) -> list:
+    """Shape rule with the user's line attached to any type error it raises."""
+    try:
+        return primitive.abstract_eval_many(avals, params)
+    except (TypeError, ValueError) as err:
+        _note_user_line(err, primitive)
+        raise
+
+
+def eval_primitive(primitive, args, params):
+    """Compute ``primitive`` on eager values and wrap the results as Arrays."""
+    avals = [get_aval(a) for a in args]
+    out_avals = abstract_eval_checked(primitive, avals, params)
+    if primitive.impl is None:
+        raise NotImplementedError(f"primitive {primitive.name} has no reference implementation")
+    values = [to_numpy(a, av) for a, av in zip(args, avals)]
+    out = primitive.impl(*values, **params)
+    outs = out if primitive.multiple_results else [out]
+    wrapped = [wrap_array(o, a) for o, a in zip(outs, out_avals)]
+    from functrans import _debug_checks
+    if _debug_checks.enabled():
+        _debug_checks.check_eager_outputs(primitive, wrapped)
+    return wrapped if primitive.multiple_results else wrapped[0]
+
+
+def wrap_array(value, aval):
+    if isinstance(aval, AbstractToken):
+        return value
+    from functrans._array import Array
+    if isinstance(value, Array):
+        return value
+    value = np.asarray(value)
+    if value.dtype != aval.dtype:
+        value = value.astype(aval.dtype)
+    if value.shape != aval.shape:
+        raise AssertionError(f"reference implementation returned shape {value.shape}, "
+                             f"shape rule says {aval.shape}")
+    return Array(value, weak_type=aval.weak_type)
+
+
+# =============================================================================================
+# Evaluating a jaxpr (by binding, so evaluation under a transform transforms it)
+# =============================================================================================
+
+
+def eval_jaxpr(jaxpr: Jaxpr, consts, *args):
+    """Evaluate ``jaxpr`` by binding each equation's primitive in order."""
+    env: dict[int, Any] = {}
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[id(v)]
+
+    for v, x in zip(jaxpr.constvars, consts):
+        env[id(v)] = x
+    if len(args) != len(jaxpr.invars):
+        raise TypeError(f"jaxpr takes {len(jaxpr.invars)} arguments, got {len(args)}")
+    for v, x in zip(jaxpr.invars, args):
+        env[id(v)] = x
+    for eqn in jaxpr.eqns:
+        outs = eqn.primitive.bind(*[read(v) for v in eqn.invars], **eqn.params)
+        if not eqn.primitive.multiple_results:
+            outs = [outs]
+        for v, x in zip(eqn.outvars, outs):
+            env[id(v)] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def jaxpr_as_fun(closed: ClosedJaxpr) -> Callable:
+    return lambda *args: eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+def new_jaxpr_eqn(primitive, invars, outvars, params, source_info=None) -> Eqn:
+    return Eqn(primitive, invars, outvars, params, source_info)
+
+
+def current_source_info() -> SourceInfo | None:
+    return user_frame(2)

@@ -1,0 +1,403 @@
+"""Automatic differentiation: forward mode as a trace of (primal, tangent) pairs, and
+transposition of linear programs for reverse mode.
+
+Reverse mode is not a separate tape: ``vjp`` = ``linearize`` (jvp + partial evaluation,
+which splits the computation into the known primal part and a linear jaxpr on tangents)
+followed by :func:`backward_pass` over that linear jaxpr.
+
+Tangents may be symbolic zeros (:class:`Zero`) so derivative work is skipped for inputs that
+do not depend on the differentiated arguments.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from functrans import _dtypes, core
+from functrans.core import ShapedArray, Tracer, get_aval
+
+# =============================================================================================
+# Symbolic zeros and tangent types
+# =============================================================================================
+
+
+def tangent_aval(aval) -> ShapedArray:
+    """The type of a tangent: float0 for integer and boolean values, else the value's type."""
+    if _dtypes.is_inexact(aval.dtype):
+        return aval
+    return ShapedArray(aval.shape, _dtypes.float0, weak_type=False)
+
+
+class Zero:
+    """A tangent or cotangent known to be zero, of type ``aval``."""
+
+    __slots__ = ("aval",)
+
+    def __init__(self, aval):
+        self.aval = aval
+
+    @staticmethod
+    def from_value(x) -> "Zero":
+        return Zero(tangent_aval(get_aval(x)))
+
+    def __repr__(self):
+        return f"Zero({self.aval.str_short()})"
+
+
+def zeros_like_aval(aval):
+    from functrans.primitives import structural
+    if aval.dtype == _dtypes.float0:
+        from functrans._array import Array
+        return Array(np.zeros(aval.shape, dtype=_dtypes.float0))
+    return structural.full(aval.shape, 0, aval.dtype, weak_type=aval.weak_type)
+
+
+def instantiate_zeros(t):
+    return zeros_like_aval(t.aval) if isinstance(t, Zero) else t
+
+
+def add_tangents(a, b):
+    if isinstance(a, Zero):
+        return b
+    if isinstance(b, Zero):
+        return a
+    if get_aval(a).dtype == _dtypes.float0:
+        return a
+    from functrans.primitives import elementwise
+    return elementwise.add_any(a, b)
+
+
+def is_float0(x) -> bool:
+    return get_aval(x).dtype == _dtypes.float0
+
+
+# =============================================================================================
+# The JVP trace
+# =============================================================================================
+
+
+class JVPTracer(Tracer):
+    __slots__ = ("primal", "tangent")
+
+    def __init__(self, trace, primal, tangent):
+        self._trace = trace
+        self.primal = primal
+        self.tangent = tangent
+
+    @property
+    def aval(self):
+        return get_aval(self.primal)
+
+    def full_lower(self):
+        if isinstance(self.tangent, Zero):
+            return core.full_lower(self.primal)
+        return self
+
+    def to_concrete_value(self):
+        primal = self.primal
+        if isinstance(primal, Tracer):
+            return primal.to_concrete_value()
+        return primal
+
+
+class JVPTrace(core.Trace):
+    def pure(self, val):
+        return JVPTracer(self, val, Zero.from_value(val))
+
+    lift = pure
+
+    def process_primitive(self, primitive, tracers, params):
+        primals = [t.primal for t in tracers]
+        tangents = [t.tangent for t in tracers]
+        if all(isinstance(t, Zero) for t in tangents):
+            out = primitive.bind(*primals, **params)
+            if primitive.multiple_results:
+                return [JVPTracer(self, o, Zero.from_value(o)) for o in out]
+            return JVPTracer(self, out, Zero.from_value(out))
+        if primitive.jvp is None:
+            raise NotImplementedError(f"differentiation of primitive '{primitive.name}' "
+                                      "(forward mode) is not supported")
+        primal_out, tangent_out = primitive.jvp(primals, tangents, **params)
+        if primitive.multiple_results:
+            return [JVPTracer(self, p, t) for p, t in zip(primal_out, tangent_out)]
+        return JVPTracer(self, primal_out, tangent_out)
+
+    def process_custom_jvp_call(self, primitive, fun, jvp, tracers, params):
+        primals = [t.primal for t in tracers]
+        tangents = [t.tangent for t in tracers]
+        if all(isinstance(t, Zero) for t in tangents):
+            outs = primitive.bind_call(fun, jvp, primals, params)
+            return [JVPTracer(self, o, Zero.from_value(o)) for o in outs]
+        primals_out, tangents_out = jvp(primals, tangents)
+        return [JVPTracer(self, p, t) for p, t in zip(primals_out, tangents_out)]
+
+    def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, params):
+        primals = [t.primal for t in tracers]
+        tangents = [t.tangent for t in tracers]
+        if all(isinstance(t, Zero) for t in tangents):
+            outs = primitive.bind_call(fun, (fwd, bwd), primals, params)
+            return [JVPTracer(self, o, Zero.from_value(o)) for o in outs]
+        from functrans import _custom_derivatives
+        primals_out, tangents_out = _custom_derivatives.custom_vjp_jvp(
+            fwd, bwd, primals, tangents, params)
+        return [JVPTracer(self, p, t) for p, t in zip(primals_out, tangents_out)]
+
+
+def jvp_flat(fun: Callable, primals: Sequence, tangents: Sequence):
+    """Forward-mode derivative of ``fun`` (flat list in, flat list out)."""
+    with core.new_main(JVPTrace, name="jvp") as main:
+        trace = JVPTrace(main)
+        tracers_in = [JVPTracer(trace, p, t) for p, t in zip(primals, tangents)]
+        outs = fun(*tracers_in)
+        tracers_out = [trace.full_raise(o) for o in outs]
+        primals_out = [t.primal for t in tracers_out]
+        tangents_out = [t.tangent for t in tracers_out]
+    return primals_out, tangents_out
+
+
+# =============================================================================================
+# Rule helpers (used by primitive modules beside each primitive)
+# =============================================================================================
+
+
+def defjvp(primitive, *jvp_fns):
+    """JVP from per-argument rules ``fn(tangent, *primals, **params)`` summed together;
+    ``None`` marks an argument the output does not depend on differentiably."""
+
+    def rule(primals, tangents, **params):
+        primal_out = primitive.bind(*primals, **params)
+        tangent_out = Zero.from_value(primal_out)
+        for fn, t in zip(jvp_fns, tangents):
+            if fn is None or isinstance(t, Zero):
+                continue
+            tangent_out = add_tangents(tangent_out, fn(t, *primals, **params))
+        return primal_out, tangent_out
+
+    primitive.jvp = rule
+
+
+def defjvp2(primitive, *jvp_fns):
+    """As :func:`defjvp`, but each rule also receives the primal output:
+    ``fn(tangent, ans, *primals, **params)``."""
+
+    def rule(primals, tangents, **params):
+        ans = primitive.bind(*primals, **params)
+        tangent_out = Zero.from_value(ans)
+        for fn, t in zip(jvp_fns, tangents):
+            if fn is None or isinstance(t, Zero):
+                continue
+            tangent_out = add_tangents(tangent_out, fn(t, ans, *primals, **params))
+        return ans, tangent_out
+
+    primitive.jvp = rule
+
+
+def defjvp_zero(primitive):
+    """The output is piecewise constant (or integer): its tangent is always zero."""
+
+    def rule(primals, tangents, **params):
+        out = primitive.bind(*primals, **params)
+        if primitive.multiple_results:
+            return out, [Zero.from_value(o) for o in out]
+        return out, Zero.from_value(out)
+
+    primitive.jvp = rule
+
+
+def linear_jvp(primitive):
+    """JVP of a primitive linear in all its arguments: apply it to the tangents."""
+
+    def rule(primals, tangents, **params):
+        primal_out = primitive.bind(*primals, **params)
+        if all(isinstance(t, Zero) for t in tangents):
+            return primal_out, Zero.from_value(primal_out)
+        tangents = [instantiate_zeros(t) for t in tangents]
+        return primal_out, primitive.bind(*tangents, **params)
+
+    return rule
+
+
+def deflinear(primitive, transpose_rule):
+    """Declare a primitive linear in every argument; ``transpose_rule(ct, **params)`` returns
+    the cotangents of its arguments."""
+    primitive.jvp = linear_jvp(primitive)
+
+    def transpose(ct, *args, **params):
+        if isinstance(ct, Zero):
+            return [Zero(a.aval) if is_undefined_primal(a) else None for a in args]
+        return transpose_rule(ct, **params)
+
+    primitive.transpose = transpose
+
+
+def deflinear2(primitive, transpose_rule):
+    """As :func:`deflinear`, but the transpose rule also receives the (undefined) operands:
+    ``transpose_rule(ct, *args, **params)``."""
+    primitive.jvp = linear_jvp(primitive)
+
+    def transpose(ct, *args, **params):
+        if isinstance(ct, Zero):
+            return [Zero(a.aval) if is_undefined_primal(a) else None for a in args]
+        return transpose_rule(ct, *args, **params)
+
+    primitive.transpose = transpose
+
+
+# =============================================================================================
+# Transposition (reverse mode)
+# =============================================================================================
+
+
+class UndefinedPrimal:
+    """Stands for a linear input during transposition: only its type is known."""
+
+    __slots__ = ("aval",)
+
+    def __init__(self, aval):
+        self.aval = aval
+
+    def __repr__(self):
+        return f"UndefinedPrimal({self.aval.str_short()})"
+
+
+def is_undefined_primal(x) -> bool:
+    return isinstance(x, UndefinedPrimal)
+
+
+def backward_pass(jaxpr: core.Jaxpr, consts, primals_in, cotangents_out):
+    """Transpose ``jaxpr``, linear in the inputs given as :class:`UndefinedPrimal`.
+    Returns one cotangent per input (``Zero`` where none flows; None for defined inputs)."""
+    primal_env: dict[int, object] = {}
+    ct_env: dict[int, object] = {}
+
+    def read_primal(v):
+        if isinstance(v, core.Literal):
+            return v.val
+        return primal_env.get(id(v), UndefinedPrimal(v.aval))
+
+    def write_cotangent(v, ct):
+        if ct is None or isinstance(v, (core.Literal, core.DropVar)):
+            return
+        if isinstance(ct, Zero):
+            return
+        prev = ct_env.get(id(v))
+        ct_env[id(v)] = ct if prev is None else add_tangents(prev, ct)
+
+    def read_cotangent(v):
+        ct = ct_env.pop(id(v), None)
+        return Zero(tangent_aval(v.aval)) if ct is None else ct
+
+    for v, c in zip(jaxpr.constvars, consts):
+        primal_env[id(v)] = c
+    for v, x in zip(jaxpr.invars, primals_in):
+        if not is_undefined_primal(x):
+            primal_env[id(v)] = x
+
+    # Equations that only read known values (residual bookkeeping) run forward first.
+    linear_eqns = []
+    for eqn in jaxpr.eqns:
+        if any(is_undefined_primal(read_primal(v)) for v in eqn.invars):
+            linear_eqns.append(eqn)
+            continue
+        outs = eqn.primitive.bind(*[read_primal(v) for v in eqn.invars], **eqn.params)
+        outs = outs if eqn.primitive.multiple_results else [outs]
+        for v, o in zip(eqn.outvars, outs):
+            primal_env[id(v)] = o
+
+    for v, ct in zip(jaxpr.outvars, cotangents_out):
+        write_cotangent(v, ct)
+
+    for eqn in reversed(linear_eqns):
+        cts_in = [read_cotangent(v) for v in eqn.outvars]
+        if all(isinstance(ct, Zero) for ct in cts_in):
+            continue
+        invals = [read_primal(v) for v in eqn.invars]
+        rule = eqn.primitive.transpose
+        if rule is None:
+            raise NotImplementedError(
+                f"reverse-mode differentiation of primitive '{eqn.primitive.name}' is not "
+                "supported (it has no transpose rule; it is not linear in its inputs)")
+        ct_arg = cts_in if eqn.primitive.multiple_results else cts_in[0]
+        cts_out = rule(ct_arg, *invals, **eqn.params)
+        for v, ct in zip(eqn.invars, cts_out):
+            write_cotangent(v, ct)
+
+    return [read_cotangent(v) if is_undefined_primal(x) else None
+            for v, x in zip(jaxpr.invars, primals_in)]
+
+
+# =============================================================================================
+# linearize and vjp (flat)
+# =============================================================================================
+
+
+def linearize_flat(fun: Callable, primals: Sequence):
+    """Returns ``(primals_out, linear_jaxpr, residuals, out_tangent_avals)``: the linear
+    jaxpr maps input tangents to output tangents, closed over ``residuals``."""
+    from functrans.interpreters import partial_eval as pe
+    primals = list(primals)
+    n = len(primals)
+    in_tangent_avals = [tangent_aval(get_aval(p)) for p in primals]
+
+    def fun_jvp(*args):
+        primals_out, tangents_out = jvp_flat(fun, args[:n], args[n:])
+        tangents_out = [instantiate_zeros(t) for t in tangents_out]
+        return list(primals_out) + tangents_out
+
+    pvals_in = [pe.PartialVal.known(p) for p in primals] + \
+               [pe.PartialVal.unknown(a) for a in in_tangent_avals]
+    jaxpr, pvals_out, residuals = pe.trace_to_jaxpr_partial(fun_jvp, pvals_in, instantiate_from=None)
+    num_out = len(pvals_out) // 2
+    primal_pvals, tangent_pvals = pvals_out[:num_out], pvals_out[num_out:]
+    primals_out = []
+    for pv in primal_pvals:
+        if not pv.is_known():
+            raise AssertionError("a primal output depends on tangents")
+        primals_out.append(pv.get_known())
+    return primals_out, jaxpr, residuals, tangent_pvals
+
+
+def vjp_flat(fun: Callable, primals: Sequence):
+    """Returns ``(primals_out, vjp_fun)``, where ``vjp_fun(cotangents_out) -> cotangents_in``."""
+    primals_out, jaxpr, residuals, tangent_pvals = linearize_flat(fun, primals)
+    in_avals = [tangent_aval(get_aval(p)) for p in primals]
+
+    def vjp_fun(cotangents_out):
+        undefined = [UndefinedPrimal(a) for a in in_avals]
+        cts_in = backward_pass(jaxpr, residuals, undefined, list(cotangents_out))
+        return cts_in
+
+    return primals_out, vjp_fun, [pv.aval for pv in tangent_pvals]
+
+
+# =============================================================================================
+# Jaxpr-level helpers for higher-order primitives (jit, control flow)
+# =============================================================================================
+
+
+def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool], instantiate: Sequence[bool] | bool):
+    """A closed jaxpr computing ``(primals_out..., tangents_out...)`` from
+    ``(primals..., tangents of the nonzero inputs...)``. Returns it and which output tangents
+    are nonzero (all of them where ``instantiate`` says so)."""
+    from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+    in_avals = closed.in_avals
+    num_out = len(closed.out_avals)
+    if isinstance(instantiate, bool):
+        instantiate = [instantiate] * num_out
+    tangent_avals = [tangent_aval(a) for a, nz in zip(in_avals, nonzeros) if nz]
+    n = len(in_avals)
+    out_nonzeros_cell: list = []
+
+    def fun(*args):
+        primals, nz_tangents = args[:n], iter(args[n:])
+        tangents = [next(nz_tangents) if nz else Zero(tangent_aval(a))
+                    for a, nz in zip(in_avals, nonzeros)]
+        outs, touts = jvp_flat(lambda *xs: core.eval_jaxpr(closed.jaxpr, closed.consts, *xs),
+                               primals, tangents)
+        out_nz = [not isinstance(t, Zero) or inst for t, inst in zip(touts, instantiate)]
+        out_nonzeros_cell[:] = out_nz
+        return list(outs) + [instantiate_zeros(t) for t, nz in zip(touts, out_nz) if nz]
+
+    jaxpr, consts = trace_to_jaxpr_dynamic(fun, list(in_avals) + tangent_avals)
+    return core.ClosedJaxpr(jaxpr, consts), out_nonzeros_cell

@@ -1,0 +1,229 @@
+"""Batching (``vmap``): a trace of (value, batch dimension) pairs.
+
+A batching rule receives the operands with their batch dimensions (``None`` when an operand
+is not batched) and calls the primitive once on whole batches, returning the outputs and
+where their batch dimensions ended up. Nothing here loops over examples.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Sequence
+
+from functrans import core
+from functrans.core import Tracer, get_aval
+
+not_mapped = None
+
+
+class AxisData(NamedTuple):
+    name: object        # the axis name given to vmap (None if unnamed)
+    size: int
+    spmd_name: object = None
+
+
+class BatchTracer(Tracer):
+    __slots__ = ("val", "batch_dim")
+
+    def __init__(self, trace, val, batch_dim):
+        self._trace = trace
+        self.val = val
+        self.batch_dim = batch_dim
+
+    @property
+    def aval(self):
+        aval = get_aval(self.val)
+        if self.batch_dim is None:
+            return aval
+        shape = list(aval.shape)
+        del shape[self.batch_dim]
+        return aval.update(shape=tuple(shape))
+
+    def full_lower(self):
+        if self.batch_dim is None:
+            return core.full_lower(self.val)
+        return self
+
+
+class BatchTrace(core.Trace):
+    @property
+    def axis_data(self) -> AxisData:
+        return self.main.payload
+
+    def pure(self, val):
+        return BatchTracer(self, val, not_mapped)
+
+    lift = pure
+
+    def process_primitive(self, primitive, tracers, params):
+        vals = [t.val for t in tracers]
+        dims = [t.batch_dim for t in tracers]
+        if all(d is None for d in dims) and not getattr(primitive, "is_collective", False):
+            return primitive.bind(*vals, **params)
+        if primitive.batch is None:
+            raise NotImplementedError(f"batching (vmap) of primitive '{primitive.name}' is "
+                                      "not supported")
+        outs, out_dims = primitive.batch(vals, dims, **params, axis_data=self.axis_data) \
+            if getattr(primitive, "batch_needs_axis", False) else primitive.batch(vals, dims, **params)
+        if primitive.multiple_results:
+            return [BatchTracer(self, o, d) for o, d in zip(outs, out_dims)]
+        return BatchTracer(self, outs, out_dims)
+
+    def process_custom_jvp_call(self, primitive, fun, jvp, tracers, params):
+        vals = [t.val for t in tracers]
+        dims = [t.batch_dim for t in tracers]
+        from functrans import _custom_derivatives
+        return _custom_derivatives.batch_custom_jvp(self, primitive, fun, jvp, vals, dims, params)
+
+    def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, params):
+        vals = [t.val for t in tracers]
+        dims = [t.batch_dim for t in tracers]
+        from functrans import _custom_derivatives
+        return _custom_derivatives.batch_custom_vjp(self, primitive, fun, fwd, bwd, vals, dims, params)
+
+
+def find_axis_main(name) -> core.MainTrace | None:
+    """The innermost active vmap whose axis is called ``name``."""
+    for main in reversed(core.trace_stack()):
+        if main.trace_type is BatchTrace and main.payload.name == name:
+            return main
+    return None
+
+
+def batch_fun(fun: Callable, args: Sequence, in_dims: Sequence, axis_size: int,
+              out_dims_fn: Callable[[int], Sequence], axis_name=None, spmd_axis_name=None):
+    """Apply ``fun`` to batched ``args`` (flat) and return outputs with their batch dims
+    moved to ``out_dims_fn(num_outputs)``."""
+    with core.new_main(BatchTrace, AxisData(axis_name, axis_size, spmd_axis_name), name="vmap") as main:
+        trace = BatchTrace(main)
+        tracers_in = [BatchTracer(trace, x, d) if d is not None else x
+                      for x, d in zip(args, in_dims)]
+        outs = fun(*tracers_in)
+        tracers_out = [trace.full_raise(o) for o in outs]
+        out_dims = out_dims_fn(len(tracers_out))
+        results = []
+        for t, od in zip(tracers_out, out_dims):
+            results.append(matchaxis(axis_size, t.batch_dim, od, t.val))
+    return results
+
+
+# =============================================================================================
+# Helpers for batching rules
+# =============================================================================================
+
+
+def moveaxis(x, src: int, dst: int):
+    """Move axis ``src`` of ``x`` to position ``dst`` (a transpose, or nothing)."""
+    ndim = get_aval(x).ndim
+    src, dst = src % ndim, dst % ndim
+    if src == dst:
+        return x
+    perm = [i for i in range(ndim) if i != src]
+    perm.insert(dst, src)
+    from functrans.primitives import structural
+    return structural.transpose(x, tuple(perm))
+
+
+def broadcast(x, size: int, axis: int):
+    """Insert a new axis of length ``size`` at ``axis``, broadcasting ``x`` along it."""
+    from functrans.primitives import structural
+    aval = get_aval(x)
+    shape = list(aval.shape)
+    shape.insert(axis, size)
+    dims = tuple(i for i in range(len(shape)) if i != axis)
+    return structural.broadcast_in_dim(x, tuple(shape), dims)
+
+
+def bdim_at_front(x, bdim, size: int):
+    """``x`` with its batch dim at axis 0, broadcasting it if it is not batched."""
+    if bdim is None:
+        return broadcast(x, size, 0)
+    return moveaxis(x, bdim, 0)
+
+
+def matchaxis(size: int, src, dst, x):
+    """Move batch dim ``src`` of ``x`` to ``dst`` (``None`` dst: must be unbatched)."""
+    if dst is None:
+        if src is None:
+            return x
+        raise ValueError("vmap: out_axes is None for an output that is batched; only "
+                         "outputs that do not depend on the mapped inputs can use None")
+    if src is None:
+        return broadcast(x, size, dst if dst >= 0 else dst + get_aval(x).ndim + 1)
+    ndim = get_aval(x).ndim
+    return moveaxis(x, src, dst % ndim)
+
+
+def batch_size_of(vals, dims) -> int:
+    for v, d in zip(vals, dims):
+        if d is not None:
+            return get_aval(v).shape[d]
+    raise AssertionError("no batched operand")
+
+
+def broadcast_batcher(primitive):
+    """Batching rule for elementwise primitives: operands of equal shape, batch dims aligned
+    at 0 (unbatched operands are broadcast along the batch)."""
+
+    def rule(vals, dims, **params):
+        size = batch_size_of(vals, dims)
+        same = all(d == dims[0] for d in dims) and len({get_aval(v).ndim for v in vals}) == 1
+        if same:
+            out = primitive.bind(*vals, **params)
+            d = dims[0]
+            return (out, [d] * len(out)) if primitive.multiple_results else (out, d)
+        vals = [bdim_at_front(v, d, size) for v, d in zip(vals, dims)]
+        out = primitive.bind(*vals, **params)
+        return (out, [0] * len(out)) if primitive.multiple_results else (out, 0)
+
+    primitive.batch = rule
+    return rule
+
+
+def defvectorized(primitive):
+    """Batching rule for a unary primitive acting on each element independently."""
+
+    def rule(vals, dims, **params):
+        (x,), (d,) = vals, dims
+        return primitive.bind(x, **params), d
+
+    primitive.batch = rule
+    return rule
+
+
+def batch_jaxpr(closed, axis_size: int, in_dims: Sequence, out_dims_instantiate: Sequence | bool,
+                axis_name=None, spmd_axis_name=None, want_out_dims: Sequence | None = None):
+    """Batch a closed jaxpr. Inputs come with ``in_dims`` (None: unbatched). Outputs are
+    batched at axis 0 where ``out_dims_instantiate`` says so or where they depend on a batched
+    input; returns the new closed jaxpr and each output's batch dim (0 or None)."""
+    from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+    num_out = len(closed.out_avals)
+    if isinstance(out_dims_instantiate, bool):
+        out_dims_instantiate = [out_dims_instantiate] * num_out
+    in_avals = []
+    for aval, d in zip(closed.in_avals, in_dims):
+        if d is None:
+            in_avals.append(aval)
+        else:
+            shape = list(aval.shape)
+            shape.insert(d, axis_size)
+            in_avals.append(aval.update(shape=tuple(shape)))
+    out_dims_cell: list = []
+
+    def fun(*args):
+        with core.new_main(BatchTrace, AxisData(axis_name, axis_size, spmd_axis_name), name="vmap") as main:
+            trace = BatchTrace(main)
+            tracers = [BatchTracer(trace, x, d) if d is not None else x for x, d in zip(args, in_dims)]
+            outs = core.eval_jaxpr(closed.jaxpr, closed.consts, *tracers)
+            outs = [trace.full_raise(o) for o in outs]
+            results, dims = [], []
+            for t, inst in zip(outs, out_dims_instantiate):
+                if t.batch_dim is None and not inst:
+                    results.append(t.val)
+                    dims.append(None)
+                else:
+                    results.append(matchaxis(axis_size, t.batch_dim, 0, t.val))
+                    dims.append(0)
+        out_dims_cell[:] = dims
+        return results
+
+    jaxpr, consts = trace_to_jaxpr_dynamic(fun, in_avals)
+    return core.ClosedJaxpr(jaxpr, consts), out_dims_cell

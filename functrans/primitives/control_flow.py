@@ -1,0 +1,2 @@
+"""(this family is being written)"""
+__all__ = []

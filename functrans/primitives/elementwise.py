@@ -1,0 +1,756 @@
+"""Elementwise primitives: one table row per operation.
+
+A row gives the name, which dtypes it accepts, its reference implementation and its
+derivative. Shape rules (operands of one shape and dtype), batching (broadcasting along the
+batch axis) and the lax-level function are made from the row; linear operations also get
+transpose rules. Backends key their scalar code by the primitive's name.
+
+The lax-level functions take arrays of equal shape and dtype, as ``jax.lax`` does; Python
+scalars are accepted and take the other operand's dtype.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.special
+
+from functrans import _dtypes, core
+from functrans.core import Primitive, ShapedArray, get_aval
+from functrans.interpreters import ad, batching
+from functrans.interpreters.ad import Zero, is_undefined_primal
+
+# ---- dtype classes ---------------------------------------------------------------------------
+
+_KINDS = {
+    "float": lambda d: _dtypes.is_inexact(d),
+    "real_float": lambda d: _dtypes.is_float(d),
+    "int": lambda d: _dtypes.is_integer(d),
+    "int_or_bool": lambda d: _dtypes.is_integer(d) or _dtypes.is_bool(d),
+    "numeric": lambda d: not _dtypes.is_bool(d),
+    "real_numeric": lambda d: not _dtypes.is_bool(d) and not _dtypes.is_complex(d),
+    "any": lambda d: True,
+}
+
+
+def _check_kind(name: str, kind: str, avals) -> None:
+    for a in avals:
+        if not _KINDS[kind](a.dtype):
+            raise TypeError(f"{name} does not accept dtype {a.dtype.name} (operand types: "
+                            f"{', '.join(x.str_short() for x in avals)}); it needs a "
+                            f"{kind.replace('_', ' ')} dtype")
+
+
+def _same_shapes_and_dtypes(name: str, avals) -> None:
+    shapes = {a.shape for a in avals}
+    dtypes = {a.dtype for a in avals}
+    if len(shapes) > 1 or len(dtypes) > 1:
+        raise TypeError(f"{name} requires operands of the same shape and dtype, got "
+                        f"{', '.join(a.str_short() for a in avals)}")
+
+
+def _elementwise_rule(name: str, kind: str, result_dtype=None):
+    def rule(*avals, **params):
+        _check_kind(name, kind, avals)
+        _same_shapes_and_dtypes(name, avals)
+        a = avals[0]
+        dtype = a.dtype if result_dtype is None else result_dtype(a.dtype)
+        weak = all(x.weak_type for x in avals) and result_dtype is None
+        return ShapedArray(a.shape, dtype, weak)
+    return rule
+
+
+def _via_f32(fn):
+    """Compute low-precision floats (bf16, f16) in float32, as libraries often lack them."""
+    def impl(*xs, **params):
+        dtype = xs[0].dtype if xs else None
+        if dtype is not None and dtype in (_dtypes.bfloat16, _dtypes.float16):
+            return fn(*[x.astype(np.float32) for x in xs], **params).astype(dtype)
+        return fn(*xs, **params)
+    return impl
+
+
+def _quiet(fn):
+    def impl(*xs, **params):
+        with np.errstate(all="ignore"):
+            return fn(*xs, **params)
+    return impl
+
+
+_UNARY, _BINARY = {}, {}
+
+
+def _unary(name: str, kind: str, impl, result_dtype=None) -> Primitive:
+    p = Primitive(name)
+    p.def_impl(_quiet(_via_f32(impl)))
+    p.def_abstract_eval(_elementwise_rule(name, kind, result_dtype))
+    batching.defvectorized(p)
+    _UNARY[name] = p
+    return p
+
+
+def _binary(name: str, kind: str, impl, result_dtype=None) -> Primitive:
+    p = Primitive(name)
+    p.def_impl(_quiet(_via_f32(impl)))
+    p.def_abstract_eval(_elementwise_rule(name, kind, result_dtype))
+    batching.broadcast_batcher(p)
+    _BINARY[name] = p
+    return p
+
+
+def _bool_result(_dtype):
+    return _dtypes.bool_
+
+
+def _real_result(dtype):
+    return np.dtype(np.float64) if dtype == _dtypes.complex128 else (
+        np.dtype(np.float32) if dtype == _dtypes.complex64 else dtype)
+
+
+# ---- reference implementations needing care -------------------------------------------------
+
+def _round_impl(x, *, rounding_method=0):
+    if rounding_method == 0:  # half away from zero
+        return np.where(np.abs(x) >= 2 ** 52, x, np.sign(x) * np.floor(np.abs(x) + 0.5)).astype(x.dtype)
+    return np.round(x)
+
+
+def _int_div(x, y):
+    safe_y = np.where(y == 0, 1, y)
+    q = np.abs(x) // np.abs(safe_y)
+    q = np.where((x < 0) ^ (y < 0), -q, q).astype(x.dtype)
+    return np.where(y == 0, np.array(-1, x.dtype), q)
+
+
+def _div_impl(x, y):
+    if _dtypes.is_integer(x.dtype):
+        return _int_div(x, y)
+    return np.true_divide(x, y).astype(x.dtype)
+
+
+def _rem_impl(x, y):
+    if _dtypes.is_integer(x.dtype):
+        safe_y = np.where(y == 0, 1, y)
+        return np.where(y == 0, x, np.fmod(x, safe_y))
+    return np.fmod(x, y)
+
+
+def _bits(dtype) -> int:
+    return np.dtype(dtype).itemsize * 8
+
+
+def _unsigned_of(dtype):
+    return np.dtype(f"u{np.dtype(dtype).itemsize}")
+
+
+def _shift_left_impl(x, y):
+    bits = _bits(x.dtype)
+    y_ok = (y >= 0) & (y < bits)
+    shifted = np.left_shift(x, np.where(y_ok, y, 0).astype(x.dtype))
+    return np.where(y_ok, shifted, np.zeros_like(x))
+
+
+def _shift_right_logical_impl(x, y):
+    bits = _bits(x.dtype)
+    u = x.view(_unsigned_of(x.dtype)) if x.dtype.kind == "i" else x
+    y_ok = (y >= 0) & (y < bits)
+    shifted = np.right_shift(u, np.where(y_ok, y, 0).astype(u.dtype))
+    out = np.where(y_ok, shifted, np.zeros_like(u))
+    return out.view(x.dtype) if x.dtype.kind == "i" else out
+
+
+def _shift_right_arithmetic_impl(x, y):
+    bits = _bits(x.dtype)
+    s = x.view(np.dtype(f"i{x.dtype.itemsize}")) if x.dtype.kind == "u" else x
+    y_clamped = np.where((y < 0) | (y >= bits), bits - 1, y).astype(s.dtype)
+    out = np.right_shift(s, y_clamped)
+    return out.view(x.dtype) if x.dtype.kind == "u" else out
+
+
+def _clz_impl(x):
+    bits = _bits(x.dtype)
+    u = x.view(_unsigned_of(x.dtype)).astype(np.uint64)
+    count = np.full(x.shape, bits, dtype=np.int64)
+    for b in range(bits):
+        count = np.where((u >> np.uint64(b)) & np.uint64(1), bits - 1 - b, count)
+    return count.astype(x.dtype)
+
+
+def _convert_impl(x, *, new_dtype, weak_type=False):
+    new_dtype = np.dtype(new_dtype)
+    if new_dtype == x.dtype:
+        return x
+    if new_dtype == _dtypes.bool_:
+        return x != 0
+    if _dtypes.is_complex(x.dtype) and not _dtypes.is_complex(new_dtype):
+        x = x.real
+    if _dtypes.is_inexact(x.dtype) and _dtypes.is_integer(new_dtype):
+        info = np.iinfo(new_dtype)
+        with np.errstate(invalid="ignore"):
+            xf = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0)
+            out = np.clip(xf, float(info.min), float(info.max))
+        # values at the float boundary of int64 round past the max: saturate explicitly
+        result = out.astype(new_dtype)
+        result = np.where(xf >= float(info.max), info.max, result)
+        return np.where(xf <= float(info.min), info.min, result).astype(new_dtype)
+    return x.astype(new_dtype)
+
+
+def _select_n_impl(which, *cases):
+    if which.dtype == np.bool_:
+        return np.where(which, cases[1], cases[0]) if len(cases) > 1 else cases[0]
+    idx = np.clip(which.astype(np.int64), 0, len(cases) - 1)
+    return np.choose(idx, cases)
+
+
+def _integer_pow_impl(x, *, y):
+    if y == 0:
+        return np.ones_like(x)
+    if _dtypes.is_integer(x.dtype):
+        return np.power(x, y, dtype=x.dtype)
+    return np.power(x, np.array(y, dtype=x.dtype)).astype(x.dtype)
+
+
+def _erf_inv_impl(x):
+    return scipy.special.erfinv(x)
+
+
+def _logistic_impl(x):
+    return scipy.special.expit(x)
+
+
+# ---- the table: unary ------------------------------------------------------------------------
+
+neg_p = _unary("neg", "numeric", np.negative)
+sign_p = _unary("sign", "numeric", np.sign)
+floor_p = _unary("floor", "real_float", np.floor)
+ceil_p = _unary("ceil", "real_float", np.ceil)
+round_p = _unary("round", "real_float", _round_impl)
+is_finite_p = _unary("is_finite", "real_float", np.isfinite, _bool_result)
+exp_p = _unary("exp", "float", np.exp)
+exp2_p = _unary("exp2", "float", np.exp2)
+log_p = _unary("log", "float", np.log)
+log1p_p = _unary("log1p", "float", np.log1p)
+expm1_p = _unary("expm1", "float", np.expm1)
+tanh_p = _unary("tanh", "float", np.tanh)
+logistic_p = _unary("logistic", "float", _logistic_impl)
+sin_p = _unary("sin", "float", np.sin)
+cos_p = _unary("cos", "float", np.cos)
+tan_p = _unary("tan", "float", np.tan)
+asin_p = _unary("asin", "float", np.arcsin)
+acos_p = _unary("acos", "float", np.arccos)
+atan_p = _unary("atan", "float", np.arctan)
+sinh_p = _unary("sinh", "float", np.sinh)
+cosh_p = _unary("cosh", "float", np.cosh)
+asinh_p = _unary("asinh", "float", np.arcsinh)
+acosh_p = _unary("acosh", "float", np.arccosh)
+atanh_p = _unary("atanh", "float", np.arctanh)
+sqrt_p = _unary("sqrt", "float", np.sqrt)
+rsqrt_p = _unary("rsqrt", "float", lambda x: 1 / np.sqrt(x))
+cbrt_p = _unary("cbrt", "real_float", np.cbrt)
+abs_p = _unary("abs", "numeric", np.abs, _real_result)
+square_p = _unary("square", "numeric", np.square)
+erf_p = _unary("erf", "real_float", scipy.special.erf)
+erfc_p = _unary("erfc", "real_float", scipy.special.erfc)
+erf_inv_p = _unary("erf_inv", "real_float", _erf_inv_impl)
+lgamma_p = _unary("lgamma", "real_float", scipy.special.gammaln)
+digamma_p = _unary("digamma", "real_float", scipy.special.digamma)
+not_p = _unary("not", "int_or_bool", np.invert)
+population_count_p = _unary("population_count", "int", lambda x: np.bitwise_count(x).astype(x.dtype))
+clz_p = _unary("clz", "int", _clz_impl)
+real_p = _unary("real", "float", np.real, _real_result)
+imag_p = _unary("imag", "float", np.imag, _real_result)
+conj_p = _unary("conj", "float", np.conj)
+
+integer_pow_p = _unary("integer_pow", "numeric", _integer_pow_impl)
+
+# ---- the table: binary -----------------------------------------------------------------------
+
+add_p = _binary("add", "numeric", np.add)
+sub_p = _binary("sub", "numeric", np.subtract)
+mul_p = _binary("mul", "numeric", np.multiply)
+div_p = _binary("div", "numeric", _div_impl)
+rem_p = _binary("rem", "real_numeric", _rem_impl)
+pow_p = _binary("pow", "float", np.power)
+max_p = _binary("max", "any", np.maximum)
+min_p = _binary("min", "any", np.minimum)
+atan2_p = _binary("atan2", "real_float", np.arctan2)
+nextafter_p = _binary("nextafter", "real_float", np.nextafter)
+polygamma_p = _binary("polygamma", "real_float", lambda m, x: scipy.special.polygamma(m, x))
+and_p = _binary("and", "int_or_bool", np.bitwise_and)
+or_p = _binary("or", "int_or_bool", np.bitwise_or)
+xor_p = _binary("xor", "int_or_bool", np.bitwise_xor)
+shift_left_p = _binary("shift_left", "int", _shift_left_impl)
+shift_right_logical_p = _binary("shift_right_logical", "int", _shift_right_logical_impl)
+shift_right_arithmetic_p = _binary("shift_right_arithmetic", "int", _shift_right_arithmetic_impl)
+eq_p = _binary("eq", "any", np.equal, _bool_result)
+ne_p = _binary("ne", "any", np.not_equal, _bool_result)
+lt_p = _binary("lt", "any", np.less, _bool_result)
+le_p = _binary("le", "any", np.less_equal, _bool_result)
+gt_p = _binary("gt", "any", np.greater, _bool_result)
+ge_p = _binary("ge", "any", np.greater_equal, _bool_result)
+complex_p = _binary("complex", "real_float", lambda x, y: x + 1j * y,
+                    lambda d: _dtypes.complex128 if d == _dtypes.float64 else _dtypes.complex64)
+
+
+def _integer_pow_rule(aval, *, y):
+    _check_kind("integer_pow", "numeric", [aval])
+    if y < 0 and _dtypes.is_integer(aval.dtype):
+        raise TypeError(f"integer_pow: negative exponent {y} for an integer operand "
+                        f"{aval.str_short()}")
+    return aval
+
+
+integer_pow_p.def_abstract_eval(_integer_pow_rule)
+
+ELEMENTWISE_UNARY = dict(_UNARY)
+ELEMENTWISE_BINARY = dict(_BINARY)
+
+# =============================================================================================
+# lax-level functions
+# =============================================================================================
+
+
+def _scalar_like(value, other_aval) -> object:
+    """A Python scalar operand takes the dtype of the array it meets (as in jax.lax)."""
+    arr = np.asarray(value, dtype=other_aval.dtype)
+    from functrans.primitives import structural
+    return structural.full(other_aval.shape, arr[()], other_aval.dtype, weak_type=other_aval.weak_type)
+
+
+def _coerce_pair(x, y):
+    x_scalar, y_scalar = _dtypes.is_python_scalar(x), _dtypes.is_python_scalar(y)
+    if x_scalar and not y_scalar:
+        yv = get_aval(y)
+        return _weak_full(x, yv), y
+    if y_scalar and not x_scalar:
+        xv = get_aval(x)
+        return x, _weak_full(y, xv)
+    return x, y
+
+
+def _weak_full(value, like_aval):
+    from functrans.primitives import structural
+    return structural.full(like_aval.shape, value, like_aval.dtype, weak_type=like_aval.weak_type)
+
+
+def _unary_fn(p):
+    def fn(x):
+        return p.bind(x)
+    fn.__name__ = p.name
+    fn.__doc__ = f"Elementwise ``{p.name}`` (the ``{p.name}`` primitive)."
+    return fn
+
+
+def _binary_fn(p):
+    def fn(x, y):
+        x, y = _coerce_pair(x, y)
+        return p.bind(x, y)
+    fn.__name__ = p.name
+    fn.__doc__ = f"Elementwise ``{p.name}`` of two arrays of one shape and dtype."
+    return fn
+
+
+neg, sign, floor, ceil, is_finite = map(_unary_fn, (neg_p, sign_p, floor_p, ceil_p, is_finite_p))
+exp, exp2, log, log1p, expm1 = map(_unary_fn, (exp_p, exp2_p, log_p, log1p_p, expm1_p))
+tanh, logistic, sin, cos, tan = map(_unary_fn, (tanh_p, logistic_p, sin_p, cos_p, tan_p))
+asin, acos, atan, sinh, cosh = map(_unary_fn, (asin_p, acos_p, atan_p, sinh_p, cosh_p))
+asinh, acosh, atanh, sqrt, rsqrt = map(_unary_fn, (asinh_p, acosh_p, atanh_p, sqrt_p, rsqrt_p))
+cbrt, abs, square, erf, erfc = map(_unary_fn, (cbrt_p, abs_p, square_p, erf_p, erfc_p))  # noqa: A001
+erf_inv, lgamma, digamma = map(_unary_fn, (erf_inv_p, lgamma_p, digamma_p))
+bitwise_not, population_count, clz = map(_unary_fn, (not_p, population_count_p, clz_p))
+real, imag, conj = map(_unary_fn, (real_p, imag_p, conj_p))
+add, sub, mul, div, rem, pow = map(_binary_fn, (add_p, sub_p, mul_p, div_p, rem_p, pow_p))  # noqa: A001
+max, min, atan2, nextafter = map(_binary_fn, (max_p, min_p, atan2_p, nextafter_p))  # noqa: A001
+polygamma = _binary_fn(polygamma_p)
+bitwise_and, bitwise_or, bitwise_xor = map(_binary_fn, (and_p, or_p, xor_p))
+shift_left, shift_right_logical, shift_right_arithmetic = map(
+    _binary_fn, (shift_left_p, shift_right_logical_p, shift_right_arithmetic_p))
+eq, ne, lt, le, gt, ge = map(_binary_fn, (eq_p, ne_p, lt_p, le_p, gt_p, ge_p))
+complex = _binary_fn(complex_p)  # noqa: A001
+add_any = add
+
+
+def round(x, rounding_method=0):  # noqa: A001
+    """Round to integral values: ``rounding_method`` 0 rounds half away from zero, 1 to even."""
+    return round_p.bind(x, rounding_method=int(rounding_method))
+
+
+def integer_pow(x, y: int):
+    """``x ** y`` for a static Python integer ``y``."""
+    return integer_pow_p.bind(x, y=int(y))
+
+
+# =============================================================================================
+# select_n, clamp, convert_element_type
+# =============================================================================================
+
+select_n_p = Primitive("select_n")
+
+
+@select_n_p.def_impl
+def _select_n_ref(which, *cases):
+    return _select_n_impl(which, *cases)
+
+
+@select_n_p.def_abstract_eval
+def _select_n_rule(which, *cases):
+    if not cases:
+        raise TypeError("select_n needs at least one case")
+    _same_shapes_and_dtypes("select_n (cases)", cases)
+    if which.dtype != _dtypes.bool_ and which.dtype not in (_dtypes.int32, _dtypes.int64):
+        raise TypeError(f"select_n: the selector must be bool or int32, got {which.str_short()}")
+    if which.dtype == _dtypes.bool_ and len(cases) > 2:
+        raise TypeError("select_n: a boolean selector chooses between at most 2 cases")
+    if which.shape not in ((), cases[0].shape):
+        raise TypeError(f"select_n: selector shape {which.shape} must be () or the cases' "
+                        f"shape {cases[0].shape}")
+    return ShapedArray(cases[0].shape, cases[0].dtype, all(c.weak_type for c in cases))
+
+
+def _select_n_jvp(primals, tangents):
+    which, *cases = primals
+    _, *case_tangents = tangents
+    out = select_n_p.bind(which, *cases)
+    if all(isinstance(t, Zero) for t in case_tangents):
+        return out, Zero.from_value(out)
+    case_tangents = [ad.instantiate_zeros(t) for t in case_tangents]
+    return out, select_n_p.bind(which, *case_tangents)
+
+
+def _select_n_transpose(ct, which, *cases):
+    if is_undefined_primal(which):
+        raise AssertionError("select_n is not linear in its selector")
+    if isinstance(ct, Zero):
+        return [None] + [Zero(c.aval) if is_undefined_primal(c) else None for c in cases]
+    zeros = ad.zeros_like_aval(get_aval(ct))
+    out = [None]
+    for i, c in enumerate(cases):
+        if is_undefined_primal(c):
+            branches = [zeros] * len(cases)
+            branches[i] = ct
+            out.append(select_n_p.bind(which, *branches))
+        else:
+            out.append(None)
+    return out
+
+
+def _select_n_batch(vals, dims):
+    which, *cases = vals
+    wdim, *cdims = dims
+    size = batching.batch_size_of(vals, dims)
+    case_ndim = get_aval(cases[0]).ndim - (0 if cdims[0] is None else 1)
+    if get_aval(which).ndim - (0 if wdim is None else 1) == 0 and case_ndim > 0 and wdim is not None:
+        # a per-example scalar selector: broadcast it to the cases' shape
+        from functrans.primitives import structural
+        which = batching.moveaxis(which, wdim, 0)
+        case_shape = next(get_aval(c).shape if d is None else
+                          tuple(s for i, s in enumerate(get_aval(c).shape) if i != d)
+                          for c, d in zip(cases, cdims))
+        which = structural.broadcast_in_dim(which, (size,) + case_shape, (0,))
+        wdim = 0
+    cases = [batching.bdim_at_front(c, d, size) for c, d in zip(cases, cdims)]
+    if wdim is None and get_aval(which).ndim == 0:
+        return select_n_p.bind(which, *cases), 0
+    which = batching.bdim_at_front(which, wdim, size)
+    return select_n_p.bind(which, *cases), 0
+
+
+select_n_p.jvp = _select_n_jvp
+select_n_p.transpose = _select_n_transpose
+select_n_p.batch = _select_n_batch
+
+
+def select_n(which, *cases):
+    """``cases[which]`` elementwise; a boolean ``which`` picks ``cases[1]`` where True."""
+    return select_n_p.bind(which, *cases)
+
+
+def select(pred, on_true, on_false):
+    """``on_true`` where ``pred`` else ``on_false`` (as ``jax.lax.select``)."""
+    return select_n_p.bind(pred, on_false, on_true)
+
+
+clamp_p = Primitive("clamp")
+
+
+@clamp_p.def_impl
+def _clamp_ref(lo, x, hi):
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+@clamp_p.def_abstract_eval
+def _clamp_rule(lo, x, hi):
+    for bound, which in ((lo, "min"), (hi, "max")):
+        if bound.dtype != x.dtype or bound.shape not in ((), x.shape):
+            raise TypeError(f"clamp: {which} {bound.str_short()} must have the operand's "
+                            f"dtype and be a scalar or of its shape {x.str_short()}")
+    return ShapedArray(x.shape, x.dtype, x.weak_type)
+
+
+def _clamp_batch(vals, dims):
+    lo, x, hi = vals
+    ld, xd, hd = dims
+    size = batching.batch_size_of(vals, dims)
+    x = batching.bdim_at_front(x, xd, size)
+    shape = get_aval(x).shape
+    from functrans.primitives import structural
+
+    def fix(b, d):
+        if d is None and get_aval(b).ndim == 0:
+            return b
+        if d is None:
+            return batching.bdim_at_front(b, None, size)
+        b = batching.moveaxis(b, d, 0)
+        if get_aval(b).ndim == 1:
+            return structural.broadcast_in_dim(b, shape, (0,))
+        return b
+
+    return clamp_p.bind(fix(lo, ld), x, fix(hi, hd)), 0
+
+
+clamp_p.batch = _clamp_batch
+
+
+def clamp(min, x, max):  # noqa: A002
+    """``min(max(x, min), max)`` elementwise; bounds are scalars or of ``x``'s shape."""
+    x_aval = get_aval(x) if not _dtypes.is_python_scalar(x) else None
+    if x_aval is not None:
+        if _dtypes.is_python_scalar(min):
+            min = np.asarray(min, x_aval.dtype)[()]  # noqa: A001
+        if _dtypes.is_python_scalar(max):
+            max = np.asarray(max, x_aval.dtype)[()]  # noqa: A001
+    return clamp_p.bind(min, x, max)
+
+
+convert_element_type_p = Primitive("convert_element_type")
+convert_element_type_p.def_impl(_convert_impl)
+
+
+@convert_element_type_p.def_abstract_eval
+def _convert_rule(x, *, new_dtype, weak_type=False):
+    return ShapedArray(x.shape, new_dtype, weak_type)
+
+
+def _convert_jvp(primals, tangents, *, new_dtype, weak_type=False):
+    (x,), (t,) = primals, tangents
+    out = convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=weak_type)
+    if isinstance(t, Zero) or not _dtypes.is_inexact(new_dtype) or not _dtypes.is_inexact(get_aval(x).dtype):
+        return out, Zero.from_value(out)
+    return out, convert_element_type_p.bind(t, new_dtype=new_dtype, weak_type=weak_type)
+
+
+def _convert_transpose(ct, x, *, new_dtype, weak_type=False):
+    aval = x.aval
+    if isinstance(ct, Zero):
+        return [Zero(aval)]
+    return [convert_element_type_p.bind(ct, new_dtype=aval.dtype, weak_type=aval.weak_type)]
+
+
+convert_element_type_p.jvp = _convert_jvp
+convert_element_type_p.transpose = _convert_transpose
+batching.defvectorized(convert_element_type_p)
+
+
+def convert_element_type(x, new_dtype, weak_type: bool = False):
+    """Cast ``x`` to ``new_dtype`` (float to int truncates toward zero and saturates; NaN
+    becomes 0)."""
+    new_dtype = _dtypes.canonicalize_dtype(new_dtype)
+    aval = get_aval(x)
+    if aval.dtype == new_dtype and aval.weak_type == weak_type and not _dtypes.is_python_scalar(x):
+        return x
+    return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
+
+
+# =============================================================================================
+# Derivatives
+# =============================================================================================
+
+def _const(x, value):
+    """A scalar of ``x``'s dtype broadcast to its shape."""
+    aval = get_aval(x)
+    from functrans.primitives import structural
+    return structural.full(aval.shape, value, aval.dtype, weak_type=aval.weak_type)
+
+
+ad.defjvp_zero(sign_p)
+ad.defjvp_zero(floor_p)
+ad.defjvp_zero(ceil_p)
+ad.defjvp_zero(round_p)
+ad.defjvp_zero(is_finite_p)
+ad.defjvp_zero(not_p)
+ad.defjvp_zero(population_count_p)
+ad.defjvp_zero(clz_p)
+ad.defjvp_zero(nextafter_p)
+for _p in (and_p, or_p, xor_p, shift_left_p, shift_right_logical_p, shift_right_arithmetic_p,
+           eq_p, ne_p, lt_p, le_p, gt_p, ge_p):
+    ad.defjvp_zero(_p)
+
+ad.deflinear(neg_p, lambda ct: [neg(ct)])
+ad.defjvp2(exp_p, lambda g, ans, x: mul(g, ans))
+ad.defjvp2(exp2_p, lambda g, ans, x: mul(g, mul(ans, _const(x, math.log(2.0)))))
+ad.defjvp(log_p, lambda g, x: div(g, x))
+ad.defjvp(log1p_p, lambda g, x: div(g, add(x, _const(x, 1))))
+ad.defjvp2(expm1_p, lambda g, ans, x: mul(g, add(ans, _const(x, 1))))
+ad.defjvp2(tanh_p, lambda g, ans, x: mul(g, sub(_const(x, 1), mul(ans, ans))))
+ad.defjvp2(logistic_p, lambda g, ans, x: mul(g, mul(ans, sub(_const(x, 1), ans))))
+ad.defjvp(sin_p, lambda g, x: mul(g, cos(x)))
+ad.defjvp(cos_p, lambda g, x: neg(mul(g, sin(x))))
+ad.defjvp2(tan_p, lambda g, ans, x: mul(g, add(_const(x, 1), mul(ans, ans))))
+ad.defjvp(asin_p, lambda g, x: mul(g, rsqrt(sub(_const(x, 1), mul(x, x)))))
+ad.defjvp(acos_p, lambda g, x: neg(mul(g, rsqrt(sub(_const(x, 1), mul(x, x))))))
+ad.defjvp(atan_p, lambda g, x: div(g, add(_const(x, 1), mul(x, x))))
+ad.defjvp(sinh_p, lambda g, x: mul(g, cosh(x)))
+ad.defjvp(cosh_p, lambda g, x: mul(g, sinh(x)))
+ad.defjvp(asinh_p, lambda g, x: mul(g, rsqrt(add(mul(x, x), _const(x, 1)))))
+ad.defjvp(acosh_p, lambda g, x: mul(g, rsqrt(mul(sub(x, _const(x, 1)), add(x, _const(x, 1))))))
+ad.defjvp(atanh_p, lambda g, x: div(g, sub(_const(x, 1), mul(x, x))))
+ad.defjvp2(sqrt_p, lambda g, ans, x: div(g, mul(_const(x, 2), ans)))
+ad.defjvp2(rsqrt_p, lambda g, ans, x: mul(g, mul(_const(x, -0.5), div(ans, x))))
+ad.defjvp2(cbrt_p, lambda g, ans, x: mul(g, mul(_const(x, 1 / 3), integer_pow(ans, -2))))
+ad.defjvp(square_p, lambda g, x: mul(g, mul(_const(x, 2), x)))
+ad.defjvp(erf_p, lambda g, x: mul(g, mul(_const(x, 2 / math.sqrt(math.pi)), exp(neg(mul(x, x))))))
+ad.defjvp(erfc_p, lambda g, x: mul(g, mul(_const(x, -2 / math.sqrt(math.pi)), exp(neg(mul(x, x))))))
+ad.defjvp2(erf_inv_p, lambda g, ans, x: mul(g, mul(_const(x, math.sqrt(math.pi) / 2),
+                                                   exp(mul(ans, ans)))))
+ad.defjvp(lgamma_p, lambda g, x: mul(g, digamma(x)))
+ad.defjvp(digamma_p, lambda g, x: mul(g, polygamma(_const(x, 1), x)))
+ad.defjvp(polygamma_p, None, lambda g, m, x: mul(g, polygamma(add(m, _const(m, 1)), x)))
+
+
+def _abs_jvp(g, x):
+    if _dtypes.is_complex(get_aval(x).dtype):
+        raise NotImplementedError("differentiation of abs for complex inputs is not supported")
+    return mul(g, sign(x))
+
+
+ad.defjvp(abs_p, _abs_jvp)
+ad.deflinear(real_p, lambda ct: [complex(ct, _const(ct, 0))])
+ad.deflinear(imag_p, lambda ct: [complex(_const(ct, 0), neg(ct))])
+ad.deflinear(conj_p, lambda ct: [conj(ct)])
+ad.deflinear(complex_p, lambda ct: [real(ct), neg(imag(ct))])
+
+
+def _integer_pow_jvp(g, x, *, y):
+    if y == 0:
+        return ad.zeros_like_aval(get_aval(g))
+    return mul(g, mul(_const(x, y), integer_pow(x, y - 1) if y != 1 else _const(x, 1)))
+
+
+ad.defjvp(integer_pow_p, _integer_pow_jvp)
+
+# add / sub / mul / div: the linear ones transpose.
+ad.deflinear(add_p, lambda ct: [ct, ct])
+ad.deflinear(sub_p, lambda ct: [ct, neg(ct)])
+
+
+def _mul_transpose(ct, x, y):
+    if is_undefined_primal(x) and is_undefined_primal(y):
+        raise NotImplementedError("mul is bilinear: transposing it in both operands at once "
+                                  "is not supported")
+    if isinstance(ct, Zero):
+        return [Zero(x.aval) if is_undefined_primal(x) else None,
+                Zero(y.aval) if is_undefined_primal(y) else None]
+    if is_undefined_primal(x):
+        return [mul(ct, y), None]
+    return [None, mul(x, ct)]
+
+
+ad.defjvp(mul_p, lambda g, x, y: mul(g, y), lambda g, x, y: mul(x, g))
+mul_p.transpose = _mul_transpose
+
+
+def _div_transpose(ct, x, y):
+    if is_undefined_primal(y):
+        raise NotImplementedError("div is not linear in its divisor")
+    if isinstance(ct, Zero):
+        return [Zero(x.aval), None]
+    return [div(ct, y), None]
+
+
+ad.defjvp2(div_p, lambda g, ans, x, y: div(g, y),
+           lambda g, ans, x, y: neg(mul(g, div(ans, y))))
+div_p.transpose = _div_transpose
+
+ad.defjvp(rem_p, lambda g, x, y: g,
+          lambda g, x, y: mul(neg(g), mul(sign(div(x, y)), floor(abs(div(x, y))))))
+
+
+def _pow_jvp_lhs(g, ans, x, y):
+    # d/dx x**y = y * x**(y-1), defined as 0 where y == 0 (so 0**0 has derivative 0)
+    y_is_zero = eq(y, _const(y, 0))
+    jac = select(y_is_zero, _const(x, 0), mul(y, pow(x, sub(y, _const(y, 1)))))
+    return mul(g, jac)
+
+
+def _pow_jvp_rhs(g, ans, x, y):
+    # d/dy x**y = log(x) * x**y, with log(0) replaced so 0**y has derivative 0
+    safe_x = select(eq(x, _const(x, 0)), _const(x, 1), x)
+    return mul(g, mul(log(safe_x), ans))
+
+
+ad.defjvp2(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
+
+
+def _balanced_eq(x, z, y):
+    """1 where ``x`` is the result ``z`` alone, 1/2 on ties with ``y``, else 0."""
+    one, half, zero = _const(z, 1), _const(z, 0.5), _const(z, 0)
+    return select(eq(x, z), select(eq(y, z), half, one), zero)
+
+
+ad.defjvp2(max_p, lambda g, ans, x, y: mul(g, _balanced_eq(x, ans, y)),
+           lambda g, ans, x, y: mul(g, _balanced_eq(y, ans, x)))
+ad.defjvp2(min_p, lambda g, ans, x, y: mul(g, _balanced_eq(x, ans, y)),
+           lambda g, ans, x, y: mul(g, _balanced_eq(y, ans, x)))
+ad.defjvp(atan2_p, lambda g, x, y: mul(g, div(y, add(mul(x, x), mul(y, y)))),
+          lambda g, x, y: mul(g, div(neg(x), add(mul(x, x), mul(y, y)))))
+
+
+def _clamp_jvp(primals, tangents):
+    lo, x, hi = primals
+    glo, gx, ghi = tangents
+    out = clamp_p.bind(lo, x, hi)
+    t = Zero.from_value(out)
+
+    def bcast(b):
+        aval = get_aval(b)
+        if aval.shape == get_aval(x).shape:
+            return b
+        from functrans.primitives import structural
+        return structural.broadcast_in_dim(b, get_aval(x).shape, ())
+
+    zeros = _const(x, 0)
+    if not isinstance(gx, Zero):
+        inside = bitwise_and(gt(x, bcast(lo)), lt(x, bcast(hi)))
+        t = ad.add_tangents(t, select(inside, gx, zeros))
+    if not isinstance(glo, Zero):
+        t = ad.add_tangents(t, select(lt(x, bcast(lo)), bcast(glo), zeros))
+    if not isinstance(ghi, Zero):
+        t = ad.add_tangents(t, select(gt(x, bcast(hi)), bcast(ghi), zeros))
+    return out, t
+
+
+clamp_p.jvp = _clamp_jvp
+
+
+# =============================================================================================
+# stop_gradient: the identity whose derivative is zero
+# =============================================================================================
+
+stop_gradient_p = Primitive("stop_gradient")
+stop_gradient_p.def_impl(lambda x: x)
+stop_gradient_p.def_abstract_eval(lambda x: x)
+ad.defjvp_zero(stop_gradient_p)
+batching.defvectorized(stop_gradient_p)
+
+
+def stop_gradient(x):
+    """``x`` unchanged, but no derivative flows through it (applies to every leaf of a pytree)."""
+    from functrans.tree_util import tree_map
+
+    def stop(leaf):
+        if not _dtypes.is_inexact(get_aval(leaf).dtype):
+            return leaf
+        return stop_gradient_p.bind(leaf)
+
+    return tree_map(stop, x)

@@ -19,6 +19,8 @@ from functrans._api import (ShapeDtypeStruct, block_until_ready, device_put, eva
                             grad, hessian, jacfwd, jacrev, jvp, linearize, make_jaxpr,
                             value_and_grad, vjp, vmap)
 from functrans._jit import jit  # noqa: F401
+from functrans._custom_derivatives import custom_jvp, custom_vjp  # noqa: F401
+from functrans._remat import checkpoint, checkpoint_policies, remat  # noqa: F401
 from functrans._devices import (default_device, device_count, devices, local_device_count,  # noqa: F401
                                 local_devices)
 from functrans import numpy  # noqa: F401

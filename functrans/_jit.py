@@ -38,7 +38,8 @@ def compile_closed(closed: ClosedJaxpr, backend: str | None):
     if executable is None:
         be = _backends.get_backend(backend)
         start = time.perf_counter()
-        executable = be.compile(closed, None)
+        from functrans.interpreters.inline import inline_calls
+        executable = be.compile(inline_calls(closed), None)
         if config.log_compiles:
             logger.warning("compiled %s with backend %s in %.1f ms", _jaxpr_name(closed),
                            be.name, 1e3 * (time.perf_counter() - start))

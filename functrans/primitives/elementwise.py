@@ -754,3 +754,15 @@ def stop_gradient(x):
         return stop_gradient_p.bind(leaf)
 
     return tree_map(stop, x)
+
+
+__all__ = [
+    "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
+    "bitwise_not", "bitwise_or", "bitwise_xor", "cbrt", "ceil", "clamp", "clz", "complex", "conj",
+    "convert_element_type", "cos", "cosh", "digamma", "div", "eq", "erf", "erf_inv", "erfc",
+    "exp", "exp2", "expm1", "floor", "ge", "gt", "imag", "integer_pow", "is_finite", "le",
+    "lgamma", "log", "log1p", "logistic", "lt", "max", "min", "mul", "ne", "neg", "nextafter",
+    "polygamma", "population_count", "pow", "real", "rem", "round", "rsqrt", "select",
+    "select_n", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sin",
+    "sinh", "sqrt", "square", "stop_gradient", "sub", "tan", "tanh",
+]

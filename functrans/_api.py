@@ -303,13 +303,11 @@ def _std_basis(leaves):
     import functrans.numpy as jnp
     sizes = [int(np.prod(get_aval(x).shape, dtype=np.int64)) for x in leaves]
     total = sum(sizes)
-    dtype = _dtypes.result_type(*[get_aval(x).dtype for x in leaves]) if leaves else np.float32
-    eye = jnp.eye(total, dtype=dtype)
     out, start = [], 0
     for x, size in zip(leaves, sizes):
         aval = get_aval(x)
-        block = eye[:, start:start + size].reshape((total,) + aval.shape).astype(aval.dtype)
-        out.append(block)
+        block = np.eye(total, dtype=np.float64)[:, start:start + size]
+        out.append(jnp.asarray(block.reshape((total,) + aval.shape).astype(aval.dtype)))
         start += size
     return out, total
 

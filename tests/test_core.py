@@ -1,0 +1,268 @@
+"""The core: IR printing and type checking, tracing, tracer-misuse errors, Array, pytrees,
+weak-type promotion, jit caching."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+import pytest
+
+import functrans
+import functrans.numpy as jnp
+from functrans import core, lax, tree_util
+from functrans._dtypes import result_type
+
+
+def test_make_jaxpr_prints_like_jax():
+    text = str(functrans.make_jaxpr(lambda x, y: lax.sin(x) * y + 2.0)(
+        np.ones(3, np.float32), np.ones(3, np.float32)))
+    assert text.splitlines()[0] == "{ lambda ; a:f32[3] b:f32[3]. let"
+    assert "c:f32[3] = sin a" in text
+    assert "d:f32[3] = mul c b" in text
+    assert text.rstrip().endswith(") }") and " = add " in text
+
+
+def test_closed_over_arrays_become_constvars():
+    w = jnp.asarray(np.arange(6.0, dtype=np.float32).reshape(2, 3))
+    closed = functrans.make_jaxpr(lambda x: x * w)(np.ones((2, 3), np.float32))
+    assert len(closed.jaxpr.constvars) == 1
+    assert closed.consts[0] is w
+    core.check_jaxpr(closed)
+
+
+def test_check_jaxpr_catches_bad_types():
+    closed = functrans.make_jaxpr(lambda x: lax.sin(x))(np.ones(3, np.float32))
+    jaxpr = closed.jaxpr
+    bad_out = core.Var(core.ShapedArray((4,), np.float32))
+    eqn = jaxpr.eqns[0].replace(outvars=[bad_out])
+    bad = core.Jaxpr(jaxpr.constvars, jaxpr.invars, [bad_out], [eqn])
+    with pytest.raises(core.JaxprTypeError, match="sin"):
+        core.check_jaxpr(bad)
+    unbound = core.Jaxpr([], [], jaxpr.outvars, [])
+    with pytest.raises(core.JaxprTypeError, match="before it is bound"):
+        core.check_jaxpr(unbound)
+
+
+def test_python_if_on_tracer_under_jit_names_the_fix():
+    def f(x):
+        if x > 0:
+            return x
+        return -x
+
+    with pytest.raises(functrans.ConcretizationTypeError, match="lax.cond"):
+        functrans.jit(f)(1.0)
+    # eagerly and under grad the value is known, so Python control flow works
+    assert f(2.0) == 2.0
+    assert functrans.grad(f)(-3.0) == -1.0
+
+
+def test_float_and_array_conversion_of_tracers_raise():
+    with pytest.raises(functrans.ConcretizationTypeError, match="static_argnums"):
+        functrans.jit(lambda x: float(x))(1.0)
+    with pytest.raises(functrans.TracerArrayConversionError, match="functrans.numpy"):
+        functrans.jit(lambda x: np.sin(np.asarray(x)))(np.ones(2, np.float32))
+    with pytest.raises(functrans.TracerIntegerConversionError, match="dynamic_slice"):
+        functrans.jit(lambda x, i: [1, 2, 3][i])(1.0, 1)
+
+
+def test_leaked_tracer_is_reported():
+    leaked = []
+
+    def f(x):
+        leaked.append(x)
+        return x
+
+    functrans.jit(f)(1.0)
+    with pytest.raises(core.UnexpectedTracerError, match="leaked"):
+        lax.sin(leaked[0])
+
+
+def test_array_is_immutable_and_readable():
+    x = jnp.asarray([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"\.at\[idx\]\.set"):
+        x[0] = 3.0
+    assert repr(x) == "Array([1., 2.], dtype=float32)"
+    assert x.shape == (2,) and x.dtype == np.float32 and x.ndim == 1 and x.size == 2
+    view = np.asarray(x)
+    with pytest.raises(ValueError):
+        view[0] = 5.0
+    assert float(jnp.asarray(3.5)) == 3.5
+    assert x.block_until_ready() is x
+    assert x.device == functrans.devices()[0]
+    np.testing.assert_array_equal(np.from_dlpack(x), [1.0, 2.0])
+
+
+def test_weak_type_promotion_matches_jax():
+    f32 = np.dtype(np.float32)
+    assert (jnp.ones(3, np.float32) * 2.0).dtype == f32
+    assert (jnp.ones(3, np.int8) + 1).dtype == np.int8
+    assert (jnp.ones(3, np.int32) + 1.5).dtype == f32
+    assert (jnp.ones(3, np.float16) * 2.0).dtype == np.float16
+    assert result_type(np.int32, np.float32) == f32
+    assert result_type(np.uint8, np.int8) == np.int16
+    assert result_type(np.int32, np.uint32) == np.int32  # int64 narrowed without x64
+    assert result_type(np.float16, functrans.numpy.bfloat16) == f32
+    assert result_type(True, 1) == np.int32
+    assert jnp.asarray(2.0).weak_type and not jnp.asarray(np.float32(2)).weak_type
+    assert (jnp.asarray(2.0) * 3).weak_type
+
+
+def test_x64_switch():
+    assert jnp.asarray(1.0).dtype == np.float32
+    functrans.config.update("enable_x64", True)
+    try:
+        assert jnp.asarray(1.0).dtype == np.float64
+        assert jnp.asarray(np.ones(2)).dtype == np.float64
+    finally:
+        functrans.config.update("enable_x64", False)
+    assert jnp.asarray(np.ones(2)).dtype == np.float32
+
+
+def test_jit_caches_and_retraces_on_new_signatures():
+    traces = []
+
+    def f(x, n):
+        traces.append(1)
+        return x * n
+
+    g = functrans.jit(f, static_argnums=1)
+    g(np.ones(3, np.float32), 2)
+    g(np.ones(3, np.float32), 2)
+    assert len(traces) == 1
+    g(np.ones(4, np.float32), 2)          # new shape
+    g(np.ones(4, np.int32), 2)            # new dtype
+    g(np.ones(4, np.int32), 3)            # new static value
+    assert len(traces) == 4
+    np.testing.assert_array_equal(g(np.ones(2, np.int32), 3), [3, 3])
+
+
+def test_jit_lower_shows_ir():
+    lowered = functrans.jit(lambda x: lax.exp(x) + 1.0).lower(np.ones(2, np.float32))
+    text = lowered.as_text()
+    assert "exp a" in text
+    np.testing.assert_allclose(lowered.compile()(np.zeros(2, np.float32)), [2.0, 2.0])
+
+
+def test_eval_shape_runs_nothing():
+    out = functrans.eval_shape(lambda x: {"y": x * 2, "z": lax.reduce_sum(x, (0,))},
+                               functrans.ShapeDtypeStruct((5, 2), np.float32))
+    assert out["y"].shape == (5, 2) and out["z"].shape == (2,) and out["z"].dtype == np.float32
+
+
+def test_pytrees_flatten_sorted_dicts_namedtuples_dataclasses():
+    Point = collections.namedtuple("Point", "x y")
+
+    @functrans.tree_util.register_dataclass
+    @dataclasses.dataclass
+    class Params:
+        w: object
+        b: object
+        name: str = dataclasses.field(default="p", metadata={"static": True})
+
+    tree = {"b": [1, (2, None)], "a": Point(3, 4), "c": Params(5, 6)}
+    leaves, treedef = tree_util.tree_flatten(tree)
+    assert leaves == [3, 4, 1, 2, 5, 6]
+    rebuilt = tree_util.tree_unflatten(treedef, [x * 10 for x in leaves])
+    assert rebuilt["a"] == Point(30, 40) and rebuilt["b"] == [10, (20, None)]
+    assert rebuilt["c"].w == 50 and rebuilt["c"].name == "p"
+    paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(tree)[0]]
+    assert paths == ["['a'].x", "['a'].y", "['b'][0]", "['b'][1][0]", "['c'].w", "['c'].b"]
+    assert hash(treedef) == hash(tree_util.tree_structure(tree))
+
+
+def test_tree_map_mismatch_shows_both_structures():
+    with pytest.raises(ValueError, match=r"expected .*got"):
+        tree_util.tree_map(lambda a, b: a + b, {"a": 1, "b": 2}, {"a": 1, "c": 2})
+
+
+def test_grad_pytrees_with_aux():
+    def loss(params, x):
+        y = params["w"] * x + params["b"]
+        return lax.reduce_sum(y * y, (0,)), {"y": y}
+
+    params = {"w": jnp.asarray(2.0), "b": jnp.asarray(1.0)}
+    x = jnp.asarray(np.array([1.0, 2.0], np.float32))
+    g, aux = functrans.grad(loss, has_aux=True)(params, x)
+    y = 2.0 * np.array([1.0, 2.0]) + 1.0
+    np.testing.assert_allclose(g["w"], np.sum(2 * y * np.array([1.0, 2.0])))
+    np.testing.assert_allclose(g["b"], np.sum(2 * y))
+    np.testing.assert_allclose(aux["y"], y)
+
+
+def test_grad_errors_follow_jax():
+    with pytest.raises(TypeError, match="scalar output"):
+        functrans.grad(lambda x: x * 2)(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="integer-valued inputs"):
+        functrans.grad(lambda x: x * 2)(3)
+    with pytest.raises(TypeError, match="holomorphic"):
+        functrans.grad(lambda x: lax.complex(x, x))(1.0)
+    g = functrans.grad(lambda x, n: x * 2.0, argnums=(0, 1), allow_int=True)(1.0, 3)
+    assert g[1].dtype == functrans.numpy.float0
+
+
+def test_higher_order_and_nested_transforms():
+    f = lambda x: lax.sin(x) * x  # noqa: E731
+    x = 0.7
+    d2 = functrans.grad(functrans.grad(f))(x)
+    expected = 2 * np.cos(x) - x * np.sin(x)
+    np.testing.assert_allclose(d2, expected, rtol=1e-5)
+    np.testing.assert_allclose(functrans.jit(functrans.grad(functrans.grad(f)))(x), expected, rtol=1e-5)
+    xs = np.linspace(0.1, 1.0, 4).astype(np.float32)
+    per_example = functrans.jit(functrans.vmap(functrans.grad(f)))(xs)
+    np.testing.assert_allclose(per_example, np.cos(xs) * xs + np.sin(xs), rtol=1e-5)
+    hess = functrans.hessian(lambda v: lax.reduce_sum(lax.sin(v) * v, (0,)))(xs)
+    np.testing.assert_allclose(hess, np.diag(2 * np.cos(xs) - xs * np.sin(xs)), rtol=1e-5, atol=1e-6)
+    jf = functrans.jacfwd(lambda v: lax.sin(v) * v)(xs)
+    jr = functrans.jacrev(lambda v: lax.sin(v) * v)(xs)
+    np.testing.assert_allclose(jf, jr, rtol=1e-6)
+
+
+def test_linearize_matches_jvp():
+    f = lambda x: lax.exp(lax.sin(x))  # noqa: E731
+    x = np.array([0.1, 0.2], np.float32)
+    y, f_jvp = functrans.linearize(f, x)
+    t = np.array([1.0, -1.0], np.float32)
+    np.testing.assert_allclose(f_jvp(t), functrans.jvp(f, (x,), (t,))[1], rtol=1e-6)
+    np.testing.assert_allclose(y, f(x))
+
+
+def test_custom_jvp_and_custom_vjp_under_jit_and_vmap():
+    @functrans.custom_jvp
+    def softplus(x):
+        return lax.log1p(lax.exp(x))
+
+    @softplus.defjvp
+    def softplus_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return softplus(x), t * lax.logistic(x)
+
+    xs = np.array([-1.0, 0.0, 2.0], np.float32)
+    g = functrans.jit(functrans.vmap(functrans.grad(softplus)))(xs)
+    np.testing.assert_allclose(g, 1 / (1 + np.exp(-xs)), rtol=1e-6)
+
+    @functrans.custom_vjp
+    def scale_grad(x, s):
+        return x
+
+    scale_grad.defvjp(lambda x, s: (x, s), lambda s, ct: (ct * s, None))
+    g = functrans.grad(lambda x: scale_grad(x, 3.0) * 2.0)(1.0)
+    assert g == 6.0
+    g = functrans.jit(functrans.vmap(functrans.grad(lambda x: scale_grad(x, 3.0))))(xs)
+    np.testing.assert_array_equal(g, [3.0, 3.0, 3.0])
+    with pytest.raises(NotImplementedError, match="forward-mode"):
+        functrans.jvp(lambda x: scale_grad(x, 2.0), (1.0,), (1.0,))
+
+
+def test_checkpoint_recomputes_in_backward_pass():
+    f = functrans.checkpoint(lambda x: lax.sin(lax.sin(x)))
+    x = 0.3
+    np.testing.assert_allclose(functrans.grad(f)(x), np.cos(np.sin(x)) * np.cos(x), rtol=1e-6)
+    jaxpr = functrans.make_jaxpr(functrans.grad(f))(x)
+    plain = functrans.make_jaxpr(functrans.grad(lambda x: lax.sin(lax.sin(x))))(x)
+
+    def count(j):
+        return sum(e.primitive.name == "sin" for e in j.eqns)
+
+    assert count(plain) == 2
+    assert count(jaxpr) == 3  # sin(x) is computed again for the backward pass

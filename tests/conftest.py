@@ -1,0 +1,23 @@
+"""Test configuration: bounded hypothesis profiles, and global flags restored after each test."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", max_examples=15, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=30, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(autouse=True)
+def _restore_config():
+    import functrans
+    saved = dict(functrans.config._values)
+    yield
+    for name, value in saved.items():
+        if functrans.config._values.get(name) != value:
+            functrans.config.update(name, value)

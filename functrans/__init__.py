@@ -26,6 +26,8 @@ from functrans._devices import (default_device, device_count, devices, local_dev
 from functrans import numpy  # noqa: F401
 from functrans import lax  # noqa: F401
 from functrans import distributed  # noqa: F401
+from functrans import debug  # noqa: F401
+from functrans._disable_jit import disable_jit  # noqa: F401
 
 from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,  # noqa: F401
                             TracerIntegerConversionError, UnexpectedTracerError)

@@ -11,6 +11,7 @@ from functrans import _dtypes, core, tree_util
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+from functrans._traceback_util import api_boundary
 from functrans.tree_util import tree_flatten, tree_map, tree_unflatten
 
 
@@ -233,6 +234,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     argnums_t = (argnums,) if int_argnums else tuple(argnums)
 
     @functools.wraps(fun)
+    @api_boundary
     def value_and_grad_f(*args, **kwargs):
         for a in argnums_t:
             if a >= len(args):
@@ -461,6 +463,7 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size: int | 
         in_axes = tuple(in_axes)
 
     @functools.wraps(fun)
+    @api_boundary
     def vmap_f(*args, **kwargs):
         if kwargs:
             raise NotImplementedError(f"vmap: keyword arguments are not mapped; pass "

@@ -17,6 +17,7 @@ import numpy as np
 
 from functrans import _backends, core, tree_util
 from functrans._config import config
+from functrans._traceback_util import api_boundary
 from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
@@ -316,6 +317,7 @@ class JitWrapped:
                 self._cache[key] = entry
         return entry
 
+    @api_boundary
     def __call__(self, *args, **kwargs):
         if config.disable_jit:
             return self._fun(*args, **kwargs)

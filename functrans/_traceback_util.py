@@ -1,0 +1,41 @@
+"""Tracebacks that end in the user's code: frames inside functrans are dropped from errors
+raised through the public API (keep them with ``FUNCTRANS_TRACEBACK_FILTERING=off``)."""
+from __future__ import annotations
+
+import functools
+
+from functrans._config import config
+from functrans._source_info import is_internal_file
+
+
+def _filtered(tb):
+    frames = []
+    while tb is not None:
+        if not is_internal_file(tb.tb_frame.f_code.co_filename):
+            frames.append(tb)
+        tb = tb.tb_next
+    for current, nxt in zip(frames, frames[1:] + [None]):
+        current.tb_next = nxt
+    return frames[0] if frames else None
+
+
+def api_boundary(fun):
+    """Decorate a public entry point: internal frames are filtered from exceptions it raises."""
+
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):
+        try:
+            return fun(*args, **kwargs)
+        except Exception as err:
+            if config.traceback_filtering == "off" or getattr(err, "_functrans_filtered", False):
+                raise
+            tb = _filtered(err.__traceback__)
+            try:
+                err._functrans_filtered = True
+            except AttributeError:
+                pass
+            if tb is not None:
+                raise err.with_traceback(tb) from err.__cause__
+            raise
+
+    return wrapped

@@ -1,0 +1,76 @@
+"""Debugging features: debug.print/callback under transforms, NaN checks, retrace
+explanations, disable_jit, source lines in the IR and in errors."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import functrans
+from functrans import lax
+
+
+def test_debug_print_under_jit_vmap_grad(capsys):
+    def f(x):
+        functrans.debug.print("x = {}", x)
+        return lax.sin(x)
+
+    functrans.jit(f)(np.float32(1.5))
+    assert capsys.readouterr().out == "x = 1.5\n"
+    functrans.vmap(f)(np.array([1.0, 2.0], np.float32))
+    assert capsys.readouterr().out == "x = 1.0\nx = 2.0\n"
+    g = functrans.grad(f)(np.float32(0.0))
+    assert capsys.readouterr().out == "x = 0.0\n"
+    assert g == 1.0  # printing does not change the derivative
+
+
+def test_debug_callback_receives_concrete_values():
+    seen = []
+    functrans.jit(lambda x: (functrans.debug.callback(lambda v: seen.append(v.sum()), x), x)[1])(
+        np.ones(4, np.float32))
+    assert seen == [4.0]
+
+
+def test_debug_nans_names_primitive_and_line():
+    functrans.config.update("debug_nans", True)
+
+    def f(x):
+        y = lax.log(x)  # the NaN comes from here for negative x
+        return y * 2.0
+
+    with pytest.raises(FloatingPointError, match=r"'log'.*test_debug.py"):
+        functrans.jit(f)(np.float32(-1.0))
+    with pytest.raises(FloatingPointError, match="log"):
+        f(np.float32(-1.0))
+
+
+def test_explain_cache_misses_says_what_changed(caplog):
+    functrans.config.update("explain_cache_misses", True)
+    g = functrans.jit(lambda x, y: x * y, static_argnames="y")
+    with caplog.at_level(logging.WARNING, logger="functrans"):
+        g(np.ones(3, np.float32), y=2)
+        g(np.ones(4, np.float32), y=2)
+        g(np.ones(4, np.int32), y=2)
+        g(np.ones(4, np.int32), y=3)
+    text = caplog.text
+    assert "shape changed from (3,) to (4,)" in text
+    assert "dtype changed from float32 to int32" in text
+    assert "static argument 'y' changed from 2 to 3" in text
+
+
+def test_disable_jit_runs_python():
+    calls = []
+
+    def f(x):
+        calls.append(type(x).__name__)
+        return x + 1
+
+    with functrans.disable_jit():
+        functrans.jit(f)(np.float32(1))
+    assert calls == ["float32"]
+
+
+def test_source_info_in_pretty_print():
+    text = functrans.make_jaxpr(lambda x: lax.exp(x))(1.0).pretty_print(source_info=True)
+    assert "test_debug.py" in text

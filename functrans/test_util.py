@@ -86,9 +86,16 @@ def _assert_close(name, actual, expected, atol, rtol):
                                    e, atol=atol, rtol=rtol, err_msg=name)
 
 
+def _flat(f, args):
+    """``f`` as a function of the leaves of ``args`` (which may be pytrees), and the leaves."""
+    leaves, tree = tree_util.tree_flatten(tuple(args))
+    return (lambda *xs: f(*tree_util.tree_unflatten(tree, xs))), leaves
+
+
 def check_jvp(f: Callable, args: Sequence, atol=None, rtol=None, eps=None, rng=None):
     """Compare ``jvp(f)`` with central finite differences along a random direction."""
     from functrans._api import jvp
+    f, args = _flat(f, args)
     rng = rng or np.random.default_rng(0)
     atol, rtol = _tol(tree_util.tree_leaves(args), atol, rtol)
     eps = eps or (1e-4 if any(_as_np(a).dtype == np.float64 for a in tree_util.tree_leaves(args)) else 1e-2)
@@ -111,6 +118,7 @@ def _inner(a, b) -> float:
 def check_vjp(f: Callable, args: Sequence, atol=None, rtol=None, eps=None, rng=None):
     """Check ``vjp(f)`` against finite differences via the identity <ct, J t> = <J^T ct, t>."""
     from functrans._api import vjp
+    f, args = _flat(f, args)
     rng = rng or np.random.default_rng(1)
     atol, rtol = _tol(tree_util.tree_leaves(args), atol, rtol)
     eps = eps or (1e-4 if any(_as_np(a).dtype == np.float64 for a in tree_util.tree_leaves(args)) else 1e-2)
@@ -132,6 +140,7 @@ def check_grads(f: Callable, args: Sequence, order: int, modes: Sequence[str] = 
     ("fwd") and/or reverse ("rev") mode. Higher orders check derivatives of derivatives.
     Use float64 inputs (with x64 enabled) for tight tolerances."""
     from functrans._api import jvp, vjp
+    f, args = _flat(f, args)
     args = tuple(args)
     rng = rng or np.random.default_rng(0)
 

@@ -99,3 +99,114 @@ def promote_args(fname: str, *args):
 def promote_args_inexact(fname: str, *args):
     check_arraylike(fname, *args)
     return promote_shapes(*promote_dtypes_inexact(*args))
+
+
+def promote_args_numeric(fname: str, *args):
+    """Promote like :func:`promote_args`, but booleans become the default integer type."""
+    check_arraylike(fname, *args)
+    arrays = promote_dtypes(*args)
+    if arrays and _dtypes.is_bool(get_aval(arrays[0]).dtype):
+        arrays = [elementwise.convert_element_type(a, _dtypes.default_int_dtype()) for a in arrays]
+    return promote_shapes(*arrays)
+
+
+# ---- axes ------------------------------------------------------------------------------------
+
+def canonicalize_axis(axis, ndim: int) -> int:
+    """A possibly negative ``axis`` as a position in ``range(ndim)``, or a clear error."""
+    axis = operator_index(axis, "axis")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of bounds for an array of dimension {ndim}")
+    return axis % ndim if ndim else 0
+
+
+def canonicalize_axes(axis, ndim: int) -> tuple:
+    """``axis`` (None, an int or a sequence) as a sorted tuple of distinct non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(canonicalize_axis(a, ndim) for a in axis)
+    else:
+        axes = (canonicalize_axis(axis, ndim),)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"repeated axis in {axis}")
+    return tuple(sorted(axes))
+
+
+def operator_index(value, what: str) -> int:
+    """A static Python int from ``value``; traced values get an error naming ``what``."""
+    import operator
+    try:
+        return operator.index(value)
+    except TypeError as err:
+        raise TypeError(f"{what} must be a static integer, got {value!r}") from err
+
+
+# ---- concrete values -------------------------------------------------------------------------
+
+def concrete_value(x):
+    """The NumPy value of ``x`` when it is known now (an eager Array, a NumPy value, a Python
+    scalar, or a tracer whose transform still knows its value); otherwise None."""
+    from functrans._array import Array
+    if isinstance(x, Array):
+        return x._value
+    if isinstance(x, Tracer):
+        value = x.to_concrete_value()
+        return None if value is None else np.asarray(value)
+    if isinstance(x, (np.ndarray, np.generic)) or _dtypes.is_python_scalar(x):
+        return np.asarray(x)
+    if isinstance(x, (list, tuple)):
+        try:
+            return np.asarray(x)
+        except Exception:  # noqa: BLE001
+            return None
+    return None
+
+
+def concrete_or_error(x, fname: str, fix: str = ""):
+    """``concrete_value(x)``, or a ConcretizationTypeError saying why ``fname`` needs it."""
+    value = concrete_value(x)
+    if value is None:
+        from functrans.core import ConcretizationTypeError
+        raise ConcretizationTypeError(
+            f"{fname}: the result shape depends on the values of a traced array, which are not "
+            f"known while the function is being transformed. {fix}".rstrip())
+    return value
+
+
+# ---- late-bound lax functions ----------------------------------------------------------------
+
+_LAX_MODULES = ("structural", "reductions", "indexing", "sorting", "linalg", "elementwise",
+                "control_flow")
+_lax_cache: dict = {}
+
+
+def lax_fn(name: str):
+    """The lax-level function ``name`` from ``functrans.primitives``.
+
+    Looked up when first used, so that jnp functions import (and the rest of jnp works)
+    whatever primitive families a build has; a missing one is a NotImplementedError that
+    names it."""
+    fn = _lax_cache.get(name)
+    if fn is not None:
+        return fn
+    import importlib
+    for module_name in _LAX_MODULES:
+        try:
+            module = importlib.import_module(f"functrans.primitives.{module_name}")
+        except ImportError:
+            continue
+        fn = getattr(module, name, None)
+        if callable(fn):
+            _lax_cache[name] = fn
+            return fn
+    raise NotImplementedError(f"this operation needs the lax function `{name}`, which this "
+                              "build of functrans.primitives does not provide")
+
+
+def has_lax_fn(name: str) -> bool:
+    try:
+        lax_fn(name)
+        return True
+    except NotImplementedError:
+        return False

@@ -1,0 +1,883 @@
+"""Fusion: turn a jaxpr into a schedule of loop kernels, reductions, matmuls and fallbacks.
+
+The pass decides which values are *materialized* (written to a buffer) and which are
+*inlined*: an inlined value is an expression (see :mod:`exprs`) evaluated inside the loop of
+the kernel that consumes it, so a chain of elementwise ops, broadcasts, reshapes,
+transposes, slices and pads becomes one loop that reads its inputs once and writes its
+outputs once. A reduction inlines its operand the same way. A value is materialized when it
+is an output of the program, when an operation that needs a buffer (``dot_general``, a
+primitive run by its reference implementation) reads it, when two kernels read it (unless it
+is pure data movement, which is free to repeat), or when a broadcast would recompute it
+many times.
+
+The result, a :class:`Program`, is a list of steps over :class:`Buffer` objects:
+
+* :class:`LoopKernel` — ``out[offset(i)] = expr(i)`` for every ``i`` in a shape;
+* :class:`ReduceKernel` — a monoid over some loop dimensions of an expression;
+* :class:`DotKernel` — a (batched) matrix product of row-major operands;
+* :class:`FallbackStep` — an equation evaluated by the primitive's NumPy implementation.
+
+The pass knows nothing about the target beyond the :class:`Target` predicates it is given,
+so the CUDA backend can reuse it.
+
+    >>> import functrans, functrans.numpy as jnp
+    >>> closed = functrans.make_jaxpr(lambda x: jnp.exp(x) * 2 + 1)(jnp.ones(4))
+    >>> print(plan_program(closed.jaxpr, Target()).describe())  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from functrans.backends.llvm import exprs as E
+from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, Var
+
+# =============================================================================================
+# What the target can do
+# =============================================================================================
+
+
+class Target:
+    """Predicates a backend gives the fusion pass: which dtypes live in its buffers, which
+    scalar functions it can emit, which matmuls it can run. The defaults accept everything."""
+
+    def dtype_supported(self, dtype) -> bool:
+        return True
+
+    def scalar_supported(self, name: str, params: dict, in_dtypes, out_dtype) -> bool:
+        return True
+
+    def dot_supported(self, lhs_dtype, rhs_dtype, out_dtype) -> bool:
+        return True
+
+    def reduce_supported(self, monoid: str, dtype) -> bool:
+        return True
+
+
+# =============================================================================================
+# Buffers and steps
+# =============================================================================================
+
+
+class Buffer:
+    """A row-major array the program reads or writes.
+
+    ``kind`` is ``input`` (a jaxpr argument), ``const`` (a constant the executable holds),
+    ``output`` (allocated per call, returned to the user), ``fallback`` (an array a NumPy
+    step returned) or ``temp`` (an intermediate in the executable's scratch arena)."""
+
+    __slots__ = ("id", "shape", "dtype", "kind", "value")
+
+    def __init__(self, id: int, shape, dtype, kind: str, value=None):
+        self.id = id
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.kind = kind
+        self.value = value  # the array of a ``const`` buffer
+
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+    def __repr__(self):
+        return f"%{self.id}:{self.dtype.name}{list(self.shape)}({self.kind})"
+
+
+class Step:
+    prims: tuple = ()
+
+    def reads(self) -> list:
+        raise NotImplementedError
+
+    def writes(self) -> list:
+        raise NotImplementedError
+
+
+class LoopKernel(Step):
+    """For every index ``i`` of ``shape``: ``buffer[offset(i)] = value(i)`` for each output."""
+
+    def __init__(self, shape, outputs, prims):
+        self.shape = tuple(shape)
+        self.outputs = list(outputs)  # (Buffer, offset IndexExpr, value ScalarExpr)
+        self.prims = tuple(prims)
+
+    def reads(self):
+        return _loaded_buffers([v for _, _, v in self.outputs])
+
+    def writes(self):
+        return [b for b, _, _ in self.outputs]
+
+    def describe(self):
+        outs = ", ".join(f"{b!r}" for b, _, _ in self.outputs)
+        return f"loop{list(self.shape)} -> {outs}  [{' '.join(self.prims)}]"
+
+
+class ReduceKernel(Step):
+    """``out[offset(i)] = monoid over the dims with reduced[d] of value(i)``."""
+
+    def __init__(self, shape, reduced, monoid, value, out, out_offset, prims):
+        self.shape = tuple(shape)
+        self.reduced = tuple(reduced)
+        self.monoid = monoid
+        self.value = value
+        self.out = out
+        self.out_offset = out_offset
+        self.prims = tuple(prims)
+
+    def reads(self):
+        return _loaded_buffers([self.value])
+
+    def writes(self):
+        return [self.out]
+
+    def describe(self):
+        return (f"reduce[{self.monoid}]{list(self.shape)} over "
+                f"{[d for d, r in enumerate(self.reduced) if r]} -> {self.out!r}  "
+                f"[{' '.join(self.prims)}]")
+
+
+class DotKernel(Step):
+    """``out[b] = op(lhs[b]) @ op(rhs[b])`` over ``batch`` products of row-major matrices:
+    lhs is (m, k), or (k, m) when ``lhs_transposed``; rhs is (k, n), or (n, k) when
+    ``rhs_transposed``; out is (m, n)."""
+
+    def __init__(self, lhs, rhs, out, batch, m, n, k, lhs_transposed, rhs_transposed):
+        self.lhs, self.rhs, self.out = lhs, rhs, out
+        self.batch, self.m, self.n, self.k = batch, m, n, k
+        self.lhs_transposed, self.rhs_transposed = lhs_transposed, rhs_transposed
+        self.prims = ("dot_general",)
+
+    def reads(self):
+        return [self.lhs, self.rhs]
+
+    def writes(self):
+        return [self.out]
+
+    def describe(self):
+        return (f"dot b={self.batch} m={self.m} n={self.n} k={self.k} "
+                f"lhs{'ᵀ' if self.lhs_transposed else ''}={self.lhs!r} "
+                f"rhs{'ᵀ' if self.rhs_transposed else ''}={self.rhs!r} -> {self.out!r}")
+
+
+class FallbackStep(Step):
+    """``eqn`` run by its primitive's reference implementation on NumPy arrays."""
+
+    def __init__(self, eqn: Eqn, inputs, outputs):
+        self.eqn = eqn
+        self.inputs = list(inputs)  # Buffer, or a NumPy scalar for a literal
+        self.outputs = list(outputs)  # Buffer, or None for a dropped output
+        self.prims = (eqn.primitive.name,)
+
+    def reads(self):
+        return [b for b in self.inputs if isinstance(b, Buffer)]
+
+    def writes(self):
+        return [b for b in self.outputs if b is not None]
+
+    def describe(self):
+        return f"numpy {self.eqn.primitive.name} {self.inputs} -> {self.outputs}"
+
+
+def _loaded_buffers(values) -> list:
+    seen, out = set(), []
+    for n in E.loads(values):
+        b = n.args[0]
+        if b.id not in seen:
+            seen.add(b.id)
+            out.append(b)
+    return out
+
+
+class Program:
+    """The fused schedule of one jaxpr."""
+
+    def __init__(self, inputs, consts, outputs, steps, buffers):
+        self.inputs = inputs  # one Buffer per jaxpr invar
+        self.consts = consts  # Buffers of kind const (constvars, then literal arrays)
+        self.outputs = outputs  # per jaxpr outvar: a Buffer, or a NumPy array for a literal
+        self.steps = steps
+        self.buffers = buffers
+
+    def describe(self) -> str:
+        lines = [f"inputs {self.inputs}", f"consts {self.consts}"]
+        lines += [s.describe() for s in self.steps]
+        lines.append(f"outputs {[o if isinstance(o, Buffer) else 'literal' for o in self.outputs]}")
+        return "\n".join(lines)
+
+
+# =============================================================================================
+# Inlining calls (nested jit)
+# =============================================================================================
+
+_CALL_PRIMITIVES = ("jit", "pjit", "closed_call", "core_call")
+
+
+def inline_calls(jaxpr: Jaxpr, consts: Sequence) -> tuple[Jaxpr, list]:
+    """``jaxpr`` with nested ``jit`` equations replaced by their bodies (fresh variables for
+    each copy), so fusion sees across call boundaries. Returns the new jaxpr and consts."""
+    if not any(e.primitive.name in _CALL_PRIMITIVES for e in jaxpr.eqns):
+        return jaxpr, list(consts)
+    constvars, const_vals = list(jaxpr.constvars), list(consts)
+    eqns: list = []
+    rename: dict = {}
+
+    def read(v):
+        return v if isinstance(v, Literal) else rename.get(v, v)
+
+    def splice(inner: Jaxpr, inner_consts, args, outs):
+        local: dict = {}
+        for v, c in zip(inner.constvars, inner_consts):
+            nv = Var(v.aval)
+            constvars.append(nv)
+            const_vals.append(c)
+            local[v] = nv
+        for v, a in zip(inner.invars, args):
+            local[v] = a
+
+        def lread(v):
+            return v if isinstance(v, Literal) else local[v]
+
+        for e in inner.eqns:
+            ins = [lread(v) for v in e.invars]
+            new_outs = [v if isinstance(v, DropVar) else Var(v.aval) for v in e.outvars]
+            for v, nv in zip(e.outvars, new_outs):
+                local[v] = nv
+            if e.primitive.name in _CALL_PRIMITIVES and isinstance(e.params.get("jaxpr"), ClosedJaxpr):
+                splice(e.params["jaxpr"].jaxpr, e.params["jaxpr"].consts, ins, new_outs)
+            else:
+                eqns.append(e.replace(invars=ins, outvars=new_outs))
+        for v, o in zip(outs, inner.outvars):
+            if not isinstance(v, DropVar):
+                rename[v] = lread(o)
+
+    for e in jaxpr.eqns:
+        ins = [read(v) for v in e.invars]
+        if e.primitive.name in _CALL_PRIMITIVES and isinstance(e.params.get("jaxpr"), ClosedJaxpr):
+            splice(e.params["jaxpr"].jaxpr, e.params["jaxpr"].consts, ins, e.outvars)
+        else:
+            eqns.append(e.replace(invars=ins))
+    outvars = [read(v) for v in jaxpr.outvars]
+    return Jaxpr(constvars, jaxpr.invars, outvars, eqns), const_vals
+
+
+# =============================================================================================
+# Per-primitive rules: how an output element is computed from operand elements
+# =============================================================================================
+#
+# A rule gets the equation, one expression per operand (a ScalarExpr over the operand's own
+# loop variables, see ``_Lazy``) and returns the output's expression over the output's loop
+# variables. Data movement substitutes index expressions into the operand; elementwise ops
+# wrap their operands in an ``op`` node.
+
+ELEMENTWISE_EXTRA = ("select_n", "clamp", "convert_element_type")
+IDENTITY_PRIMS = ("stop_gradient", "copy", "copy_p", "optimization_barrier_identity")
+MOVEMENT_PRIMS = ("broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims", "rev",
+                  "slice", "pad", "concatenate", "iota", "dynamic_slice",
+                  "dynamic_update_slice")
+REDUCE_MONOIDS = {"reduce_sum": "add", "reduce_max": "max", "reduce_min": "min",
+                  "reduce_prod": "mul", "reduce_and": "and", "reduce_or": "or",
+                  "reduce_xor": "xor"}
+
+
+def _elementwise_names():
+    from functrans.primitives import elementwise as ew
+    return set(ew.ELEMENTWISE_UNARY) | set(ew.ELEMENTWISE_BINARY) | set(ELEMENTWISE_EXTRA)
+
+
+class _Lazy:
+    """An inlined value: ``node`` is its element at the loop variables of ``shape``."""
+
+    __slots__ = ("node", "shape", "prims")
+
+    def __init__(self, node, shape, prims=()):
+        self.node = node
+        self.shape = tuple(shape)
+        self.prims = tuple(prims)
+
+
+def _params_key(params: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in params.items() if k not in ("sharding",)))
+
+
+def _move(operand: _Lazy, operand_index) -> E.ScalarExpr:
+    """The operand's expression at the given index expressions (one per operand dim)."""
+    mapping = {E.ivar(k, s): idx for k, (s, idx) in enumerate(zip(operand.shape, operand_index))
+               if s > 1}
+    return E.substitute([operand.node], mapping)[0]
+
+
+def _rule_elementwise(eqn, ops, out_shape):
+    name = eqn.primitive.name
+    dtype = eqn.outvars[0].aval.dtype
+    return E.op(name, _params_key(eqn.params), tuple(o.node for o in ops), dtype)
+
+
+def _rule_broadcast_in_dim(eqn, ops, out_shape):
+    x, = ops
+    out = E.index_vars(out_shape)
+    dims = eqn.params["broadcast_dimensions"]
+    return _move(x, [out[d] if x.shape[i] == out_shape[d] else E.const(0)
+                     for i, d in enumerate(dims)])
+
+
+def _reshape_index(in_shape, out_shape, out_index):
+    """Operand coordinates of a row-major reshape. Dimensions are matched in groups of equal
+    product so each group's flat index is split separately (fewer div/mod to simplify)."""
+    in_shape, out_shape = list(in_shape), list(out_shape)
+    result = []
+    i = j = 0
+    while i < len(in_shape) or j < len(out_shape):
+        gi, gj = [i], [j]
+        if i >= len(in_shape):
+            j += 1
+            continue
+        if j >= len(out_shape):
+            result.append(E.const(0))
+            i += 1
+            continue
+        pi, pj = in_shape[i], out_shape[j]
+        i, j = i + 1, j + 1
+        while pi != pj:
+            if pi < pj:
+                pi *= in_shape[i]
+                gi.append(i)
+                i += 1
+            else:
+                pj *= out_shape[j]
+                gj.append(j)
+                j += 1
+        # absorb trailing size-1 dims into this group
+        while i < len(in_shape) and in_shape[i] == 1 and (j >= len(out_shape) or out_shape[j] != 1):
+            gi.append(i)
+            i += 1
+        while j < len(out_shape) and out_shape[j] == 1 and (i >= len(in_shape) or in_shape[i] != 1):
+            gj.append(j)
+            j += 1
+        flat = E.linearize([out_index[d] for d in gj], [out_shape[d] for d in gj])
+        result.extend(E.delinearize(flat, [in_shape[d] for d in gi]))
+    return result
+
+
+def _rule_reshape(eqn, ops, out_shape):
+    x, = ops
+    if eqn.params.get("dimensions") is not None:
+        raise NotImplementedError("reshape with dimensions")
+    if 0 in x.shape:
+        return E.constant(0, eqn.outvars[0].aval.dtype)
+    return _move(x, _reshape_index(x.shape, out_shape, E.index_vars(out_shape)))
+
+
+def _rule_expand_dims(eqn, ops, out_shape):
+    return _rule_reshape(eqn.replace(params={}), ops, out_shape)
+
+
+def _rule_transpose(eqn, ops, out_shape):
+    x, = ops
+    perm = eqn.params["permutation"]
+    out = E.index_vars(out_shape)
+    index = [None] * len(perm)
+    for j, p in enumerate(perm):
+        index[p] = out[j]
+    return _move(x, index)
+
+
+def _rule_squeeze(eqn, ops, out_shape):
+    x, = ops
+    dims = set(eqn.params["dimensions"])
+    out = iter(E.index_vars(out_shape))
+    return _move(x, [E.const(0) if d in dims else next(out) for d in range(len(x.shape))])
+
+
+def _rule_rev(eqn, ops, out_shape):
+    x, = ops
+    dims = set(eqn.params["dimensions"])
+    out = E.index_vars(out_shape)
+    return _move(x, [E.add(E.scale(v, -1), s - 1) if d in dims else v
+                     for d, (v, s) in enumerate(zip(out, out_shape))])
+
+
+def _rule_slice(eqn, ops, out_shape):
+    x, = ops
+    starts = eqn.params["start_indices"]
+    strides = eqn.params.get("strides") or (1,) * len(starts)
+    out = E.index_vars(out_shape)
+    return _move(x, [E.add(E.scale(v, st), s0) for v, s0, st in zip(out, starts, strides)])
+
+
+def _rule_pad(eqn, ops, out_shape):
+    x, pad_value = ops
+    out = E.index_vars(out_shape)
+    valid = E.constant(True, np.bool_)
+    index = []
+    for v, n, (lo, _hi, interior) in zip(out, x.shape, eqn.params["padding_config"]):
+        step = interior + 1
+        shifted = E.add(v, -lo)
+        pos = E.floordiv(shifted, step)
+        valid = E.logical_and(valid, E.compare("ge", shifted, E.const(0)))
+        if step > 1:
+            valid = E.logical_and(valid, E.compare("eq", E.mod(shifted, step), E.const(0)))
+        valid = E.logical_and(valid, E.compare("lt", pos, E.const(n)))
+        index.append(E.clamp_index(pos, 0, max(n - 1, 0)))
+    if 0 in x.shape:
+        return pad_value.node
+    return E.select(valid, _move(x, index), pad_value.node)
+
+
+def _rule_concatenate(eqn, ops, out_shape):
+    axis = eqn.params["dimension"]
+    out = E.index_vars(out_shape)
+    pieces, offset = [], 0
+    for x in ops:
+        n = x.shape[axis]
+        if n:
+            index = list(out)
+            index[axis] = E.clamp_index(E.add(out[axis], -offset), 0, n - 1)
+            pieces.append((offset, _move(x, index)))
+        offset += n
+    value = pieces[-1][1]
+    for start, piece in reversed(pieces[:-1]):
+        end = next(s for s, _ in pieces if s > start)
+        value = E.select(E.compare("lt", out[axis], E.const(end)), piece, value)
+    return value
+
+
+def _rule_iota(eqn, ops, out_shape):
+    p = eqn.params
+    return E.iota(E.ivar(p["dimension"], out_shape[p["dimension"]]), eqn.outvars[0].aval.dtype)
+
+
+def _clamped_start(start: _Lazy, dim: int, size: int) -> E.IndexExpr:
+    return E.clamp_index(E.from_scalar(start.node), 0, dim - size)
+
+
+def _rule_dynamic_slice(eqn, ops, out_shape):
+    x, *starts = ops
+    out = E.index_vars(out_shape)
+    return _move(x, [E.add(v, _clamped_start(s, n, z))
+                     for v, s, n, z in zip(out, starts, x.shape, out_shape)])
+
+
+def _rule_dynamic_update_slice(eqn, ops, out_shape):
+    x, update, *starts = ops
+    out = E.index_vars(out_shape)
+    inside = E.constant(True, np.bool_)
+    index = []
+    for v, s, n, z in zip(out, starts, x.shape, update.shape):
+        begin = _clamped_start(s, n, z)
+        rel = E.add(v, E.scale(begin, -1))
+        inside = E.logical_and(inside, E.compare("ge", rel, E.const(0)))
+        inside = E.logical_and(inside, E.compare("lt", rel, E.const(z)))
+        index.append(E.clamp_index(rel, 0, max(z - 1, 0)))
+    if 0 in update.shape:
+        return x.node
+    return E.select(inside, _move(update, index), x.node)
+
+
+_MOVEMENT_RULES: dict[str, Callable] = {
+    "broadcast_in_dim": _rule_broadcast_in_dim, "reshape": _rule_reshape,
+    "expand_dims": _rule_expand_dims, "transpose": _rule_transpose, "squeeze": _rule_squeeze,
+    "rev": _rule_rev, "slice": _rule_slice, "pad": _rule_pad, "concatenate": _rule_concatenate,
+    "iota": _rule_iota, "dynamic_slice": _rule_dynamic_slice,
+    "dynamic_update_slice": _rule_dynamic_update_slice,
+}
+
+# Ops that only move or re-index data: repeating them in several kernels costs loads, not
+# arithmetic, so they never force a buffer by themselves.
+_CHEAP = {"broadcast_in_dim", "reshape", "expand_dims", "transpose", "squeeze", "rev", "slice",
+          "iota", "dynamic_slice", "convert_element_type", "stop_gradient", "copy"}
+
+
+# =============================================================================================
+# The pass
+# =============================================================================================
+
+
+def _classify(eqn: Eqn, target: Target, elementwise: set) -> str:
+    """``fusible``, ``identity``, ``reduce``, ``dot`` or ``fallback``."""
+    name = eqn.primitive.name
+    if eqn.primitive.multiple_results or len(eqn.outvars) != 1:
+        return "fallback"
+    out = eqn.outvars[0].aval
+    in_avals = [v.aval for v in eqn.invars]
+    if not all(hasattr(a, "shape") and target.dtype_supported(a.dtype) for a in in_avals + [out]):
+        return "fallback"
+    if name in IDENTITY_PRIMS and len(eqn.invars) == 1:
+        return "identity"
+    if name in elementwise:
+        ok = target.scalar_supported(name, eqn.params, [a.dtype for a in in_avals], out.dtype)
+        return "fusible" if ok else "fallback"
+    if name in _MOVEMENT_RULES:
+        if name == "reshape" and eqn.params.get("dimensions") is not None:
+            return "fallback"
+        return "fusible"
+    if name in REDUCE_MONOIDS:
+        ok = set(eqn.params) <= {"axes", "out_sharding"} and target.reduce_supported(
+            REDUCE_MONOIDS[name], out.dtype)
+        return "reduce" if ok else "fallback"
+    if name == "dot_general":
+        ok = target.dot_supported(in_avals[0].dtype, in_avals[1].dtype, out.dtype)
+        return "dot" if ok else "fallback"
+    return "fallback"
+
+
+def plan_program(jaxpr: Jaxpr, target: Target, consts: Sequence = (), *, fuse: bool = True,
+                 force_fallback: frozenset = frozenset()) -> Program:
+    """Fuse ``jaxpr`` (already flat: see :func:`inline_calls`) into a :class:`Program`.
+
+    ``fuse=False`` materializes every value (one kernel per equation), the schedule used to
+    isolate a fusion bug. Equations whose index is in ``force_fallback`` run in NumPy."""
+    with E.lock:
+        return _Planner(jaxpr, target, consts, fuse, force_fallback).run()
+
+
+class _Planner:
+    def __init__(self, jaxpr, target, consts, fuse, force_fallback):
+        self.jaxpr = jaxpr
+        self.target = target
+        self.const_values = list(consts)
+        self.fuse = fuse
+        self.force_fallback = force_fallback
+        self.buffers: list[Buffer] = []
+        self.steps: list[Step] = []
+
+    def new_buffer(self, shape, dtype, kind, value=None) -> Buffer:
+        b = Buffer(len(self.buffers), shape, dtype, kind, value)
+        self.buffers.append(b)
+        return b
+
+    # ---- the decisions: which values get buffers ---------------------------------------------
+
+    def classify_all(self):
+        elementwise = _elementwise_names()
+        self.kinds = []
+        for i, e in enumerate(self.jaxpr.eqns):
+            kind = "fallback" if i in self.force_fallback else _classify(e, self.target, elementwise)
+            self.kinds.append(kind)
+
+    def decide(self):
+        """Walk the equations backwards. Each value learns which kernels read it (and how
+        many times per element) before its own producer is visited."""
+        eqns, kinds = self.jaxpr.eqns, self.kinds
+        outvars = {v for v in self.jaxpr.outvars if isinstance(v, Var)}
+        producer = {}
+        for i, e in enumerate(eqns):
+            for v in e.outvars:
+                producer[v] = i
+        # forward: values made of data movement only (cheap to repeat anywhere)
+        cheap: dict = {}
+        for i, e in enumerate(eqns):
+            if kinds[i] in ("fusible", "identity") and (e.primitive.name in _CHEAP or kinds[i] == "identity"):
+                cheap[e.outvars[0]] = all(
+                    isinstance(x, Literal) or x not in producer or cheap.get(x, True)
+                    for x in e.invars)
+            else:
+                for v in e.outvars:
+                    cheap[v] = kinds[i] not in ("fusible",)
+        consumers: dict = {}  # var -> list of (kernel id, repeat) or "buffer"
+        self.materialized: set = set()
+        self.live_eqns: set = set()
+        kernel_ids = iter(range(1 << 62))
+        kernels_of: dict = {}
+        repeat_of: dict = {}
+        for i in reversed(range(len(eqns))):
+            e, kind = eqns[i], kinds[i]
+            outs = [v for v in e.outvars if not isinstance(v, DropVar)]
+            used = [v for v in outs if v in outvars or consumers.get(v)]
+            if not used and kind != "fallback":
+                continue
+            self.live_eqns.add(i)
+            if kind in ("fusible", "identity"):
+                v = e.outvars[0]
+                cons = consumers.get(v, [])
+                needs_buffer = (not self.fuse or v in outvars or "buffer" in cons)
+                ks = {k for c in cons if c != "buffer" for k in c[0]}
+                rep = max([c[1] for c in cons if c != "buffer"], default=1.0)
+                if not needs_buffer and not cheap.get(v, False):
+                    if len(ks) > 1 or (rep > 1.0 and _size(v) > 1):
+                        needs_buffer = True
+                if needs_buffer:
+                    self.materialized.add(v)
+                    ks, rep = {next(kernel_ids)}, 1.0
+                kernels_of[v], repeat_of[v] = frozenset(ks), rep
+                out_size = max(_size(v), 1)
+                for x in e.invars:
+                    if isinstance(x, Var):
+                        factor = out_size / max(_size(x), 1)
+                        consumers.setdefault(x, []).append((kernels_of[v], rep * factor))
+            elif kind == "reduce":
+                self.materialized.update(outs)
+                k = next(kernel_ids)
+                for x in e.invars:
+                    if isinstance(x, Var):
+                        consumers.setdefault(x, []).append((frozenset([k]), 1.0))
+                        if not self.fuse:
+                            consumers[x].append("buffer")
+            elif kind == "dot":
+                self.materialized.update(outs)
+                for x in e.invars:
+                    if isinstance(x, Var):
+                        # a dot operand gets a buffer in matrix layout: its own kernel
+                        consumers.setdefault(x, []).append((frozenset([next(kernel_ids)]), 1.0))
+                        if not self.fuse:
+                            consumers[x].append("buffer")
+            else:
+                self.materialized.update(outs)
+                for x in e.invars:
+                    if isinstance(x, Var):
+                        consumers.setdefault(x, []).append("buffer")
+
+    # ---- building the steps ----------------------------------------------------------------
+
+    def run(self) -> Program:
+        self.classify_all()
+        self.decide()
+        env: dict = {}
+        inputs = []
+        for v in self.jaxpr.invars:
+            b = self.new_buffer(v.aval.shape, v.aval.dtype, "input")
+            inputs.append(b)
+            env[v] = b
+        consts = []
+        for v, c in zip(self.jaxpr.constvars, self.const_values):
+            b = self.new_buffer(v.aval.shape, v.aval.dtype, "const", c)
+            consts.append(b)
+            env[v] = b
+        self.env = env
+        self.consts = consts
+        for i, e in enumerate(self.jaxpr.eqns):
+            if i not in self.live_eqns:
+                continue
+            kind = self.kinds[i]
+            if kind == "identity":
+                env[e.outvars[0]] = env[e.invars[0]] if isinstance(e.invars[0], Var) else \
+                    self.lazy_of(e.invars[0])
+                if e.outvars[0] in self.materialized and not isinstance(env[e.outvars[0]], Buffer):
+                    env[e.outvars[0]] = self.materialize(e.outvars[0], env[e.outvars[0]])
+            elif kind == "fusible":
+                self.build_fusible(e)
+            elif kind == "reduce":
+                self.build_reduce(e)
+            elif kind == "dot":
+                self.build_dot(e)
+            else:
+                self.build_fallback(e)
+        outputs = []
+        for v in self.jaxpr.outvars:
+            if isinstance(v, Literal):
+                outputs.append(np.asarray(v.val, v.aval.dtype))
+                continue
+            value = env[v]
+            if not isinstance(value, Buffer):
+                value = env[v] = self.materialize(v, value)
+            outputs.append(value)
+        for b in outputs:
+            if isinstance(b, Buffer) and b.kind == "temp":
+                b.kind = "output"
+        return Program(inputs, self.consts, outputs, self.steps, self.buffers)
+
+    def lazy_of(self, x) -> _Lazy:
+        if isinstance(x, Literal):
+            return _Lazy(E.constant(x.val, x.aval.dtype), ())
+        value = self.env[x]
+        if isinstance(value, _Lazy):
+            return value
+        return _Lazy(E.load(value, E.linearize(E.index_vars(value.shape), value.shape)),
+                     value.shape)
+
+    def buffer_of(self, x) -> Buffer:
+        """A buffer holding ``x`` (materializing an inlined value or a literal)."""
+        if isinstance(x, Literal):
+            return self.const_buffer(np.asarray(x.val, x.aval.dtype))
+        value = self.env[x]
+        if isinstance(value, Buffer):
+            return value
+        self.env[x] = self.materialize(x, value)
+        return self.env[x]
+
+    def const_buffer(self, array) -> Buffer:
+        b = self.new_buffer(array.shape, array.dtype, "const", np.ascontiguousarray(array))
+        self.consts.append(b)
+        return b
+
+    def materialize(self, v, lazy: _Lazy) -> Buffer:
+        b = self.new_buffer(v.aval.shape, v.aval.dtype, "temp")
+        self.emit_loop(lazy.shape, [(b, lazy.node)], lazy.prims)
+        return b
+
+    def emit_loop(self, shape, outputs, prims):
+        shape = tuple(shape)
+        outs = [(b, E.linearize(E.index_vars(shape), shape), node) for b, node in outputs]
+        if int(np.prod(shape, dtype=np.int64)) == 0:
+            return
+        self.steps.append(LoopKernel(shape, outs, prims))
+
+    def build_fusible(self, e: Eqn):
+        name = e.primitive.name
+        ops = [self.lazy_of(x) for x in e.invars]
+        out_shape = e.outvars[0].aval.shape
+        rule = _MOVEMENT_RULES.get(name, _rule_elementwise)
+        node = rule(e, ops, out_shape)
+        prims = tuple(dict.fromkeys(sum((o.prims for o in ops), ()) + (name,)))
+        lazy = _Lazy(node, out_shape, prims)
+        v = e.outvars[0]
+        if v in self.materialized:
+            self.env[v] = self.materialize(v, lazy)
+        else:
+            self.env[v] = lazy
+
+    def build_reduce(self, e: Eqn):
+        x, = e.invars
+        operand = self.lazy_of(x)
+        axes = set(e.params["axes"])
+        v = e.outvars[0]
+        out = self.new_buffer(v.aval.shape, v.aval.dtype, "temp")
+        self.env[v] = out
+        if out.size == 0:
+            return
+        shape = operand.shape
+        ivars = E.index_vars(shape)
+        kept = [ivars[d] for d in range(len(shape)) if d not in axes]
+        offset = E.linearize(kept, out.shape)
+        reduced = [d in axes for d in range(len(shape))]
+        self.steps.append(ReduceKernel(shape, reduced, REDUCE_MONOIDS[e.primitive.name],
+                                       operand.node, out, offset,
+                                       tuple(dict.fromkeys(operand.prims + (e.primitive.name,)))))
+
+    def build_dot(self, e: Eqn):
+        (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+        lhs_v, rhs_v = e.invars
+        lhs, rhs = self.lazy_of(lhs_v), self.lazy_of(rhs_v)
+        lf = [d for d in range(len(lhs.shape)) if d not in lc and d not in lb]
+        rf = [d for d in range(len(rhs.shape)) if d not in rc and d not in rb]
+        size = lambda shape, dims: int(np.prod([shape[d] for d in dims], dtype=np.int64))  # noqa: E731
+        batch, m, k, n = size(lhs.shape, lb), size(lhs.shape, lf), size(lhs.shape, lc), size(rhs.shape, rf)
+        lhs_buf, lhs_t = self.matrix_operand(lhs_v, lhs, list(lb), list(lf), list(lc))
+        rhs_buf, rhs_t = self.matrix_operand(rhs_v, rhs, list(rb), list(rc), list(rf))
+        v = e.outvars[0]
+        out = self.new_buffer(v.aval.shape, v.aval.dtype, "temp")
+        self.env[v] = out
+        if out.size == 0:
+            return
+        self.steps.append(DotKernel(lhs_buf, rhs_buf, out, batch, m, n, k, lhs_t, rhs_t))
+
+    def matrix_operand(self, var, lazy: _Lazy, batch, first, second):
+        """A buffer holding the operand in [batch, first, second] row-major order, or in
+        [batch, second, first] order (then the flag is True). Reuses an existing buffer when
+        its layout already is one of the two; otherwise a kernel writes the canonical one."""
+        for order, transposed in ((batch + first + second, False), (batch + second + first, True)):
+            shape = [lazy.shape[d] for d in order]
+            ivars = E.index_vars(shape)
+            index = [None] * len(order)
+            for j, d in enumerate(order):
+                index[d] = ivars[j]
+            node = _move(lazy, index)
+            if node.kind == "load" and node.args[1] is E.linearize(ivars, shape):
+                buf = node.args[0]
+                if buf.size == int(np.prod(shape, dtype=np.int64)):
+                    return buf, transposed
+        order = batch + first + second
+        shape = [lazy.shape[d] for d in order]
+        ivars = E.index_vars(shape)
+        index = [None] * len(order)
+        for j, d in enumerate(order):
+            index[d] = ivars[j]
+        node = _move(lazy, index)
+        b = self.new_buffer(shape, var.aval.dtype if isinstance(var, Var) else lazy.node.dtype, "temp")
+        self.emit_loop(shape, [(b, node)], lazy.prims + ("transpose",))
+        return b, False
+
+    def build_fallback(self, e: Eqn):
+        inputs = []
+        for x in e.invars:
+            if isinstance(x, Literal):
+                inputs.append(np.asarray(x.val, x.aval.dtype))
+            elif hasattr(x.aval, "shape") and not isinstance(self.env.get(x), Buffer):
+                inputs.append(self.buffer_of(x))
+            else:
+                inputs.append(self.env[x])
+        outputs = []
+        for v in e.outvars:
+            if isinstance(v, DropVar):
+                outputs.append(None)
+                continue
+            aval = v.aval
+            b = self.new_buffer(getattr(aval, "shape", ()), getattr(aval, "dtype", np.bool_), "fallback")
+            outputs.append(b)
+            self.env[v] = b
+        self.steps.append(FallbackStep(e, inputs, outputs))
+
+
+def _size(v) -> int:
+    return int(np.prod(v.aval.shape, dtype=np.int64)) if hasattr(v.aval, "shape") else 1
+
+
+# =============================================================================================
+# Loop normalization: merge dimensions the loops can walk as one
+# =============================================================================================
+
+
+def collapse_dims(shape, groups, roots):
+    """Merge adjacent loop dimensions of ``shape`` wherever every index expression in
+    ``roots`` stays free of div/mod after the merge (so the merged loop walks memory the same
+    way, with fewer loop levels and a longer, vectorizable inner loop). ``groups[d]`` labels
+    each dimension; only dimensions with equal labels merge (a reduction keeps kept and
+    reduced dimensions apart). Returns (shape, groups, roots)."""
+    shape, groups, roots = list(shape), list(groups), list(roots)
+    # size-1 loops are constant 0 already; drop them first
+    keep = [d for d, s in enumerate(shape) if s != 1]
+    if len(keep) != len(shape):
+        mapping = {}
+        for new_k, d in enumerate(keep):
+            if new_k != d:
+                mapping[E.ivar(d, shape[d])] = E.ivar(new_k, shape[d])
+        roots = E.substitute(roots, mapping) if mapping else roots
+        shape = [shape[d] for d in keep]
+        groups = [groups[d] for d in keep]
+    k = len(shape) - 2
+    while k >= 0:
+        if groups[k] == groups[k + 1]:
+            inner = shape[k + 1]
+            merged = E.ivar(k, shape[k] * inner)
+            mapping = {E.ivar(k, shape[k]): E.floordiv(merged, inner),
+                       E.ivar(k + 1, inner): E.mod(merged, inner)}
+            for d in range(k + 2, len(shape)):
+                mapping[E.ivar(d, shape[d])] = E.ivar(d - 1, shape[d])
+            new_roots = E.substitute(roots, mapping)
+            if not E.has_divmod_of(new_roots, merged):
+                roots = new_roots
+                shape[k:k + 2] = [shape[k] * inner]
+                del groups[k + 1]
+                k = min(k, len(shape) - 2)
+                continue
+        k -= 1
+    return tuple(shape), tuple(groups), roots
+
+
+def normalize(program: Program) -> Program:
+    """Collapse the loop dimensions of every kernel (see :func:`collapse_dims`)."""
+    with E.lock:
+        for step in program.steps:
+            if isinstance(step, LoopKernel):
+                roots = [o for _, o, _ in step.outputs] + [v for _, _, v in step.outputs]
+                shape, _, roots = collapse_dims(step.shape, [0] * len(step.shape), roots)
+                n = len(step.outputs)
+                step.outputs = [(b, roots[i], roots[n + i]) for i, (b, _, _) in enumerate(step.outputs)]
+                step.shape = shape
+            elif isinstance(step, ReduceKernel):
+                shape, groups, roots = collapse_dims(step.shape, step.reduced,
+                                                     [step.out_offset, step.value])
+                step.shape, step.reduced = shape, groups
+                step.out_offset, step.value = roots
+    return program
+
+
+def total_flops_hint(program: Program) -> int:
+    """A rough element count, used to decide whether a program is worth threading."""
+    total = 0
+    for s in program.steps:
+        if isinstance(s, (LoopKernel, ReduceKernel)):
+            total += int(np.prod(s.shape, dtype=np.int64))
+        elif isinstance(s, DotKernel):
+            total += s.batch * s.m * s.n * max(s.k, 1)
+    return total
+

@@ -1,0 +1,398 @@
+"""Scalar code for each elementwise primitive, keyed by the primitive's name.
+
+One row per primitive: a function that emits the LLVM IR computing one element from its
+operands' elements. Loops in :mod:`codegen` call these inside their bodies; LLVM then
+vectorizes the loop. Semantics follow the primitives' reference implementations in
+``functrans/primitives/elementwise.py`` (integer division by zero gives -1, shifts past
+the bit width give 0, float-to-int conversion saturates and maps NaN to 0, max/min
+propagate NaN, ...).
+
+Registers hold ``bool`` as ``i1``; memory holds it as one byte.
+
+    >>> supports("exp", {}, [np.dtype("float32")], np.dtype("float32"))
+    True
+"""
+from __future__ import annotations
+
+import math
+
+import llvmlite.ir as ir
+import numpy as np
+
+from functrans.backends.llvm.vector_math import F32, F64, MathLibrary
+
+SUPPORTED_DTYPES = {np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
+                                           np.uint8, np.uint16, np.uint32, np.uint64,
+                                           np.float32, np.float64)}
+
+
+def reg_type(dtype):
+    """The LLVM type of a value of ``dtype`` in a register."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return ir.IntType(1)
+    if dtype.kind in "iu":
+        return ir.IntType(8 * dtype.itemsize)
+    if dtype == np.float32:
+        return F32
+    if dtype == np.float64:
+        return F64
+    raise NotImplementedError(f"llvm backend: dtype {dtype.name} is not supported in kernels")
+
+
+def mem_type(dtype):
+    """The LLVM type of an element of ``dtype`` in memory."""
+    return ir.IntType(8) if np.dtype(dtype) == np.bool_ else reg_type(dtype)
+
+
+def constant(dtype, value):
+    dtype = np.dtype(dtype)
+    ty = reg_type(dtype)
+    if dtype == np.bool_:
+        return ir.Constant(ty, int(bool(value)))
+    if dtype.kind in "iu":
+        v = int(np.asarray(value).astype(dtype))
+        return ir.Constant(ty, v & ((1 << ty.width) - 1))
+    return ir.Constant(ty, float(np.asarray(value).astype(dtype)))
+
+
+def _is_float(d):
+    return np.dtype(d).kind == "f"
+
+
+def _is_signed(d):
+    return np.dtype(d).kind == "i"
+
+
+class ScalarContext:
+    """What a scalar emitter needs: the builder and the module's math library."""
+
+    def __init__(self, builder: ir.IRBuilder, math: MathLibrary):
+        self.b = builder
+        self.math = math
+
+    def intrinsic(self, name, ty, *args):
+        return self.math.intrinsic(self.b, name, ty, *args)
+
+
+# =============================================================================================
+# The table
+# =============================================================================================
+
+_FLOAT_MATH = ("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan",
+               "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf",
+               "erfc", "lgamma", "cbrt")
+
+
+def _float_math(name):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
+        return ctx.math.call(ctx.b, name, in_dtypes[0], args[0])
+    return emit
+
+
+def _float_binary_libm(name):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
+        return ctx.math.libm(ctx.b, name, in_dtypes[0], *args)
+    return emit
+
+
+def _neg(ctx, args, in_dtypes, out_dtype, params):
+    x, = args
+    if _is_float(in_dtypes[0]):
+        return ctx.b.fneg(x)
+    return ctx.b.sub(ir.Constant(x.type, 0), x)
+
+
+def _sign(ctx, args, in_dtypes, out_dtype, params):
+    x, = args
+    b, d = ctx.b, in_dtypes[0]
+    one, minus, zero = constant(d, 1), constant(d, -1) if _is_signed(d) or _is_float(d) else None, constant(d, 0)
+    if _is_float(d):
+        pos = b.select(b.fcmp_ordered(">", x, zero), one, x)
+        return b.select(b.fcmp_ordered("<", x, zero), minus, pos)
+    if _is_signed(d):
+        pos = b.select(b.icmp_signed(">", x, zero), one, zero)
+        return b.select(b.icmp_signed("<", x, zero), minus, pos)
+    return b.select(b.icmp_unsigned(">", x, zero), one, zero)
+
+
+def _unary_intrinsic(name):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
+        return ctx.intrinsic(name, args[0].type, args[0])
+    return emit
+
+
+def _round(ctx, args, in_dtypes, out_dtype, params):
+    x, = args
+    name = "llvm.round" if params.get("rounding_method", 0) == 0 else "llvm.roundeven"
+    return ctx.intrinsic(name, x.type, x)
+
+
+def _is_finite(ctx, args, in_dtypes, out_dtype, params):
+    x, = args
+    a = ctx.intrinsic("llvm.fabs", x.type, x)
+    return ctx.b.fcmp_ordered("<", a, ir.Constant(x.type, math.inf))
+
+
+def _sqrt(ctx, args, in_dtypes, out_dtype, params):
+    return ctx.intrinsic("llvm.sqrt", args[0].type, args[0])
+
+
+def _rsqrt(ctx, args, in_dtypes, out_dtype, params):
+    x, = args
+    return ctx.b.fdiv(ir.Constant(x.type, 1.0), ctx.intrinsic("llvm.sqrt", x.type, x))
+
+
+def _abs(ctx, args, in_dtypes, out_dtype, params):
+    x, = args
+    d = in_dtypes[0]
+    if _is_float(d):
+        return ctx.intrinsic("llvm.fabs", x.type, x)
+    if _is_signed(d):
+        return ctx.intrinsic("llvm.abs", x.type, x, ir.Constant(ir.IntType(1), 0))
+    return x
+
+
+def _square(ctx, args, in_dtypes, out_dtype, params):
+    x, = args
+    return ctx.b.fmul(x, x) if _is_float(in_dtypes[0]) else ctx.b.mul(x, x)
+
+
+def _not(ctx, args, in_dtypes, out_dtype, params):
+    return ctx.b.not_(args[0])
+
+
+def _popcount(ctx, args, in_dtypes, out_dtype, params):
+    return ctx.intrinsic("llvm.ctpop", args[0].type, args[0])
+
+
+def _clz(ctx, args, in_dtypes, out_dtype, params):
+    x, = args
+    return ctx.intrinsic("llvm.ctlz", x.type, x, ir.Constant(ir.IntType(1), 0))
+
+
+def _identity(ctx, args, in_dtypes, out_dtype, params):
+    return args[0]
+
+
+def _imag(ctx, args, in_dtypes, out_dtype, params):
+    return ir.Constant(args[0].type, 0.0)
+
+
+def _integer_pow(ctx, args, in_dtypes, out_dtype, params):
+    x, = args
+    y = int(params["y"])
+    b, d = ctx.b, in_dtypes[0]
+    mul = b.fmul if _is_float(d) else b.mul
+    if y == 0:
+        return constant(d, 1)
+    acc, base, n = None, x, abs(y)
+    while n:
+        if n & 1:
+            acc = base if acc is None else mul(acc, base)
+        n >>= 1
+        if n:
+            base = mul(base, base)
+    if y < 0:
+        acc = b.fdiv(ir.Constant(x.type, 1.0), acc)
+    return acc
+
+
+def _arith(float_op, int_op):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
+        fn = float_op if _is_float(in_dtypes[0]) else int_op
+        return getattr(ctx.b, fn)(*args)
+    return emit
+
+
+def _div(ctx, args, in_dtypes, out_dtype, params):
+    x, y = args
+    b, d = ctx.b, in_dtypes[0]
+    if _is_float(d):
+        return b.fdiv(x, y)
+    zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
+    is_zero = b.icmp_unsigned("==", y, zero)
+    if _is_signed(d):
+        # y == -1 would trap on INT_MIN / -1: negate instead (wrapping, as NumPy does)
+        is_minus_one = b.icmp_signed("==", y, ir.Constant(x.type, -1))
+        safe = b.select(b.or_(is_zero, is_minus_one), one, y)
+        q = b.sdiv(x, safe)
+        q = b.select(is_minus_one, b.sub(zero, x), q)
+    else:
+        q = b.udiv(x, b.select(is_zero, one, y))
+    return b.select(is_zero, ir.Constant(x.type, -1 & ((1 << x.type.width) - 1)), q)
+
+
+def _rem(ctx, args, in_dtypes, out_dtype, params):
+    x, y = args
+    b, d = ctx.b, in_dtypes[0]
+    if _is_float(d):
+        return b.frem(x, y)
+    zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
+    is_zero = b.icmp_unsigned("==", y, zero)
+    if _is_signed(d):
+        is_minus_one = b.icmp_signed("==", y, ir.Constant(x.type, -1))
+        r = b.srem(x, b.select(b.or_(is_zero, is_minus_one), one, y))
+        r = b.select(is_minus_one, zero, r)
+    else:
+        r = b.urem(x, b.select(is_zero, one, y))
+    return b.select(is_zero, x, r)
+
+
+def _extremum(which):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
+        x, y = args
+        b, d = ctx.b, in_dtypes[0]
+        if _is_float(d):
+            return ctx.intrinsic("llvm.maximum" if which == "max" else "llvm.minimum", x.type, x, y)
+        if d == np.bool_:
+            return b.or_(x, y) if which == "max" else b.and_(x, y)
+        cmp = b.icmp_signed if _is_signed(d) else b.icmp_unsigned
+        return b.select(cmp(">" if which == "max" else "<", x, y), x, y)
+    return emit
+
+
+def _bitwise(op):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
+        return getattr(ctx.b, op)(*args)
+    return emit
+
+
+def _shift(kind):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
+        x, y = args
+        b = ctx.b
+        bits = ir.Constant(x.type, x.type.width)
+        in_range = b.icmp_unsigned("<", y, bits)  # negative counts are huge when unsigned
+        safe = b.select(in_range, y, ir.Constant(x.type, 0))
+        if kind == "left":
+            return b.select(in_range, b.shl(x, safe), ir.Constant(x.type, 0))
+        if kind == "logical":
+            return b.select(in_range, b.lshr(x, safe), ir.Constant(x.type, 0))
+        return b.ashr(x, b.select(in_range, y, ir.Constant(x.type, x.type.width - 1)))
+    return emit
+
+
+_FCMP = {"eq": ("==", True), "ne": ("!=", False), "lt": ("<", True), "le": ("<=", True),
+         "gt": (">", True), "ge": (">=", True)}
+
+
+def _compare(name):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
+        x, y = args
+        b, d = ctx.b, in_dtypes[0]
+        op, ordered = _FCMP[name]
+        if _is_float(d):
+            return (b.fcmp_ordered if ordered else b.fcmp_unordered)(op, x, y)
+        if _is_signed(d):
+            return b.icmp_signed(op, x, y)
+        return b.icmp_unsigned(op, x, y)
+    return emit
+
+
+def _pow(ctx, args, in_dtypes, out_dtype, params):
+    return ctx.math.libm(ctx.b, "pow", in_dtypes[0], *args)
+
+
+def convert(ctx, x, from_dtype, to_dtype):
+    """Cast a register value between dtypes with the reference semantics (float to int
+    truncates toward zero, saturates, NaN becomes 0; anything to bool is ``!= 0``)."""
+    b = ctx.b
+    src, dst = np.dtype(from_dtype), np.dtype(to_dtype)
+    if src == dst:
+        return x
+    ty = reg_type(dst)
+    if dst == np.bool_:
+        if _is_float(src):
+            return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
+        return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+    if src == np.bool_:
+        return b.uitofp(x, ty) if _is_float(dst) else b.zext(x, ty)
+    if _is_float(src) and _is_float(dst):
+        return b.fpext(x, ty) if dst.itemsize > src.itemsize else b.fptrunc(x, ty)
+    if _is_float(src):
+        name = "llvm.fptosi.sat" if _is_signed(dst) else "llvm.fptoui.sat"
+        suffix = f"i{ty.width}.{'f32' if x.type == F32 else 'f64'}"
+        fn = ctx.math.declare(f"{name}.{suffix}", ty, [x.type])
+        return b.call(fn, [x])
+    if _is_float(dst):
+        return b.sitofp(x, ty) if _is_signed(src) else b.uitofp(x, ty)
+    if ty.width < x.type.width:
+        return b.trunc(x, ty)
+    if ty.width > x.type.width:
+        return b.sext(x, ty) if _is_signed(src) else b.zext(x, ty)
+    return x
+
+
+def _convert(ctx, args, in_dtypes, out_dtype, params):
+    return convert(ctx, args[0], in_dtypes[0], out_dtype)
+
+
+def _select_n(ctx, args, in_dtypes, out_dtype, params):
+    which, *cases = args
+    b = ctx.b
+    if len(cases) == 1:
+        return cases[0]
+    if in_dtypes[0] == np.bool_:
+        return b.select(which, cases[1], cases[0])
+    # an integer selector is clipped into range, as the reference does
+    out = cases[0]
+    for k in range(1, len(cases)):
+        cmp = b.icmp_signed if _is_signed(in_dtypes[0]) else b.icmp_unsigned
+        pick = cmp(">=", which, ir.Constant(which.type, k))
+        out = b.select(pick, cases[k], out)
+    return out
+
+
+def _clamp(ctx, args, in_dtypes, out_dtype, params):
+    lo, x, hi = args
+    mx, mn = _extremum("max"), _extremum("min")
+    d = in_dtypes[1]
+    return mn(ctx, [mx(ctx, [x, lo], [d, d], d, {}), hi], [d, d], d, {})
+
+
+def _logical_and(ctx, args, in_dtypes, out_dtype, params):
+    return ctx.b.and_(*args)
+
+
+EMITTERS = {
+    "neg": _neg, "sign": _sign, "floor": _unary_intrinsic("llvm.floor"),
+    "ceil": _unary_intrinsic("llvm.ceil"), "round": _round, "is_finite": _is_finite,
+    "sqrt": _sqrt, "rsqrt": _rsqrt, "abs": _abs, "square": _square, "not": _not,
+    "population_count": _popcount, "clz": _clz, "real": _identity, "conj": _identity,
+    "imag": _imag, "integer_pow": _integer_pow,
+    "add": _arith("fadd", "add"), "sub": _arith("fsub", "sub"), "mul": _arith("fmul", "mul"),
+    "div": _div, "rem": _rem, "pow": _pow, "max": _extremum("max"), "min": _extremum("min"),
+    "atan2": _float_binary_libm("atan2"), "nextafter": _float_binary_libm("nextafter"),
+    "and": _bitwise("and_"), "or": _bitwise("or_"), "xor": _bitwise("xor"),
+    "shift_left": _shift("left"), "shift_right_logical": _shift("logical"),
+    "shift_right_arithmetic": _shift("arithmetic"),
+    "eq": _compare("eq"), "ne": _compare("ne"), "lt": _compare("lt"), "le": _compare("le"),
+    "gt": _compare("gt"), "ge": _compare("ge"),
+    "convert_element_type": _convert, "select_n": _select_n, "clamp": _clamp,
+}
+for _name in _FLOAT_MATH:
+    EMITTERS[_name] = _float_math(_name)
+
+# Rows that only exist for float dtypes (the shape rules allow complex too; complex buffers
+# are not supported here, so they fall back).
+_FLOAT_ONLY = set(_FLOAT_MATH) | {"floor", "ceil", "round", "is_finite", "sqrt", "rsqrt",
+                                  "pow", "atan2", "nextafter", "real", "imag", "conj"}
+
+
+def supports(name: str, params: dict, in_dtypes, out_dtype) -> bool:
+    """Whether ``name`` on these dtypes has scalar code here."""
+    if name not in EMITTERS:
+        return False
+    dtypes = [np.dtype(d) for d in in_dtypes] + [np.dtype(out_dtype)]
+    if any(d not in SUPPORTED_DTYPES for d in dtypes):
+        return False
+    if name in _FLOAT_ONLY and not all(_is_float(d) for d in dtypes if d != np.bool_):
+        return False
+    return True
+
+
+def emit(ctx: ScalarContext, name: str, params: dict, args, in_dtypes, out_dtype):
+    """Emit primitive ``name`` on register values ``args``; returns the result value."""
+    return EMITTERS[name](ctx, list(args), [np.dtype(d) for d in in_dtypes], np.dtype(out_dtype),
+                          dict(params))

@@ -1,0 +1,462 @@
+"""Activation functions, softmax and friends (``jax.nn``'s surface).
+
+Each takes arrays or Python numbers; integer inputs are computed in the default float dtype.
+Functions with a kink (``relu``, ``relu6``) pick the derivative 0 at the kink, as JAX does,
+so ``grad(relu)(0.0) == 0``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from functrans import _dtypes, lax
+from functrans._custom_derivatives import custom_jvp
+from functrans.core import get_aval
+from functrans.numpy._promotion import promote_args_inexact, to_array
+
+__all__ = [
+    "relu", "relu6", "sigmoid", "log_sigmoid", "softplus", "soft_sign", "silu", "swish", "gelu",
+    "elu", "leaky_relu", "celu", "selu", "hard_tanh", "hard_sigmoid", "hard_silu", "hard_swish",
+    "tanh", "identity", "glu", "softmax", "log_softmax", "logsumexp", "one_hot", "standardize",
+]
+
+
+# =============================================================================================
+# Helpers: dtypes, axes, masks
+# =============================================================================================
+
+def _inexact(name: str, x):
+    (x,) = promote_args_inexact(name, x)
+    return x
+
+
+def _full_like(x, value):
+    aval = get_aval(x)
+    return lax.full(aval.shape, value, aval.dtype)
+
+
+def _where(condition, x, y):
+    return lax.select(condition, x, y)
+
+
+def _axes(axis, ndim: int) -> tuple:
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (int, np.integer)):
+        axis = (axis,)
+    return tuple(sorted(int(a) % ndim for a in axis)) if ndim else ()
+
+
+def _keep(reduced, shape, axes):
+    """Broadcast a reduction back to ``shape`` (as if computed with keepdims)."""
+    kept = tuple(i for i in range(len(shape)) if i not in axes)
+    return lax.broadcast_in_dim(reduced, shape, kept)
+
+
+def _mask(where, shape):
+    if where is None:
+        return None
+    from functrans.numpy._promotion import broadcast_to_shape
+    mask = to_array(where)
+    if get_aval(mask).dtype != _dtypes.bool_:
+        mask = lax.ne(mask, _full_like(mask, 0))
+    return broadcast_to_shape(mask, shape)
+
+
+def _masked_max(x, axes, mask):
+    if mask is not None:
+        x = _where(mask, x, _full_like(x, -np.inf))
+    return lax.reduce_max(x, axes)
+
+
+def _masked_sum(x, axes, mask):
+    if mask is not None:
+        x = _where(mask, x, _full_like(x, 0))
+    return lax.reduce_sum(x, axes)
+
+
+# =============================================================================================
+# Activations
+# =============================================================================================
+
+@custom_jvp
+def relu(x):
+    """Rectified linear unit ``max(x, 0)``; its derivative at 0 is taken to be 0.
+
+        >>> import functrans
+        >>> relu(-1.0), functrans.grad(relu)(0.0)
+        (Array(0., dtype=float32, weak_type=True), Array(0., dtype=float32, weak_type=True))
+    """
+    x = to_array(x)
+    return lax.max(x, _full_like(x, 0))
+
+
+relu.defjvps(lambda g, ans, x: _where(lax.gt(x, _full_like(x, 0)), g, _full_like(g, 0)))
+
+
+@custom_jvp
+def relu6(x):
+    """``min(max(x, 0), 6)``; derivative 0 at both kinks.
+
+        >>> relu6(7.0)
+        Array(6., dtype=float32, weak_type=True)
+    """
+    x = to_array(x)
+    return lax.min(lax.max(x, _full_like(x, 0)), _full_like(x, 6))
+
+
+relu6.defjvps(lambda g, ans, x: _where(
+    lax.bitwise_and(lax.gt(x, _full_like(x, 0)), lax.lt(x, _full_like(x, 6))), g, _full_like(g, 0)))
+
+
+def sigmoid(x):
+    """Logistic sigmoid ``1 / (1 + exp(-x))``.
+
+        >>> sigmoid(0.0)
+        Array(0.5, dtype=float32, weak_type=True)
+    """
+    return lax.logistic(_inexact("sigmoid", x))
+
+
+def softplus(x):
+    """``log(1 + exp(x))``, computed without overflow as ``max(x, 0) + log1p(exp(-|x|))``.
+
+        >>> softplus(0.0)
+        Array(0.6931472, dtype=float32, weak_type=True)
+    """
+    x = _inexact("softplus", x)
+    return lax.add(lax.max(x, _full_like(x, 0)), lax.log1p(lax.exp(lax.neg(lax.abs(x)))))
+
+
+def log_sigmoid(x):
+    """``log(sigmoid(x)) = -softplus(-x)``, accurate for large ``|x|``.
+
+        >>> log_sigmoid(0.0)
+        Array(-0.6931472, dtype=float32, weak_type=True)
+    """
+    x = _inexact("log_sigmoid", x)
+    return lax.neg(softplus(lax.neg(x)))
+
+
+def soft_sign(x):
+    """``x / (|x| + 1)``.
+
+        >>> soft_sign(1.0)
+        Array(0.5, dtype=float32, weak_type=True)
+    """
+    x = _inexact("soft_sign", x)
+    return lax.div(x, lax.add(lax.abs(x), _full_like(x, 1)))
+
+
+def silu(x):
+    """Sigmoid linear unit (swish) ``x * sigmoid(x)``.
+
+        >>> silu(0.0)
+        Array(0., dtype=float32, weak_type=True)
+    """
+    x = _inexact("silu", x)
+    return lax.mul(x, lax.logistic(x))
+
+
+swish = silu
+
+
+def gelu(x, approximate: bool = True):
+    """Gaussian error linear unit. ``approximate=True`` (the default, as in JAX) uses the
+    tanh form ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``; otherwise the exact
+    ``x Phi(x) = x/2 erfc(-x / sqrt 2)``.
+
+        >>> gelu(1.0, approximate=False)
+        Array(0.8413447, dtype=float32, weak_type=True)
+    """
+    x = _inexact("gelu", x)
+    if approximate:
+        cubic = lax.mul(_full_like(x, 0.044715), lax.integer_pow(x, 3))
+        inner = lax.mul(_full_like(x, math.sqrt(2 / math.pi)), lax.add(x, cubic))
+        return lax.mul(lax.mul(_full_like(x, 0.5), x), lax.add(_full_like(x, 1), lax.tanh(inner)))
+    return lax.mul(x, lax.mul(lax.erfc(lax.mul(x, _full_like(x, -1 / math.sqrt(2)))),
+                              _full_like(x, 0.5)))
+
+
+def elu(x, alpha=1.0):
+    """Exponential linear unit: ``x`` for ``x > 0``, else ``alpha (exp(x) - 1)``.
+
+        >>> elu(-1.0)
+        Array(-0.63212055, dtype=float32, weak_type=True)
+    """
+    x = _inexact("elu", x)
+    positive = lax.gt(x, _full_like(x, 0))
+    # exp only of the non-positive part, so large x cannot overflow into the unused branch
+    negative_part = lax.mul(_full_like(x, alpha), lax.expm1(_where(positive, _full_like(x, 0), x)))
+    return _where(positive, x, negative_part)
+
+
+def leaky_relu(x, negative_slope=1e-2):
+    """``x`` for ``x >= 0``, else ``negative_slope * x``.
+
+        >>> leaky_relu(-2.0, 0.1)
+        Array(-0.2, dtype=float32, weak_type=True)
+    """
+    x = _inexact("leaky_relu", x)
+    return _where(lax.ge(x, _full_like(x, 0)), x, lax.mul(_full_like(x, negative_slope), x))
+
+
+def celu(x, alpha=1.0):
+    """Continuously-differentiable ELU: ``max(x, 0) + alpha expm1(min(x, 0) / alpha)``.
+
+        >>> celu(-1.0, 1.0)
+        Array(-0.63212055, dtype=float32, weak_type=True)
+    """
+    x = _inexact("celu", x)
+    zero = _full_like(x, 0)
+    return lax.add(lax.max(x, zero),
+                   lax.mul(_full_like(x, alpha), lax.expm1(lax.div(lax.min(x, zero),
+                                                                   _full_like(x, alpha)))))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(x):
+    """Scaled ELU with the self-normalizing constants (alpha 1.6733, scale 1.0507).
+
+        >>> selu(1.0)
+        Array(1.050701, dtype=float32, weak_type=True)
+    """
+    x = _inexact("selu", x)
+    return lax.mul(_full_like(x, _SELU_SCALE), elu(x, _SELU_ALPHA))
+
+
+def hard_tanh(x):
+    """``clip(x, -1, 1)``.
+
+        >>> hard_tanh(3.0)
+        Array(1., dtype=float32, weak_type=True)
+    """
+    x = _inexact("hard_tanh", x)
+    return lax.min(lax.max(x, _full_like(x, -1)), _full_like(x, 1))
+
+
+def hard_sigmoid(x):
+    """``relu6(x + 3) / 6``.
+
+        >>> hard_sigmoid(0.0)
+        Array(0.5, dtype=float32, weak_type=True)
+    """
+    x = _inexact("hard_sigmoid", x)
+    return lax.div(relu6(lax.add(x, _full_like(x, 3))), _full_like(x, 6))
+
+
+def hard_silu(x):
+    """``x * hard_sigmoid(x)``.
+
+        >>> hard_silu(3.0)
+        Array(3., dtype=float32, weak_type=True)
+    """
+    x = _inexact("hard_silu", x)
+    return lax.mul(x, hard_sigmoid(x))
+
+
+hard_swish = hard_silu
+
+
+def tanh(x):
+    """Hyperbolic tangent.
+
+        >>> tanh(0.0)
+        Array(0., dtype=float32, weak_type=True)
+    """
+    return lax.tanh(_inexact("tanh", x))
+
+
+def identity(x):
+    """``x`` unchanged.
+
+        >>> identity(2.0)
+        2.0
+    """
+    return x
+
+
+def glu(x, axis=-1):
+    """Gated linear unit: the first half of ``axis`` times sigmoid of the second half.
+
+        >>> import functrans.numpy as jnp
+        >>> glu(jnp.array([2.0, 0.0]))
+        Array([1.], dtype=float32)
+    """
+    x = _inexact("glu", x)
+    shape = get_aval(x).shape
+    axis = int(axis) % len(shape)
+    if shape[axis] % 2:
+        raise ValueError(f"glu: axis {axis} of shape {shape} must have even size")
+    half = shape[axis] // 2
+    first = lax.slice_in_dim(x, 0, half, axis=axis)
+    second = lax.slice_in_dim(x, half, 2 * half, axis=axis)
+    return lax.mul(first, lax.logistic(second))
+
+
+# =============================================================================================
+# Softmax, log-softmax, logsumexp
+# =============================================================================================
+
+def softmax(x, axis=-1, where=None):
+    """``exp(x) / sum(exp(x))`` along ``axis``, computed after subtracting the maximum.
+    Entries where the mask ``where`` is False do not take part and get 0.
+
+        >>> import functrans.numpy as jnp
+        >>> softmax(jnp.array([0.0, 0.0]))
+        Array([0.5, 0.5], dtype=float32)
+    """
+    x = _inexact("softmax", x)
+    shape = get_aval(x).shape
+    axes = _axes(axis, len(shape))
+    mask = _mask(where, shape)
+    # the shift cancels in the ratio, so it needs no derivative
+    shift = lax.stop_gradient(_keep(_masked_max(x, axes, mask), shape, axes))
+    shift = _where(lax.is_finite(shift), shift, _full_like(shift, 0))
+    unnormalized = lax.exp(lax.sub(x, shift))
+    if mask is not None:
+        unnormalized = _where(mask, unnormalized, _full_like(unnormalized, 0))
+    total = _keep(lax.reduce_sum(unnormalized, axes), shape, axes)
+    return lax.div(unnormalized, total)
+
+
+def log_softmax(x, axis=-1, where=None):
+    """``x - logsumexp(x)`` along ``axis``; masked-out entries (``where`` False) get -inf.
+
+        >>> import functrans.numpy as jnp
+        >>> log_softmax(jnp.array([0.0, 0.0]))
+        Array([-0.6931472, -0.6931472], dtype=float32)
+    """
+    x = _inexact("log_softmax", x)
+    shape = get_aval(x).shape
+    axes = _axes(axis, len(shape))
+    mask = _mask(where, shape)
+    shift = lax.stop_gradient(_keep(_masked_max(x, axes, mask), shape, axes))
+    shift = _where(lax.is_finite(shift), shift, _full_like(shift, 0))
+    shifted = lax.sub(x, shift)
+    log_total = lax.log(_masked_sum(lax.exp(shifted), axes, mask))
+    out = lax.sub(shifted, _keep(log_total, shape, axes))
+    if mask is not None:
+        out = _where(mask, out, _full_like(out, -np.inf))
+    return out
+
+
+def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = False,
+              where=None):
+    """``log(sum(b * exp(a)))`` over ``axis``, stable for large ``a``.
+
+    With ``return_sign=True`` returns ``(log|s|, sign(s))`` so negative weights ``b`` work;
+    otherwise a negative sum gives NaN.
+
+        >>> import functrans.numpy as jnp
+        >>> logsumexp(jnp.array([1000.0, 1000.0]))
+        Array(1000.6931, dtype=float32)
+    """
+    if b is None:
+        a = _inexact("logsumexp", a)
+    else:
+        a, b = promote_args_inexact("logsumexp", a, b)
+    shape = get_aval(a).shape
+    axes = _axes(axis, len(shape))
+    mask = _mask(where, shape)
+    peak = _masked_max(a, axes, mask)
+    # an all -inf (or empty) slice would give inf - inf: shift by 0 there
+    peak = lax.stop_gradient(_where(lax.is_finite(peak), peak, _full_like(peak, 0)))
+    terms = lax.exp(lax.sub(a, _keep(peak, shape, axes)))
+    if b is not None:
+        terms = lax.mul(terms, b)
+    total = _masked_sum(terms, axes, mask)
+    sign = lax.sign(total)
+    out = lax.add(lax.log(lax.abs(total)), peak)
+    if keepdims:
+        out = _keep_dims(out, shape, axes)
+        sign = _keep_dims(sign, shape, axes)
+    if return_sign:
+        return out, sign
+    if b is not None:
+        out = _where(lax.lt(sign, _full_like(sign, 0)), _full_like(out, np.nan), out)
+    return out
+
+
+def _keep_dims(x, shape, axes):
+    return lax.reshape(x, tuple(1 if i in axes else s for i, s in enumerate(shape)))
+
+
+# =============================================================================================
+# one_hot, standardize
+# =============================================================================================
+
+def one_hot(x, num_classes: int, dtype=None, axis=-1):
+    """One-hot encoding: ``out[..., c] = (x[...] == c)`` with a new axis of size
+    ``num_classes`` at ``axis``. Out-of-range indices give all-zero rows.
+
+        >>> import functrans.numpy as jnp
+        >>> one_hot(jnp.array([0, 2]), 3)
+        Array([[1., 0., 0.],
+               [0., 0., 1.]], dtype=float32)
+    """
+    dtype = _dtypes.default_float_dtype() if dtype is None else _dtypes.canonicalize_dtype(dtype)
+    try:
+        num_classes = int(num_classes)
+    except TypeError as err:
+        raise TypeError("one_hot: num_classes must be a static integer (it sets the output "
+                        "shape)") from err
+    x = to_array(x)
+    aval = get_aval(x)
+    out_ndim = aval.ndim + 1
+    axis = int(axis) % out_ndim
+    out_shape = aval.shape[:axis] + (num_classes,) + aval.shape[axis:]
+    x_dims = tuple(i for i in range(out_ndim) if i != axis)
+    if _dtypes.is_integer(aval.dtype):
+        classes = lax.broadcasted_iota(aval.dtype, out_shape, axis)
+        spread = lax.broadcast_in_dim(x, out_shape, x_dims)
+    else:
+        # float labels compare equal to whole class numbers only
+        classes = lax.broadcasted_iota(_dtypes.default_float_dtype(), out_shape, axis)
+        spread = lax.broadcast_in_dim(lax.convert_element_type(x, classes.dtype), out_shape, x_dims)
+    return lax.convert_element_type(lax.eq(spread, classes), dtype)
+
+
+def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
+    """``(x - mean) / sqrt(variance + epsilon)`` with the mean and variance over ``axis``
+    (computed when not given).
+
+        >>> import functrans.numpy as jnp
+        >>> standardize(jnp.array([1.0, 3.0]))
+        Array([-0.999995,  0.999995], dtype=float32)
+    """
+    x = _inexact("standardize", x)
+    shape = get_aval(x).shape
+    axes = _axes(axis, len(shape))
+    mask = _mask(where, shape)
+    if mask is None:
+        count = float(np.prod([shape[a] for a in axes]))
+        count = _full_like(x, count)
+    else:
+        ones = lax.convert_element_type(mask, get_aval(x).dtype)
+        count = _keep(lax.reduce_sum(ones, axes), shape, axes)
+
+    def average(v):
+        return lax.div(_keep(_masked_sum(v, axes, mask), shape, axes), count)
+
+    if mean is None:
+        mean = average(x)
+    else:
+        (mean,) = promote_args_inexact("standardize", mean)
+        mean = _broadcast(mean, shape, get_aval(x).dtype)
+    if variance is None:
+        # E[x^2] - E[x]^2 (as JAX computes it)
+        variance = lax.sub(average(lax.mul(x, x)), lax.mul(mean, mean))
+    else:
+        (variance,) = promote_args_inexact("standardize", variance)
+        variance = _broadcast(variance, shape, get_aval(x).dtype)
+    return lax.mul(lax.sub(x, mean), lax.rsqrt(lax.add(variance, _full_like(x, epsilon))))
+
+
+def _broadcast(v, shape, dtype):
+    from functrans.numpy._promotion import broadcast_to_shape
+    return broadcast_to_shape(lax.convert_element_type(v, dtype), shape)

@@ -1,0 +1,460 @@
+"""Polynomials, 1-D convolution and correlation, differences, interpolation, histograms.
+
+Polynomial coefficient arrays are ordered from the highest power down, as in NumPy.
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from functrans import _dtypes
+from functrans.core import get_aval
+from functrans.numpy import _ufuncs as uf
+from functrans.numpy._promotion import (canonicalize_axis, concrete_value, has_lax_fn, lax_fn,
+                                        operator_index, promote_dtypes, promote_dtypes_inexact,
+                                        to_array)
+from functrans.numpy._shape import (broadcast_to, concatenate, flip, ravel,
+                                    slice_along_axis, take)
+from functrans.primitives import elementwise as lax
+from functrans.primitives import structural
+
+
+def _coefficient(p, i):
+    return structural.reshape(slice_along_axis(p, 0, i, i + 1), ())
+
+
+def _check_1d(fname, *arrays):
+    for a in arrays:
+        if get_aval(a).ndim != 1:
+            raise ValueError(f"{fname}: expected 1-D arrays, got shape {get_aval(a).shape}")
+
+
+# ---- convolution -----------------------------------------------------------------------------
+
+def _correlate_valid_padded(x, y, lo, hi, precision, preferred_element_type):
+    """``out[i] = sum_j xpad[i + j] * y[j]`` for ``x`` padded by ``lo``/``hi`` zeros."""
+    n, m = get_aval(x).shape[0], get_aval(y).shape[0]
+    if has_lax_fn("conv_general_dilated"):
+        out = lax_fn("conv_general_dilated")(
+            structural.reshape(x, (1, 1, n)), structural.reshape(y, (1, 1, m)),
+            window_strides=(1,), padding=((lo, hi),), precision=precision,
+            preferred_element_type=preferred_element_type)
+        return structural.reshape(out, (get_aval(out).shape[-1],))
+    # without a convolution primitive: one shifted product per tap of the (short) kernel
+    from functrans.numpy._shape import pad
+    xp = pad(x, ((lo, hi),))
+    length = n + lo + hi - m + 1
+    out = None
+    for j in range(m):
+        term = lax.mul(slice_along_axis(xp, 0, j, j + length),
+                       structural.broadcast_in_dim(_coefficient(y, j), (length,), ()))
+        out = term if out is None else lax.add(out, term)
+    return out
+
+
+def _convolve(fname, a, v, mode, flip_kernel, precision, preferred_element_type):
+    a, v = promote_dtypes(a, v)
+    if _dtypes.is_bool(get_aval(a).dtype):
+        a, v = (lax.convert_element_type(x, _dtypes.default_int_dtype()) for x in (a, v))
+    _check_1d(fname, a, v)
+    n, m = get_aval(a).shape[0], get_aval(v).shape[0]
+    if n == 0 or m == 0:
+        raise ValueError(f"{fname}: inputs cannot be empty")
+    swapped = m > n
+    if swapped:
+        a, v, n, m = v, a, m, n
+    kernel = flip(v) if flip_kernel else v
+    if mode == "full":
+        lo, hi = m - 1, m - 1
+    elif mode == "same":
+        lo = m - 1 - (m - 1) // 2
+        hi = m - 1 - lo
+    elif mode == "valid":
+        lo = hi = 0
+    else:
+        raise ValueError(f"{fname}: mode must be 'full', 'same' or 'valid', got {mode!r}")
+    out = _correlate_valid_padded(a, kernel, lo, hi, precision, preferred_element_type)
+    if swapped and not flip_kernel:
+        # correlation is not symmetric: correlating the other way reverses the result
+        out = flip(out)
+    return out
+
+
+def convolve(a, v, mode="full", *, precision=None, preferred_element_type=None):
+    """Discrete linear convolution of two 1-D arrays.
+
+        >>> convolve(array([1.0, 2.0, 3.0]), array([0.0, 1.0, 0.5]))
+        Array([0. , 1. , 2.5, 4. , 1.5], dtype=float32)
+    """
+    return _convolve("convolve", a, v, mode, True, precision, preferred_element_type)
+
+
+def correlate(a, v, mode="valid", *, precision=None, preferred_element_type=None):
+    """Cross-correlation of two 1-D arrays: ``c[k] = sum_n a[n + k] * conj(v[n])``."""
+    a, v = promote_dtypes(a, v)
+    if _dtypes.is_complex(get_aval(v).dtype):
+        v = uf.conjugate(v)
+    return _convolve("correlate", a, v, mode, False, precision, preferred_element_type)
+
+
+# ---- polynomials -----------------------------------------------------------------------------
+
+def polyval(p, x, *, unroll=16):
+    """Evaluate the polynomial with coefficients ``p`` (highest power first) at ``x``.
+
+        >>> polyval(array([1.0, 0.0, -1.0]), 3.0)
+        Array(8., dtype=float32)
+    """
+    p, x = promote_dtypes(p, x)
+    _check_1d("polyval", p)
+    shape = get_aval(x).shape
+    y = structural.full(shape, 0, get_aval(x).dtype)
+    for i in range(get_aval(p).shape[0]):
+        y = lax.add(lax.mul(y, x), structural.broadcast_in_dim(_coefficient(p, i), shape, ()))
+    return y
+
+
+def _pad_front(p, length):
+    n = get_aval(p).shape[0]
+    if n >= length:
+        return p
+    return concatenate([structural.full((length - n,), 0, get_aval(p).dtype), p])
+
+
+def polyadd(a1, a2):
+    """Sum of two polynomials."""
+    a1, a2 = promote_dtypes(ravel(a1), ravel(a2))
+    n = builtins.max(get_aval(a1).shape[0], get_aval(a2).shape[0])
+    return uf.add(_pad_front(a1, n), _pad_front(a2, n))
+
+
+def polysub(a1, a2):
+    """Difference of two polynomials."""
+    a1, a2 = promote_dtypes(ravel(a1), ravel(a2))
+    n = builtins.max(get_aval(a1).shape[0], get_aval(a2).shape[0])
+    return uf.subtract(_pad_front(a1, n), _pad_front(a2, n))
+
+
+def polymul(a1, a2, *, trim_leading_zeros=False):
+    """Product of two polynomials."""
+    return convolve(ravel(a1), ravel(a2), mode="full")
+
+
+def polyder(p, m=1):
+    """The ``m``-th derivative of a polynomial."""
+    p = to_array(p)
+    m = operator_index(m, "polyder: m")
+    if m < 0:
+        raise ValueError("polyder: order of derivative must be non-negative")
+    for _ in range(m):
+        n = get_aval(p).shape[0]
+        if n <= 1:
+            return structural.full((builtins.min(n, 1),), 0, get_aval(p).dtype)
+        powers = np.arange(n - 1, 0, -1).astype(get_aval(p).dtype)
+        p = uf.multiply(slice_along_axis(p, 0, 0, n - 1), powers)
+    return p
+
+
+def polyint(p, m=1, k=None):
+    """The ``m``-th antiderivative of a polynomial, with integration constants ``k``."""
+    p, = promote_dtypes_inexact(p)
+    m = operator_index(m, "polyint: m")
+    ks = np.zeros(m) if k is None else np.broadcast_to(np.asarray(k, dtype=np.float64), (m,))
+    for i in range(m):
+        n = get_aval(p).shape[0]
+        divisors = np.arange(n, 0, -1).astype(get_aval(p).dtype)
+        p = concatenate([uf.true_divide(p, divisors),
+                         structural.full((1,), ks[i], get_aval(p).dtype)])
+    return p
+
+
+def vander(x, N=None, increasing=False):
+    """The Vandermonde matrix: columns are powers of ``x`` (decreasing unless
+    ``increasing``)."""
+    x = to_array(x)
+    _check_1d("vander", x)
+    n = get_aval(x).shape[0] if N is None else operator_index(N, "vander: N")
+    powers = np.arange(n)
+    if not increasing:
+        powers = powers[::-1]
+    cols = [uf.power(x, int(k)) for k in powers]
+    from functrans.numpy._shape import stack
+    return stack(cols, axis=1) if cols else structural.full((get_aval(x).shape[0], 0), 0,
+                                                            get_aval(x).dtype)
+
+
+def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
+    """Least-squares polynomial fit of degree ``deg`` (coefficients highest power first)."""
+    if full or cov or w is not None:
+        raise NotImplementedError("polyfit: full, cov and w are not supported")
+    from functrans.numpy import linalg
+    x, y = promote_dtypes_inexact(x, y)
+    A = vander(x, operator_index(deg, "polyfit: deg") + 1)
+    return linalg.lstsq(A, y, rcond=rcond)[0]
+
+
+# ---- differences and interpolation -----------------------------------------------------------
+
+def _edge_block(value, like, axis):
+    value = to_array(value)
+    shape = list(get_aval(like).shape)
+    if get_aval(value).ndim == 0:
+        shape[axis] = 1
+        return broadcast_to(value, tuple(shape))
+    return value
+
+
+def diff(a, n=1, axis=-1, prepend=None, append=None):
+    """The ``n``-th discrete difference along ``axis``.
+
+        >>> diff(array([1, 4, 9, 16]))
+        Array([3, 5, 7], dtype=int32)
+    """
+    a = to_array(a)
+    n = operator_index(n, "diff: n")
+    axis = canonicalize_axis(axis, get_aval(a).ndim)
+    pieces = []
+    if prepend is not None:
+        pieces.append(_edge_block(prepend, a, axis))
+    pieces.append(a)
+    if append is not None:
+        pieces.append(_edge_block(append, a, axis))
+    if len(pieces) > 1:
+        a = concatenate(pieces, axis=axis)
+    for _ in range(n):
+        size = get_aval(a).shape[axis]
+        if size == 0:
+            break
+        hi = slice_along_axis(a, axis, 1, size)
+        lo = slice_along_axis(a, axis, 0, size - 1)
+        a = uf.not_equal(hi, lo) if _dtypes.is_bool(get_aval(a).dtype) else uf.subtract(hi, lo)
+    return a
+
+
+def ediff1d(ary, to_end=None, to_begin=None):
+    """Differences between consecutive elements of the flattened array."""
+    out = diff(ravel(ary))
+    pieces = []
+    if to_begin is not None:
+        pieces.append(ravel(lax.convert_element_type(to_array(to_begin), get_aval(out).dtype)))
+    pieces.append(out)
+    if to_end is not None:
+        pieces.append(ravel(lax.convert_element_type(to_array(to_end), get_aval(out).dtype)))
+    return concatenate(pieces) if len(pieces) > 1 else out
+
+
+def gradient(f, *varargs, axis=None, edge_order=None):
+    """Second-order central differences inside, first-order at the edges (uniform scalar
+    spacings only)."""
+    if edge_order not in (None, 1):
+        raise NotImplementedError("gradient: only edge_order=1 is supported")
+    f, = promote_dtypes_inexact(f)
+    ndim = get_aval(f).ndim
+    axes = tuple(range(ndim)) if axis is None else (
+        (canonicalize_axis(axis, ndim),) if np.ndim(axis) == 0 else
+        tuple(canonicalize_axis(a, ndim) for a in axis))
+    if not varargs:
+        spacings = [1.0] * len(axes)
+    elif len(varargs) == 1:
+        spacings = [varargs[0]] * len(axes)
+    else:
+        spacings = list(varargs)
+    outs = []
+    for ax, h in zip(axes, spacings):
+        if np.ndim(concrete_value(h) if concrete_value(h) is not None else 1) != 0:
+            raise NotImplementedError("gradient: coordinate arrays are not supported, only "
+                                      "scalar spacings")
+        n = get_aval(f).shape[ax]
+        if n < 2:
+            raise ValueError("gradient: each differentiated axis needs at least 2 elements")
+        first = uf.true_divide(uf.subtract(slice_along_axis(f, ax, 1, 2),
+                                           slice_along_axis(f, ax, 0, 1)), h)
+        last = uf.true_divide(uf.subtract(slice_along_axis(f, ax, n - 1, n),
+                                          slice_along_axis(f, ax, n - 2, n - 1)), h)
+        pieces = [first]
+        if n > 2:
+            pieces.append(uf.true_divide(uf.subtract(slice_along_axis(f, ax, 2, n),
+                                                     slice_along_axis(f, ax, 0, n - 2)),
+                                         uf.multiply(h, 2.0)))
+        pieces.append(last)
+        outs.append(concatenate(pieces, axis=ax))
+    return outs[0] if len(outs) == 1 else outs
+
+
+def trapezoid(y, x=None, dx=1.0, axis=-1):
+    """Integral of ``y`` by the trapezoidal rule (samples at ``x``, or spaced ``dx``)."""
+    from functrans.numpy._reductions import sum as sum_
+    y, = promote_dtypes_inexact(y)
+    axis = canonicalize_axis(axis, get_aval(y).ndim)
+    n = get_aval(y).shape[axis]
+    avg = uf.multiply(uf.add(slice_along_axis(y, axis, 1, n), slice_along_axis(y, axis, 0, n - 1)),
+                      0.5)
+    if x is None:
+        return uf.multiply(sum_(avg, axis=axis), dx)
+    x = to_array(x)
+    if get_aval(x).ndim == 1:
+        d = diff(x)
+        shape = [1] * get_aval(y).ndim
+        shape[axis] = get_aval(d).shape[0]
+        d = structural.reshape(d, tuple(shape))
+    else:
+        d = diff(x, axis=axis)
+    return sum_(uf.multiply(avg, d), axis=axis)
+
+
+def interp(x, xp, fp, left=None, right=None, period=None):
+    """Piecewise-linear interpolation of the points ``(xp, fp)`` (``xp`` increasing) at
+    ``x``; outside the range, ``left``/``right`` (default: the end values).
+
+        >>> interp(1.5, array([1.0, 2.0]), array([10.0, 20.0]))
+        Array(15., dtype=float32)
+    """
+    from functrans.numpy._sorting import argsort, searchsorted
+    x, xp, fp = promote_dtypes_inexact(x, xp, fp)
+    _check_1d("interp", xp, fp)
+    if get_aval(xp).shape != get_aval(fp).shape:
+        raise ValueError("interp: xp and fp must have the same length")
+    if period is not None:
+        period = uf.absolute(period)
+        x = uf.remainder(x, period)
+        xp = uf.remainder(xp, period)
+        order = argsort(xp)
+        xp, fp = take(xp, order), take(fp, order)
+        n0 = get_aval(xp).shape[0]
+        xp = concatenate([uf.subtract(slice_along_axis(xp, 0, n0 - 1, n0), period), xp,
+                          uf.add(slice_along_axis(xp, 0, 0, 1), period)])
+        fp = concatenate([slice_along_axis(fp, 0, n0 - 1, n0), fp, slice_along_axis(fp, 0, 0, 1)])
+    n = get_aval(xp).shape[0]
+    i = uf.clip(searchsorted(xp, x, side="right"), 1, n - 1)
+    x_lo, x_hi = take(xp, uf.subtract(i, 1), mode="clip"), take(xp, i, mode="clip")
+    f_lo, f_hi = take(fp, uf.subtract(i, 1), mode="clip"), take(fp, i, mode="clip")
+    dx = uf.subtract(x_hi, x_lo)
+    flat = uf.less_equal(uf.absolute(dx), float(_dtypes.finfo(get_aval(dx).dtype).eps))
+    slope = uf.true_divide(uf.subtract(f_hi, f_lo), uf.where(flat, 1.0, dx))
+    f = uf.where(flat, f_hi, uf.add(f_lo, uf.multiply(uf.subtract(x, x_lo), slope)))
+    if period is None:
+        first_x, last_x = _coefficient(xp, 0), _coefficient(xp, n - 1)
+        f = uf.where(uf.less(x, first_x), _coefficient(fp, 0) if left is None else left, f)
+        f = uf.where(uf.greater(x, last_x), _coefficient(fp, n - 1) if right is None else right, f)
+    return f
+
+
+# ---- counting --------------------------------------------------------------------------------
+
+def bincount(x, weights=None, minlength=0, *, length=None):
+    """Number of occurrences (or summed ``weights``) of each non-negative integer in ``x``.
+    Under a transform give ``length=`` (values at or beyond it are dropped).
+
+        >>> bincount(array([0, 1, 1, 3]))
+        Array([1, 2, 0, 1], dtype=int32)
+    """
+    x = to_array(x)
+    if not _dtypes.is_integer(get_aval(x).dtype):
+        raise TypeError(f"bincount: x must be an integer array, got {get_aval(x).dtype}")
+    if get_aval(x).ndim != 1:
+        raise ValueError("bincount: x must be 1-D")
+    if length is None:
+        value = concrete_value(x)
+        if value is None:
+            from functrans.core import ConcretizationTypeError
+            raise ConcretizationTypeError(
+                "bincount: the output length depends on the values of a traced array; pass "
+                "length= (a static int)")
+        length = builtins.max(int(minlength), int(value.max()) + 1 if value.size else 0)
+    length = operator_index(length, "bincount: length")
+    n = get_aval(x).shape[0]
+    bins = structural.broadcast_in_dim(
+        structural.reshape(to_array(np.arange(length, dtype=get_aval(x).dtype)), (length,)),
+        (length, n), (0,))
+    hits = lax.eq(bins, structural.broadcast_in_dim(uf.maximum(x, 0), (length, n), (1,)))
+    from functrans.numpy._reductions import sum as sum_
+    if weights is None:
+        return sum_(hits, axis=1, dtype=_dtypes.default_int_dtype())
+    weights = to_array(weights)
+    w = structural.broadcast_in_dim(weights, (length, n), (1,))
+    return sum_(uf.where(hits, w, 0), axis=1)
+
+
+def histogram_bin_edges(a, bins=10, range=None, weights=None):  # noqa: A002
+    """The bin edges :func:`histogram` uses."""
+    a, = promote_dtypes_inexact(a)
+    if np.ndim(bins) != 0 or hasattr(bins, "aval"):
+        return to_array(bins)
+    bins = operator_index(bins, "histogram: bins")
+    from functrans.numpy import _reductions as red
+    from functrans.numpy._creation import linspace
+    if range is None:
+        lo, hi = red.min(a), red.max(a)
+    else:
+        lo, hi = range
+    lo, hi = promote_dtypes_inexact(lo, hi)
+    # a degenerate range is widened by 0.5 each way, as NumPy does
+    same = uf.equal(lo, hi)
+    lo = uf.where(same, uf.subtract(lo, 0.5), lo)
+    hi = uf.where(same, uf.add(hi, 0.5), hi)
+    return lax.convert_element_type(linspace(lo, hi, bins + 1), get_aval(a).dtype)
+
+
+def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
+    """Counts (or summed weights) of ``a`` in ``bins`` equal bins over ``range`` (or the
+    given edges); the last bin includes its right edge. Returns ``(hist, bin_edges)``."""
+    from functrans.numpy._sorting import searchsorted
+    a = ravel(to_array(a))
+    edges = histogram_bin_edges(a, bins, range)
+    nb = get_aval(edges).shape[0] - 1
+    a, edges = promote_dtypes_inexact(a, edges)
+    idx = uf.subtract(searchsorted(edges, a, side="right"), 1)
+    last = _coefficient(edges, nb)
+    idx = uf.where(uf.equal(a, last), nb - 1, idx)
+    inside = uf.logical_and(uf.greater_equal(idx, 0), uf.less(idx, nb))
+    idx = uf.where(inside, idx, nb)
+    if weights is None:
+        w = lax.convert_element_type(inside, _dtypes.default_float_dtype()
+                                     if density else _dtypes.default_int_dtype())
+    else:
+        w = uf.where(inside, ravel(weights), 0)
+    counts = slice_along_axis(bincount(idx, w, length=nb + 1), 0, 0, nb)
+    if density:
+        from functrans.numpy._reductions import sum as sum_
+        widths = diff(edges)
+        counts = uf.true_divide(uf.true_divide(counts, sum_(counts)), widths)
+    return counts, edges
+
+
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None):
+    """Covariance matrix of the variables in the rows (or columns, ``rowvar=False``)."""
+    if fweights is not None or aweights is not None:
+        raise NotImplementedError("cov: fweights and aweights are not supported")
+    from functrans.numpy._contractions import matmul
+    from functrans.numpy._reductions import mean
+    from functrans.numpy._shape import atleast_2d
+    X, = promote_dtypes_inexact(m)
+    X = atleast_2d(X)
+    if not rowvar and get_aval(X).shape[0] != 1:
+        X = structural.transpose(X, (1, 0))
+    if y is not None:
+        Y, = promote_dtypes_inexact(y)
+        Y = atleast_2d(Y)
+        if not rowvar and get_aval(Y).shape[0] != 1:
+            Y = structural.transpose(Y, (1, 0))
+        X, Y = promote_dtypes(X, Y)
+        X = concatenate([X, Y], axis=0)
+    n = get_aval(X).shape[1]
+    ddof = (0 if bias else 1) if ddof is None else ddof
+    centered = uf.subtract(X, mean(X, axis=1, keepdims=True))
+    c = matmul(centered, uf.conjugate(structural.transpose(centered, (1, 0))))
+    out = uf.true_divide(c, float(n - ddof))
+    return structural.reshape(out, ()) if get_aval(out).shape == (1, 1) else out
+
+
+def corrcoef(x, y=None, rowvar=True):
+    """Pearson correlation coefficients (the covariance normalized by the std devs)."""
+    c = cov(x, y, rowvar)
+    if get_aval(c).ndim == 0:
+        return uf.true_divide(c, c)
+    from functrans.numpy._shape import diagonal
+    d = uf.sqrt(uf.real(diagonal(c)))
+    out = uf.true_divide(uf.true_divide(c, structural.expand_dims(d, (1,))),
+                         structural.expand_dims(d, (0,)))
+    return uf.clip(out, -1, 1) if not _dtypes.is_complex(get_aval(out).dtype) else out

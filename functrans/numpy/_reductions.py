@@ -1,0 +1,660 @@
+"""Reductions (sum, prod, max, mean, var, argmax, quantile, ...) and cumulative operations.
+
+All reductions take NumPy's ``axis`` (None, an int or a tuple), ``keepdims`` and, where NumPy
+has them, ``dtype``, ``initial`` and ``where`` (a boolean mask of the elements to include).
+Dtypes follow JAX: sums and products of booleans and small integers accumulate in the
+default integer type; float16/bfloat16 accumulate in float32 and are rounded back; means
+and variances of integers are floats.
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from functrans import _dtypes
+from functrans.core import get_aval
+from functrans.numpy import _ufuncs as uf
+from functrans.numpy._promotion import (broadcast_to_shape, canonicalize_axes, canonicalize_axis,
+                                        check_arraylike, has_lax_fn, lax_fn, promote_dtypes_inexact,
+                                        to_array)
+from functrans.primitives import elementwise as lax
+from functrans.primitives import reductions as lax_reductions
+from functrans.primitives import structural
+
+_LOW_PRECISION = (_dtypes.float16, _dtypes.bfloat16)
+
+
+def _canonical(dtype):
+    return None if dtype is None else _dtypes.canonicalize_dtype(dtype)
+
+
+def _no_out(fname, out):
+    if out is not None:
+        raise ValueError(f"{fname}: the `out` argument is not supported (arrays are immutable)")
+
+
+def _reduced_shape(shape, axes):
+    return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+def _keep(x, axes, keepdims):
+    return structural.expand_dims(x, axes) if keepdims and axes else x
+
+
+def _accumulation_dtype(dtype, promote_integers=True):
+    """The type sums and products are returned in when no ``dtype`` is asked for."""
+    if _dtypes.is_bool(dtype):
+        return _dtypes.default_int_dtype()
+    if promote_integers and _dtypes.is_integer(dtype):
+        default = _dtypes.default_uint_dtype() if _dtypes.is_unsigned(dtype) \
+            else _dtypes.default_int_dtype()
+        if np.dtype(dtype).itemsize < default.itemsize:
+            return default
+    return dtype
+
+
+def _masked(a, where, fill):
+    """``a`` with the elements outside ``where`` replaced by ``fill``."""
+    if where is None:
+        return a
+    aval = get_aval(a)
+    mask = broadcast_to_shape(uf._to_bool(where), aval.shape)
+    return lax.select(mask, a, structural.full(aval.shape, fill, aval.dtype))
+
+
+def _generic_reduce(fname, a, axis, keepdims, where, initial, identity, reduce_fn, result_dtype,
+                    compute_dtype=None, combine=None):
+    a = to_array(a)
+    aval = get_aval(a)
+    axes = canonicalize_axes(axis, aval.ndim)
+    compute = compute_dtype or result_dtype
+    if compute in _LOW_PRECISION:
+        compute = _dtypes.float32
+    weak = aval.weak_type and compute == aval.dtype
+    a = lax.convert_element_type(a, compute, weak)
+    if identity is None and (where is not None or any(aval.shape[i] == 0 for i in axes)):
+        if initial is None:
+            raise ValueError(f"{fname}: zero-size reductions and reductions with `where` need "
+                             "an `initial` value (the operation has no identity)")
+    fill = identity if identity is not None else initial
+    a = _masked(a, where, fill(compute) if callable(fill) else fill)
+    out = reduce_fn(a, axes)
+    if initial is not None:
+        out = combine(out, lax._weak_full(initial, get_aval(out)))
+    out = lax.convert_element_type(out, result_dtype, weak and result_dtype == compute)
+    return _keep(out, axes, keepdims)
+
+
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None,  # noqa: A001
+        promote_integers=True):
+    """Sum of elements over ``axis``.
+
+        >>> sum(arange(6).reshape(2, 3), axis=0)
+        Array([3, 5, 7], dtype=int32)
+    """
+    _no_out("sum", out)
+    a = to_array(a)
+    result = _canonical(dtype) or _accumulation_dtype(get_aval(a).dtype, promote_integers)
+    return _generic_reduce("sum", a, axis, keepdims, where, initial, 0,
+                           lax_reductions.reduce_sum, result, combine=lax.add)
+
+
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None,
+         promote_integers=True):
+    """Product of elements over ``axis``.
+
+        >>> prod(array([1, 2, 3, 4]))
+        Array(24, dtype=int32)
+    """
+    _no_out("prod", out)
+    a = to_array(a)
+    result = _canonical(dtype) or _accumulation_dtype(get_aval(a).dtype, promote_integers)
+    return _generic_reduce("prod", a, axis, keepdims, where, initial, 1,
+                           lambda x, axes: lax_fn("reduce_prod")(x, axes), result,
+                           combine=lax.mul)
+
+
+def _lowest(dtype):
+    dtype = np.dtype(dtype)
+    if _dtypes.is_bool(dtype):
+        return False
+    if _dtypes.is_integer(dtype):
+        return int(np.iinfo(dtype).min)
+    return -np.inf
+
+
+def _highest(dtype):
+    dtype = np.dtype(dtype)
+    if _dtypes.is_bool(dtype):
+        return True
+    if _dtypes.is_integer(dtype):
+        return int(np.iinfo(dtype).max)
+    return np.inf
+
+
+def max(a, axis=None, out=None, keepdims=False, initial=None, where=None):  # noqa: A001
+    """Largest element over ``axis`` (NaN if any is NaN).
+
+        >>> max(array([1.0, 3.0, 2.0]))
+        Array(3., dtype=float32)
+    """
+    _no_out("max", out)
+    a = to_array(a)
+    dtype = get_aval(a).dtype
+    return _generic_reduce("max", a, axis, keepdims, where, initial,
+                           _lowest if initial is not None else None,
+                           lambda x, axes: lax_fn("reduce_max")(x, axes), dtype,
+                           compute_dtype=dtype, combine=lax.max)
+
+
+def min(a, axis=None, out=None, keepdims=False, initial=None, where=None):  # noqa: A001
+    """Smallest element over ``axis`` (NaN if any is NaN)."""
+    _no_out("min", out)
+    a = to_array(a)
+    dtype = get_aval(a).dtype
+    return _generic_reduce("min", a, axis, keepdims, where, initial,
+                           _highest if initial is not None else None,
+                           lambda x, axes: lax_fn("reduce_min")(x, axes), dtype,
+                           compute_dtype=dtype, combine=lax.min)
+
+
+amax, amin = max, min
+
+
+def _reduce_or(x, axes):
+    if has_lax_fn("reduce_or"):
+        return lax_fn("reduce_or")(x, axes)
+    # without a boolean reduction, count the true elements
+    count = lax_reductions.reduce_sum(lax.convert_element_type(x, _dtypes.int32), axes)
+    return lax.gt(count, lax._weak_full(0, get_aval(count)))
+
+
+def _reduce_and(x, axes):
+    if has_lax_fn("reduce_and"):
+        return lax_fn("reduce_and")(x, axes)
+    return lax.bitwise_not(_reduce_or(lax.bitwise_not(x), axes))
+
+
+def any(a, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
+    """Whether any element over ``axis`` is true (non-zero)."""
+    _no_out("any", out)
+    a = uf._to_bool(to_array(a))
+    return _generic_reduce("any", a, axis, keepdims, where, None, False, _reduce_or,
+                           _dtypes.bool_)
+
+
+def all(a, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
+    """Whether every element over ``axis`` is true (non-zero).
+
+        >>> all(array([1, 2, 0]))
+        Array(False, dtype=bool)
+    """
+    _no_out("all", out)
+    a = uf._to_bool(to_array(a))
+    return _generic_reduce("all", a, axis, keepdims, where, None, True, _reduce_and,
+                           _dtypes.bool_)
+
+
+def _divide_by_count(total, a, axes, where, offset=0.0):
+    """``total / (number of elements reduced - offset)``; the count is static unless a
+    ``where`` mask is given."""
+    aval = get_aval(a)
+    if where is None:
+        n = 1
+        for i in axes:
+            n *= aval.shape[i]
+        return lax.div(total, lax._weak_full(float(n) - offset, get_aval(total)))
+    mask = broadcast_to_shape(uf._to_bool(where), aval.shape)
+    count = lax_reductions.reduce_sum(lax.convert_element_type(mask, get_aval(total).dtype), axes)
+    return lax.div(total, lax.sub(count, lax._weak_full(float(offset), get_aval(count))))
+
+
+def _inexact_dtype(dtype):
+    return dtype if _dtypes.is_inexact(dtype) else _dtypes.default_float_dtype()
+
+
+def _real_dtype(dtype):
+    return np.dtype(np.real(np.zeros((), dtype)).dtype)
+
+
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
+    """Arithmetic mean over ``axis`` (integers give the default float type).
+
+        >>> mean(array([1, 2, 3, 4]))
+        Array(2.5, dtype=float32)
+    """
+    _no_out("mean", out)
+    check_arraylike("mean", a)
+    a = to_array(a)
+    aval = get_aval(a)
+    axes = canonicalize_axes(axis, aval.ndim)
+    result = _canonical(dtype) or _inexact_dtype(aval.dtype)
+    compute = _dtypes.float32 if result in _LOW_PRECISION else _inexact_dtype(result)
+    total = sum(a, axis=axes, dtype=compute, where=where)
+    out_ = _divide_by_count(total, a, axes, where)
+    out_ = lax.convert_element_type(out_, result, aval.weak_type and result == aval.dtype)
+    return _keep(out_, axes, keepdims)
+
+
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
+        correction=None):
+    """Variance over ``axis``, dividing by ``N - ddof`` (``correction`` is the array-API
+    name for ``ddof``).
+
+        >>> var(array([1.0, 2.0, 3.0, 4.0]))
+        Array(1.25, dtype=float32)
+    """
+    _no_out("var", out)
+    if correction is not None:
+        ddof = correction
+    a = to_array(a)
+    aval = get_aval(a)
+    axes = canonicalize_axes(axis, aval.ndim)
+    in_dtype = _inexact_dtype(aval.dtype)
+    result = _canonical(dtype) or in_dtype
+    if _dtypes.is_complex(result):
+        result = _real_dtype(result)
+    compute = _dtypes.float32 if in_dtype in _LOW_PRECISION else in_dtype
+    a = lax.convert_element_type(a, compute)
+    centered = lax.sub(a, broadcast_to_shape(mean(a, axes, keepdims=True, where=where),
+                                             aval.shape))
+    if _dtypes.is_complex(compute):
+        squares = lax.real(lax.mul(centered, lax.conj(centered)))
+    else:
+        squares = lax.square(centered)
+    total = sum(squares, axis=axes, where=where)
+    out_ = _divide_by_count(total, squares, axes, where, offset=float(ddof))
+    out_ = lax.convert_element_type(out_, result)
+    return _keep(out_, axes, keepdims)
+
+
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None,
+        correction=None):
+    """Standard deviation over ``axis`` (the square root of :func:`var`)."""
+    return uf.sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, correction=correction))
+
+
+def ptp(a, axis=None, out=None, keepdims=False):
+    """Range (maximum minus minimum) over ``axis``."""
+    _no_out("ptp", out)
+    return uf.subtract(max(a, axis, keepdims=keepdims), min(a, axis, keepdims=keepdims))
+
+
+def count_nonzero(a, axis=None, keepdims=False):
+    """Number of non-zero elements over ``axis``.
+
+        >>> count_nonzero(array([0, 1, 2, 0]))
+        Array(2, dtype=int32)
+    """
+    a = to_array(a)
+    return sum(uf._to_bool(a), axis=axis, dtype=_dtypes.default_int_dtype(), keepdims=keepdims)
+
+
+# ---- argmax / argmin -------------------------------------------------------------------------
+
+def _arg_reduce(fname, a, axis, keepdims):
+    a = to_array(a)
+    aval = get_aval(a)
+    if axis is None:
+        if aval.size == 0:
+            raise ValueError(f"{fname}: attempt to get {fname} of an empty sequence")
+        flat = structural.reshape(a, (aval.size,))
+        out = lax_fn(fname)(flat, 0, _dtypes.default_int_dtype())
+        return structural.reshape(out, (1,) * aval.ndim) if keepdims else out
+    axis = canonicalize_axis(axis, aval.ndim)
+    if aval.shape[axis] == 0:
+        raise ValueError(f"{fname}: attempt to get {fname} of an empty sequence")
+    out = lax_fn(fname)(a, axis, _dtypes.default_int_dtype())
+    return _keep(out, (axis,), keepdims)
+
+
+def argmax(a, axis=None, out=None, keepdims=None):
+    """Index of the largest element over ``axis`` (the first one on ties and NaNs).
+
+        >>> argmax(array([1, 5, 2]))
+        Array(1, dtype=int32)
+    """
+    _no_out("argmax", out)
+    return _arg_reduce("argmax", a, axis, bool(keepdims))
+
+
+def argmin(a, axis=None, out=None, keepdims=None):
+    """Index of the smallest element over ``axis`` (the first one on ties and NaNs)."""
+    _no_out("argmin", out)
+    return _arg_reduce("argmin", a, axis, bool(keepdims))
+
+
+def nanargmax(a, axis=None, out=None, keepdims=None):
+    """:func:`argmax` ignoring NaNs (-1 where every element is NaN)."""
+    _no_out("nanargmax", out)
+    return _nan_arg("argmax", a, axis, keepdims, -np.inf)
+
+
+def nanargmin(a, axis=None, out=None, keepdims=None):
+    """:func:`argmin` ignoring NaNs (-1 where every element is NaN)."""
+    _no_out("nanargmin", out)
+    return _nan_arg("argmin", a, axis, keepdims, np.inf)
+
+
+def _nan_arg(fname, a, axis, keepdims, fill):
+    a = to_array(a)
+    if not _dtypes.is_inexact(get_aval(a).dtype):
+        return _arg_reduce(fname, a, axis, bool(keepdims))
+    nans = uf.isnan(a)
+    out = _arg_reduce(fname, uf.where(nans, fill, a), axis, bool(keepdims))
+    all_nan = all(nans, axis=axis, keepdims=bool(keepdims))
+    return uf.where(all_nan, -1, out)
+
+
+# ---- NaN-ignoring reductions -----------------------------------------------------------------
+
+def _nan_replaced(a, value):
+    a = to_array(a)
+    if not _dtypes.is_inexact(get_aval(a).dtype):
+        return a
+    return uf.where(uf.isnan(a), value, a)
+
+
+def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    """:func:`sum` treating NaNs as zero."""
+    return sum(_nan_replaced(a, 0), axis, dtype, out, keepdims, initial, where)
+
+
+def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    """:func:`prod` treating NaNs as one."""
+    return prod(_nan_replaced(a, 1), axis, dtype, out, keepdims, initial, where)
+
+
+def _not_nan(a, where):
+    ok = uf.logical_not(uf.isnan(a))
+    return ok if where is None else uf.logical_and(ok, where)
+
+
+def nanmax(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+    """:func:`max` ignoring NaNs (NaN where every element is NaN)."""
+    _no_out("nanmax", out)
+    a = to_array(a)
+    if not _dtypes.is_inexact(get_aval(a).dtype):
+        return max(a, axis, None, keepdims, initial, where)
+    out_ = max(_nan_replaced(a, -np.inf), axis, None, keepdims, initial, where)
+    return uf.where(all(uf.isnan(a), axis=axis, keepdims=keepdims), np.nan, out_)
+
+
+def nanmin(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+    """:func:`min` ignoring NaNs (NaN where every element is NaN)."""
+    _no_out("nanmin", out)
+    a = to_array(a)
+    if not _dtypes.is_inexact(get_aval(a).dtype):
+        return min(a, axis, None, keepdims, initial, where)
+    out_ = min(_nan_replaced(a, np.inf), axis, None, keepdims, initial, where)
+    return uf.where(all(uf.isnan(a), axis=axis, keepdims=keepdims), np.nan, out_)
+
+
+def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
+    """:func:`mean` of the non-NaN elements.
+
+        >>> nanmean(array([1.0, nan, 3.0]))
+        Array(2., dtype=float32)
+    """
+    a = to_array(a)
+    if not _dtypes.is_inexact(get_aval(a).dtype):
+        return mean(a, axis, dtype, out, keepdims, where=where)
+    return mean(a, axis, dtype, out, keepdims, where=_not_nan(a, where))
+
+
+def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
+    """:func:`var` of the non-NaN elements."""
+    a = to_array(a)
+    if not _dtypes.is_inexact(get_aval(a).dtype):
+        return var(a, axis, dtype, out, ddof, keepdims, where=where)
+    return var(_nan_replaced(a, 0), axis, dtype, out, ddof, keepdims, where=_not_nan(a, where))
+
+
+def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
+    """:func:`std` of the non-NaN elements."""
+    return uf.sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where))
+
+
+def average(a, axis=None, weights=None, returned=False, keepdims=False):
+    """Weighted mean over ``axis``; with ``returned``, also the sum of the weights.
+
+        >>> average(array([1.0, 2.0]), weights=array([3.0, 1.0]))
+        Array(1.25, dtype=float32)
+    """
+    a = to_array(a)
+    aval = get_aval(a)
+    if weights is None:
+        avg = mean(a, axis, keepdims=keepdims)
+        axes = canonicalize_axes(axis, aval.ndim)
+        n = 1
+        for i in axes:
+            n *= aval.shape[i]
+        if returned:
+            return avg, structural.full(get_aval(avg).shape, float(n), get_aval(avg).dtype)
+        return avg
+    a, weights = promote_dtypes_inexact(a, weights)
+    w_aval = get_aval(weights)
+    if w_aval.shape != aval.shape:
+        if axis is None or w_aval.ndim != 1:
+            raise ValueError("average: weights of a different shape than `a` must be 1-D and "
+                             "come with an `axis`")
+        ax = canonicalize_axis(axis, aval.ndim)
+        if w_aval.shape[0] != aval.shape[ax]:
+            raise ValueError("average: the length of weights differs from the length of `a` "
+                             "along axis")
+        weights = structural.broadcast_in_dim(weights, aval.shape, (ax,))
+    weights_sum = sum(weights, axis, keepdims=keepdims)
+    avg = uf.true_divide(sum(uf.multiply(a, weights), axis, keepdims=keepdims), weights_sum)
+    if returned:
+        return avg, weights_sum
+    return avg
+
+
+# ---- quantiles -------------------------------------------------------------------------------
+
+_QUANTILE_METHODS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+             keepdims=False, *, interpolation=None):
+    """The ``q``-th quantile(s) of ``a`` over ``axis`` (``q`` in ``[0, 1]``; its shape leads
+    the result). ``method`` is one of linear, lower, higher, midpoint, nearest.
+
+        >>> quantile(array([1.0, 2.0, 3.0, 4.0]), 0.5)
+        Array(2.5, dtype=float32)
+    """
+    _no_out("quantile", out)
+    return _quantile(a, q, axis, interpolation or method, keepdims, squash_nans=False)
+
+
+def nanquantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                keepdims=False, *, interpolation=None):
+    """:func:`quantile` of the non-NaN elements."""
+    _no_out("nanquantile", out)
+    return _quantile(a, q, axis, interpolation or method, keepdims, squash_nans=True)
+
+
+def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+               keepdims=False, *, interpolation=None):
+    """:func:`quantile` with ``q`` in percent."""
+    q = uf.true_divide(q, 100.0)
+    return quantile(a, q, axis, out, overwrite_input, method, keepdims,
+                    interpolation=interpolation)
+
+
+def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                  keepdims=False, *, interpolation=None):
+    """:func:`nanquantile` with ``q`` in percent."""
+    q = uf.true_divide(q, 100.0)
+    return nanquantile(a, q, axis, out, overwrite_input, method, keepdims,
+                       interpolation=interpolation)
+
+
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """The median over ``axis``.
+
+        >>> median(array([3.0, 1.0, 2.0]))
+        Array(2., dtype=float32)
+    """
+    return quantile(a, 0.5, axis, out, overwrite_input, "linear", keepdims)
+
+
+def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """The median of the non-NaN elements over ``axis``."""
+    return nanquantile(a, 0.5, axis, out, overwrite_input, "linear", keepdims)
+
+
+def _quantile(a, q, axis, method, keepdims, squash_nans):
+    from functrans.numpy import _shape
+    from functrans.numpy._sorting import sort
+    if method not in _QUANTILE_METHODS:
+        raise ValueError(f"quantile: method must be one of {_QUANTILE_METHODS}, got {method!r}")
+    a, q = promote_dtypes_inexact(a, q)
+    if _dtypes.is_complex(get_aval(a).dtype):
+        raise TypeError("quantile does not support complex inputs")
+    aval = get_aval(a)
+    axes = canonicalize_axes(axis, aval.ndim)
+    kept = [i for i in range(aval.ndim) if i not in axes]
+    # move the reduced axes last and merge them into one
+    a = structural.transpose(a, tuple(kept) + axes)
+    rest_shape = tuple(aval.shape[i] for i in kept)
+    n = 1
+    for i in axes:
+        n *= aval.shape[i]
+    a = structural.reshape(a, rest_shape + (n,))
+    q_shape = get_aval(q).shape
+    q_flat = structural.reshape(q, (get_aval(q).size,))
+    nq = get_aval(q_flat).shape[0]
+    dtype = get_aval(a).dtype
+    nans = uf.isnan(a)
+    if squash_nans:
+        count = sum(uf.logical_not(nans), axis=-1, keepdims=True, dtype=dtype)
+    else:
+        count = structural.full(rest_shape + (1,), float(n), dtype)
+    sorted_a = sort(a, axis=-1)
+    pos_shape = rest_shape + (nq,)
+    q_b = structural.broadcast_in_dim(q_flat, pos_shape, (len(rest_shape),))
+    pos = lax.mul(q_b, broadcast_to_shape(lax.sub(count, lax._weak_full(1.0, get_aval(count))),
+                                          pos_shape))
+    lo_pos = lax.floor(pos)
+    hi_pos = lax.ceil(pos)
+    top = float(builtins.max(n - 1, 0))
+
+    def take(p):
+        idx = lax.convert_element_type(uf.clip(p, 0.0, top), _dtypes.int32)
+        return _shape.take_along_axis(sorted_a, idx, axis=-1)
+
+    if method == "linear":
+        lo_v, hi_v = take(lo_pos), take(hi_pos)
+        t = lax.sub(pos, lo_pos)
+        result = lax.add(lo_v, lax.mul(t, lax.sub(hi_v, lo_v)))
+    elif method == "lower":
+        result = take(lo_pos)
+    elif method == "higher":
+        result = take(hi_pos)
+    elif method == "midpoint":
+        result = lax.mul(lax.add(take(lo_pos), take(hi_pos)), lax._weak_full(0.5, get_aval(pos)))
+    else:
+        result = take(lax.round(pos, 1))
+    if squash_nans:
+        empty = broadcast_to_shape(lax.eq(count, lax._weak_full(0.0, get_aval(count))), pos_shape)
+        result = uf.where(empty, np.nan, result)
+    else:
+        has_nan = broadcast_to_shape(any(nans, axis=-1, keepdims=True), pos_shape)
+        result = uf.where(has_nan, np.nan, result)
+    # q's dimensions lead the result
+    result = _shape.moveaxis(result, -1, 0)
+    result = structural.reshape(result, q_shape + rest_shape)
+    if keepdims:
+        full_rest = tuple(1 if i in axes else s for i, s in enumerate(aval.shape))
+        result = structural.reshape(result, q_shape + full_rest)
+    return result
+
+
+# ---- cumulative operations -------------------------------------------------------------------
+
+def _cumulative(fname, lax_name, a, axis, dtype, promote=True):
+    a = to_array(a)
+    aval = get_aval(a)
+    if axis is None:
+        a = structural.reshape(a, (aval.size,))
+        axis = 0
+    axis = canonicalize_axis(axis, get_aval(a).ndim)
+    if dtype is not None:
+        result = _canonical(dtype)
+    elif promote:
+        result = _accumulation_dtype(aval.dtype)
+    else:
+        result = aval.dtype
+    compute = _dtypes.float32 if result in _LOW_PRECISION else result
+    if _dtypes.is_bool(compute):
+        compute = _dtypes.default_int_dtype()
+    a = lax.convert_element_type(a, compute)
+    if get_aval(a).shape[axis] == 0:
+        return lax.convert_element_type(a, result)
+    out = lax_fn(lax_name)(a, axis=axis, reverse=False)
+    return lax.convert_element_type(out, result)
+
+
+def cumsum(a, axis=None, dtype=None, out=None):
+    """Cumulative sum along ``axis`` (of the flattened array when ``axis`` is None).
+
+        >>> cumsum(array([1, 2, 3]))
+        Array([1, 3, 6], dtype=int32)
+    """
+    _no_out("cumsum", out)
+    return _cumulative("cumsum", "cumsum", a, axis, dtype)
+
+
+def cumprod(a, axis=None, dtype=None, out=None):
+    """Cumulative product along ``axis``."""
+    _no_out("cumprod", out)
+    return _cumulative("cumprod", "cumprod", a, axis, dtype)
+
+
+cumproduct = cumprod
+
+
+def nancumsum(a, axis=None, dtype=None, out=None):
+    """:func:`cumsum` treating NaNs as zero."""
+    return cumsum(_nan_replaced(a, 0), axis, dtype, out)
+
+
+def nancumprod(a, axis=None, dtype=None, out=None):
+    """:func:`cumprod` treating NaNs as one."""
+    return cumprod(_nan_replaced(a, 1), axis, dtype, out)
+
+
+def _with_initial(out, axis, value, include_initial):
+    if not include_initial:
+        return out
+    from functrans.numpy._shape import concatenate
+    aval = get_aval(out)
+    shape = list(aval.shape)
+    shape[axis] = 1
+    return concatenate([structural.full(tuple(shape), value, aval.dtype), out], axis=axis)
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
+    """Array-API cumulative sum; ``include_initial`` prepends a zero."""
+    x = to_array(x)
+    if axis is None:
+        if get_aval(x).ndim > 1:
+            raise ValueError("cumulative_sum: axis must be given for arrays of more than one "
+                             "dimension")
+        axis = 0
+    out = cumsum(x, axis, dtype)
+    return _with_initial(out, canonicalize_axis(axis, get_aval(out).ndim), 0, include_initial)
+
+
+def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
+    """Array-API cumulative product; ``include_initial`` prepends a one."""
+    x = to_array(x)
+    if axis is None:
+        if get_aval(x).ndim > 1:
+            raise ValueError("cumulative_prod: axis must be given for arrays of more than one "
+                             "dimension")
+        axis = 0
+    out = cumprod(x, axis, dtype)
+    return _with_initial(out, canonicalize_axis(axis, get_aval(out).ndim), 1, include_initial)

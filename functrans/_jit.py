@@ -40,7 +40,7 @@ def compile_closed(closed: ClosedJaxpr, backend: str | None):
         be = _backends.get_backend(backend)
         start = time.perf_counter()
         from functrans.interpreters.inline import inline_calls
-        executable = be.compile(inline_calls(closed), None)
+        executable = be.compile(pe.dce_closed_jaxpr(inline_calls(closed)), None)
         if config.log_compiles:
             logger.warning("compiled %s with backend %s in %.1f ms", _jaxpr_name(closed),
                            be.name, 1e3 * (time.perf_counter() - start))

@@ -26,6 +26,8 @@ from functrans._devices import (default_device, device_count, devices, local_dev
 from functrans import numpy  # noqa: F401
 from functrans import lax  # noqa: F401
 from functrans import distributed  # noqa: F401
+from functrans.distributed import process_count, process_index  # noqa: F401
+from functrans._pmap import ShardedArray, device_put_replicated, device_put_sharded, pmap  # noqa: F401
 from functrans import debug  # noqa: F401
 from functrans._disable_jit import disable_jit  # noqa: F401
 

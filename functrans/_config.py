@@ -38,6 +38,8 @@ class Config:
             "traceback_filtering": os.environ.get("FUNCTRANS_TRACEBACK_FILTERING", "on"),
             "default_backend": os.environ.get("FUNCTRANS_DEFAULT_BACKEND", ""),
             "cache_dir": os.environ.get("FUNCTRANS_CACHE_DIR", ""),
+            # type-check every staged program (slow; the test suite turns it on)
+            "check_jaxprs": _env_bool("FUNCTRANS_CHECK_JAXPRS", False),
         }
         self._listeners: dict[str, list] = {}
         self._lock = threading.Lock()

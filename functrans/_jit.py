@@ -100,9 +100,12 @@ def _jit_transpose(cts, *args, jaxpr, name, backend=None, donated_invars=()):
     return [next(outs) if u else None for u in undefined]
 
 
-def _jit_batch(vals, dims, *, jaxpr, name, backend=None, donated_invars=()):
+def _jit_batch(vals, dims, *, jaxpr, name, backend=None, donated_invars=(), axis_data=None):
     size = batching.batch_size_of(vals, dims)
-    batched, out_dims = batching.batch_jaxpr(jaxpr, size, dims, False)
+    # the vmap's axis name reaches the body, so collectives over it inside jit resolve
+    batched, out_dims = batching.batch_jaxpr(
+        jaxpr, size, dims, False, axis_name=axis_data.name if axis_data else None,
+        spmd_axis_name=axis_data.spmd_name if axis_data else None)
     outs = jit_p.bind(*vals, jaxpr=batched, name=name, backend=backend, donated_invars=())
     return outs, out_dims
 
@@ -128,6 +131,7 @@ def _jit_partial_eval(trace, tracers, *, jaxpr, name, backend=None, donated_inva
 jit_p.jvp = _jit_jvp
 jit_p.transpose = _jit_transpose
 jit_p.batch = _jit_batch
+jit_p.batch_needs_axis = True
 jit_p.partial_eval = _jit_partial_eval
 
 

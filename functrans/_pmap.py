@@ -535,12 +535,13 @@ class _PmapProgram:
 
 
 def _check_same_program(signature: str, what: str) -> None:
-    """Under MPI, every process must run the same program on the same shapes."""
-    signatures = distributed.allgather_object(signature, what)
-    if len(set(signatures)) != 1:
+    """Under MPI, every process must run the same program on the same shapes: one small
+    Allgather of the program's digest per call, so a mismatch fails before any device runs."""
+    digests = distributed.allgather(np.frombuffer(bytes.fromhex(signature), np.uint8), what)
+    if not (digests == digests[0]).all():
         groups: dict = {}
-        for rank, s in enumerate(signatures):
-            groups.setdefault(s, []).append(rank)
+        for rank, d in enumerate(digests):
+            groups.setdefault(d.tobytes(), []).append(rank)
         raise ValueError(f"{what}: the processes called pmap with different programs or "
                          f"argument shapes (process groups that agree: {list(groups.values())})")
 

@@ -153,15 +153,6 @@ def _gather_object(comm, value, what: str) -> list:
     return [pickle.loads(buffer[o:o + s].tobytes()) for o, s in zip(offsets, sizes)]
 
 
-def allgather_object(value, what: str = "allgather"):
-    """Every process's ``value`` (picklable), in rank order."""
-    comm = _state["comm"]
-    if comm is None:
-        return [value]
-    with _mpi_lock:
-        return _gather_object(comm, value, what)
-
-
 _REDUCE_VIA_F32 = ("float16", "bfloat16")
 
 

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import os
 
-import pytest
-from hypothesis import HealthCheck, settings
+# type-check every program the tests stage (check_jaxpr after each trace)
+os.environ.setdefault("FUNCTRANS_CHECK_JAXPRS", "1")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile("ci", max_examples=15, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])

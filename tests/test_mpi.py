@@ -19,18 +19,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "data_parallel_mlp.py"
 
-# Runs a script with the pmap names on `functrans` even before the package exports them.
-LAUNCHER = textwrap.dedent("""
-    import runpy, sys
-    import functrans, functrans._pmap as _pmap
-    for _name in ("pmap", "device_put_replicated", "device_put_sharded"):
-        if not hasattr(functrans, _name):
-            setattr(functrans, _name, getattr(_pmap, _name))
-    sys.argv = sys.argv[1:]
-    runpy.run_path(sys.argv[0], run_name="__main__")
-""")
-
-
 def _mpi_works(launcher: str) -> bool:
     try:
         probe = subprocess.run([launcher, "-n", "2", sys.executable, "-c",
@@ -67,11 +55,9 @@ def mpiexec():
 
 
 def _launch(mpiexec, script: Path, *args, nproc=2, devices=2, timeout=180, extra_env=None):
-    launcher = script.parent / "_launch_functrans.py"
-    launcher.write_text(LAUNCHER)
     env = dict(os.environ, FUNCTRANS_CPU_DEVICES=str(devices), PYTHONPATH=str(ROOT))
     env.update(extra_env or {})
-    return subprocess.run([mpiexec, "-n", str(nproc), sys.executable, str(launcher), str(script),
+    return subprocess.run([mpiexec, "-n", str(nproc), sys.executable, str(script),
                            *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           env=env, cwd=str(ROOT))
 

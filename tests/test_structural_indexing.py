@@ -440,7 +440,8 @@ def test_dynamic_slice_with_batched_indices_becomes_one_gather():
     expected = np.stack([x[clamp_start(i, 4, 1):clamp_start(i, 4, 1) + 1, 1:4] for i in starts])
     assert_close(f(starts), expected)
     g = functrans.vmap(lambda i, u: lax.dynamic_update_slice(x, u, (i, 0)))
-    names = [e.primitive.name for e in functrans.make_jaxpr(g)(starts, np.ones((4, 1, 5), np.float32)).jaxpr.eqns]
+    jaxpr = functrans.make_jaxpr(g)(starts, np.ones((4, 1, 5), np.float32))
+    names = [e.primitive.name for e in jaxpr.jaxpr.eqns]
     assert "scatter" in names and "dynamic_update_slice" not in names
 
 
@@ -757,3 +758,29 @@ def test_vmap_of_gather_and_scatter_with_batching_dims(operand_axis, indices_axi
     spec = spec._replace(mode="drop")
     assert_close(scatter(xs[0], idx[0], ups[0]),
                  scatter_reference(xs[0], idx[0], ups[0], spec, np.add), rtol=1e-5)
+
+
+def test_zero_dimensional_arrays():
+    x = jnp.asarray(np.float32(3.0))
+    for idx in [(), Ellipsis, None, True, False, (None, Ellipsis, None)]:
+        assert_close(x[idx], np.float32(3.0)[idx])
+    assert_close(x.at[()].set(5.0), 5.0)
+    assert_close(x.at[None].multiply(2.0), 6.0)
+    assert_close(functrans.grad(lambda x: x.at[()].add(x * x))(x), 7.0)
+    assert_close(functrans.grad(lambda x: x.at[...].set(x * x))(x), 6.0)
+
+
+def test_transpose_of_unique_scatter():
+    from functrans.core import ShapedArray
+    from functrans.interpreters.ad import UndefinedPrimal
+    from functrans.primitives import indexing
+    dn = lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
+                                     scatter_dims_to_operand_dims=(0,))
+    idx = np.array([[3], [0], [9]], np.int32)  # the last update is dropped
+    ct = np.arange(8.0, dtype=np.float32).reshape(4, 2) + 1
+    operand_ct, _, updates_ct = indexing.scatter_p.transpose(
+        ct, UndefinedPrimal(ShapedArray((4, 2), np.float32)), idx,
+        UndefinedPrimal(ShapedArray((3, 2), np.float32)), dimension_numbers=dn,
+        indices_are_sorted=False, unique_indices=True, mode=lax.GatherScatterMode.FILL_OR_DROP)
+    assert_close(operand_ct, ct * np.array([[0], [1], [1], [0]], np.float32))
+    assert_close(updates_ct, np.stack([ct[3], ct[0], np.zeros(2, np.float32)]))

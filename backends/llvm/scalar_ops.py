@@ -65,11 +65,17 @@ def _is_signed(d):
 
 
 class ScalarContext:
-    """What a scalar emitter needs: the builder and the module's math library."""
+    """What a scalar emitter needs: the builder and the module's math library.
 
-    def __init__(self, builder: ir.IRBuilder, math: MathLibrary):
+    In the default (fast) mode, functions whose inline code is accurate only on part of
+    their domain append an ``i1`` to ``guards`` that is true where it is not; the kernel
+    then reruns in ``exact`` mode (C library calls) if any element needed it."""
+
+    def __init__(self, builder: ir.IRBuilder, math: MathLibrary, exact: bool = False):
         self.b = builder
         self.math = math
+        self.exact = exact
+        self.guards: list = []
 
     def intrinsic(self, name, ty, *args):
         return self.math.intrinsic(self.b, name, ty, *args)
@@ -84,10 +90,29 @@ _FLOAT_MATH = ("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin"
                "erfc", "lgamma", "cbrt")
 
 
+# float32 sin/cos/tan reduce their argument in float64, accurate for |x| below this
+TRIG_FAST_LIMIT = 2.0 ** 26
+GUARDED = ("sin", "cos", "tan")
+
+
 def _float_math(name):
     def emit(ctx, args, in_dtypes, out_dtype, params):
-        return ctx.math.call(ctx.b, name, in_dtypes[0], args[0])
+        x, = args
+        if name in GUARDED and x.type == F32:
+            if ctx.exact:
+                return ctx.math.libm(ctx.b, name, in_dtypes[0], x)
+            big = ctx.b.fcmp_ordered(">", ctx.intrinsic("llvm.fabs", F32, x),
+                                     ir.Constant(F32, TRIG_FAST_LIMIT))
+            ctx.guards.append(big)
+        return ctx.math.call(ctx.b, name, in_dtypes[0], x)
     return emit
+
+
+def needs_guard(nodes) -> bool:
+    """Whether expression ``nodes`` use a function with a guarded fast path."""
+    from functrans.backends.llvm import exprs as E
+    return any(isinstance(n, E.ScalarExpr) and n.kind == "op" and n.args[0] in GUARDED
+               and n.dtype == np.float32 for n in E.postorder(nodes))
 
 
 def _float_binary_libm(name):

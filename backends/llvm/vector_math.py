@@ -209,7 +209,7 @@ class MathLibrary:
     # ---- float32 implementations -------------------------------------------------------------
 
     def _scale_by_pow2(self, o: _Ops, p, n_float):
-        """``p * 2**n`` for integral ``n`` in [-150, 130], as two exact power-of-two
+        """``p * 2**n`` for integral ``n`` in [-151, 131], as two exact power-of-two
         factors so that neither underflows nor overflows on its own."""
         b = o.b
         n = b.fptosi(n_float, I32)
@@ -221,12 +221,16 @@ class MathLibrary:
         return o.mul(o.mul(p, pow2(n1)), pow2(n2))
 
     def _exp(self, o: _Ops, x):
-        # exp(x) = 2**n * exp(r), n = round(x / ln2), r = x - n*ln2 (two-part ln2, exact head)
-        xc = self._clamp(o, x, -104.0, 89.0)
+        return self._exp_times_pow2(o, x, 0)
+
+    def _exp_times_pow2(self, o: _Ops, x, k: int):
+        """``exp(x) * 2**k`` without intermediate overflow: exp(x) = 2**n * exp(r) with
+        n = round(x / ln2) and r = x - n*ln2 (ln2 in two parts, the head exact)."""
+        xc = self._clamp(o, x, -104.0, 90.0)
         n = o.roundeven(o.mul(xc, o.c(1 / LN2)))
         r = o.fma(n, o.c(-LN2_HI), xc)
         r = o.fma(n, o.c(-LN2_LO), r)
-        y = self._scale_by_pow2(o, o.poly(r, EXP_COEFFS), n)
+        y = self._scale_by_pow2(o, o.poly(r, EXP_COEFFS), o.add(n, o.c(k)) if k else n)
         return o.sel(o.isnan(x), x, y)
 
     def _exp2(self, o: _Ops, x):
@@ -359,13 +363,13 @@ class MathLibrary:
         a = o.abs(x)
         e = o.call("expm1", a)
         small = o.mul(o.c(0.5), o.add(e, o.div(e, o.add(e, o.c(1.0)))))
-        h = o.call("exp", o.sub(a, o.c(LN2)))  # e**a / 2, finite a little beyond exp's range
+        h = self._exp_times_pow2(o, a, -1)  # e**a / 2, finite a little beyond exp's range
         large = o.sub(h, o.div(o.c(0.25), h))
         y = o.sel(o.cmp("<", a, o.c(1.0)), small, large)
         return o.sel(o.isnan(x), x, o.copysign(y, x))
 
     def _cosh(self, o: _Ops, x):
-        h = o.call("exp", o.sub(o.abs(x), o.c(LN2)))
+        h = self._exp_times_pow2(o, o.abs(x), -1)
         return o.add(h, o.div(o.c(0.25), h))
 
     def _asinh(self, o: _Ops, x):

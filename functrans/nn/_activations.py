@@ -11,7 +11,6 @@ import math
 import numpy as np
 
 from functrans import _dtypes, lax
-from functrans._custom_derivatives import custom_jvp
 from functrans.core import get_aval
 from functrans.numpy._promotion import promote_args_inexact, to_array
 
@@ -32,8 +31,9 @@ def _inexact(name: str, x):
 
 
 def _full_like(x, value):
+    # a constant takes x's weak type too, so relu(1.0) stays weakly typed as in JAX
     aval = get_aval(x)
-    return lax.full(aval.shape, value, aval.dtype)
+    return lax.full(aval.shape, value, aval.dtype, weak_type=aval.weak_type)
 
 
 def _where(condition, x, y):
@@ -80,34 +80,36 @@ def _masked_sum(x, axes, mask):
 # Activations
 # =============================================================================================
 
-@custom_jvp
+def _is_nan(x):
+    return lax.ne(x, x)
+
+
 def relu(x):
-    """Rectified linear unit ``max(x, 0)``; its derivative at 0 is taken to be 0.
+    """Rectified linear unit ``max(x, 0)``; its derivative at 0 is 0 (as in JAX).
+
+    Written as a select rather than ``max`` so that the derivative at the kink is that of
+    the constant branch (``max``'s derivative splits ties in half); NaN stays NaN.
 
         >>> import functrans
         >>> relu(-1.0), functrans.grad(relu)(0.0)
         (Array(0., dtype=float32, weak_type=True), Array(0., dtype=float32, weak_type=True))
     """
     x = to_array(x)
-    return lax.max(x, _full_like(x, 0))
+    zero = _full_like(x, 0)
+    return _where(lax.gt(x, zero), x, _where(_is_nan(x), x, zero))
 
 
-relu.defjvps(lambda g, ans, x: _where(lax.gt(x, _full_like(x, 0)), g, _full_like(g, 0)))
-
-
-@custom_jvp
 def relu6(x):
-    """``min(max(x, 0), 6)``; derivative 0 at both kinks.
+    """``min(max(x, 0), 6)``; derivative 0 at both kinks (as in JAX).
 
         >>> relu6(7.0)
         Array(6., dtype=float32, weak_type=True)
     """
     x = to_array(x)
-    return lax.min(lax.max(x, _full_like(x, 0)), _full_like(x, 6))
-
-
-relu6.defjvps(lambda g, ans, x: _where(
-    lax.bitwise_and(lax.gt(x, _full_like(x, 0)), lax.lt(x, _full_like(x, 6))), g, _full_like(g, 0)))
+    zero, six = _full_like(x, 0), _full_like(x, 6)
+    inside = lax.bitwise_and(lax.gt(x, zero), lax.lt(x, six))
+    outside = _where(lax.ge(x, six), six, _where(_is_nan(x), x, zero))
+    return _where(inside, x, outside)
 
 
 def sigmoid(x):

@@ -386,7 +386,7 @@ def _unique_rows(indices, shape, dnums, mode) -> bool:
     window of 1 differs between any two rows, or the rows differ at all)."""
     if not isinstance(indices, np.ndarray):
         return False
-    rows = indices.reshape(-1, indices.shape[-1]).astype(np.int64)
+    rows = indices.reshape(int(np.prod(indices.shape[:-1])), indices.shape[-1]).astype(np.int64)
     if mode == indexing.GatherScatterMode.CLIP and rows.size:
         upper = np.asarray([shape[d] - 1 for d in dnums.start_index_map], np.int64)
         rows = np.clip(rows, 0, upper)

@@ -68,8 +68,17 @@ def to_array(x):
     return asarray(x)
 
 
+def _as_promotable(x):
+    """Python scalars stay as they are (they are weakly typed); lists and other array-likes
+    become arrays."""
+    if _dtypes.is_python_scalar(x) or hasattr(x, "aval") or isinstance(x, (np.ndarray, np.generic)):
+        return x
+    return to_array(x)
+
+
 def promote_dtypes(*args):
     """Convert arguments to their common dtype (JAX's lattice with weak types)."""
+    args = [_as_promotable(a) for a in args]
     if len(args) < 2:
         return [to_array(a) for a in args]
     dtype, weak = _dtypes.result_type(*args, return_weak_type_flag=True)
@@ -77,6 +86,7 @@ def promote_dtypes(*args):
 
 
 def promote_dtypes_inexact(*args):
+    args = [_as_promotable(a) for a in args]
     dtype, weak = _dtypes.result_type(*args, return_weak_type_flag=True)
     if not _dtypes.is_inexact(dtype):
         dtype = _dtypes.default_float_dtype()

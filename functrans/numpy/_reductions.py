@@ -73,7 +73,7 @@ def _generic_reduce(fname, a, axis, keepdims, where, initial, identity, reduce_f
         compute = _dtypes.float32
     weak = aval.weak_type and compute == aval.dtype
     a = lax.convert_element_type(a, compute, weak)
-    if identity is None and (where is not None or any(aval.shape[i] == 0 for i in axes)):
+    if identity is None and (where is not None or builtins.any(aval.shape[i] == 0 for i in axes)):
         if initial is None:
             raise ValueError(f"{fname}: zero-size reductions and reductions with `where` need "
                              "an `initial` value (the operation has no identity)")

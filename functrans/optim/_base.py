@@ -25,6 +25,7 @@ class GradientTransformation(NamedTuple):
     state)``: one step of turning gradients into parameter updates.
 
         >>> import functrans.numpy as jnp
+        >>> from functrans.optim import scale
         >>> opt = scale(-0.1)
         >>> state = opt.init({"w": jnp.ones(2)})
         >>> opt.update({"w": jnp.ones(2)}, state)[0]
@@ -42,6 +43,7 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
     """Apply ``transforms`` one after another; the state is the tuple of their states.
 
         >>> import functrans.numpy as jnp
+        >>> from functrans.optim import clip, scale
         >>> opt = chain(clip(1.0), scale(-0.5))
         >>> opt.update(jnp.array([4.0]), opt.init(jnp.zeros(1)))[0]
         Array([-0.5], dtype=float32)

@@ -268,9 +268,10 @@ def _gather_transpose(ct, operand, indices, *, dimension_numbers, slice_sizes,
         return [Zero(operand.aval), None]
     aval = operand.aval
     zeros = structural.full(aval.shape, 0, aval.dtype)
-    # clamped reads accumulate where they were read from; filled reads had no source
-    scatter_mode = GatherScatterMode.CLIP if mode == GatherScatterMode.CLIP \
-        else GatherScatterMode.FILL_OR_DROP
+    # clamped reads (CLIP, and PROMISE_IN_BOUNDS, which the reference clamps) accumulate
+    # where they were read from; filled reads had no source
+    scatter_mode = GatherScatterMode.FILL_OR_DROP if mode == GatherScatterMode.FILL_OR_DROP \
+        else GatherScatterMode.CLIP
     out = scatter_add_p.bind(zeros, indices, ct,
                              dimension_numbers=_gather_to_scatter_dnums(dimension_numbers),
                              indices_are_sorted=indices_are_sorted,
@@ -622,6 +623,34 @@ def _scatter_jvp(primals, tangents, *, dimension_numbers, indices_are_sorted, un
     return assemble(operand, updates), assemble(t_operand, t_updates)
 
 
+def _scatter_transpose(ct, operand, indices, updates, *, dimension_numbers,
+                       indices_are_sorted, unique_indices, mode):
+    """With unique indices, scatter is linear in (operand, updates): overwritten positions
+    pass their cotangent to the update written there, the rest to the operand. (The JVP
+    above never puts scatter on tangents; this serves linear programs built otherwise, such
+    as a batched dynamic_update_slice.)"""
+    if not unique_indices:
+        raise NotImplementedError(
+            "scatter: transposing an overwrite with possibly repeated indices is not "
+            "supported (differentiate through scatter's JVP instead, as grad does)")
+    if is_undefined_primal(indices):
+        raise NotImplementedError("scatter: transposing with respect to the indices")
+    updates_aval = updates.aval if is_undefined_primal(updates) else get_aval(updates)
+    if isinstance(ct, Zero):
+        return [Zero(operand.aval) if is_undefined_primal(operand) else None, None,
+                Zero(updates_aval) if is_undefined_primal(updates) else None]
+    params = dict(dimension_numbers=dimension_numbers, indices_are_sorted=indices_are_sorted,
+                  unique_indices=unique_indices, mode=mode)
+    t_operand = t_updates = None
+    if is_undefined_primal(operand):
+        zeros = structural.full(updates_aval.shape, 0, updates_aval.dtype)
+        t_operand = scatter_p.bind(ct, indices, zeros, **params)
+    if is_undefined_primal(updates):
+        t_updates = _gather_like_scatter(ct, indices, updates_aval.shape, dimension_numbers,
+                                         mode, indices_are_sorted, unique_indices, 0)
+    return [t_operand, None, t_updates]
+
+
 # ---- batching: one rule for the whole family ------------------------------------------------
 
 def scatter_batch_rule(primitive, vals, dims, *, dimension_numbers, indices_are_sorted,
@@ -666,6 +695,7 @@ scatter_mul_p.transpose = _scatter_mul_transpose
 scatter_min_p.jvp = _scatter_extremum_jvp(scatter_min_p)
 scatter_max_p.jvp = _scatter_extremum_jvp(scatter_max_p)
 scatter_p.jvp = _scatter_jvp
+scatter_p.transpose = _scatter_transpose
 for _p in (scatter_p, scatter_add_p, scatter_mul_p, scatter_min_p, scatter_max_p):
     _p.batch = (lambda prim: lambda vals, dims, **params:
                 scatter_batch_rule(prim, vals, dims, **params))(_p)

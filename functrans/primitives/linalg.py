@@ -84,7 +84,8 @@ def _dot_general_impl(lhs, rhs, *, dimension_numbers, precision=None, preferred_
     b, m, k, n = size(lhs, lb), size(lhs, lf), size(lhs, lc), size(rhs, rf)
     l3 = np.transpose(lhs, lb + lf + lc).reshape(b, m, k).astype(work_dtype, copy=False)
     r3 = np.transpose(rhs, rb + rc + rf).reshape(b, k, n).astype(work_dtype, copy=False)
-    out = np.matmul(l3, r3)
+    # a single product goes through the 2-D path, which NumPy hands to BLAS gemm directly
+    out = np.matmul(l3[0], r3[0])[None] if b == 1 else np.matmul(l3, r3)
     shape = (tuple(lhs.shape[d] for d in lb) + tuple(lhs.shape[d] for d in lf)
              + tuple(rhs.shape[d] for d in rf))
     return out.reshape(shape).astype(out_dtype, copy=False)

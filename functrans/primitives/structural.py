@@ -340,7 +340,7 @@ def _pad_rule(operand, padding_value, *, padding_config):
             raise TypeError(f"pad: padding_config {padding_config} crops operand "
                             f"{operand.str_short()} to a negative size")
         shape.append(out)
-    return ShapedArray(shape, operand.dtype, operand.weak_type and padding_value.weak_type)
+    return ShapedArray(shape, operand.dtype, operand.weak_type)
 
 
 @pad_p.def_impl

@@ -1,0 +1,602 @@
+"""Code generation: a fused :class:`~fusion.Program` becomes one LLVM module.
+
+Layout of the module:
+
+* one ``internal`` function per kernel, named after the primitives it fuses
+  (``k3_exp_mul_add``), whose buffer arguments are ``noalias`` pointers: the buffer plan
+  guarantees a kernel never writes memory it reads through another argument, and telling
+  LLVM so lets it vectorize without runtime overlap checks;
+* one exported *segment* function ``void ft_segment_<i>(i8** table)`` per run of native
+  steps between NumPy fallbacks (usually exactly one). ``table[0]`` is the scratch arena;
+  ``table[slot]`` points at each input, constant, output or fallback-produced array.
+
+Loops are plain counted loops over contiguous memory; LLVM's O3 pipeline, given the host
+CPU's features, vectorizes them. Matrix products call BLAS ``sgemm``/``dgemm`` (from SciPy's
+bundled BLAS) through symbols registered with the JIT linker, so the machine code does not
+embed addresses and can be cached across processes.
+
+    >>> module = ModuleBuilder(program, plan, slots).build()   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import tempfile
+import threading
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+import numpy as np
+
+from functrans.backends.llvm import exprs as E
+from functrans.backends.llvm import scalar_ops
+from functrans.backends.llvm.buffers import BufferPlan
+from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
+                                            ReduceKernel)
+from functrans.backends.llvm.scalar_ops import ScalarContext, constant, mem_type, reg_type
+from functrans.backends.llvm.vector_math import F32, F64, I1, I64, MathLibrary
+
+I8, I32 = ir.IntType(8), ir.IntType(32)
+I8P = I8.as_pointer()
+
+
+class LLVMCompileError(RuntimeError):
+    """LLVM rejected the code generated for a program (a bug in this backend). The message
+    names the primitives of the failing kernel and where the IR was written."""
+
+
+# =============================================================================================
+# LLVM setup (once per process)
+# =============================================================================================
+
+_llvm_lock = threading.RLock()
+_initialized = False
+_target_machine = None
+
+
+def initialize() -> None:
+    global _initialized
+    with _llvm_lock:
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            from functrans.backends.llvm.vector_math import register_libm_symbols
+            register_libm_symbols()
+            register_blas_symbols()
+            _initialized = True
+
+
+def create_target_machine():
+    """A new target machine for the host: its CPU name and features decide the vector width.
+    (A JIT engine takes ownership of the target machine it is given, so each engine gets
+    its own.)"""
+    initialize()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+        opt=3, reloc="pic", codemodel="default")
+
+
+def target_machine():
+    """The process-wide target machine used to optimize and emit code."""
+    global _target_machine
+    with _llvm_lock:
+        if _target_machine is None:
+            _target_machine = create_target_machine()
+        return _target_machine
+
+
+def target_description() -> str:
+    """CPU name and features: part of the compilation cache key."""
+    initialize()
+    return f"{llvm.get_default_triple()}|{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}"
+
+
+def register_blas_symbols() -> None:
+    """Register ``ft_sgemm``/``ft_dgemm`` as the Fortran-ABI GEMMs of SciPy's BLAS."""
+    import scipy.linalg.cython_blas as blas
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    for name in ("sgemm", "dgemm"):
+        capsule = blas.__pyx_capi__[name]
+        llvm.add_symbol(f"ft_{name}", get_pointer(capsule, get_name(capsule)))
+
+
+def optimize_and_emit(ir_text: str, names: dict) -> tuple[bytes, str]:
+    """Parse, verify, optimize (O3, loop and SLP vectorization) and compile ``ir_text`` to
+    an object file. Returns (object bytes, optimized IR)."""
+    tm = target_machine()
+    with _llvm_lock:
+        try:
+            mod = llvm.parse_assembly(ir_text)
+            mod.verify()
+        except RuntimeError as err:
+            raise _compile_error(ir_text, str(err), names) from None
+        mod.triple = tm.triple
+        mod.data_layout = str(tm.target_data)
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        return tm.emit_object(mod), str(mod)
+
+
+def _compile_error(ir_text: str, message: str, names: dict) -> LLVMCompileError:
+    fd, path = tempfile.mkstemp(prefix="functrans-llvm-", suffix=".ll")
+    with os.fdopen(fd, "w") as f:
+        f.write(ir_text)
+    culprit = "the program"
+    m = re.search(r":(\d+):\d+:", message)
+    if m:
+        line_no = int(m.group(1))
+        for line in reversed(ir_text.splitlines()[:line_no]):
+            d = re.match(r'define .*@"?([\w.]+)"?\(', line)
+            if d:
+                culprit = names.get(d.group(1), d.group(1))
+                break
+    return LLVMCompileError(f"llvm backend: LLVM rejected the code for {culprit}: "
+                            f"{message.strip()}\nThe IR was written to {path}")
+
+
+# =============================================================================================
+# Module construction
+# =============================================================================================
+
+
+class Segment:
+    """A run of native steps compiled into one exported function."""
+
+    def __init__(self, index: int, steps: list):
+        self.index = index
+        self.steps = steps
+        self.name = f"ft_segment_{index}"
+
+
+def split_segments(program: Program) -> list:
+    """Steps grouped into native segments and fallback steps, in order."""
+    out, current = [], []
+    for step in program.steps:
+        if isinstance(step, FallbackStep):
+            if current:
+                out.append(Segment(len([s for s in out if isinstance(s, Segment)]), current))
+                current = []
+            out.append(step)
+        else:
+            current.append(step)
+    if current:
+        out.append(Segment(len([s for s in out if isinstance(s, Segment)]), current))
+    return out
+
+
+class ModuleBuilder:
+    """Builds the LLVM module of a program: kernels, then segment entry points."""
+
+    def __init__(self, program: Program, plan: BufferPlan, slots: dict, schedule: list):
+        initialize()
+        self.program = program
+        self.plan = plan
+        self.slots = slots  # buffer id -> index in the pointer table
+        self.schedule = schedule
+        self.module = ir.Module(name="functrans")
+        self.math = MathLibrary(self.module)
+        self.names: dict = {}  # function name -> description (for error messages)
+        self.kernel_count = 0
+
+    def build(self) -> str:
+        with E.lock:
+            for item in self.schedule:
+                if isinstance(item, Segment):
+                    self.build_segment(item)
+        return str(self.module)
+
+    # ---- segments ---------------------------------------------------------------------------
+
+    def build_segment(self, segment: Segment):
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I8P.as_pointer()]),
+                         name=segment.name)
+        fn.attributes.add("nounwind")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        table = fn.args[0]
+        arena = b.load(b.gep(table, [ir.Constant(I64, 0)], inbounds=True), name="arena")
+        pointer_cache: dict = {}
+
+        def pointer(buf: Buffer):
+            p = pointer_cache.get(buf.id)
+            if p is None:
+                if buf.kind == "temp":
+                    raw = b.gep(arena, [ir.Constant(I64, self.plan.offsets.get(buf.id, 0))],
+                                inbounds=True)
+                else:
+                    raw = b.load(b.gep(table, [ir.Constant(I64, self.slots[buf.id])], inbounds=True))
+                p = pointer_cache[buf.id] = b.bitcast(raw, mem_type(buf.dtype).as_pointer(),
+                                                      name=f"buf{buf.id}")
+            return p
+
+        for step in segment.steps:
+            if isinstance(step, DotKernel):
+                self.emit_dot(b, step, pointer)
+                continue
+            kernel_fn, buffers = self.build_kernel(step)
+            b.call(kernel_fn, [pointer(buf) for buf in buffers])
+        b.ret_void()
+        self.names[segment.name] = "a program segment"
+
+    def build_kernel(self, step):
+        buffers = _unique(step.writes() + step.reads())
+        self.kernel_count += 1
+        prims = "_".join(p for p in step.prims[:6]) or "copy"
+        name = f"k{self.kernel_count}_{re.sub(r'[^A-Za-z0-9_]', '_', prims)}"
+        self.names[name] = f"the kernel fusing [{', '.join(step.prims)}]"
+        fty = ir.FunctionType(ir.VoidType(), [mem_type(buf.dtype).as_pointer() for buf in buffers])
+        fn = ir.Function(self.module, fty, name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for arg in fn.args:
+            arg.add_attribute("noalias")
+        ptrs = {buf.id: arg for buf, arg in zip(buffers, fn.args)}
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        emit = self.emit_loop_kernel if isinstance(step, LoopKernel) else self.emit_reduce_kernel
+        values = ([v for _, _, v in step.outputs] if isinstance(step, LoopKernel) else [step.value])
+        if scalar_ops.needs_guard(values):
+            # fast vectorized pass, noting elements outside the fast path's domain; if there
+            # were any, redo the whole kernel with C library calls (outputs never alias
+            # inputs, so running a kernel twice is harmless)
+            flag = b.alloca(I1, name="needs_exact")
+            b.store(ir.Constant(I1, 0), flag)
+            emit(b, step, ptrs, flag=flag)
+            exact = fn.append_basic_block("exact")
+            done = fn.append_basic_block("done")
+            b.cbranch(b.load(flag), exact, done)
+            b.position_at_end(exact)
+            emit(b, step, ptrs, exact=True)
+            b.branch(done)
+            b.position_at_end(done)
+        else:
+            emit(b, step, ptrs)
+        b.ret_void()
+        return fn, buffers
+
+    # ---- loops ------------------------------------------------------------------------------
+
+    def loop(self, b: ir.IRBuilder, extent: int, body, name="i"):
+        """``for i in range(extent): body(i)`` (extent >= 1); leaves ``b`` after the loop."""
+        fn = b.function
+        pre = b.block
+        head = fn.append_basic_block(f"{name}.loop")
+        done = fn.append_basic_block(f"{name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, name=name)
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        body(i)
+        nxt = b.add(i, ir.Constant(I64, 1), flags=["nuw", "nsw"])
+        i.add_incoming(nxt, b.block)
+        b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
+        b.position_at_end(done)
+
+    def loop_nest(self, b, extents, body, indices=()):
+        if not extents:
+            body(list(indices))
+            return
+        self.loop(b, extents[0], lambda i: self.loop_nest(b, extents[1:], body, tuple(indices) + (i,)),
+                  name=f"i{len(indices)}")
+
+    def emit_loop_kernel(self, b, step: LoopKernel, ptrs, flag=None, exact=False):
+        def body(indices):
+            ev = _Evaluator(self, b, indices, ptrs, exact)
+            values = [(buf, ev.index(off), ev.scalar(node)) for buf, off, node in step.outputs]
+            for buf, off, value in values:
+                ev.store(buf, off, value)
+            ev.record_guards(flag)
+        self.loop_nest(b, list(step.shape), body)
+
+    def emit_reduce_kernel(self, b, step: ReduceKernel, ptrs, flag=None, exact=False):
+        shape, reduced = list(step.shape), list(step.reduced)
+        kept = [d for d, r in enumerate(reduced) if not r]
+        last_kept = kept[-1] if kept else -1
+        outer, inner = shape[:last_kept + 1], shape[last_kept + 1:]
+        accumulate_in_memory = any(reduced[:last_kept + 1])
+        out, dtype, monoid = step.out, step.out.dtype, step.monoid
+        identity = _identity(monoid, dtype)
+        if accumulate_in_memory:
+            def init(indices):
+                ev = _Evaluator(self, b, [], ptrs)
+                ev.store(out, indices[0], identity)
+            self.loop_nest(b, [out.size], init)
+
+        def outer_body(outer_idx):
+            def value_at(idx):
+                ev = _Evaluator(self, b, idx, ptrs, exact)
+                value = ev.scalar(step.value)
+                ev.record_guards(flag)
+                return ev, value
+
+            if inner:
+                acc = self.accumulate(b, monoid, dtype, identity, list(outer_idx), inner, value_at)
+                ev = _Evaluator(self, b, list(outer_idx) + [ir.Constant(I64, 0)] * len(inner), ptrs)
+            else:
+                ev, acc = value_at(list(outer_idx))
+            off = ev.index(step.out_offset)
+            if accumulate_in_memory:
+                acc = _combine(self, b, monoid, dtype, ev.load(out, off), acc)
+            ev.store(out, off, acc)
+
+        self.loop_nest(b, outer, outer_body)
+
+    def accumulate(self, b, monoid, dtype, identity, prefix, extents, value_at):
+        """Reduce ``value_at(prefix + inner indices)`` over ``extents`` in a register."""
+        fn = b.function
+        pre = b.block
+        level = len(prefix)
+        head = fn.append_basic_block(f"r{level}.loop")
+        done = fn.append_basic_block(f"r{level}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, name=f"r{level}")
+        acc = b.phi(reg_type(dtype), name=f"acc{level}")
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        acc.add_incoming(identity, pre)
+        if len(extents) == 1:
+            _, value = value_at(prefix + [i])
+            new_acc = _combine(self, b, monoid, dtype, acc, value)
+        else:
+            new_acc = self.accumulate(b, monoid, dtype, acc, prefix + [i], extents[1:], value_at)
+        nxt = b.add(i, ir.Constant(I64, 1), flags=["nuw", "nsw"])
+        i.add_incoming(nxt, b.block)
+        acc.add_incoming(new_acc, b.block)
+        b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extents[0])), head, done)
+        b.position_at_end(done)
+        return new_acc
+
+    # ---- matrix products --------------------------------------------------------------------
+
+    def emit_dot(self, b: ir.IRBuilder, step: DotKernel, pointer):
+        dtype = step.out.dtype
+        a_ptr, b_ptr, c_ptr = pointer(step.lhs), pointer(step.rhs), pointer(step.out)
+        m, n, k = step.m, step.n, step.k
+        if k == 0:
+            self.loop(b, step.out.size, lambda i: b.store(constant(dtype, 0), b.gep(c_ptr, [i])))
+            return
+        if dtype in (np.float32, np.float64):
+            self.emit_gemm(b, step, a_ptr, b_ptr, c_ptr)
+        else:
+            self.emit_naive_dot(b, step, a_ptr, b_ptr, c_ptr)
+
+    def emit_gemm(self, b, step: DotKernel, a_ptr, b_ptr, c_ptr):
+        """Row-major C = op(A) op(B) as the column-major product Cᵀ = op(B)ᵀ op(A)ᵀ: BLAS
+        sees our row-major B as its first operand and A as its second."""
+        ty = F32 if step.out.dtype == np.float32 else F64
+        tp = ty.as_pointer()
+        i32p = I32.as_pointer()
+        gemm = self.math.declare("ft_sgemm" if ty == F32 else "ft_dgemm", ir.VoidType(),
+                                 [I8P, I8P, i32p, i32p, i32p, tp, tp, i32p, tp, i32p, tp, tp, i32p])
+        m, n, k = step.m, step.n, step.k
+        entry_builder = ir.IRBuilder(b.function.entry_basic_block)
+        entry_builder.position_at_start(b.function.entry_basic_block)
+
+        def slot(ty_, value):
+            p = entry_builder.alloca(ty_)
+            b.store(ir.Constant(ty_, value), p)
+            return p
+
+        trans_b = slot(I8, ord("T" if step.rhs_transposed else "N"))
+        trans_a = slot(I8, ord("T" if step.lhs_transposed else "N"))
+        args_const = dict(
+            m=slot(I32, n), n=slot(I32, m), k=slot(I32, k),
+            lda=slot(I32, max(1, k if step.rhs_transposed else n)),
+            ldb=slot(I32, max(1, m if step.lhs_transposed else k)),
+            ldc=slot(I32, max(1, n)), alpha=slot(ty, 1.0), beta=slot(ty, 0.0))
+
+        def one(bi):
+            a = b.gep(a_ptr, [b.mul(bi, ir.Constant(I64, m * k))]) if bi is not None else a_ptr
+            bb = b.gep(b_ptr, [b.mul(bi, ir.Constant(I64, k * n))]) if bi is not None else b_ptr
+            c = b.gep(c_ptr, [b.mul(bi, ir.Constant(I64, m * n))]) if bi is not None else c_ptr
+            b.call(gemm, [trans_b, trans_a, args_const["m"], args_const["n"], args_const["k"],
+                          args_const["alpha"], bb, args_const["lda"], a, args_const["ldb"],
+                          args_const["beta"], c, args_const["ldc"]])
+
+        if step.batch == 1:
+            one(None)
+        else:
+            self.loop(b, step.batch, one, name="batch")
+
+    def emit_naive_dot(self, b, step: DotKernel, a_ptr, b_ptr, c_ptr):
+        """Integer products: C[b,i,j] = sum_k A[b,i,k] * B[b,k,j], with j innermost."""
+        m, n, k = step.m, step.n, step.k
+        dtype = step.out.dtype
+        self.loop(b, step.out.size, lambda i: b.store(constant(dtype, 0), b.gep(c_ptr, [i])))
+        c64 = lambda v: ir.Constant(I64, v)  # noqa: E731
+
+        def body(idx):
+            bi, i, kk, j = idx
+            a_off = (b.add(b.mul(bi, c64(m * k)), b.add(b.mul(kk, c64(m)), i)) if step.lhs_transposed
+                     else b.add(b.mul(bi, c64(m * k)), b.add(b.mul(i, c64(k)), kk)))
+            b_off = (b.add(b.mul(bi, c64(k * n)), b.add(b.mul(j, c64(k)), kk)) if step.rhs_transposed
+                     else b.add(b.mul(bi, c64(k * n)), b.add(b.mul(kk, c64(n)), j)))
+            c_off = b.add(b.mul(bi, c64(m * n)), b.add(b.mul(i, c64(n)), j))
+            av = b.load(b.gep(a_ptr, [a_off]))
+            bv = b.load(b.gep(b_ptr, [b_off]))
+            cp = b.gep(c_ptr, [c_off])
+            b.store(b.add(b.load(cp), b.mul(av, bv)), cp)
+
+        self.loop_nest(b, [step.batch, m, k, n], body)
+
+
+def _unique(buffers) -> list:
+    seen, out = set(), []
+    for buf in buffers:
+        if buf.id not in seen:
+            seen.add(buf.id)
+            out.append(buf)
+    return out
+
+
+# =============================================================================================
+# Reductions
+# =============================================================================================
+
+
+def _identity(monoid: str, dtype):
+    dtype = np.dtype(dtype)
+    if monoid in ("add", "or", "xor"):
+        return constant(dtype, 0)
+    if monoid == "mul":
+        return constant(dtype, 1)
+    if monoid == "and":
+        return constant(dtype, True) if dtype == np.bool_ else constant(dtype, -1)
+    if dtype == np.bool_:
+        return constant(dtype, monoid == "min")
+    if dtype.kind == "f":
+        return constant(dtype, -np.inf if monoid == "max" else np.inf)
+    info = np.iinfo(dtype)
+    return constant(dtype, info.min if monoid == "max" else info.max)
+
+
+def _combine(mb: ModuleBuilder, b: ir.IRBuilder, monoid: str, dtype, acc, value):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        if monoid == "add":
+            r = b.fadd(acc, value)
+            r.flags.append("reassoc")  # lets the vectorizer keep partial sums per lane
+            return r
+        if monoid == "mul":
+            r = b.fmul(acc, value)
+            r.flags.append("reassoc")
+            return r
+        name = "llvm.maximum" if monoid == "max" else "llvm.minimum"
+        return mb.math.intrinsic(b, name, acc.type, acc, value)
+    if dtype == np.bool_:
+        op = {"add": "or_", "mul": "and_", "max": "or_", "min": "and_", "and": "and_",
+              "or": "or_", "xor": "xor"}[monoid]
+        return getattr(b, op)(acc, value)
+    if monoid in ("add", "mul", "and", "or", "xor"):
+        return getattr(b, {"add": "add", "mul": "mul", "and": "and_", "or": "or_",
+                           "xor": "xor"}[monoid])(acc, value)
+    cmp = b.icmp_signed if dtype.kind == "i" else b.icmp_unsigned
+    return b.select(cmp(">" if monoid == "max" else "<", acc, value), acc, value)
+
+
+# =============================================================================================
+# Expression evaluation inside a loop body
+# =============================================================================================
+
+
+class _Evaluator:
+    """Emits the code of expression nodes at given loop indices, each node once."""
+
+    def __init__(self, mb: ModuleBuilder, b: ir.IRBuilder, indices, ptrs, exact=False):
+        self.mb, self.b = mb, b
+        self.indices = list(indices)
+        self.ptrs = ptrs
+        self.memo: dict = {}
+        self.ctx = ScalarContext(b, mb.math, exact)
+
+    def record_guards(self, flag):
+        """OR this element's "needs the exact path" conditions into ``flag``."""
+        if flag is None or not self.ctx.guards:
+            return
+        any_guard = self.ctx.guards[0]
+        for g in self.ctx.guards[1:]:
+            any_guard = self.b.or_(any_guard, g)
+        self.b.store(self.b.or_(self.b.load(flag), any_guard), flag)
+
+    def index(self, node) -> ir.Value:
+        self.evaluate(node)
+        return self.memo[node]
+
+    def scalar(self, node) -> ir.Value:
+        self.evaluate(node)
+        return self.memo[node]
+
+    def evaluate(self, root):
+        if root in self.memo:
+            return
+        for node in E.postorder([root]):
+            if node in self.memo:
+                continue
+            if isinstance(node, E.IndexExpr):
+                self.memo[node] = self.emit_index(node)
+            else:
+                self.memo[node] = self.emit_scalar(node)
+
+    def emit_index(self, x: E.IndexExpr):
+        b, k, a = self.b, x.kind, x.args
+        c = lambda v: ir.Constant(I64, v)  # noqa: E731
+        if k == "const":
+            return c(a[0])
+        if k == "var":
+            return self.indices[a[0]]
+        if k == "lin":
+            acc = None
+            for term, coef in a[0]:
+                v = self.memo[term]
+                v = v if coef == 1 else b.mul(v, c(coef), flags=["nsw"])
+                acc = v if acc is None else b.add(acc, v, flags=["nsw"])
+            return b.add(acc, c(a[1]), flags=["nsw"]) if a[1] else acc
+        if k == "div":
+            v, d = self.memo[a[0]], c(a[1])
+            if a[0].lo >= 0:
+                return b.sdiv(v, d)
+            q = b.sdiv(v, d)
+            r = b.srem(v, d)
+            return b.select(b.icmp_signed("<", r, c(0)), b.sub(q, c(1)), q)
+        if k == "mod":
+            v, d = self.memo[a[0]], c(a[1])
+            r = b.srem(v, d)
+            if a[0].lo >= 0:
+                return r
+            return b.select(b.icmp_signed("<", r, c(0)), b.add(r, d), r)
+        if k in ("min", "max"):
+            x0, x1 = self.memo[a[0]], self.memo[a[1]]
+            return b.select(b.icmp_signed("<" if k == "min" else ">", x0, x1), x0, x1)
+        if k == "scalar":
+            s = a[0]
+            v = self.memo[s]
+            width = v.type.width
+            if s.dtype.kind == "u":
+                v = v if width == 64 else b.zext(v, I64)
+                if width == 64:  # values past int64 act as "very large"
+                    v = b.select(b.icmp_signed("<", v, c(0)), c(2 ** 63 - 1), v)
+                return v
+            if s.dtype == np.bool_:
+                return b.zext(v, I64)
+            return v if width == 64 else b.sext(v, I64)
+        raise NotImplementedError(f"index node {k}")
+
+    def emit_scalar(self, node: E.ScalarExpr):
+        b, k, a = self.b, node.kind, node.args
+        if k == "load":
+            return self.load(a[0], self.memo[a[1]])
+        if k == "const":
+            return constant(node.dtype, a[0])
+        if k == "op":
+            name, params, args = a
+            return scalar_ops.emit(self.ctx, name, dict(params), [self.memo[x] for x in args],
+                                   [x.dtype for x in args], node.dtype)
+        if k == "iota":
+            v = self.memo[a[0]]
+            if node.dtype.kind == "f":
+                return b.sitofp(v, reg_type(node.dtype))
+            ty = reg_type(node.dtype)
+            return b.trunc(v, ty) if ty.width < 64 else v
+        if k == "compare":
+            op = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "ge": ">=", "gt": ">"}[a[0]]
+            return b.icmp_signed(op, self.memo[a[1]], self.memo[a[2]])
+        raise NotImplementedError(f"scalar node {k}")
+
+    def load(self, buf: Buffer, offset):
+        v = self.b.load(self.b.gep(self.ptrs[buf.id], [offset], inbounds=True))
+        if buf.dtype == np.bool_:
+            return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        return v
+
+    def store(self, buf: Buffer, offset, value):
+        if buf.dtype == np.bool_:
+            value = self.b.zext(value, I8)
+        self.b.store(value, self.b.gep(self.ptrs[buf.id], [offset], inbounds=True))
+

@@ -1,0 +1,111 @@
+"""The compiler driver: jaxpr → fusion → buffer plan → LLVM IR → machine code → Executable.
+
+    >>> import functrans, functrans.numpy as jnp, numpy as np
+    >>> closed = functrans.make_jaxpr(lambda x: jnp.tanh(x) * 2)(jnp.ones(3))
+    >>> exe = compile_jaxpr(closed)
+    >>> exe(np.zeros(3, np.float32))
+    [array([0., 0., 0.], dtype=float32)]
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+
+import numpy as np
+
+from functrans.backends.llvm import buffers, cache, codegen, fusion, scalar_ops
+from functrans.backends.llvm.codegen import Segment
+from functrans.backends.llvm.runtime import Executable
+from functrans.core import ClosedJaxpr
+
+logger = logging.getLogger("functrans")
+
+_compile_lock = threading.RLock()
+
+
+class LLVMTarget(fusion.Target):
+    """What the generated code supports: the fusion pass sends everything else to NumPy."""
+
+    def dtype_supported(self, dtype) -> bool:
+        return np.dtype(dtype) in scalar_ops.SUPPORTED_DTYPES
+
+    def scalar_supported(self, name, params, in_dtypes, out_dtype) -> bool:
+        return scalar_ops.supports(name, params, in_dtypes, out_dtype)
+
+    def dot_supported(self, lhs_dtype, rhs_dtype, out_dtype) -> bool:
+        dtypes = {np.dtype(lhs_dtype), np.dtype(rhs_dtype), np.dtype(out_dtype)}
+        if len(dtypes) != 1:
+            return False
+        d = dtypes.pop()
+        return d.kind in "fiu" and d in scalar_ops.SUPPORTED_DTYPES
+
+    def reduce_supported(self, monoid, dtype) -> bool:
+        return np.dtype(dtype) in scalar_ops.SUPPORTED_DTYPES
+
+
+def _assign_slots(program: fusion.Program) -> dict:
+    """Pointer-table slots (from 1; slot 0 is the arena) for every buffer not in the arena."""
+    slots: dict = {}
+    for b in program.buffers:
+        if b.kind != "temp":
+            slots[b.id] = len(slots) + 1
+    return slots
+
+
+def _plan_digest(program, plan, slots) -> str:
+    text = program.describe() + repr(sorted(plan.offsets.items())) + repr(plan.arena_size) \
+        + repr(sorted(slots.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
+                  fuse: bool = True) -> Executable:
+    """Compile ``closed`` for this machine's CPU (see the module docstring)."""
+    with _compile_lock:
+        jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
+        program = fusion.normalize(fusion.plan_program(jaxpr, LLVMTarget(), consts, fuse=fuse))
+        plan = buffers.plan_buffers(program)
+        slots = _assign_slots(program)
+        schedule = codegen.split_segments(program)
+        segments = [s for s in schedule if isinstance(s, Segment)]
+        description = program.describe()
+        if not segments:
+            return Executable(program, plan, schedule, slots, {}, description=description)
+        digest = _plan_digest(program, plan, slots)
+        key = cache.cache_key(closed, codegen.target_description()) if use_cache else None
+        entry = cache.load(key) if key else None
+        if entry is not None and entry[1].get("plan") != digest:
+            entry = None  # same program text but a different schedule: never trust it
+        if entry is not None:
+            sections, _ = entry
+            obj, ir_text = sections["object"], sections["ir"].decode()
+            optimized = sections["optimized_ir"].decode()
+        else:
+            builder = codegen.ModuleBuilder(program, plan, slots, schedule)
+            ir_text = builder.build()
+            obj, optimized = codegen.optimize_and_emit(ir_text, builder.names)
+            if key:
+                cache.store(key, {"object": obj, "ir": ir_text.encode(),
+                                  "optimized_ir": optimized.encode()}, {"plan": digest})
+        engine, entry_points = _load_object(obj, [s.name for s in segments])
+        return Executable(program, plan, schedule, slots, entry_points, ir_text, optimized,
+                          engine, description)
+
+
+def _load_object(obj: bytes, names):
+    """Link an object file into a fresh JIT engine; return it with the named entry points."""
+    import llvmlite.binding as llvm
+    with codegen._llvm_lock:
+        tm = codegen.create_target_machine()
+        backing = llvm.parse_assembly("")
+        backing.triple = tm.triple
+        engine = llvm.create_mcjit_compiler(backing, tm)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        addresses = {name: engine.get_function_address(name) for name in names}
+    missing = [n for n, a in addresses.items() if not a]
+    if missing:
+        raise codegen.LLVMCompileError(f"llvm backend: entry points {missing} missing from "
+                                       "the compiled object")
+    return engine, addresses

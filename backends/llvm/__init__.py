@@ -1,0 +1,44 @@
+"""The llvm backend: fused native CPU code through llvmlite.
+
+Passes, one module each: :mod:`fusion` (loop fusion over the platform-neutral expressions of
+:mod:`exprs`), :mod:`buffers` (liveness-based arena planning), :mod:`codegen` (one LLVM
+module per program; scalar code from :mod:`scalar_ops`, inline math from
+:mod:`vector_math`, BLAS for matmul), :mod:`runtime` (the executable, called once per
+native segment with the GIL released) and :mod:`cache` (machine code on disk). The driver
+is :mod:`pipeline`.
+
+    >>> import functrans, functrans.numpy as jnp
+    >>> functrans.jit(lambda x: jnp.exp(x) + 1, backend="llvm")(jnp.zeros(2))
+    Array([2., 2.], dtype=float32)
+"""
+from __future__ import annotations
+
+import logging
+
+from functrans._backends import register_backend
+
+logger = logging.getLogger("functrans")
+
+try:
+    import llvmlite.binding  # noqa: F401
+    import scipy.linalg.cython_blas  # noqa: F401
+    _IMPORT_ERROR = None
+except ImportError as err:  # the backend is optional: without llvmlite, jit uses the reference
+    _IMPORT_ERROR = err
+
+
+def _available() -> bool:
+    return _IMPORT_ERROR is None
+
+
+def compile_jaxpr(closed, devices=None):
+    """Compile ``closed`` to native code (see :func:`pipeline.compile_jaxpr`)."""
+    if _IMPORT_ERROR is not None:
+        raise RuntimeError(f"the llvm backend needs llvmlite and scipy: {_IMPORT_ERROR}")
+    from functrans.backends.llvm.pipeline import compile_jaxpr as compile_native
+    return compile_native(closed, devices)
+
+
+__all__ = ["compile_jaxpr"]
+
+register_backend("llvm", "cpu", compile_jaxpr, priority=10, available=_available)

@@ -107,8 +107,8 @@ def scale_by_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None,
 
         >>> import functrans.numpy as jnp
         >>> opt = scale_by_adam()
-        >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)))[0]
-        Array([1.], dtype=float32)
+        >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)))[0]  # ~ sign(g) at step 1
+        Array([0.9999933], dtype=float32)
     """
     mu_dtype = None if mu_dtype is None else _dtypes.canonicalize_dtype(mu_dtype)
 

@@ -38,7 +38,7 @@ def threefry2x32_reference(key1, key2, x1, x2):
     group and after each one, the key schedule (``ks = key1, key2, key1^key2^parity``) is
     injected with the group index added to the second word.
 
-        >>> [hex(int(v)) for v in threefry2x32_reference(*np.zeros((4, 1), np.uint32))]
+        >>> [hex(int(v[0])) for v in threefry2x32_reference(*np.zeros((4, 1), np.uint32))]
         ['0x6b200159', '0x99ba4efe']
     """
     key1, key2, x1, x2 = (np.asarray(a, dtype=np.uint32) for a in (key1, key2, x1, x2))

@@ -81,18 +81,12 @@ def main(argv=None) -> float:
     start_epoch, losses = 0, []
     manager = checkpoint.CheckpointManager(args.ckpt_dir, max_to_keep=3)
     if args.resume and manager.latest_step() is not None:
-        target = {"params": params, "opt_state": opt_state, "key": key,
-                  "losses": jnp.zeros((0,), jnp.float32)}
-        state = manager.restore(manager.latest_step(), target=None)
-        params = functrans.tree_util.tree_unflatten(
-            functrans.tree_util.tree_structure(target["params"]),
-            functrans.tree_util.tree_leaves(state["params"]))
-        opt_state = functrans.tree_util.tree_unflatten(
-            functrans.tree_util.tree_structure(target["opt_state"]),
-            functrans.tree_util.tree_leaves(state["opt_state"]))
-        key = jnp.asarray(state["key"])
-        losses = list(np.asarray(state["losses"]))
         start_epoch = manager.latest_step()
+        target = {"params": params, "opt_state": opt_state, "key": key,
+                  "losses": jnp.zeros((start_epoch,), jnp.float32)}
+        state = manager.restore(start_epoch, target=target)
+        params, opt_state, key = state["params"], state["opt_state"], state["key"]
+        losses = [float(v) for v in np.asarray(state["losses"])]
         print(f"resumed from epoch {start_epoch}")
 
     @functrans.jit

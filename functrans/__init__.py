@@ -20,7 +20,9 @@ from functrans._api import (ShapeDtypeStruct, block_until_ready, device_put, eva
                             value_and_grad, vjp, vmap)
 from functrans._jit import jit  # noqa: F401
 from functrans._custom_derivatives import custom_jvp, custom_vjp  # noqa: F401
-from functrans._remat import checkpoint, checkpoint_policies, remat  # noqa: F401
+from functrans._remat import checkpoint_policies, remat  # noqa: F401
+# functrans.checkpoint is the save/restore module; calling it is remat (jax.checkpoint)
+from functrans import checkpoint  # noqa: F401,E402
 from functrans._devices import (default_device, device_count, devices, local_device_count,  # noqa: F401
                                 local_devices)
 from functrans import numpy  # noqa: F401
@@ -29,6 +31,9 @@ from functrans import distributed  # noqa: F401
 from functrans.distributed import process_count, process_index  # noqa: F401
 from functrans._pmap import ShardedArray, device_put_replicated, device_put_sharded, pmap  # noqa: F401
 from functrans import debug  # noqa: F401
+from functrans import random  # noqa: F401
+from functrans import nn  # noqa: F401
+from functrans import optim  # noqa: F401
 from functrans._disable_jit import disable_jit  # noqa: F401
 
 from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,  # noqa: F401

@@ -513,7 +513,7 @@ def _clip_to_dtype(value, dtype):
     return _convert(lax.clamp(np.array(lo, source)[()], value, np.array(hi, source)[()]), dtype)
 
 
-def _integer_bound(value, name):
+def _integer_bound(value):
     value = value if isinstance(value, Tracer) else _asarray(value)
     if not _dtypes.is_integer(get_aval(value).dtype):
         value = _convert(value, _dtypes.default_int_dtype())
@@ -534,7 +534,7 @@ def randint(key, shape, minval, maxval, dtype=None):
     dtype = _dtypes.default_int_dtype() if dtype is None else _dtypes.canonicalize_dtype(dtype)
     if not _dtypes.is_integer(dtype):
         raise TypeError(f"randint needs an integer dtype, got {dtype}")
-    minval, maxval = _integer_bound(minval, "minval"), _integer_bound(maxval, "maxval")
+    minval, maxval = _integer_bound(minval), _integer_bound(maxval)
     if dtype.itemsize < 4:
         # 8- and 16-bit results are drawn at 32 bits (far less modulo bias), then narrowed
         info, int32 = np.iinfo(dtype), _dtypes.int32

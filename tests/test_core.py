@@ -266,3 +266,14 @@ def test_checkpoint_recomputes_in_backward_pass():
 
     assert count(plain) == 2
     assert count(jaxpr) == 3  # sin(x) is computed again for the backward pass
+
+
+def test_nested_calls_are_inlined_for_the_compiler():
+    @functrans.custom_jvp
+    def double(x):
+        return x * 2
+
+    double.defjvps(lambda t, ans, x: t * 2)
+    inner = functrans.jit(lambda y: double(y) + 1)
+    out = functrans.jit(lambda x: inner(x) * 3)(np.ones(3, np.float32))
+    np.testing.assert_array_equal(out, [9.0, 9.0, 9.0])

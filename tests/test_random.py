@@ -251,7 +251,12 @@ SAMPLERS = {
 def test_jit_matches_eager(name):
     f = SAMPLERS[name]
     key = random.PRNGKey(17)
-    np.testing.assert_array_equal(_np(functrans.jit(f)(key)), _np(f(key)))
+    eager, jitted = _np(f(key)), _np(functrans.jit(f)(key))
+    if eager.dtype.kind == "f":
+        # compiled backends may round transcendental functions differently by an ulp
+        np.testing.assert_allclose(jitted, eager, rtol=1e-6, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(jitted, eager)
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
@@ -260,7 +265,7 @@ def test_vmap_over_keys_matches_a_loop(name):
     keys = random.split(random.PRNGKey(3), 4)
     batched = _np(functrans.vmap(f)(keys))
     looped = np.stack([_np(f(np.asarray(keys)[i])) for i in range(4)])
-    np.testing.assert_array_equal(batched, looped)
+    np.testing.assert_allclose(batched, looped, rtol=1e-6, atol=1e-6)
 
 
 def test_vmap_over_seeds_and_fold_in_data():

@@ -264,7 +264,10 @@ class ModuleBuilder:
     # ---- loops ------------------------------------------------------------------------------
 
     def loop(self, b: ir.IRBuilder, extent: int, body, name="i"):
-        """``for i in range(extent): body(i)`` (extent >= 1); leaves ``b`` after the loop."""
+        """``for i in range(extent): body(i)``; leaves ``b`` after the loop. Extents are
+        static, so an empty loop is simply not emitted."""
+        if extent <= 0:
+            return
         fn = b.function
         pre = b.block
         head = fn.append_basic_block(f"{name}.loop")
@@ -330,6 +333,8 @@ class ModuleBuilder:
 
     def accumulate(self, b, monoid, dtype, identity, prefix, extents, value_at):
         """Reduce ``value_at(prefix + inner indices)`` over ``extents`` in a register."""
+        if 0 in extents:
+            return identity
         fn = b.function
         pre = b.block
         level = len(prefix)
@@ -376,11 +381,10 @@ class ModuleBuilder:
         gemm = self.math.declare("ft_sgemm" if ty == F32 else "ft_dgemm", ir.VoidType(),
                                  [I8P, I8P, i32p, i32p, i32p, tp, tp, i32p, tp, i32p, tp, tp, i32p])
         m, n, k = step.m, step.n, step.k
-        entry_builder = ir.IRBuilder(b.function.entry_basic_block)
-        entry_builder.position_at_start(b.function.entry_basic_block)
-
+        # Fortran passes every argument by reference. emit_gemm runs at the top level of a
+        # segment (never inside a loop), so these stack slots are allocated once.
         def slot(ty_, value):
-            p = entry_builder.alloca(ty_)
+            p = b.alloca(ty_)
             b.store(ir.Constant(ty_, value), p)
             return p
 

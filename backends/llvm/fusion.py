@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from functrans.backends.llvm import exprs as E
-from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, Var
+from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, ShapedArray, Var
 
 # =============================================================================================
 # What the target can do
@@ -67,14 +67,15 @@ class Buffer:
     ``output`` (allocated per call, returned to the user), ``fallback`` (an array a NumPy
     step returned) or ``temp`` (an intermediate in the executable's scratch arena)."""
 
-    __slots__ = ("id", "shape", "dtype", "kind", "value")
+    __slots__ = ("id", "shape", "dtype", "kind", "value", "is_array")
 
-    def __init__(self, id: int, shape, dtype, kind: str, value=None):
+    def __init__(self, id: int, shape, dtype, kind: str, value=None, is_array: bool = True):
         self.id = id
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.kind = kind
         self.value = value  # the array of a ``const`` buffer
+        self.is_array = is_array  # False for non-array values (tokens) passed through as is
 
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
     nbytes = property(lambda self: self.size * self.dtype.itemsize)
@@ -499,7 +500,8 @@ def _classify(eqn: Eqn, target: Target, elementwise: set) -> str:
         return "fallback"
     out = eqn.outvars[0].aval
     in_avals = [v.aval for v in eqn.invars]
-    if not all(hasattr(a, "shape") and target.dtype_supported(a.dtype) for a in in_avals + [out]):
+    if not all(isinstance(a, ShapedArray) and target.dtype_supported(a.dtype)
+               for a in in_avals + [out]):
         return "fallback"
     if name in IDENTITY_PRIMS and len(eqn.invars) == 1:
         return "identity"
@@ -540,8 +542,8 @@ class _Planner:
         self.buffers: list[Buffer] = []
         self.steps: list[Step] = []
 
-    def new_buffer(self, shape, dtype, kind, value=None) -> Buffer:
-        b = Buffer(len(self.buffers), shape, dtype, kind, value)
+    def new_buffer(self, shape, dtype, kind, value=None, is_array=True) -> Buffer:
+        b = Buffer(len(self.buffers), shape, dtype, kind, value, is_array)
         self.buffers.append(b)
         return b
 
@@ -634,7 +636,8 @@ class _Planner:
         env: dict = {}
         inputs = []
         for v in self.jaxpr.invars:
-            b = self.new_buffer(v.aval.shape, v.aval.dtype, "input")
+            b = self.new_buffer(v.aval.shape, v.aval.dtype, "input",
+                                is_array=isinstance(v.aval, ShapedArray))
             inputs.append(b)
             env[v] = b
         consts = []
@@ -791,7 +794,7 @@ class _Planner:
         for x in e.invars:
             if isinstance(x, Literal):
                 inputs.append(np.asarray(x.val, x.aval.dtype))
-            elif hasattr(x.aval, "shape") and not isinstance(self.env.get(x), Buffer):
+            elif not isinstance(self.env.get(x), Buffer):
                 inputs.append(self.buffer_of(x))
             else:
                 inputs.append(self.env[x])
@@ -801,7 +804,8 @@ class _Planner:
                 outputs.append(None)
                 continue
             aval = v.aval
-            b = self.new_buffer(getattr(aval, "shape", ()), getattr(aval, "dtype", np.bool_), "fallback")
+            b = self.new_buffer(getattr(aval, "shape", ()), getattr(aval, "dtype", np.bool_),
+                                "fallback", is_array=isinstance(aval, ShapedArray))
             outputs.append(b)
             self.env[v] = b
         self.steps.append(FallbackStep(e, inputs, outputs))

@@ -23,6 +23,9 @@ logger = logging.getLogger("functrans")
 
 _compile_lock = threading.RLock()
 
+# How compilations were served in this process (read by tests and benchmarks).
+stats = {"compiled": 0, "cache_hits": 0}
+
 
 class LLVMTarget(fusion.Target):
     """What the generated code supports: the fusion pass sends everything else to NumPy."""
@@ -78,10 +81,12 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
         if entry is not None and entry[1].get("plan") != digest:
             entry = None  # same program text but a different schedule: never trust it
         if entry is not None:
+            stats["cache_hits"] += 1
             sections, _ = entry
             obj, ir_text = sections["object"], sections["ir"].decode()
             optimized = sections["optimized_ir"].decode()
         else:
+            stats["compiled"] += 1
             builder = codegen.ModuleBuilder(program, plan, slots, schedule)
             ir_text = builder.build()
             obj, optimized = codegen.optimize_and_emit(ir_text, builder.names)

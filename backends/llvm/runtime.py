@@ -47,7 +47,8 @@ class Executable:
         # the per-call plan, precomputed so the call path is a few list walks
         self._inputs = []
         for i, b in enumerate(program.inputs):
-            self._inputs.append((i, slots.get(b.id), b.dtype, b.id))
+            self._inputs.append((i, slots.get(b.id) if b.is_array else None,
+                                 b.dtype if b.is_array else None, b.id))
         self._consts = [(slots[b.id], np.ascontiguousarray(b.value, dtype=b.dtype), b.id)
                         for b in program.consts if b.id in slots]
         self._const_arrays = {b.id: np.ascontiguousarray(b.value, dtype=b.dtype)
@@ -80,7 +81,8 @@ class Executable:
         arrays = {}
         for i, slot, dtype, bid in self._inputs:
             a = args[i]
-            if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
+            if dtype is not None and (type(a) is not np.ndarray or a.dtype != dtype
+                                      or not a.flags.c_contiguous):
                 a = np.ascontiguousarray(a, dtype=dtype)
             arrays[bid] = a
             if slot is not None:
@@ -130,6 +132,9 @@ class Executable:
             outs = [outs]
         for b, o in zip(step.outputs, outs):
             if b is None:
+                continue
+            if not b.is_array:
+                arrays[b.id] = o
                 continue
             o = np.asarray(o)
             if o.dtype != b.dtype or not o.flags.c_contiguous:

@@ -108,6 +108,14 @@ def _float_math(name):
     return emit
 
 
+def _lgamma(ctx, args, in_dtypes, out_dtype, params):
+    x, = args
+    y = ctx.math.libm(ctx.b, "lgamma", in_dtypes[0], x)
+    # the C library says +inf at -inf; the reference (SciPy) says -inf
+    minus_inf = ir.Constant(x.type, -math.inf)
+    return ctx.b.select(ctx.b.fcmp_ordered("==", x, minus_inf), minus_inf, y)
+
+
 def needs_guard(nodes) -> bool:
     """Whether expression ``nodes`` use a function with a guarded fast path."""
     from functrans.backends.llvm import exprs as E
@@ -398,6 +406,7 @@ EMITTERS = {
 }
 for _name in _FLOAT_MATH:
     EMITTERS[_name] = _float_math(_name)
+EMITTERS["lgamma"] = _lgamma
 
 # Rows that only exist for float dtypes (the shape rules allow complex too; complex buffers
 # are not supported here, so they fall back).

@@ -19,8 +19,10 @@ def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
     constvars = list(closed.jaxpr.constvars)
     consts = list(closed.consts)
     eqns: list[Eqn] = []
-    _splice(closed.jaxpr, {}, eqns, constvars, consts)
-    jaxpr = Jaxpr(constvars, closed.jaxpr.invars, closed.jaxpr.outvars, eqns)
+    renames: dict = {}
+    _splice(closed.jaxpr, renames, eqns, constvars, consts)
+    outvars = [v if isinstance(v, Literal) else renames.get(id(v), v) for v in closed.jaxpr.outvars]
+    jaxpr = Jaxpr(constvars, closed.jaxpr.invars, outvars, eqns)
     return ClosedJaxpr(jaxpr, consts)
 
 

@@ -87,3 +87,6 @@ class _ArrayMeta(type):
 
 class ndarray(metaclass=_ArrayMeta):  # noqa: N801 - NumPy's name
     """The array type for ``isinstance`` checks (matches Arrays and tracers)."""
+
+
+del annotations

@@ -13,7 +13,8 @@ schedule (a function of the step count).
 """
 from __future__ import annotations
 
-from functrans.optim._base import GradientTransformation, apply_updates, chain, identity
+from functrans.optim._base import GradientTransformation, chain, identity
+from functrans.optim._base import apply_updates  # noqa: F401 (the docstring example uses it)
 from functrans.optim._transforms import (add_decayed_weights, scale_by_adam,
                                          scale_by_learning_rate, scale_by_lion, scale_by_rms,
                                          scale_by_rss, scale_by_stddev, scale_by_trust_ratio,
@@ -21,8 +22,6 @@ from functrans.optim._transforms import (add_decayed_weights, scale_by_adam,
 
 __all__ = ["sgd", "momentum", "nesterov", "adam", "nadam", "adamw", "rmsprop", "adagrad",
            "lamb", "lion"]
-
-apply_updates  # noqa: B018 - used by the module docstring's example
 
 
 def sgd(learning_rate, momentum=None, nesterov: bool = False,

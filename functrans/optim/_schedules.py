@@ -23,12 +23,12 @@ def _float(count):
     return lax.convert_element_type(to_array(count), _dtypes.default_float_dtype())
 
 
-def _f(value, like):
+def _f(value):
     return lax.full((), value, _dtypes.default_float_dtype())
 
 
 def _clip(x, lo, hi):
-    return lax.min(lax.max(x, _f(lo, x)), _f(hi, x))
+    return lax.min(lax.max(x, _f(lo)), _f(hi))
 
 
 def constant_schedule(value) -> Callable:
@@ -79,7 +79,7 @@ def cosine_decay_schedule(init_value, decay_steps, alpha=0.0, exponent=1.0) -> C
         raise ValueError(f"cosine_decay_schedule: decay_steps must be positive, got {decay_steps}")
 
     def schedule(count):
-        t = lax.min(_float(count), _f(decay_steps, None))
+        t = lax.min(_float(count), _f(decay_steps))
         cosine = 0.5 * (1 + lax.cos(t * (math.pi / decay_steps)))
         return init_value * ((1 - alpha) * cosine ** exponent + alpha)
 
@@ -145,9 +145,9 @@ def exponential_decay(init_value, transition_steps, decay_rate, transition_begin
         if staircase:
             exponent = lax.floor(exponent)
         value = init_value * decay_rate ** exponent
-        value = lax.select(lax.le(steps, _f(0, None)), _f(init_value, None), value)
+        value = lax.select(lax.le(steps, _f(0)), _f(init_value), value)
         if end_value is not None:
-            bound = _f(end_value, None)
+            bound = _f(end_value)
             value = lax.max(value, bound) if decay_rate < 1 else lax.min(value, bound)
         return value
 
@@ -166,9 +166,9 @@ def piecewise_constant_schedule(init_value, boundaries_and_scales: dict | None =
 
     def schedule(count):
         count = _float(count)
-        value = _f(init_value, None)
+        value = _f(init_value)
         for boundary, factor in items:
-            reached = lax.ge(count, _f(boundary, None))
+            reached = lax.ge(count, _f(boundary))
             value = lax.select(reached, value * factor, value)
         return value
 

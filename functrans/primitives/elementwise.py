@@ -55,7 +55,8 @@ def _elementwise_rule(name: str, kind: str, result_dtype=None):
         _same_shapes_and_dtypes(name, avals)
         a = avals[0]
         dtype = a.dtype if result_dtype is None else result_dtype(a.dtype)
-        weak = all(x.weak_type for x in avals) and result_dtype is None
+        # a weak input stays weak unless the result is of another kind (comparisons -> bool)
+        weak = all(x.weak_type for x in avals) and np.dtype(dtype).kind == a.dtype.kind
         return ShapedArray(a.shape, dtype, weak)
     return rule
 

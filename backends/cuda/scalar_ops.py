@@ -1,0 +1,501 @@
+"""CUDA C for each elementwise primitive, keyed by the primitive's name.
+
+One row per primitive: a function that returns the C expression computing one element from
+its operands' C expressions. The kernels in :mod:`codegen` bind every value to a ``const``
+local, so the operands here are always plain names or literals and may be repeated freely.
+
+Semantics follow the reference implementations in ``functrans/primitives/elementwise.py``:
+integer division by zero gives -1 and the remainder the dividend, shifts past the bit width
+give 0 (arithmetic right shifts give the sign), float-to-int conversion truncates, saturates
+and maps NaN to 0, ``max``/``min`` propagate NaN. Signed integer arithmetic is done in the
+unsigned type of the same width, because signed overflow is undefined in C++ while the
+reference wraps.
+
+Registers: ``bool`` is ``bool``; float16 and bfloat16 are computed in ``float`` and rounded
+back to their precision after every operation (the reference computes them in float32 and
+rounds each result), stored as ``unsigned short`` bit patterns so the generated code needs
+no half-precision headers.
+
+    >>> supports("exp", {}, [np.dtype("float32")], np.dtype("float32"))
+    True
+    >>> emit("add", {}, ["a", "b"], [np.dtype("int32")] * 2, np.dtype("int32"))
+    '((int)((unsigned int)a + (unsigned int)b))'
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from functrans import _dtypes
+
+BFLOAT16 = _dtypes.bfloat16
+FLOAT16 = np.dtype(np.float16)
+
+SUPPORTED_DTYPES = {np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
+                                           np.uint8, np.uint16, np.uint32, np.uint64,
+                                           np.float16, np.float32, np.float64)} | {BFLOAT16}
+
+_INT_TYPES = {
+    np.dtype(np.int8): "signed char", np.dtype(np.int16): "short", np.dtype(np.int32): "int",
+    np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char",
+    np.dtype(np.uint16): "unsigned short", np.dtype(np.uint32): "unsigned int",
+    np.dtype(np.uint64): "unsigned long long",
+}
+
+
+def is_float(dtype) -> bool:
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype == BFLOAT16
+
+
+def is_low_precision(dtype) -> bool:
+    return np.dtype(dtype) in (FLOAT16, BFLOAT16)
+
+
+def is_signed(dtype) -> bool:
+    return np.dtype(dtype).kind == "i"
+
+
+def reg_type(dtype) -> str:
+    """The C type of a value of ``dtype`` in a register."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return "bool"
+    if dtype in _INT_TYPES:
+        return _INT_TYPES[dtype]
+    if dtype == np.float64:
+        return "double"
+    if dtype in (np.float32, FLOAT16, BFLOAT16):
+        return "float"
+    raise NotImplementedError(f"cuda backend: dtype {dtype.name} is not supported in kernels")
+
+
+def mem_type(dtype) -> str:
+    """The C type of an element of ``dtype`` in memory."""
+    return "unsigned short" if is_low_precision(dtype) else reg_type(dtype)
+
+
+def storage_dtype(dtype) -> np.dtype:
+    """The NumPy/CuPy dtype a buffer of ``dtype`` is held as (bfloat16 as its bits)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.uint16) if dtype == BFLOAT16 else dtype
+
+
+def _wide_unsigned(dtype) -> str:
+    """Unsigned type that integer arithmetic of ``dtype`` is done in: at least 32 bits, so
+    that C's promotion of narrow types to ``int`` cannot overflow a multiplication."""
+    return "unsigned long long" if np.dtype(dtype).itemsize == 8 else "unsigned int"
+
+
+def _same_width(dtype, signed: bool) -> str:
+    return _INT_TYPES[np.dtype(f"{'i' if signed else 'u'}{np.dtype(dtype).itemsize}")]
+
+
+def _bits(dtype) -> int:
+    return 8 * np.dtype(dtype).itemsize
+
+
+# =============================================================================================
+# Literals and conversions
+# =============================================================================================
+
+
+def literal(value, dtype) -> str:
+    """A C literal of ``value`` as a register of ``dtype``; exact for every value."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return "true" if bool(value) else "false"
+    if dtype in _INT_TYPES:
+        v = int(np.asarray(value).astype(dtype))
+        if dtype == np.int64:
+            return "(-9223372036854775807LL - 1)" if v == -2 ** 63 else f"{v}LL"
+        if dtype == np.uint64:
+            return f"{v}ull"
+        if dtype == np.uint32:
+            return f"{v}u"
+        if dtype == np.int32:
+            return "(-2147483647 - 1)" if v == -2 ** 31 else str(v)
+        return f"(({_INT_TYPES[dtype]}){v})"
+    if dtype == np.float64:
+        v = float(np.asarray(value).astype(np.float64))
+        if math.isfinite(v):
+            return repr(v)
+        bits = int(np.array(v, np.float64).view(np.uint64))
+        return f"ft_f64({bits:#x}ull)"
+    # float32, and float16/bfloat16 values (exact in float)
+    v = np.float32(np.asarray(value).astype(dtype).astype(np.float32))
+    if math.isfinite(float(v)):
+        return f"{float(v)!r}f"
+    return f"ft_f32({int(v.view(np.uint32)):#x}u)"
+
+
+def round_to(dtype, expr: str) -> str:
+    """``expr`` (a float) rounded to the precision of ``dtype`` (a no-op above float16)."""
+    dtype = np.dtype(dtype)
+    if dtype == FLOAT16:
+        return f"ft_round_h({expr})"
+    if dtype == BFLOAT16:
+        return f"ft_round_bf({expr})"
+    return expr
+
+
+def convert(x: str, src, dst) -> str:
+    """Cast register value ``x`` from ``src`` to ``dst`` with the reference semantics."""
+    src, dst = np.dtype(src), np.dtype(dst)
+    if src == dst:
+        return x
+    rt = reg_type(dst)
+    if dst == np.bool_:
+        return f"({x} != 0)"
+    if src == np.bool_:
+        return round_to(dst, f"(({rt})({x} ? 1 : 0))")
+    if is_float(src) and is_float(dst):
+        return round_to(dst, f"(({rt}){x})")
+    if is_float(src):
+        # saturating truncation, NaN -> 0: the bounds are powers of two, exact in any float
+        f = reg_type(src)
+        suffix = "f" if f == "float" else ""
+        bits = _bits(dst)
+        lo = f"-{2.0 ** (bits - 1)!r}{suffix}" if is_signed(dst) else f"0.0{suffix}"
+        hi = f"{2.0 ** (bits - 1 if is_signed(dst) else bits)!r}{suffix}"
+        info = np.iinfo(dst)
+        return (f"(({x}) != ({x}) ? ({rt})0 : ({x}) <= {lo} ? {literal(info.min, dst)} : "
+                f"({x}) >= {hi} ? {literal(info.max, dst)} : ({rt})({x}))")
+    if is_float(dst):
+        return round_to(dst, f"(({rt}){x})")
+    return f"(({rt}){x})"
+
+
+# =============================================================================================
+# The table
+# =============================================================================================
+
+# CUDA math functions: float version (the double one drops the ``f``)
+_FLOAT_MATH = {
+    "exp": "expf", "exp2": "exp2f", "log": "logf", "log1p": "log1pf", "expm1": "expm1f",
+    "tanh": "tanhf", "sin": "sinf", "cos": "cosf", "tan": "tanf", "asin": "asinf",
+    "acos": "acosf", "atan": "atanf", "sinh": "sinhf", "cosh": "coshf", "asinh": "asinhf",
+    "acosh": "acoshf", "atanh": "atanhf", "sqrt": "sqrtf", "cbrt": "cbrtf", "erf": "erff",
+    "erfc": "erfcf", "erf_inv": "erfinvf", "lgamma": "lgammaf", "floor": "floorf",
+    "ceil": "ceilf",
+}
+
+
+def _math_name(fname: str, dtype) -> str:
+    return fname[:-1] if np.dtype(dtype) == np.float64 else fname
+
+
+def _float_math(fname):
+    def emit(args, in_dtypes, out_dtype, params, ctx):
+        return f"{_math_name(fname, in_dtypes[0])}({args[0]})"
+    return emit
+
+
+def _float_binary(fname):
+    def emit(args, in_dtypes, out_dtype, params, ctx):
+        return f"{_math_name(fname, in_dtypes[0])}({args[0]}, {args[1]})"
+    return emit
+
+
+def _one(dtype) -> str:
+    return literal(1, dtype)
+
+
+def _neg(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    d = in_dtypes[0]
+    if is_float(d):
+        return f"(-{x})"
+    return f"(({reg_type(d)})(0u - ({_wide_unsigned(d)}){x}))"
+
+
+def _sign(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    d = in_dtypes[0]
+    rt = reg_type(d)
+    if is_float(d):
+        # NaN stays NaN, both zeros give +0
+        return f"({x} > 0 ? ({rt})1 : {x} < 0 ? ({rt})-1 : {x} == 0 ? ({rt})0 : {x})"
+    if is_signed(d):
+        return f"(({rt})(({x} > 0) - ({x} < 0)))"
+    return f"(({rt})({x} > 0))"
+
+
+def _round(args, in_dtypes, out_dtype, params, ctx):
+    # rounding_method 0: half away from zero (roundf); 1: half to even (rintf)
+    fname = "roundf" if params.get("rounding_method", 0) == 0 else "rintf"
+    return f"{_math_name(fname, in_dtypes[0])}({args[0]})"
+
+
+def _is_finite(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    d = in_dtypes[0]
+    inf = literal(np.inf, np.float64 if d == np.float64 else np.float32)
+    return f"({_math_name('fabsf', d)}({x}) < {inf})"
+
+
+def _rsqrt(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    d = in_dtypes[0]
+    return f"({_one(d)} / {_math_name('sqrtf', d)}({x}))"
+
+
+def _logistic(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    d = in_dtypes[0]
+    return f"({_one(d)} / ({_one(d)} + {_math_name('expf', d)}(-{x})))"
+
+
+def _digamma(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    if in_dtypes[0] == np.float64:
+        return f"ft_digamma({x})"
+    return f"((float)ft_digamma((double){x}))"
+
+
+def _abs(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    d = in_dtypes[0]
+    if is_float(d):
+        return f"{_math_name('fabsf', d)}({x})"
+    if is_signed(d):
+        return f"({x} < 0 ? {_neg([x], in_dtypes, out_dtype, params, ctx)} : {x})"
+    return x
+
+
+def _square(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    return _arith("*")([x, x], in_dtypes * 2, out_dtype, params, ctx)
+
+
+def _not(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    d = in_dtypes[0]
+    if d == np.bool_:
+        return f"(!{x})"
+    return f"(({reg_type(d)})~{x})"
+
+
+def _popcount(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    d = in_dtypes[0]
+    u = _same_width(d, signed=False)
+    fn = "ft_popc64" if _bits(d) == 64 else "ft_popc32"
+    return f"(({reg_type(d)}){fn}(({u}){x}))"
+
+
+def _clz(args, in_dtypes, out_dtype, params, ctx):
+    x, = args
+    d = in_dtypes[0]
+    u = _same_width(d, signed=False)
+    if _bits(d) == 64:
+        return f"(({reg_type(d)})ft_clz64(({u}){x}))"
+    return f"(({reg_type(d)})(ft_clz32(({u}){x}) - {32 - _bits(d)}))"
+
+
+def _identity(args, in_dtypes, out_dtype, params, ctx):
+    return args[0]
+
+
+def _imag(args, in_dtypes, out_dtype, params, ctx):
+    return literal(0, out_dtype)
+
+
+def _integer_pow(args, in_dtypes, out_dtype, params, ctx):
+    """Square-and-multiply, one statement per product (exponents are small constants)."""
+    x, = args
+    y = int(params["y"])
+    d = in_dtypes[0]
+    if y == 0:
+        return _one(d)
+    mul = _arith("*")
+    acc, base, n = None, x, abs(y)
+    while n:
+        if n & 1:
+            acc = base if acc is None else ctx.bind(d, mul([acc, base], [d, d], d, {}, ctx))
+        n >>= 1
+        if n:
+            base = ctx.bind(d, mul([base, base], [d, d], d, {}, ctx))
+    if y < 0:
+        return f"({_one(d)} / {acc})"
+    return acc
+
+
+def _arith(op):
+    def emit(args, in_dtypes, out_dtype, params, ctx):
+        x, y = args
+        d = in_dtypes[0]
+        if is_float(d):
+            return f"({x} {op} {y})"
+        u = _wide_unsigned(d)
+        return f"(({reg_type(d)})(({u}){x} {op} ({u}){y}))"
+    return emit
+
+
+def _div(args, in_dtypes, out_dtype, params, ctx):
+    x, y = args
+    d = in_dtypes[0]
+    if is_float(d):
+        return f"({x} / {y})"
+    rt = reg_type(d)
+    if is_signed(d):
+        # y == -1 would trap on INT_MIN / -1: negate (wrapping) instead
+        neg = _neg([x], [d], d, {}, ctx)
+        return f"({y} == 0 ? ({rt})-1 : {y} == ({rt})-1 ? {neg} : ({rt})({x} / {y}))"
+    return f"({y} == 0 ? ({rt})-1 : ({rt})({x} / {y}))"
+
+
+def _rem(args, in_dtypes, out_dtype, params, ctx):
+    x, y = args
+    d = in_dtypes[0]
+    if is_float(d):
+        return f"{_math_name('fmodf', d)}({x}, {y})"
+    rt = reg_type(d)
+    if is_signed(d):
+        return f"({y} == 0 ? {x} : {y} == ({rt})-1 ? ({rt})0 : ({rt})({x} % {y}))"
+    return f"({y} == 0 ? {x} : ({rt})({x} % {y}))"
+
+
+def _extremum(which):
+    def emit(args, in_dtypes, out_dtype, params, ctx):
+        x, y = args
+        d = in_dtypes[0]
+        if is_float(d):
+            return f"ft_f{which}({x}, {y})"
+        if d == np.bool_:
+            return f"({x} || {y})" if which == "max" else f"({x} && {y})"
+        return f"({x} {'>' if which == 'max' else '<'} {y} ? {x} : {y})"
+    return emit
+
+
+def _bitwise(op, bool_op):
+    def emit(args, in_dtypes, out_dtype, params, ctx):
+        x, y = args
+        d = in_dtypes[0]
+        if d == np.bool_:
+            return f"({x} {bool_op} {y})"
+        return f"(({reg_type(d)})({x} {op} {y}))"
+    return emit
+
+
+def _in_range_shift(y: str, d) -> str:
+    # an unsigned count is never negative; saying so avoids a compiler warning
+    low = f"{y} >= 0 && " if is_signed(d) else ""
+    return f"({low}{y} < {_bits(d)})"
+
+
+def _shift_left(args, in_dtypes, out_dtype, params, ctx):
+    x, y = args
+    d = in_dtypes[0]
+    rt = reg_type(d)
+    return f"({_in_range_shift(y, d)} ? ({rt})(({_wide_unsigned(d)}){x} << {y}) : ({rt})0)"
+
+
+def _shift_right_logical(args, in_dtypes, out_dtype, params, ctx):
+    x, y = args
+    d = in_dtypes[0]
+    rt = reg_type(d)
+    u = _same_width(d, signed=False)
+    return f"({_in_range_shift(y, d)} ? ({rt})(({u}){x} >> {y}) : ({rt})0)"
+
+
+def _shift_right_arithmetic(args, in_dtypes, out_dtype, params, ctx):
+    x, y = args
+    d = in_dtypes[0]
+    s = _same_width(d, signed=True)
+    return f"(({reg_type(d)})(({s}){x} >> ({_in_range_shift(y, d)} ? {y} : {_bits(d) - 1})))"
+
+
+def _compare(op):
+    def emit(args, in_dtypes, out_dtype, params, ctx):
+        return f"({args[0]} {op} {args[1]})"
+    return emit
+
+
+def _convert(args, in_dtypes, out_dtype, params, ctx):
+    return convert(args[0], in_dtypes[0], out_dtype)
+
+
+def _select_n(args, in_dtypes, out_dtype, params, ctx):
+    which, *cases = args
+    if len(cases) == 1:
+        return cases[0]
+    if in_dtypes[0] == np.bool_:
+        return f"({which} ? {cases[1]} : {cases[0]})"
+    # an integer selector is clipped into range, as the reference does
+    expr = cases[0]
+    for k in range(1, len(cases)):
+        expr = f"({which} >= {k} ? {cases[k]} : {expr})"
+    return expr
+
+
+def _clamp(args, in_dtypes, out_dtype, params, ctx):
+    lo, x, hi = args
+    d = in_dtypes[1]
+    mx, mn = _extremum("max"), _extremum("min")
+    inner = ctx.bind(d, mx([x, lo], [d, d], d, {}, ctx))
+    return mn([inner, hi], [d, d], d, {}, ctx)
+
+
+EMITTERS = {
+    "neg": _neg, "sign": _sign, "round": _round, "is_finite": _is_finite, "rsqrt": _rsqrt,
+    "logistic": _logistic, "digamma": _digamma, "abs": _abs, "square": _square, "not": _not,
+    "population_count": _popcount, "clz": _clz, "real": _identity, "conj": _identity,
+    "imag": _imag, "integer_pow": _integer_pow,
+    "add": _arith("+"), "sub": _arith("-"), "mul": _arith("*"), "div": _div, "rem": _rem,
+    "pow": _float_binary("powf"), "max": _extremum("max"), "min": _extremum("min"),
+    "atan2": _float_binary("atan2f"), "nextafter": _float_binary("nextafterf"),
+    "and": _bitwise("&", "&&"), "or": _bitwise("|", "||"), "xor": _bitwise("^", "!="),
+    "shift_left": _shift_left, "shift_right_logical": _shift_right_logical,
+    "shift_right_arithmetic": _shift_right_arithmetic,
+    "eq": _compare("=="), "ne": _compare("!="), "lt": _compare("<"), "le": _compare("<="),
+    "gt": _compare(">"), "ge": _compare(">="),
+    "convert_element_type": _convert, "select_n": _select_n, "clamp": _clamp,
+}
+for _name, _fname in _FLOAT_MATH.items():
+    EMITTERS[_name] = _float_math(_fname)
+
+# Rows only defined here for real floats (complex buffers are not supported: they fall back).
+_FLOAT_ONLY = set(_FLOAT_MATH) | {"round", "is_finite", "rsqrt", "logistic", "digamma", "pow",
+                                  "atan2", "nextafter", "real", "imag", "conj"}
+# nextafter steps to the neighbouring float32, not float16/bfloat16: those fall back.
+_NOT_LOW_PRECISION = {"nextafter"}
+# Results already exact in the operand's precision: no rounding step needed.
+_EXACT = {"neg", "abs", "sign", "floor", "ceil", "round", "real", "conj", "imag", "max", "min",
+          "select_n", "clamp", "convert_element_type", "eq", "ne", "lt", "le", "gt", "ge",
+          "is_finite"}
+
+
+def supports(name: str, params: dict, in_dtypes, out_dtype) -> bool:
+    """Whether primitive ``name`` on these dtypes has CUDA code here."""
+    if name not in EMITTERS:
+        return False
+    dtypes = [np.dtype(d) for d in in_dtypes] + [np.dtype(out_dtype)]
+    if any(d not in SUPPORTED_DTYPES for d in dtypes):
+        return False
+    if name in _FLOAT_ONLY and not all(is_float(d) for d in dtypes if d != np.bool_):
+        return False
+    if name in _NOT_LOW_PRECISION and any(is_low_precision(d) for d in dtypes):
+        return False
+    return True
+
+
+class _NoStatements:
+    """Context for :func:`emit` outside a kernel: multi-statement rows inline their values."""
+
+    def bind(self, dtype, expr: str) -> str:
+        return expr
+
+
+def emit(name: str, params: dict, args, in_dtypes, out_dtype, ctx=None) -> str:
+    """The C expression of primitive ``name`` on operand expressions ``args``.
+
+    ``ctx.bind(dtype, expr)`` (if given) binds an intermediate to a local and returns its
+    name; rows with several steps (``integer_pow``, ``clamp``) use it."""
+    in_dtypes = [np.dtype(d) for d in in_dtypes]
+    out_dtype = np.dtype(out_dtype)
+    expr = EMITTERS[name](list(args), in_dtypes, out_dtype, dict(params), ctx or _NoStatements())
+    if is_low_precision(out_dtype) and name not in _EXACT:
+        expr = round_to(out_dtype, expr)
+    return expr

@@ -288,9 +288,9 @@ _UNARY_OPS = {"__neg__": "negative", "__pos__": "positive", "__abs__": "abs",
               "__invert__": "invert"}
 _FORWARDED_METHODS = [
     "sum", "mean", "max", "min", "prod", "argmax", "argmin", "any", "all", "var", "std",
-    "cumsum", "cumprod", "ravel", "flatten", "squeeze", "swapaxes", "clip", "round", "dot",
+    "cumsum", "cumprod", "ravel", "squeeze", "swapaxes", "clip", "round", "dot",
     "conj", "conjugate", "take", "sort", "argsort", "repeat", "nonzero", "trace", "diagonal",
-    "ptp", "searchsorted", "choose", "compress", "nansum", "view",
+    "ptp", "searchsorted", "choose", "nansum", "view",
 ]
 
 
@@ -305,6 +305,9 @@ def _install(cls):
         setattr(cls, name, _forward(name))
     cls.__round__ = lambda self, ndigits=None: _jnp().round(self, ndigits or 0)
     cls.reshape = _reshape
+    cls.flatten = lambda self, order="C": _jnp().ravel(self, order)
+    # jnp.compress takes the condition first; the method takes it as its argument
+    cls.compress = lambda self, condition, axis=None, **kw: _jnp().compress(condition, self, axis, **kw)
     cls.transpose = _transpose
     cls.astype = _astype
     cls.__getitem__ = _getitem

@@ -277,3 +277,12 @@ def test_nested_calls_are_inlined_for_the_compiler():
     inner = functrans.jit(lambda y: double(y) + 1)
     out = functrans.jit(lambda x: inner(x) * 3)(np.ones(3, np.float32))
     np.testing.assert_array_equal(out, [9.0, 9.0, 9.0])
+
+
+def test_array_methods_forward_to_jnp():
+    x = jnp.arange(6).reshape(2, 3)
+    np.testing.assert_array_equal(x.flatten(), np.arange(6))
+    np.testing.assert_array_equal(x.compress(np.array([True, False, True]), axis=1),
+                                  np.arange(6).reshape(2, 3)[:, [0, 2]])
+    np.testing.assert_array_equal(x.T, np.arange(6).reshape(2, 3).T)
+    np.testing.assert_allclose(x.astype(np.float32).mean(axis=0), [1.5, 2.5, 3.5])

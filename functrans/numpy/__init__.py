@@ -43,7 +43,7 @@ from functrans.numpy._scalar_types import (  # noqa: F401
     signedinteger, single, uint, uint8, uint16, uint32, uint64, unsignedinteger)
 from functrans.numpy._shape import (  # noqa: F401
     append, array_split, atleast_1d, atleast_2d, atleast_3d, broadcast_arrays, broadcast_to,
-    column_stack, concat, concatenate, delete, diagonal, dsplit, dstack, expand_dims, flatten,
+    column_stack, concat, concatenate, delete, diagonal, dsplit, dstack, expand_dims,
     flip, fliplr, flipud, hsplit, hstack, insert, matrix_transpose, moveaxis, pad, permute_dims,
     ravel, repeat, reshape, resize, roll, rollaxis, rot90, row_stack, split, squeeze, stack,
     swapaxes, take, take_along_axis, tile, trace, transpose, unstack, vsplit, vstack)

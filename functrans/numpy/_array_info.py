@@ -30,7 +30,7 @@ def result_type(*args):
         dtype('float16')
     """
     return _dtypes.result_type(*[_as_dtype_or_kind(a) if isinstance(a, type) and
-                                 not a in (bool, int, float, complex) else a for a in args])
+                                 a not in (bool, int, float, complex) else a for a in args])
 
 
 def promote_types(a, b):

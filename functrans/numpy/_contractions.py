@@ -394,8 +394,3 @@ def einsum(subscripts, /, *operands, out=None, optimize="greedy", precision=None
     if preferred_element_type is not None:
         x = lax.convert_element_type(x, preferred_element_type)
     return x
-
-
-def einsum_path(subscripts, *operands, optimize="greedy"):
-    """The pairwise contraction order :func:`einsum` uses, as a list of index pairs."""
-    raise NotImplementedError("einsum_path is not supported; einsum chooses the order itself")

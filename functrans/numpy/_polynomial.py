@@ -363,17 +363,15 @@ def bincount(x, weights=None, minlength=0, *, length=None):
                 "length= (a static int)")
         length = builtins.max(int(minlength), int(value.max()) + 1 if value.size else 0)
     length = operator_index(length, "bincount: length")
-    n = get_aval(x).shape[0]
-    bins = structural.broadcast_in_dim(
-        structural.reshape(to_array(np.arange(length, dtype=get_aval(x).dtype)), (length,)),
-        (length, n), (0,))
-    hits = lax.eq(bins, structural.broadcast_in_dim(uf.maximum(x, 0), (length, n), (1,)))
-    from functrans.numpy._reductions import sum as sum_
+    # one scatter-add; negative values count into bin 0 and values past the end are dropped
+    idx = uf.maximum(x, 0)
     if weights is None:
-        return sum_(hits, axis=1, dtype=_dtypes.default_int_dtype())
-    weights = to_array(weights)
-    w = structural.broadcast_in_dim(weights, (length, n), (1,))
-    return sum_(uf.where(hits, w, 0), axis=1)
+        ones = structural.full(get_aval(x).shape, 1, _dtypes.default_int_dtype())
+        out = structural.full((length,), 0, _dtypes.default_int_dtype())
+        return out.at[idx].add(ones, mode="drop")
+    weights, = promote_dtypes(weights)
+    out = structural.full((length,), 0, get_aval(weights).dtype)
+    return out.at[idx].add(weights, mode="drop")
 
 
 def histogram_bin_edges(a, bins=10, range=None, weights=None):  # noqa: A002

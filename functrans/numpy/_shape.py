@@ -76,7 +76,6 @@ def ravel(a, order="C"):
     return reshape(a, (get_aval(a).size,), order)
 
 
-flatten = ravel
 
 
 def transpose(a, axes=None):

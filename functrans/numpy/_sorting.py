@@ -17,7 +17,7 @@ from functrans import _dtypes
 from functrans._array import Array
 from functrans.core import get_aval
 from functrans.numpy import _ufuncs as uf
-from functrans.numpy._promotion import (broadcast_to_shape, canonicalize_axis, concrete_value,
+from functrans.numpy._promotion import (canonicalize_axis, concrete_value,
                                         lax_fn, operator_index, promote_dtypes,
                                         promote_shapes, to_array)
 from functrans.primitives import elementwise as lax

@@ -883,7 +883,7 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
     transform).
 
         >>> where(arange(4) > 1, 1.0, 0.0)
-        Array([0., 0., 1., 1.], dtype=float32)
+        Array([0., 0., 1., 1.], dtype=float32, weak_type=True)
     """
     if x is None and y is None:
         from functrans.numpy._sorting import nonzero

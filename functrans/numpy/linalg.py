@@ -191,8 +191,8 @@ def _lu_diagonal_and_parity(a):
 def det(a):
     """The determinant of a square matrix (or of each in a stack).
 
-        >>> det(array([[1.0, 2.0], [3.0, 4.0]]))
-        Array(-2., dtype=float32)
+        >>> det(array([[2.0, 1.0], [0.0, 3.0]]))
+        Array(6., dtype=float32)
     """
     a = _square("det", a)
     if get_aval(a).shape[-1] == 0:

@@ -82,7 +82,7 @@ def promote_dtypes(*args):
     if len(args) < 2:
         return [to_array(a) for a in args]
     dtype, weak = _dtypes.result_type(*args, return_weak_type_flag=True)
-    return [elementwise.convert_element_type(to_array(a), dtype, weak) for a in args]
+    return [_convert(a, dtype, weak) for a in args]
 
 
 def promote_dtypes_inexact(*args):
@@ -90,7 +90,15 @@ def promote_dtypes_inexact(*args):
     dtype, weak = _dtypes.result_type(*args, return_weak_type_flag=True)
     if not _dtypes.is_inexact(dtype):
         dtype = _dtypes.default_float_dtype()
-    return [elementwise.convert_element_type(to_array(a), dtype, weak) for a in args]
+    return [_convert(a, dtype, weak) for a in args]
+
+
+def _convert(a, dtype, weak):
+    """``a`` as ``dtype``; a Python scalar becomes a constant of that dtype directly (an
+    inline literal when staged) instead of a conversion of a weak constant."""
+    if _dtypes.is_python_scalar(a) and not weak:
+        return to_array(np.asarray(a).astype(dtype)[()])
+    return elementwise.convert_element_type(to_array(a), dtype, weak)
 
 
 def promote_shapes(*args):

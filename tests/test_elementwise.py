@@ -188,7 +188,8 @@ def test_integer_ops_match_numpy():
     np.testing.assert_array_equal(
         lax.shift_right_logical(x, s),
         np.where(s < 32, (x.view(np.uint32) >> np.minimum(s, 31).astype(np.uint32)).view(np.int32), 0))
-    np.testing.assert_array_equal(lax.population_count(x), np.bitwise_count(x).astype(np.int32))
+    np.testing.assert_array_equal(lax.population_count(x),
+                                  np.bitwise_count(x.view(np.uint32)).astype(np.int32))
     np.testing.assert_array_equal(lax.integer_pow(x, 3), x ** 3)
 
 
@@ -236,3 +237,14 @@ def test_shape_error_names_primitive_shapes_and_line():
     text = str(info.value) + "".join(getattr(info.value, "__notes__", []))
     assert "add" in text and "f32[3]" in text and "f32[4]" in text
     assert "test_elementwise.py" in text
+
+
+def test_integer_division_edge_cases():
+    x = np.array([-2 ** 31, 7, -7, 5, -2 ** 31], np.int32)
+    y = np.array([3, -2, 2, 0, -1], np.int32)
+    np.testing.assert_array_equal(lax.div(x, y), [-715827882, -3, -3, -1, -2 ** 31])
+    np.testing.assert_array_equal(lax.div(np.array([7, 5], np.uint8), np.array([2, 0], np.uint8)),
+                                  [3, 255])
+    np.testing.assert_array_equal(lax.population_count(np.array([-1, 3], np.int8)), [8, 2])
+    z = lax.complex(np.float16(1.5), np.float16(2.0))
+    assert z.dtype == np.complex64 and complex(z) == 1.5 + 2j

@@ -137,14 +137,15 @@ class CudaModule:
         return max([k.scratch_bytes for k in self.kernels], default=0)
 
 
-def generate(program: Program) -> CudaModule:
-    """CUDA C for every loop and reduction kernel of ``program``."""
+def generate(program: Program, prefix: str = "") -> CudaModule:
+    """CUDA C for every loop and reduction kernel of ``program``. Kernel names start with
+    ``prefix``, so the modules of several programs can share one translation unit."""
     parts, host_parts, schedule = [PRELUDE], [], []
     with E.lock:
         for step in program.steps:
             if isinstance(step, (LoopKernel, ReduceKernel)):
-                name = _kernel_name(len([s for s in schedule if isinstance(s, KernelLaunch)]) + 1,
-                                    step.prims)
+                index = len([s for s in schedule if isinstance(s, KernelLaunch)]) + 1
+                name = prefix + _kernel_name(index, step.prims)
                 writer = _LoopWriter(name, step) if isinstance(step, LoopKernel) else \
                     _ReduceWriter(name, step)
                 parts.append(writer.device_source())
@@ -157,8 +158,14 @@ def generate(program: Program) -> CudaModule:
     return CudaModule(program, "\n".join(parts), "\n".join(host_parts), schedule)
 
 
+_QUIET_PRIMS = {"broadcast_in_dim", "reshape", "expand_dims", "squeeze", "convert_element_type",
+                "stop_gradient", "copy"}
+
+
 def _kernel_name(index: int, prims) -> str:
-    prims = "_".join(list(prims)[:6]) or "copy"
+    """``k<index>_<the primitives that compute>``: data movement is left out of the name."""
+    shown = [p for p in prims if p not in _QUIET_PRIMS] or list(prims)
+    prims = "_".join(shown[:4]) or "copy"
     return f"k{index}_{re.sub(r'[^A-Za-z0-9_]', '_', prims)}"
 
 

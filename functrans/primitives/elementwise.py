@@ -66,7 +66,9 @@ def _via_f32(fn):
     def impl(*xs, **params):
         dtype = xs[0].dtype if xs else None
         if dtype is not None and dtype in (_dtypes.bfloat16, _dtypes.float16):
-            return fn(*[x.astype(np.float32) for x in xs], **params).astype(dtype)
+            out = fn(*[x.astype(np.float32) for x in xs], **params)
+            # results of another kind (bool, complex) keep their dtype
+            return out.astype(dtype) if out.dtype.kind == "f" else out
         return fn(*xs, **params)
     return impl
 
@@ -117,10 +119,14 @@ def _round_impl(x, *, rounding_method=0):
 
 
 def _int_div(x, y):
-    safe_y = np.where(y == 0, 1, y)
-    q = np.abs(x) // np.abs(safe_y)
-    q = np.where((x < 0) ^ (y < 0), -q, q).astype(x.dtype)
-    return np.where(y == 0, np.array(-1, x.dtype), q)
+    """Integer division rounding toward zero; x / 0 is all ones (-1 signed, max unsigned)."""
+    safe_y = np.where(y == 0, np.ones_like(y), y)
+    q = np.floor_divide(x, safe_y)
+    # floor and truncation differ when the remainder is nonzero and the signs differ
+    adjust = (np.remainder(x, safe_y) != 0) & ((x < 0) != (safe_y < 0))
+    q = (q + adjust.astype(x.dtype)).astype(x.dtype)
+    all_ones = np.array(-1 if x.dtype.kind == "i" else np.iinfo(x.dtype).max, x.dtype)
+    return np.where(y == 0, all_ones, q)
 
 
 def _div_impl(x, y):
@@ -257,7 +263,8 @@ erf_inv_p = _unary("erf_inv", "real_float", _erf_inv_impl)
 lgamma_p = _unary("lgamma", "real_float", scipy.special.gammaln)
 digamma_p = _unary("digamma", "real_float", scipy.special.digamma)
 not_p = _unary("not", "int_or_bool", np.invert)
-population_count_p = _unary("population_count", "int", lambda x: np.bitwise_count(x).astype(x.dtype))
+population_count_p = _unary("population_count", "int",  # two's-complement bits
+                            lambda x: np.bitwise_count(x.view(_unsigned_of(x.dtype))).astype(x.dtype))
 clz_p = _unary("clz", "int", _clz_impl)
 real_p = _unary("real", "float", np.real, _real_result)
 imag_p = _unary("imag", "float", np.imag, _real_result)

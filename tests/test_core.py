@@ -286,3 +286,12 @@ def test_array_methods_forward_to_jnp():
                                   np.arange(6).reshape(2, 3)[:, [0, 2]])
     np.testing.assert_array_equal(x.T, np.arange(6).reshape(2, 3).T)
     np.testing.assert_allclose(x.astype(np.float32).mean(axis=0), [1.5, 2.5, 3.5])
+
+
+def test_a_jitted_function_called_twice_inside_jit():
+    inner = functrans.jit(lambda x: lax.exp(x) * 2.0)
+    outer = functrans.jit(lambda x: inner(x) + inner(x + 1.0))
+    for backend in ("reference", "llvm"):
+        out = functrans.jit(lambda x: inner(x) + inner(x + 1.0), backend=backend)(np.float32(-1.0))
+        np.testing.assert_allclose(out, 2 * np.exp(-1.0) + 2.0, rtol=1e-6)
+    np.testing.assert_allclose(outer(np.float32(-1.0)), 2 * np.exp(-1.0) + 2.0, rtol=1e-6)

@@ -217,7 +217,7 @@ def inline_calls(jaxpr: Jaxpr, consts: Sequence) -> tuple[Jaxpr, list]:
     """``jaxpr`` with nested ``jit`` equations replaced by their bodies (fresh variables for
     each copy), so fusion sees across call boundaries. Returns the new jaxpr and consts."""
     if not any(e.primitive.name in _CALL_PRIMITIVES for e in jaxpr.eqns):
-        return jaxpr, list(consts)
+        return to_ssa(jaxpr), list(consts)
     constvars, const_vals = list(jaxpr.constvars), list(consts)
     eqns: list = []
     rename: dict = {}
@@ -258,7 +258,40 @@ def inline_calls(jaxpr: Jaxpr, consts: Sequence) -> tuple[Jaxpr, list]:
         else:
             eqns.append(e.replace(invars=ins))
     outvars = [read(v) for v in jaxpr.outvars]
-    return Jaxpr(constvars, jaxpr.invars, outvars, eqns), const_vals
+    return to_ssa(Jaxpr(constvars, jaxpr.invars, outvars, eqns)), const_vals
+
+
+def to_ssa(jaxpr: Jaxpr) -> Jaxpr:
+    """``jaxpr`` with every variable bound once. A program that rebinds a variable (as a body
+    spliced twice by an inliner may) means, read in order, the latest binding; fusion
+    relies on single assignment, so rebound variables get fresh names."""
+    bound: set = set(jaxpr.constvars) | set(jaxpr.invars)
+    if all(v not in bound and not bound.add(v) for e in jaxpr.eqns for v in e.outvars
+           if not isinstance(v, DropVar)):
+        return jaxpr
+    bound = set(jaxpr.constvars) | set(jaxpr.invars)
+    current: dict = {}
+    eqns = []
+
+    def read(v):
+        return v if isinstance(v, Literal) else current.get(v, v)
+
+    for e in jaxpr.eqns:
+        ins = [read(v) for v in e.invars]
+        outs = []
+        for v in e.outvars:
+            if isinstance(v, DropVar):
+                outs.append(v)
+            elif v in bound:
+                nv = Var(v.aval)
+                current[v] = nv
+                outs.append(nv)
+            else:
+                bound.add(v)
+                current.pop(v, None)
+                outs.append(v)
+        eqns.append(e.replace(invars=ins, outvars=outs))
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, [read(v) for v in jaxpr.outvars], eqns)
 
 
 # =============================================================================================
@@ -435,6 +468,8 @@ def _rule_concatenate(eqn, ops, out_shape):
             index[axis] = E.clamp_index(E.add(out[axis], -offset), 0, n - 1)
             pieces.append((offset, _move(x, index)))
         offset += n
+    if not pieces:  # every operand is empty along the axis: so is the result
+        return E.constant(0, eqn.outvars[0].aval.dtype)
     value = pieces[-1][1]
     for start, piece in reversed(pieces[:-1]):
         end = next(s for s, _ in pieces if s > start)
@@ -873,15 +908,3 @@ def normalize(program: Program) -> Program:
                 step.shape, step.reduced = shape, groups
                 step.out_offset, step.value = roots
     return program
-
-
-def total_flops_hint(program: Program) -> int:
-    """A rough element count, used to decide whether a program is worth threading."""
-    total = 0
-    for s in program.steps:
-        if isinstance(s, (LoopKernel, ReduceKernel)):
-            total += int(np.prod(s.shape, dtype=np.int64))
-        elif isinstance(s, DotKernel):
-            total += s.batch * s.m * s.n * max(s.k, 1)
-    return total
-

@@ -26,6 +26,7 @@ _SEGMENT_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 class _ThreadState(threading.local):
     table = None
     arena = None
+    address = 0
 
 
 class Executable:
@@ -44,73 +45,102 @@ class Executable:
         self._engine = engine  # keeps the machine code mapped while this object lives
         self._state = _ThreadState()
         self._num_slots = 1 + max(slots.values(), default=0)
-        # the per-call plan, precomputed so the call path is a few list walks
-        self._inputs = []
-        for i, b in enumerate(program.inputs):
-            self._inputs.append((i, slots.get(b.id) if b.is_array else None,
-                                 b.dtype if b.is_array else None, b.id))
-        self._consts = [(slots[b.id], np.ascontiguousarray(b.value, dtype=b.dtype), b.id)
-                        for b in program.consts if b.id in slots]
+        self._num_inputs = len(program.inputs)
         self._const_arrays = {b.id: np.ascontiguousarray(b.value, dtype=b.dtype)
                               for b in program.consts}
-        self._outputs = [b for b in {id(b): b for b in program.outputs
-                                     if isinstance(b, Buffer) and b.kind == "output"}.values()]
+        # The per-call plan, precomputed so that a call is a few short loops:
+        # inputs as (position, slot or None, dtype or None for non-arrays),
+        self._inputs = [(i, slots.get(b.id) if b.is_array else None,
+                         b.dtype if b.is_array else None, b.id)
+                        for i, b in enumerate(program.inputs)]
+        # constants as (slot, array), outputs to allocate as (slot, shape, dtype, buffer id),
+        self._consts = [(slots[b.id], self._const_arrays[b.id]) for b in program.consts
+                        if b.id in slots]
+        outputs = {b.id: b for b in program.outputs if isinstance(b, Buffer) and b.kind == "output"}
+        self._outputs = [(slots[b.id], b.shape, b.dtype, b.id) for b in outputs.values()]
+        # and, per result, where it comes from.
+        self._results = []
+        input_position = {b.id: i for i, b in enumerate(program.inputs)}
+        out_position = {bid: k for k, bid in enumerate(outputs)}
+        for b in program.outputs:
+            if not isinstance(b, Buffer):
+                self._results.append(("literal", np.asarray(b)))
+            elif b.id in out_position:
+                self._results.append(("output", out_position[b.id]))
+            elif b.id in input_position:
+                self._results.append(("input", input_position[b.id]))
+            elif b.kind == "const":
+                self._results.append(("literal", self._const_arrays[b.id]))
+            else:
+                self._results.append(("array", b.id))
+        self._simple_results = all(kind == "output" for kind, _ in self._results)
         self._schedule = []
         for item in schedule:
             if isinstance(item, Segment):
                 self._schedule.append(("native", _SEGMENT_TYPE(entry_points[item.name])))
             else:
                 self._schedule.append(("numpy", item))
-        self._all_native = all(kind == "native" for kind, _ in self._schedule)
+        self._native_only = [fn for kind, fn in self._schedule] \
+            if all(kind == "native" for kind, _ in self._schedule) else None
 
     # ---- calling ----------------------------------------------------------------------------
 
     def _thread_buffers(self):
         state = self._state
         if state.table is None:
-            state.table = (ctypes.c_void_p * self._num_slots)()
-            state.arena = np.empty(max(self.plan.arena_size, 1), np.uint8)
-            state.table[0] = state.arena.ctypes.data
+            table = (ctypes.c_void_p * self._num_slots)()
+            arena = np.empty(max(self.plan.arena_size, 1), np.uint8)
+            table[0] = id(arena)
+            for slot, array in self._consts:
+                table[slot] = id(array)
+            state.table, state.arena, state.address = table, arena, ctypes.addressof(table)
         return state.table, state.arena
 
     def __call__(self, *args):
-        if len(args) != len(self._inputs):
-            raise TypeError(f"compiled program takes {len(self._inputs)} arguments, "
+        if len(args) != self._num_inputs:
+            raise TypeError(f"compiled program takes {self._num_inputs} arguments, "
                             f"got {len(args)}")
         table, arena = self._thread_buffers()
-        arrays = {}
-        for i, slot, dtype, bid in self._inputs:
-            a = args[i]
-            if dtype is not None and (type(a) is not np.ndarray or a.dtype != dtype
-                                      or not a.flags.c_contiguous):
-                a = np.ascontiguousarray(a, dtype=dtype)
-            arrays[bid] = a
-            if slot is not None:
-                table[slot] = a.ctypes.data
-        for slot, c, bid in self._consts:
-            table[slot] = c.ctypes.data
-        for b in self._outputs:
-            out = np.empty(b.shape, b.dtype)
-            arrays[b.id] = out
-            table[self.slots[b.id]] = out.ctypes.data
-        address = ctypes.addressof(table)
-        if self._all_native:
-            for _, fn in self._schedule:
+        # Every array the table points at stays referenced by ``inputs``/``outputs`` (or by
+        # this executable) until the native code has returned.
+        inputs = list(args)
+        for i, slot, dtype, _ in self._inputs:
+            a = inputs[i]
+            if dtype is not None:
+                if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
+                    a = inputs[i] = np.ascontiguousarray(a, dtype=dtype)
+                if slot is not None:
+                    table[slot] = id(a)
+        outputs = []
+        for slot, shape, dtype, _ in self._outputs:
+            out = np.empty(shape, dtype)
+            outputs.append(out)
+            table[slot] = id(out)
+        if self._native_only is not None:
+            address = self._state.address
+            for fn in self._native_only:
                 fn(address)
+            arrays = None
         else:
+            arrays = {bid: inputs[i] for i, _, _, bid in self._inputs}
+            arrays.update((bid, out) for (_, _, _, bid), out in zip(self._outputs, outputs))
             for kind, item in self._schedule:
                 if kind == "native":
-                    item(address)
+                    item(self._state.address)
                 else:
                     self._run_fallback(item, arrays, table, arena)
+        if self._simple_results:
+            return [outputs[k] for _, k in self._results]
         results = []
-        for b in self.program.outputs:
-            if not isinstance(b, Buffer):
-                results.append(np.array(b))
-            elif b.id in arrays:
-                results.append(arrays[b.id])
+        for kind, where in self._results:
+            if kind == "output":
+                results.append(outputs[where])
+            elif kind == "input":
+                results.append(inputs[where])
+            elif kind == "literal":
+                results.append(where)
             else:
-                results.append(self._const_arrays[b.id])
+                results.append(arrays[where])
         return results
 
     def _array_of(self, b: Buffer, arrays, arena):
@@ -144,7 +174,7 @@ class Executable:
             arrays[b.id] = o
             slot = self.slots.get(b.id)
             if slot is not None:
-                table[slot] = o.ctypes.data
+                table[slot] = id(o)
 
     # ---- inspection -------------------------------------------------------------------------
 

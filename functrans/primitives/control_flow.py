@@ -120,6 +120,18 @@ def _with_unused_inputs(closed: ClosedJaxpr, avals, position: int) -> ClosedJaxp
     return ClosedJaxpr(Jaxpr(j.constvars, invars, j.outvars, j.eqns), closed.consts)
 
 
+def _prune(closed: ClosedJaxpr, used_outputs, keep_inputs) -> tuple[ClosedJaxpr, list[bool]]:
+    """``closed`` cut down to its used outputs and the equations they need. An input stays
+    when the remaining program reads it or ``keep_inputs`` asks for it (a loop carry must stay
+    even when unread, since it is also an output). Returns the program and the kept inputs."""
+    jaxpr, read = pe.dce_jaxpr(closed.jaxpr, list(used_outputs))
+    kept = [r or k for r, k in zip(read, keep_inputs)]
+    const_of = {id(v): c for v, c in zip(closed.jaxpr.constvars, closed.consts)}
+    invars = [v for v, k in zip(closed.jaxpr.invars, kept) if k]
+    return (ClosedJaxpr(Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns),
+                        [const_of[id(v)] for v in jaxpr.constvars]), kept)
+
+
 def _batch_jaxpr(axis_data, closed, size, in_dims, instantiate):
     """Batch a sub-jaxpr under the same named axis as the enclosing vmap, so collectives
     inside loop bodies and branches still find their axis."""
@@ -359,8 +371,26 @@ def _cond_batch(vals, dims, *, branches, axis_data=None):
     return results, [0] * num_out
 
 
+def _cond_dce(eqn, used_outputs):
+    """Drop unused results from every branch, the equations computing only them, and the
+    operands no branch reads any more (the index always stays)."""
+    branches = eqn.params["branches"]
+    num_ops = len(eqn.invars) - 1
+    read = [False] * num_ops
+    for branch in branches:
+        _, branch_read = pe.dce_jaxpr(branch.jaxpr, list(used_outputs))
+        read = [a or b for a, b in zip(read, branch_read)]
+    # every branch must keep the same signature: the union of what any branch reads
+    new_branches = tuple(_prune(b, used_outputs, read)[0] for b in branches)
+    return eqn.replace(
+        invars=[eqn.invars[0]] + [v for v, r in zip(eqn.invars[1:], read) if r],
+        outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
+        params=dict(eqn.params, branches=new_branches))
+
+
 cond_p.jvp = _cond_jvp
 cond_p.partial_eval = _cond_partial_eval
+cond_p.dce = _cond_dce
 cond_p.transpose = _cond_transpose
 cond_p.batch = _cond_batch
 cond_p.batch_needs_axis = True
@@ -575,9 +605,11 @@ def _while_partial_eval(trace, tracers, *, cond_jaxpr, body_jaxpr, cond_nconsts,
       batch's largest is known): a scan of that many steps whose step ``i`` updates the
       carry only while ``i < count`` (the masking is a select, so it differentiates);
     * the count is staged (the primal runs under ``jit``): residual storage of unknown size
-      cannot be allocated. The known results are kept and the whole loop is staged again
-      for the unknown carries: forward mode (``jvp``, ``linearize``) works, and transposing
-      it raises a NotImplementedError pointing to ``fori_loop``/``scan``.
+      cannot be allocated, so nothing per iteration is stored. The unknown side is a loop
+      that runs exactly ``count`` times from the initial carry, recomputing the known carry
+      as it goes (:func:`_counted_loop`); its residuals are the initial known carry, the
+      constants and the count. It evaluates forward as it is (``jvp``, ``linearize``), and
+      :func:`_while_transpose` runs it backwards by recomputation.
     """
     params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, cond_nconsts=cond_nconsts,
                   body_nconsts=body_nconsts)
@@ -597,35 +629,13 @@ def _while_partial_eval(trace, tracers, *, cond_jaxpr, body_jaxpr, cond_nconsts,
         return trace.default_process_primitive(while_p, tracers, params)
 
     known_body, _, _, _ = pe.partial_eval_jaxpr(body_jaxpr, bc_uk + carry_uk, instantiate=carry_uk)
-    bc_known_avals = [t.aval for t, uk in zip(bc_tracers, bc_uk) if not uk]
-    carry_known_avals = [t.aval for t, uk in zip(carry_tracers, carry_uk) if not uk]
     carry_avals = [t.aval for t in carry_tracers]
-    num_known_carry = len(carry_known_avals)
-    counter_aval = ShapedArray((), np.int32)
-
-    def count_body(*args):
-        known_consts, (i,), known_carry = _split(args, [len(bc_known_avals), 1])
-        outs = _eval(known_body, *known_consts, *known_carry)
-        return [ew.add(i, np.int32(1))] + outs[:num_known_carry]
-
-    def count_cond(*args):
-        consts, (_,), known_carry = _split(args, [cond_nconsts, 1])
-        # the condition reads only known carries; the unknown slots get placeholders
-        full = _merge([not uk for uk in carry_uk], known_carry,
-                      [_zeros(a) for a, uk in zip(carry_avals, carry_uk) if uk])
-        return _eval(cond_jaxpr, *consts, *full)
-
-    count_body_jaxpr = pe.dce_closed_jaxpr(
-        _staged(count_body, bc_known_avals + [counter_aval] + carry_known_avals))
-    count_cond_jaxpr = pe.dce_closed_jaxpr(
-        _staged(count_cond, [t.aval for t in cc_tracers] + [counter_aval] + carry_known_avals))
-    outs = while_p.bind(*[t.pval.get_known() for t in cc_tracers],
-                        *[t.pval.get_known() for t, uk in zip(bc_tracers, bc_uk) if not uk],
-                        np.int32(0),
-                        *[t.pval.get_known() for t, uk in zip(carry_tracers, carry_uk) if not uk],
-                        cond_jaxpr=count_cond_jaxpr, body_jaxpr=count_body_jaxpr,
-                        cond_nconsts=cond_nconsts, body_nconsts=len(bc_known_avals))
-    count, known_results = outs[0], outs[1:]
+    count, known_results = _count_trips(
+        [t.pval.get_known() for t in cc_tracers],
+        [t.pval.get_known() for t, uk in zip(bc_tracers, bc_uk) if not uk],
+        [t.pval.get_known() for t, uk in zip(carry_tracers, carry_uk) if not uk],
+        cond_jaxpr=cond_jaxpr, known_body=known_body, carry_avals=carry_avals,
+        carry_known=[not uk for uk in carry_uk], keep_carry=True)
     exact = _concrete_value(count)
     num_carry = len(carry_tracers)
     if exact is not None:
@@ -646,12 +656,68 @@ def _while_partial_eval(trace, tracers, *, cond_jaxpr, body_jaxpr, cond_nconsts,
         outs = _scan_partial_eval(trace, bc_tracers + [trace.pure(count), trace.pure(np.int32(0))]
                                   + carry_tracers, **scan_params)
         return outs[1:]
-    # The trip count is staged (the primal loop runs under jit): keep the known results of
-    # the loop above, and stage the whole loop again for the unknown carries. Forward mode
-    # evaluates it; transposing it raises (see _while_transpose).
-    full = trace.default_process_primitive(while_p, [trace.instantiate_const(t) for t in tracers],
-                                           params)
-    return _merge(carry_uk, [o for o, uk in zip(full, carry_uk) if uk], known_results)
+    # The trip count is staged: keep the known results of the counting loop above, and stage
+    # for the unknown carries a loop of exactly `count` steps over the whole carry.
+    counted_cond, counted_body = _counted_loop(body_jaxpr, body_nconsts, carry_avals)
+    operands = ([trace.instantiate_const(trace.pure(count))] +
+                [trace.instantiate_const(t) for t in bc_tracers] +
+                [trace.instantiate_const(trace.pure(np.int32(0)))] +
+                [trace.instantiate_const(t) for t in carry_tracers])
+    outs = trace.default_process_primitive(
+        while_p, operands, dict(cond_jaxpr=counted_cond, body_jaxpr=counted_body,
+                                cond_nconsts=1, body_nconsts=body_nconsts))
+    return _merge(carry_uk, [o for o, uk in zip(outs[1:], carry_uk) if uk], known_results)
+
+
+_COUNTER = ShapedArray((), np.int32)
+
+
+def _counted_loop(body_jaxpr, body_nconsts, carry_avals):
+    """Condition and body of ``for i in range(n): carry = body(carry)`` as a while loop:
+    ``cond(n, i, *carry) = i < n``, ``body(*consts, i, *carry) = (i + 1, *body(consts, carry))``."""
+    consts_avals = list(body_jaxpr.in_avals[:body_nconsts])
+
+    def cond(n, i, *carry):
+        return [ew.lt(i, n)]
+
+    def body(*args):
+        consts, (i,), carry = _split(args, [body_nconsts, 1])
+        return [ew.add(i, np.int32(1))] + _eval(body_jaxpr, *consts, *carry)
+
+    return (_staged(cond, [_COUNTER, _COUNTER] + list(carry_avals)),
+            _staged(body, consts_avals + [_COUNTER] + list(carry_avals)))
+
+
+def _count_trips(cond_consts, known_consts, known_carry, *, cond_jaxpr, known_body, carry_avals,
+                 carry_known, keep_carry: bool):
+    """Run the part of a while loop that reads only known values, counting its iterations.
+
+    ``known_body`` maps ``(known_consts, known_carry)`` to the next known carry (followed by
+    any other outputs, ignored); the condition must read only known carries. Returns the
+    trip count (int32) and the final known carry — when ``keep_carry``, else only the count
+    is computed, with the carries the condition does not need pruned away."""
+    num_known = len(known_carry)
+    kc_avals = [a for a, k in zip(carry_avals, carry_known) if k]
+    cc_avals = [get_aval(x) for x in cond_consts]
+    kbc_avals = [get_aval(x) for x in known_consts]
+
+    def count_body(*args):
+        consts, (i,), carry = _split(args, [len(kbc_avals), 1])
+        outs = _eval(known_body, *consts, *carry)
+        return [ew.add(i, np.int32(1))] + outs[:num_known]
+
+    def count_cond(*args):
+        consts, (_,), carry = _split(args, [len(cc_avals), 1])
+        # the condition reads only known carries; the unknown slots get placeholders
+        full = _merge(carry_known, carry, [_zeros(a) for a, k in zip(carry_avals, carry_known) if not k])
+        return _eval(cond_jaxpr, *consts, *full)
+
+    body = _staged(count_body, kbc_avals + [_COUNTER] + kc_avals)
+    cond = _staged(count_cond, cc_avals + [_COUNTER] + kc_avals)
+    outs = _bind_while_pruned(list(cond_consts), list(known_consts),
+                              [np.int32(0)] + list(known_carry), cond, body,
+                              [True] + [keep_carry] * num_known)
+    return outs[0], outs[1:]
 
 
 def _concrete_value(x):
@@ -690,12 +756,134 @@ def _masked_body(body_jaxpr, body_nconsts, carry_avals):
 
 
 def _while_transpose(cts, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
-    raise NotImplementedError(
-        "reverse-mode differentiation of lax.while_loop is supported only when the loop's "
-        "trip count is known while differentiating (grad/vjp of a function that is not "
-        "itself being staged by jit). Here the primal loop was being staged, so its trip "
-        "count was unknown. Use lax.fori_loop with static (Python int) bounds or lax.scan "
-        "with a static length instead, or take the gradient outside jit.")
+    """Reverse mode through a while loop linear in some of its body constants and carries
+    (the loop :func:`_while_partial_eval` stages when the trip count is not known while
+    differentiating). The loop's other values (the primal carry) are known, so its trip
+    count ``n`` is found by running their part of the loop again (for the counted loop of
+    the partial-evaluation rule, that is only its counter). Then for ``j = n-1`` down to
+    ``0`` the cotangent goes back through step ``j``: the known carry before step ``j`` is
+    recomputed from the initial one by an inner loop of ``j`` steps, the step's residuals
+    come from it, and the linear part of the step is transposed. That costs O(n²) body
+    evaluations and O(1) memory, for any trip count, staged or not.
+    """
+    cc, bc, carry = _split(args, [cond_nconsts, body_nconsts])
+    bc_lin = [ad.is_undefined_primal(x) for x in bc]
+    carry_undefined = [ad.is_undefined_primal(x) for x in carry]
+    # A carry that starts as a given value (an instantiated zero tangent) but is updated
+    # from linear values is linear too; its given start only offsets the affine map.
+    carry_lin = carry_undefined
+    while True:
+        known_body, lin_body, out_uk, num_res = pe.partial_eval_jaxpr(
+            body_jaxpr, bc_lin + carry_lin, instantiate=carry_lin)
+        new_lin = [a or b for a, b in zip(carry_lin, out_uk)]
+        if new_lin == carry_lin:
+            break
+        carry_lin = new_lin
+    _, cond_read = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True])
+    if any(ad.is_undefined_primal(x) for x in cc) or any(
+            r and lin for r, lin in zip(cond_read[cond_nconsts:], carry_lin)):
+        raise NotImplementedError("while: cannot transpose a loop whose condition reads a "
+                                  "linear (tangent) value")
+    carry_avals = list(body_jaxpr.in_avals[body_nconsts:])
+    known_consts = [x for x in bc if not ad.is_undefined_primal(x)]
+    init_known = [x for x, lin in zip(carry, carry_lin) if not lin]
+    lin_const_avals = [x.aval for x in bc if ad.is_undefined_primal(x)]
+    lin_carry_avals = [a for a, lin in zip(carry_avals, carry_lin) if lin]
+    ct_const_avals = [ad.tangent_aval(a) for a in lin_const_avals]
+    ct_carry_avals = [ad.tangent_aval(a) for a in lin_carry_avals]
+    nkc, nk, nlc = len(known_consts), len(init_known), len(lin_const_avals)
+    kc_avals = [get_aval(x) for x in known_consts]
+    k_avals = [a for a, lin in zip(carry_avals, carry_lin) if not lin]
+
+    count, _ = _count_trips(cc, known_consts, init_known, cond_jaxpr=cond_jaxpr,
+                            known_body=known_body, carry_avals=carry_avals,
+                            carry_known=[not lin for lin in carry_lin], keep_carry=False)
+
+    # The step's residuals as a function of the known constants and the known carry
+    # before the step; only the carries it reads need recomputing.
+    res_jaxpr, res_reads = _prune(known_body, [False] * nk + [True] * num_res,
+                                  [False] * (nkc + nk))
+    carry_read = res_reads[nkc:]
+    recompute_cond = _staged(lambda j, k, *kc: [ew.lt(k, j)], [_COUNTER, _COUNTER] + k_avals)
+
+    def recompute_step(*args):
+        consts, (k,), known = _split(args, [nkc, 1])
+        return [ew.add(k, np.int32(1))] + _eval(known_body, *consts, *known)[:nk]
+
+    recompute_body = _staged(recompute_step, kc_avals + [_COUNTER] + k_avals)
+
+    def reverse_step(*args):
+        consts, init, (j,), ct_consts, ct_carry = _split(args, [nkc, nk, 1, nlc])
+        known = list(init)
+        if any(carry_read):
+            # the known carry before step j: j steps from the initial one
+            outs = _bind_while_pruned([j], list(consts), [np.int32(0)] + known, recompute_cond,
+                                      recompute_body, [False] + carry_read)
+            known = [o if r else x for o, r, x in zip(outs[1:], carry_read, known)]
+        res = _eval(res_jaxpr, *[x for x, r in zip(list(consts) + known, res_reads) if r])
+        primals = (list(res) + [ad.UndefinedPrimal(a) for a in lin_const_avals] +
+                   [ad.UndefinedPrimal(a) for a in lin_carry_avals])
+        cts_in = ad.backward_pass(lin_body.jaxpr, lin_body.consts, primals, list(ct_carry))
+        _, ct_step_consts, ct_prev = _split(cts_in, [num_res, nlc])
+        new_ct_consts = [acc if isinstance(c, ad.Zero) else ad.add_tangents(acc, c)
+                         for acc, c in zip(ct_consts, ct_step_consts)]
+        return ([ew.sub(j, np.int32(1))] + new_ct_consts +
+                [_instantiate(c, a) for c, a in zip(ct_prev, ct_carry_avals)])
+
+    reverse_cond = _staged(lambda j, *cts_: [ew.ge(j, np.int32(0))],
+                           [_COUNTER] + ct_const_avals + ct_carry_avals)
+    reverse_body = _staged(reverse_step, kc_avals + k_avals + [_COUNTER] + ct_const_avals +
+                           ct_carry_avals)
+    ct_carry_out = [_instantiate(ct, a) for ct, a, lin in
+                    zip(cts, [ad.tangent_aval(a) for a in carry_avals], carry_lin) if lin]
+    outs = _bind_while_pruned(
+        [], known_consts + init_known,
+        [ew.sub(count, np.int32(1))] + [_zeros(a) for a in ct_const_avals] + ct_carry_out,
+        reverse_cond, reverse_body, [True] * (1 + nlc + len(ct_carry_out)))
+    _, ct_consts, ct_init = _split(outs, [1, nlc])
+    ct_consts, ct_init = iter(ct_consts), iter(ct_init)
+    ct_init = [next(ct_init) if lin else None for lin in carry_lin]
+    return ([None] * cond_nconsts + [next(ct_consts) if lin else None for lin in bc_lin] +
+            [ct if undefined else None for ct, undefined in zip(ct_init, carry_undefined)])
+
+
+def _while_dce_params(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, used_carry):
+    """Prune a while loop to the carries needed for ``used_carry``: those, the ones the
+    condition reads, and (to a fixed point) the ones their updates read. Returns the new
+    params, which operands stay and which carries stay."""
+    _, cond_read = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True])
+    needed = [u or r for u, r in zip(used_carry, cond_read[cond_nconsts:])]
+    while True:
+        _, body_read = pe.dce_jaxpr(body_jaxpr.jaxpr, needed)
+        new_needed = [a or b for a, b in zip(needed, body_read[body_nconsts:])]
+        if new_needed == needed:
+            break
+        needed = new_needed
+    new_cond, cond_kept = _prune(cond_jaxpr, [True], [False] * cond_nconsts + needed)
+    new_body, body_kept = _prune(body_jaxpr, needed, [False] * body_nconsts + needed)
+    keep_cc, keep_bc = cond_kept[:cond_nconsts], body_kept[:body_nconsts]
+    params = dict(cond_jaxpr=new_cond, body_jaxpr=new_body, cond_nconsts=sum(keep_cc),
+                  body_nconsts=sum(keep_bc))
+    return params, keep_cc + keep_bc + needed, needed
+
+
+def _bind_while_pruned(cond_consts, body_consts, carry, cond_jaxpr, body_jaxpr, used_carry):
+    """Bind a while loop cut down to what ``used_carry`` needs; the final carry, with None
+    where a carry was pruned."""
+    params, keep_in, keep_out = _while_dce_params(cond_jaxpr, body_jaxpr, len(cond_consts),
+                                                  len(body_consts), used_carry)
+    operands = [x for x, k in zip(list(cond_consts) + list(body_consts) + list(carry), keep_in) if k]
+    outs = iter(while_p.bind(*operands, **params))
+    return [next(outs) if k else None for k in keep_out]
+
+
+def _while_dce(eqn, used_outputs):
+    """Drop the carries no used result needs (see :func:`_while_dce_params`), with the body
+    equations computing them and the constants no longer read."""
+    params, keep_in, keep_out = _while_dce_params(**eqn.params, used_carry=list(used_outputs))
+    return eqn.replace(invars=[v for v, k in zip(eqn.invars, keep_in) if k],
+                       outvars=[v for v, k in zip(eqn.outvars, keep_out) if k],
+                       params=dict(eqn.params, **params))
 
 
 def _while_batch(vals, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, axis_data=None):
@@ -764,6 +952,7 @@ while_p.jvp = _while_jvp
 while_p.partial_eval = _while_partial_eval
 while_p.transpose = _while_transpose
 while_p.batch = _while_batch
+while_p.dce = _while_dce
 while_p.batch_needs_axis = True
 
 
@@ -1096,8 +1285,33 @@ def _scan_batch(vals, dims, *, jaxpr, num_consts, num_carry, length, reverse, li
     return outs, as_dims(carry_b) + ys_dims
 
 
+def _scan_dce(eqn, used_outputs):
+    """Drop unused stacked results and the carries that feed no used result (to a fixed
+    point: a carry read by the update of a used carry stays), the body equations computing
+    only them, and the constants and scanned operands the body no longer reads."""
+    p = eqn.params
+    jaxpr, num_consts, num_carry = p["jaxpr"], p["num_consts"], p["num_carry"]
+    num_xs = len(eqn.invars) - num_consts - num_carry
+    used_carry, used_ys = list(used_outputs[:num_carry]), list(used_outputs[num_carry:])
+    while True:
+        _, read = pe.dce_jaxpr(jaxpr.jaxpr, used_carry + used_ys)
+        new_used = [a or b for a, b in zip(used_carry, read[num_consts:num_consts + num_carry])]
+        if new_used == used_carry:
+            break
+        used_carry = new_used
+    body, kept = _prune(jaxpr, used_carry + used_ys,
+                        [False] * num_consts + used_carry + [False] * num_xs)
+    keep_consts, _, keep_xs = _split(kept, [num_consts, num_carry])
+    return eqn.replace(
+        invars=[v for v, k in zip(eqn.invars, kept) if k],
+        outvars=[v for v, u in zip(eqn.outvars, used_carry + used_ys) if u],
+        params=dict(p, jaxpr=body, num_consts=sum(keep_consts), num_carry=sum(used_carry),
+                    linear=tuple(lin for lin, k in zip(p["linear"], kept) if k)))
+
+
 scan_p.jvp = _scan_jvp
 scan_p.partial_eval = _scan_partial_eval
+scan_p.dce = _scan_dce
 scan_p.transpose = _scan_transpose
 scan_p.batch = _scan_batch
 scan_p.batch_needs_axis = True

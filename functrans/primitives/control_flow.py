@@ -18,10 +18,14 @@ Three primitives carry everything:
 
 Their rules sit beside them: reference implementation, shape rule, JVP, partial evaluation
 (so ``linearize``/``grad`` split each loop into a known primal loop and a linear loop),
-transposition, and batching. Reverse mode through ``while_loop`` (which JAX refuses) works
-when the loop's trip count (or, under ``vmap``, a bound on it) is known while
-differentiating: the loop is re-expressed as a ``scan`` of that many steps; see
-:func:`_while_partial_eval`.
+transposition, batching, and dead-code elimination (unused results, the loop carries and
+body equations feeding only them, and operands no longer read are dropped). Reverse mode
+through ``while_loop`` (which JAX refuses) works too: when the trip count (or, under
+``vmap``, a bound on it) is known while differentiating, the loop is re-expressed as a
+``scan`` of that many steps, which stores per-iteration residuals; when it is staged (under
+``jit``), nothing per iteration is stored and the backward loop recomputes each step's
+primal carry from the initial one (O(n²) body evaluations, O(1) memory); see
+:func:`_while_partial_eval` and :func:`_while_transpose`.
 """
 from __future__ import annotations
 
@@ -967,8 +971,10 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
 
     but staged as one loop primitive, so the trip count can depend on data. The carry
     (``init_val``, any pytree of arrays) must keep its structure, shapes and dtypes.
-    Forward-mode differentiation always works; reverse mode works when the trip count is
-    known while differentiating (see the module notes), otherwise use ``fori_loop``/``scan``.
+    Forward- and reverse-mode differentiation both work. Reverse mode stores per-iteration
+    values when the trip count is known while differentiating; under ``jit`` it recomputes
+    them instead, taking time quadratic in the trip count (see the module notes), so for
+    long loops with a static trip count prefer ``fori_loop``/``scan``.
 
         >>> from functrans import lax
         >>> lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 2.0), (0, 1.0))

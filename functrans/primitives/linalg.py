@@ -104,14 +104,21 @@ def _dot_general_transpose_lhs(ct, lhs_aval, rhs, dimension_numbers, precision,
     ct_rf = tuple(range(nb + len(lf), nb + len(lf) + len(rf))) if not swapped else \
         tuple(range(nb, nb + len(rf)))
     ct_batch = tuple(range(nb))
-    result = dot_general(ct, rhs, ((ct_rf, rf), (ct_batch, rb)), precision=precision,
-                         preferred_element_type=preferred_element_type)
-    # result layout: [batch (lb order), lhs free (sorted), lhs contract paired with sorted rc]
     rc_sorted = sorted(rc)
-    lhs_order = list(lb) + list(lf) + [lc[rc.index(r)] for r in rc_sorted]
-    permutation = tuple(int(i) for i in np.argsort(lhs_order))
+    paired_lc = [lc[rc.index(r)] for r in rc_sorted]
+    # Two products give the cotangent: ct . rhs has layout [batch, lhs free, lhs contract],
+    # rhs . ct has [batch, lhs contract, lhs free]; pick one that needs no transpose.
+    ct_first = list(lb) + list(lf) + paired_lc
+    rhs_first = list(lb) + paired_lc + list(lf)
     from functrans.primitives import elementwise, structural
-    out = structural.transpose(result, permutation)
+    if ct_first != sorted(ct_first) and rhs_first == sorted(rhs_first):
+        out = dot_general(rhs, ct, ((rf, ct_rf), (rb, ct_batch)), precision=precision,
+                          preferred_element_type=preferred_element_type)
+    else:
+        result = dot_general(ct, rhs, ((ct_rf, rf), (ct_batch, rb)), precision=precision,
+                             preferred_element_type=preferred_element_type)
+        permutation = tuple(int(i) for i in np.argsort(ct_first))
+        out = structural.transpose(result, permutation)
     if get_aval(out).dtype != lhs_aval.dtype:
         out = elementwise.convert_element_type(out, lhs_aval.dtype)
     return out

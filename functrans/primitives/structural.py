@@ -13,7 +13,8 @@ import builtins
 import numpy as np
 
 from functrans import _dtypes
-from functrans.core import Primitive, ShapedArray, get_aval
+from functrans import core
+from functrans.core import Primitive, ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
 
@@ -115,6 +116,11 @@ def full(shape, fill_value, dtype=None, weak_type: bool = False):
                 scalar = elementwise.convert_element_type(scalar, dtype, weak_type=True)
     else:
         scalar = elementwise.convert_element_type(fill_value, dtype, weak_type=weak_type)
+    if shape == () and not isinstance(scalar, Tracer):
+        # a concrete scalar: an Array now, an inline literal when staged
+        from functrans._array import Array
+        aval = get_aval(scalar)
+        return Array(np.asarray(core.to_numpy(scalar, aval)).astype(dtype), weak_type=aval.weak_type)
     return broadcast_in_dim_p.bind(scalar, shape=shape, broadcast_dimensions=())
 
 

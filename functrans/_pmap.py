@@ -228,11 +228,34 @@ _workers_lock = threading.Lock()
 _execution_lock = threading.Lock()
 
 
+class _DeviceContext(threading.local):
+    index: int | None = None
+
+
+_device_context = _DeviceContext()
+
+
+def current_device_index() -> int | None:
+    """The pmap device position this thread is running for, or None outside pmap."""
+    return _device_context.index
+
+
+def _on_device(index: int, task: Callable) -> Callable:
+    def run():
+        _device_context.index = index
+        try:
+            return task()
+        finally:
+            _device_context.index = None
+    return run
+
+
 def _run_on_devices(tasks: list[Callable]) -> list:
     """Run ``tasks[i]`` for every device at once (task 0 on the calling thread)."""
     with _workers_lock:
         while len(_workers) < len(tasks) - 1:
             _workers.append(_Worker(len(_workers) + 1))
+    tasks = [_on_device(i, t) for i, t in enumerate(tasks)]
     futures = [_workers[i].submit(t) for i, t in enumerate(tasks[1:])]
     results, errors = [None] * len(tasks), []
     try:

@@ -16,6 +16,8 @@ the derivative.
 from __future__ import annotations
 
 import string
+import sys
+import threading
 from typing import Callable
 
 import numpy as np
@@ -25,6 +27,8 @@ from functrans.core import Primitive, get_aval
 from functrans.interpreters import ad, batching
 
 __all__ = ["print", "callback"]
+
+_print_lock = threading.Lock()
 
 debug_callback_p = Primitive("debug_callback", multiple_results=True)
 debug_callback_p.effectful = True
@@ -104,10 +108,14 @@ class _Formatter(string.Formatter):
 
 
 def print(fmt: str, *args, ordered: bool = False, **kwargs) -> None:  # noqa: A001
-    """``print(fmt.format(*args, **kwargs))`` when the program runs (values are concrete)."""
-    import builtins
-
+    """``print(fmt.format(*args, **kwargs))`` when the program runs (values are concrete).
+    Inside ``pmap`` each line starts with the device position, e.g. ``[device 1]``."""
     def do_print(*a, **kw):
-        builtins.print(_Formatter().format(fmt, *a, **kw))
+        from functrans._pmap import current_device_index
+        device = current_device_index()
+        prefix = "" if device is None else f"[device {device}] "
+        line = prefix + _Formatter().format(fmt, *a, **kw) + "\n"
+        with _print_lock:  # device threads print whole lines
+            sys.stdout.write(line)
 
     callback(do_print, *args, **kwargs)

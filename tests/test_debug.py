@@ -74,3 +74,23 @@ def test_disable_jit_runs_python():
 def test_source_info_in_pretty_print():
     text = functrans.make_jaxpr(lambda x: lax.exp(x))(1.0).pretty_print(source_info=True)
     assert "test_debug.py" in text
+
+
+def test_debug_print_under_pmap_shows_the_device(capsys):
+    functrans.config.update("cpu_device_count", 2)
+    f = functrans.pmap(lambda x: (functrans.debug.print("x = {}", x), x * 2)[1], axis_name="i")
+    out = f(np.arange(2, dtype=np.float32))
+    np.testing.assert_array_equal(np.asarray(out), [0.0, 2.0])
+    lines = sorted(capsys.readouterr().out.splitlines())
+    assert len(lines) == 2
+    assert lines[0].startswith("[device 0] x = ") and "0." in lines[0]
+    assert lines[1].startswith("[device 1] x = ") and "1." in lines[1]
+
+
+def test_debug_print_inside_scan_body(capsys):
+    def body(c, x):
+        functrans.debug.print("c={} x={}", c, x)
+        return c + x, c
+
+    functrans.jit(lambda xs: lax.scan(body, 0.0, xs))(np.arange(3, dtype=np.float32))
+    assert capsys.readouterr().out.splitlines() == ["c=0.0 x=0.0", "c=0.0 x=1.0", "c=1.0 x=2.0"]

@@ -1,25 +1,23 @@
-"""Scan RNN: forward + backward time of functrans against hand-written NumPy BPTT.
+"""Scan RNN: forward + backward of functrans against hand-written NumPy BPTT (and JAX, PyTorch).
 
-    python benchmarks/bench_rnn.py                 # hidden 256, input 64, seq 100, batch 32
-    python benchmarks/bench_rnn.py --seq-len 200 --repeats 10
+    python -m benchmarks --only rnn                    # in the suite's table
+    python -m benchmarks.bench_rnn                     # this table: forward and forward+backward
+    python -m benchmarks.bench_rnn --seq-len 200 --repeats 10
 
-functrans runs ``jit(value_and_grad(loss))`` where the recurrence is one ``lax.scan``
-(reverse mode comes from partial evaluation + transposition of the scan); NumPy runs the
-same network with backpropagation through time written out by hand. Both compute the loss
-and the gradients of all parameters; the gradients are checked to agree before timing.
-Prints a table of median times and the ratio functrans / NumPy.
+functrans (and JAX, from the same source) runs ``jit(value_and_grad(loss))`` where the
+recurrence is one ``lax.scan`` (reverse mode comes from partial evaluation + transposition
+of the scan); NumPy runs the same network with backpropagation through time written out by
+hand; PyTorch runs a Python loop under ``torch.func.grad_and_value``. All compute the loss
+and the gradients of all parameters, and are checked to agree before timing.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 
-import functrans
-import functrans.numpy as jnp
-from functrans import lax
+from benchmarks import frameworks
+from benchmarks.harness import Options, Row, compare
 
 
 def init_params(rng, n_in, n_hidden):
@@ -32,21 +30,31 @@ def init_params(rng, n_in, n_hidden):
     }
 
 
-# ---- functrans -------------------------------------------------------------------------------
-
-def functrans_loss(params, xs, targets):
-    h0 = jnp.zeros((xs.shape[1], params["wh"].shape[0]), jnp.float32)
-
-    def step(h, x):
-        return jnp.tanh(lax.dot(x, params["wx"]) + lax.dot(h, params["wh"]) + params["b"]), None
-
-    h, _ = lax.scan(step, h0, xs)
-    err = lax.reshape(lax.dot(h, params["wo"]) + params["bo"], targets.shape) - targets
-    return jnp.sum(err * err) / err.shape[0]
+def make_data(hidden=256, inputs=64, seq_len=100, batch=32, seed=0):
+    rng = np.random.default_rng(seed)
+    params = init_params(rng, inputs, hidden)
+    xs = rng.normal(0, 1, (seq_len, batch, inputs)).astype(np.float32)
+    targets = rng.normal(0, 1, batch).astype(np.float32)
+    return params, xs, targets
 
 
-functrans_forward = functrans.jit(functrans_loss)
-functrans_forward_backward = functrans.jit(functrans.value_and_grad(functrans_loss))
+# ---- functrans and JAX: one source ------------------------------------------------------------
+
+def make_rnn_loss(lib):
+    """The RNN's loss written against ``lib`` (functrans or jax): one ``lax.scan``."""
+    jnp, lax = lib.numpy, lib.lax
+
+    def loss(params, xs, targets):
+        h0 = jnp.zeros((xs.shape[1], params["wh"].shape[0]), jnp.float32)
+
+        def step(h, x):
+            return jnp.tanh(jnp.dot(x, params["wx"]) + jnp.dot(h, params["wh"]) + params["b"]), None
+
+        h, _ = lax.scan(step, h0, xs)
+        err = jnp.reshape(jnp.dot(h, params["wo"]) + params["bo"], targets.shape) - targets
+        return jnp.sum(err * err) / err.shape[0]
+
+    return loss
 
 
 # ---- NumPy, backpropagation through time by hand -----------------------------------------------
@@ -79,18 +87,58 @@ def numpy_forward_backward(params, xs, targets):
     return loss, grads
 
 
-def _median_ms(fn, repeats: int) -> float:
-    fn()  # warm up: tracing and compilation are not measured
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+# ---- PyTorch ----------------------------------------------------------------------------------
+
+def make_torch_loss(torch):
+    def loss(params, xs, targets):
+        h = torch.zeros((xs.shape[1], params["wh"].shape[0]))
+        for x in xs:
+            h = torch.tanh(x @ params["wx"] + h @ params["wh"] + params["b"])
+        err = (h @ params["wo"] + params["bo"]).reshape(targets.shape) - targets
+        return (err * err).sum() / err.shape[0]
+    return loss
 
 
-def _block(out):
-    return functrans.block_until_ready(out)
+# ---- implementations --------------------------------------------------------------------------
+
+def implementations(options: Options, params, xs, targets, backward: bool = True) -> dict:
+    """Zero-argument callables returning (loss, grads) (or the loss, ``backward=False``)."""
+    impls = {}
+    for name in ("functrans", "jax"):
+        lib = frameworks.load(name) if name in options.available else None
+        if lib is None:
+            continue
+        loss = make_rnn_loss(lib)
+        fn = lib.jit(lib.value_and_grad(loss) if backward else loss)
+        args = lib.tree_util.tree_map(lib.numpy.asarray, (params, xs, targets))
+        impls[name] = (lambda fn=fn, args=args, lib=lib: lib.block_until_ready(fn(*args)))
+    impls["numpy"] = ((lambda: numpy_forward_backward(params, xs, targets)) if backward
+                      else (lambda: numpy_forward(params, xs, targets)))
+    if "torch" in options.available:
+        torch = frameworks.load("torch")
+        tloss = make_torch_loss(torch)
+        targs = ({k: torch.from_numpy(v) for k, v in params.items()},
+                 torch.from_numpy(xs), torch.from_numpy(targets))
+        if backward:
+            grad_and_value = torch.func.grad_and_value(tloss)
+
+            def run_torch():
+                grads, value = grad_and_value(*targs)
+                return value, grads
+            impls["torch"] = run_torch
+        else:
+            impls["torch"] = lambda: tloss(*targs)
+    return impls
+
+
+def rnn(options: Options) -> list[Row]:
+    """The suite's row: forward + backward of the scan RNN."""
+    shape = dict(hidden=256, inputs=64, seq_len=20 if options.quick else 100, batch=32)
+    params, xs, targets = make_data(**shape)
+    title = (f"scan RNN fwd+bwd, h{shape['hidden']} in{shape['inputs']} "
+             f"seq{shape['seq_len']} b{shape['batch']}")
+    return [compare("rnn", title, implementations(options, params, xs, targets), options,
+                    tol=2e-3)]
 
 
 def main(argv=None):
@@ -101,35 +149,20 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-
-    rng = np.random.default_rng(0)
-    params = init_params(rng, args.inputs, args.hidden)
-    xs = rng.normal(0, 1, (args.seq_len, args.batch, args.inputs)).astype(np.float32)
-    targets = rng.normal(0, 1, args.batch).astype(np.float32)
-    ft_params = {k: jnp.asarray(v) for k, v in params.items()}
-    ft_xs, ft_targets = jnp.asarray(xs), jnp.asarray(targets)
-
-    # The two implementations must agree before their speed means anything.
-    loss, grads = functrans_forward_backward(ft_params, ft_xs, ft_targets)
-    np_loss, np_grads = numpy_forward_backward(params, xs, targets)
-    np.testing.assert_allclose(float(loss), np_loss, rtol=1e-4)
-    for k in params:
-        np.testing.assert_allclose(np.asarray(grads[k]), np_grads[k], rtol=2e-3, atol=1e-5,
-                                   err_msg=f"gradient of {k}")
-
-    rows = [
-        ("forward", _median_ms(lambda: _block(functrans_forward(ft_params, ft_xs, ft_targets)), args.repeats),
-         _median_ms(lambda: numpy_forward(params, xs, targets), args.repeats)),
-        ("forward+backward",
-         _median_ms(lambda: _block(functrans_forward_backward(ft_params, ft_xs, ft_targets)), args.repeats),
-         _median_ms(lambda: numpy_forward_backward(params, xs, targets), args.repeats)),
-    ]
-    backend = functrans._backends.get_backend().name
+    options = Options(repeats=args.repeats, min_time=0.0, available=frameworks.available())
+    params, xs, targets = make_data(args.hidden, args.inputs, args.seq_len, args.batch)
+    rows = [compare("rnn_forward", "forward",
+                    implementations(options, params, xs, targets, backward=False), options, tol=1e-4),
+            compare("rnn", "forward+backward",
+                    implementations(options, params, xs, targets), options, tol=2e-3)]
+    impls = [i for i in options.available if any(r.times.get(i) for r in rows)]
     print(f"scan RNN: hidden {args.hidden}, input {args.inputs}, sequence {args.seq_len}, "
-          f"batch {args.batch}; functrans backend: {backend}; median of {args.repeats}")
-    print(f"{'workload':<18} {'functrans ms':>13} {'numpy ms':>10} {'ratio':>7}")
-    for name, ft_ms, np_ms in rows:
-        print(f"{name:<18} {ft_ms:>13.2f} {np_ms:>10.2f} {ft_ms / np_ms:>6.2f}x")
+          f"batch {args.batch}; median ms of {args.repeats}")
+    print(f"{'workload':<18}" + "".join(f"{i:>11}" for i in impls) + f"{'ft/numpy':>10}")
+    for row in rows:
+        cells = "".join(f"{1e3 * row.times[i]:>11.2f}" if row.times.get(i) else f"{'-':>11}"
+                        for i in impls)
+        print(f"{row.title:<18}{cells}{row.times['functrans'] / row.times['numpy']:>9.2f}x")
     return rows
 
 

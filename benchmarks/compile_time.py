@@ -1,0 +1,108 @@
+"""Compile time of the MLP train step, each measurement in a fresh process.
+
+- functrans cold: ``FUNCTRANS_CACHE_DIR`` points at a new empty directory, so nothing is
+  cached on disk or in memory;
+- functrans warm: a second process with the same directory, so the machine code comes from
+  the on-disk cache (tracing and the front-end passes still run);
+- JAX cold: ``jax.jit(step).lower(...).compile()`` in a fresh process (JAX's persistent
+  cache is not configured).
+
+Each worker times ``jit(step).lower(*args)`` (tracing) plus ``.compile()``, then runs the
+compiled step once and checks it against the NumPy step, and prints one JSON line.
+
+    python -m benchmarks.compile_time functrans      # one worker run, prints JSON
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from benchmarks.harness import Options, Row, max_error
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def worker(impl: str, quick: bool) -> dict:
+    """Time lowering + compiling the train step with ``impl`` in this (fresh) process."""
+    from benchmarks import frameworks, mlp
+    options = Options(quick=quick)
+    params, x, onehot = mlp.make_data(mlp.sizes_for(options), mlp.batch_for(options))
+    lib = frameworks.load(impl)
+    if lib is None:
+        return {"error": f"{impl} is not importable"}
+    _, step, _ = mlp.make_mlp(lib)
+    args = lib.tree_util.tree_map(lib.numpy.asarray, (params, x, onehot))
+    start = time.perf_counter()
+    lowered = lib.jit(step).lower(*args)
+    traced = time.perf_counter()
+    compiled = lowered.compile()
+    done = time.perf_counter()
+    out = compiled(*args)
+    err = max_error(out, mlp.numpy_train_step(params, x, onehot))
+    return {"trace_s": traced - start, "compile_s": done - traced, "total_s": done - start,
+            "max_error": err, "ok": bool(err <= 2e-4)}
+
+
+def _run_worker(impl: str, quick: bool, env_updates: dict) -> dict:
+    env = dict(os.environ)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.pop("FUNCTRANS_DISABLE_COMPILATION_CACHE", None)
+    env.update(env_updates)
+    cmd = [sys.executable, "-m", "benchmarks.compile_time", impl] + (["--quick"] if quick else [])
+    proc = subprocess.run(cmd, cwd=_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"error": f"worker exited {proc.returncode}: {tail[:100]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _median(results: list[dict]):
+    good = [r["total_s"] for r in results if r.get("ok")]
+    return float(np.median(good)) if good else None
+
+
+def compile_times(options: Options) -> list[Row]:
+    runs = 1 if options.quick else 3
+    cold, warm, jax_cold = [], [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="functrans-bench-cache-") as cache_dir:
+            env = {"FUNCTRANS_CACHE_DIR": cache_dir}
+            cold.append(_run_worker("functrans", options.quick, env))
+            warm.append(_run_worker("functrans", options.quick, env))
+        if "jax" in options.available:
+            jax_cold.append(_run_worker("jax", options.quick, {"JAX_PLATFORMS": "cpu"}))
+
+    def checks(results):
+        bad = [r.get("error") or f"disagrees: error {r['max_error']:.1e}"
+               for r in results if not r.get("ok")]
+        return bad[0] if bad else "ok"
+
+    step = "MLP train step" + (" (quick sizes)" if options.quick else "")
+    rows = []
+    row = Row("compile", f"compile {step}, cold", unit="compile")
+    row.times["functrans"], row.checks["functrans"] = _median(cold), checks(cold)
+    if jax_cold:
+        row.times["jax"], row.checks["jax"] = _median(jax_cold), checks(jax_cold)
+    good = [r for r in cold if r.get("ok")]
+    if good:
+        row.notes = (f"functrans: trace {1e3 * np.median([r['trace_s'] for r in good]):.0f} ms + "
+                     f"compile {np.median([r['compile_s'] for r in good]):.2f} s; "
+                     f"median of {runs} process{'es' if runs > 1 else ''}")
+    row.extra = {"functrans": cold, "jax": jax_cold}
+    rows.append(row)
+    row = Row("compile", f"compile {step}, warm (disk cache)", unit="compile")
+    row.times["functrans"], row.checks["functrans"] = _median(warm), checks(warm)
+    row.notes = "second process, same FUNCTRANS_CACHE_DIR"
+    row.extra = {"functrans": warm}
+    rows.append(row)
+    return rows
+
+
+if __name__ == "__main__":
+    print(json.dumps(worker(sys.argv[1], "--quick" in sys.argv[2:])))

@@ -1,0 +1,79 @@
+"""Smoke test of the benchmark suite: it runs, prints its table, and its checks bite.
+
+No timings are asserted (timings live in benchmarks/, never in unit tests).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_suite(*args, tmp_path):
+    out = tmp_path / "bench.json"
+    env = dict(os.environ)
+    env.pop("FUNCTRANS_CHECK_JAXPRS", None)   # set by conftest; only slows the staging here
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", *args, "--json", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return proc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_quick_run_prints_table_and_agrees_with_numpy(tmp_path):
+    proc, results = run_suite("--quick", "--only", "dispatch,elementwise", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("workload"))
+    assert "functrans" in header and "numpy" in header and "ft/numpy" in header
+    for title in ("dispatch: cached jitted call", "8-op elementwise chain"):
+        row = next(line for line in lines if line.startswith(title))
+        assert " ok " in row, row           # the agreement column
+    rows = {r["name"]: r for r in results["rows"]}
+    assert set(rows) == {"dispatch", "elementwise"}
+    for row in rows.values():
+        assert row["checks"]["functrans"] == "ok"
+        assert row["checks"]["numpy"] == "ok"
+        assert row["times"]["functrans"] > 0 and row["times"]["numpy"] > 0
+    assert rows["elementwise"]["extra"]["memcpy_bytes_per_s"] > 0
+    assert "GB/s" in rows["elementwise"]["notes"]
+
+
+def test_unknown_workload_is_an_error(tmp_path):
+    proc, _ = run_suite("--only", "no_such_workload", tmp_path=tmp_path)
+    assert proc.returncode != 0 and "unknown workload" in proc.stderr
+
+
+def test_a_wrong_result_gets_no_time():
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks.harness import Options, compare
+    finally:
+        sys.path.remove(ROOT)
+    x = np.linspace(0, 1, 1000, dtype=np.float32)
+    impls = {"numpy": lambda: np.tanh(x),
+             "functrans": lambda: np.tanh(x) * np.float32(1.001),   # 0.1% off
+             "torch": lambda: np.tanh(x).astype(np.float64)}        # right, other dtype
+    row = compare("t", "t", impls, Options(repeats=2, min_time=0.0), tol=1e-5)
+    assert row.times["functrans"] is None
+    assert row.checks["functrans"].startswith("disagrees")
+    assert row.checks["torch"] == "ok" and row.times["torch"] > 0
+
+
+@pytest.mark.parametrize("failing", ["functrans", "jax"])
+def test_a_failing_implementation_is_reported(failing):
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks.harness import Options, compare
+    finally:
+        sys.path.remove(ROOT)
+
+    def boom():
+        raise NotImplementedError("no rule")
+    row = compare("t", "t", {"numpy": lambda: np.ones(3), failing: boom},
+                  Options(repeats=2, min_time=0.0))
+    assert row.times[failing] is None and "no rule" in row.checks[failing]

@@ -88,6 +88,7 @@ def plan_buffers(program: Program) -> BufferPlan:
                 offsets[b.id] = arena.allocate(b.nbytes)
         # release after this step: everything whose last reader or writer it was
         for b in {x.id: x for x in step.reads() + step.writes()}.values():
-            if b.kind == "temp" and last_use.get(b.id) == i:
+            # (an empty buffer may be read without ever being written: it has no block)
+            if b.kind == "temp" and last_use.get(b.id) == i and b.id in offsets:
                 arena.release(offsets[b.id], b.nbytes)
     return BufferPlan(offsets, arena.size)

@@ -9,7 +9,12 @@ Layout of the module:
 * one exported *segment* function ``void ft_segment_<i>(i8** table)`` per run of native
   steps between NumPy fallbacks (usually exactly one). ``table[0]`` is the scratch arena;
   ``table[slot]`` is the NumPy array object (its address) of each input, constant, output
-  or fallback-produced array; the segment reads the arrays' data pointers itself.
+  or fallback-produced array; the segment reads the arrays' data pointers itself;
+* a kernel's function takes the bounds of its outermost loop; a large kernel is called
+  through ``ft_parallel_for`` (see :mod:`thread_pool`) with a small ``_chunk`` wrapper that
+  runs one chunk of rows;
+* one internal function per control-flow body (see :mod:`control_flow`), called from the
+  loops and branches the control steps emit.
 
 Loops are plain counted loops over contiguous memory; LLVM's O3 pipeline, given the host
 CPU's features, vectorizes them. Matrix products call BLAS ``sgemm``/``dgemm`` (from SciPy's
@@ -31,8 +36,10 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm import scalar_ops
+from functrans.backends.llvm import scalar_ops, thread_pool
 from functrans.backends.llvm.buffers import BufferPlan
+from functrans.backends.llvm.control_flow import Body, ControlStep
+from functrans.backends.llvm.indexing import ScatterStep
 from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel)
 from functrans.backends.llvm.scalar_ops import ScalarContext, constant, mem_type, reg_type
@@ -40,6 +47,13 @@ from functrans.backends.llvm.vector_math import F32, F64, I1, I64, MathLibrary
 
 I8, I32 = ir.IntType(8), ir.IntType(32)
 I8P = I8.as_pointer()
+CHUNK_FN = thread_pool.CHUNK_FN
+
+# A loop is split across threads when it has at least this many elements, in chunks of
+# about CHUNK_ELEMENTS (many more chunks than threads, so uneven progress evens out). The
+# pool's dispatch costs a few microseconds, a loop this size tens of them.
+PARALLEL_MIN_ELEMENTS = 1 << 16
+CHUNK_ELEMENTS = 1 << 14
 
 
 class LLVMCompileError(RuntimeError):
@@ -66,6 +80,7 @@ def initialize() -> None:
             register_libm_symbols()
             register_blas_symbols()
             _initialized = True
+            thread_pool.ensure_started()  # after: it compiles a module of its own
 
 
 def create_target_machine():
@@ -213,6 +228,8 @@ class ModuleBuilder:
         self.module = ir.Module(name="functrans")
         self.math = MathLibrary(self.module)
         self.names: dict = {}  # function name -> description (for error messages)
+        self.bodies: dict = {}  # id(Body) -> its function
+        self.prologues: dict = {}  # function name -> the builder of its entry block
         self.kernel_count = 0
 
     def build(self) -> str:
@@ -228,113 +245,244 @@ class ModuleBuilder:
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I8P.as_pointer()]),
                          name=segment.name)
         fn.attributes.add("nounwind")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        prologue, b = self.prologue_and_body(fn)
         table = fn.args[0]
-        offset = ir.Constant(I64, array_data_offset())
-
-        def array_data(slot):
-            obj = b.load(b.gep(table, [ir.Constant(I64, slot)], inbounds=True))
-            field = b.bitcast(b.gep(obj, [offset], inbounds=True), I8P.as_pointer())
-            return b.load(field)
-
-        arena = array_data(0)
+        arena = self.array_data(prologue, table, 0)
         arena.name = "arena"
-        pointer_cache: dict = {}
-
-        def pointer(buf: Buffer):
-            p = pointer_cache.get(buf.id)
-            if p is None:
-                if buf.kind == "temp":
-                    raw = b.gep(arena, [ir.Constant(I64, self.plan.offsets.get(buf.id, 0))],
-                                inbounds=True)
-                else:
-                    raw = array_data(self.slots[buf.id])
-                p = pointer_cache[buf.id] = b.bitcast(raw, mem_type(buf.dtype).as_pointer(),
-                                                      name=f"buf{buf.id}")
-            return p
-
-        for step in segment.steps:
-            if isinstance(step, DotKernel):
-                self.emit_dot(b, step, pointer)
-                continue
-            kernel_fn, buffers = self.build_kernel(step)
-            b.call(kernel_fn, [pointer(buf) for buf in buffers])
+        pointer = self.pointer_resolver(
+            prologue, lambda buf: self.array_data(prologue, table, self.slots[buf.id]), arena,
+            self.plan)
+        self.emit_steps(b, segment.steps, pointer, table)
         b.ret_void()
+        prologue.branch(b.function.basic_blocks[1])
         self.names[segment.name] = "a program segment"
 
+    def prologue_and_body(self, fn):
+        """Builders for a function's prologue (the entry block, where pointers and stack
+        slots are computed; it branches to the body when the function is finished) and its
+        body. Only the prologue's builder ever inserts into the entry block."""
+        prologue = ir.IRBuilder(fn.append_basic_block("entry"))
+        body = ir.IRBuilder(fn.append_basic_block("start"))
+        self.prologues[fn.name] = prologue
+        return prologue, body
+
+    @staticmethod
+    def array_data(b, table, slot):
+        """The data pointer of the NumPy array whose object is ``table[slot]``."""
+        obj = b.load(b.gep(table, [ir.Constant(I64, slot)], inbounds=True))
+        field = b.bitcast(b.gep(obj, [ir.Constant(I64, array_data_offset())], inbounds=True),
+                          I8P.as_pointer())
+        return b.load(field)
+
+    @staticmethod
+    def pointer_resolver(prologue, external, arena, plan):
+        """``pointer(buf, element_type=None)``: a typed pointer to ``buf`` — in the arena for a
+        temp, else ``external(buf)`` (an i8*). Each is computed once, in the function's
+        prologue, so it dominates every use whatever loop or branch the use is in."""
+        cache: dict = {}
+
+        def pointer(buf: Buffer, element_type=None):
+            raw = cache.get(buf.id)
+            if raw is None:
+                if buf.kind == "temp":
+                    raw = prologue.gep(arena, [ir.Constant(I64, plan.offsets.get(buf.id, 0))],
+                                       inbounds=True)
+                else:
+                    raw = external(buf)
+                cache[buf.id] = raw
+            ty = (element_type or mem_type(buf.dtype)).as_pointer()
+            key = (buf.id, str(ty))
+            if key not in cache:
+                cache[key] = raw if raw.type == ty else prologue.bitcast(raw, ty,
+                                                                          name=f"buf{buf.id}")
+            return cache[key]
+        return pointer
+
+    def emit_steps(self, b: ir.IRBuilder, steps, pointer, table):
+        """The code of a list of native steps, in order, at ``b``."""
+        for step in steps:
+            if isinstance(step, DotKernel):
+                self.emit_dot(b, step, pointer)
+            elif isinstance(step, (ControlStep, ScatterStep)):
+                step.emit(self, b, pointer, table)
+            else:
+                self.call_kernel(b, step, pointer)
+
+    def body_function(self, body: Body) -> ir.Function:
+        """``void body(i8** table, i8** io, i8* arena)``: a control-flow body, built once."""
+        fn = self.bodies.get(id(body))
+        if fn is not None:
+            return fn
+        self.kernel_count += 1
+        name = f"body{self.kernel_count}"
+        self.names[name] = "a control-flow body"
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(),
+                                                                      I8P.as_pointer(), I8P]),
+                         name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        self.bodies[id(body)] = fn
+        table, io, arena = fn.args
+        prologue, b = self.prologue_and_body(fn)
+        program = body.program
+        position = {}
+        for k, buf in enumerate(program.inputs):
+            position.setdefault(buf.id, k)
+        for k, buf in enumerate(program.outputs):
+            if buf.kind == "output":
+                position.setdefault(buf.id, body.n_in + k)
+
+        def io_pointer(k):
+            return prologue.load(prologue.gep(io, [ir.Constant(I64, k)], inbounds=True))
+
+        def external(buf):
+            if buf.id in position:
+                return io_pointer(position[buf.id])
+            return self.array_data(prologue, table, body.const_slots[buf.id])
+
+        pointer = self.pointer_resolver(prologue, external, arena, body.plan)
+        self.emit_steps(b, program.steps, pointer, table)
+        # outputs no kernel wrote in place: inputs passed through, constants, repeats
+        for k, buf in enumerate(program.outputs):
+            if position.get(buf.id) != body.n_in + k:
+                self.memcpy(b, io_pointer(body.n_in + k), pointer(buf, I8), buf.nbytes)
+        b.ret_void()
+        prologue.branch(fn.basic_blocks[1])
+        return fn
+
+    def memcpy(self, b: ir.IRBuilder, dst, src, nbytes: int):
+        if nbytes <= 0:
+            return
+        fn = self.math.declare("llvm.memcpy.p0.p0.i64", ir.VoidType(), [I8P, I8P, I64, I1])
+        b.call(fn, [b.bitcast(dst, I8P), b.bitcast(src, I8P), ir.Constant(I64, nbytes),
+                    ir.Constant(I1, 0)])
+
     def build_kernel(self, step):
+        """The kernel's function ``k<n>_<prims>(buffers..., i64 start, i64 end)``, which runs
+        the outermost loop from ``start`` to ``end`` (the whole loop, or one chunk of it)."""
         buffers = _unique(step.writes() + step.reads())
         self.kernel_count += 1
         prims = "_".join(p for p in step.prims[:6]) or "copy"
         name = f"k{self.kernel_count}_{re.sub(r'[^A-Za-z0-9_]', '_', prims)}"
         self.names[name] = f"the kernel fusing [{', '.join(step.prims)}]"
-        fty = ir.FunctionType(ir.VoidType(), [mem_type(buf.dtype).as_pointer() for buf in buffers])
+        fty = ir.FunctionType(ir.VoidType(), [mem_type(buf.dtype).as_pointer() for buf in buffers]
+                              + [I64, I64])
         fn = ir.Function(self.module, fty, name=name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
-        for arg in fn.args:
+        for arg in fn.args[:len(buffers)]:
             arg.add_attribute("noalias")
         ptrs = {buf.id: arg for buf, arg in zip(buffers, fn.args)}
+        bounds = tuple(fn.args[len(buffers):])
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         emit = self.emit_loop_kernel if isinstance(step, LoopKernel) else self.emit_reduce_kernel
         values = ([v for _, _, v in step.outputs] if isinstance(step, LoopKernel) else [step.value])
         if scalar_ops.needs_guard(values):
             # fast vectorized pass, noting elements outside the fast path's domain; if there
-            # were any, redo the whole kernel with C library calls (outputs never alias
+            # were any, redo the whole range with C library calls (outputs never alias
             # inputs, so running a kernel twice is harmless)
             flag = b.alloca(I1, name="needs_exact")
             b.store(ir.Constant(I1, 0), flag)
-            emit(b, step, ptrs, flag=flag)
+            emit(b, step, ptrs, bounds, flag=flag)
             exact = fn.append_basic_block("exact")
             done = fn.append_basic_block("done")
             b.cbranch(b.load(flag), exact, done)
             b.position_at_end(exact)
-            emit(b, step, ptrs, exact=True)
+            emit(b, step, ptrs, bounds, exact=True)
             b.branch(done)
             b.position_at_end(done)
         else:
-            emit(b, step, ptrs)
+            emit(b, step, ptrs, bounds)
         b.ret_void()
         return fn, buffers
 
+    def call_kernel(self, b: ir.IRBuilder, step, pointer):
+        """Run ``step``'s kernel: directly, or in chunks of its outermost loop on the thread
+        pool when the loop is large (see :func:`parallel_chunks`)."""
+        kernel_fn, buffers = self.build_kernel(step)
+        args = [pointer(buf) for buf in buffers]
+        extent = step.shape[0] if step.shape else 1
+        chunks = parallel_chunks(step)
+        if chunks <= 1:
+            b.call(kernel_fn, args + [ir.Constant(I64, 0), ir.Constant(I64, extent)])
+            return
+        rows = -(-extent // chunks)
+        chunks = -(-extent // rows)
+        chunk_fn = ir.Function(self.module, CHUNK_FN, name=f"{kernel_fn.name}_chunk")
+        chunk_fn.linkage = "internal"
+        chunk_fn.attributes.add("nounwind")
+        cb = ir.IRBuilder(chunk_fn.append_basic_block("entry"))
+        ctx = cb.bitcast(chunk_fn.args[0], I8P.as_pointer())
+        loaded = [cb.bitcast(cb.load(cb.gep(ctx, [ir.Constant(I64, k)], inbounds=True)), a.type)
+                  for k, a in enumerate(args)]
+        start = cb.mul(chunk_fn.args[1], ir.Constant(I64, rows), flags=["nuw", "nsw"])
+        end = cb.add(start, ir.Constant(I64, rows), flags=["nuw", "nsw"])
+        end = cb.select(cb.icmp_signed("<", end, ir.Constant(I64, extent)), end,
+                        ir.Constant(I64, extent))
+        cb.call(kernel_fn, loaded + [start, end])
+        cb.ret_void()
+        # the pointers travel to the workers in an array on this thread's stack
+        ctx_array = self.entry_alloca(b, ir.ArrayType(I8P, len(args)))
+        for k, a in enumerate(args):
+            b.store(b.bitcast(a, I8P), b.gep(ctx_array, [ir.Constant(I32, 0), ir.Constant(I32, k)],
+                                             inbounds=True))
+        parallel_for = self.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
+        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), b.bitcast(ctx_array, I8P),
+                              ir.Constant(I64, chunks)])
+
+    def entry_alloca(self, b: ir.IRBuilder, ty):
+        """A stack slot allocated in the prologue of ``b``'s function (once, even if the code
+        that uses it runs in a loop)."""
+        return self.prologues[b.function.name].alloca(ty)
+
     # ---- loops ------------------------------------------------------------------------------
 
-    def loop(self, b: ir.IRBuilder, extent: int, body, name="i"):
-        """``for i in range(extent): body(i)``; leaves ``b`` after the loop. Extents are
-        static, so an empty loop is simply not emitted."""
+    def loop(self, b: ir.IRBuilder, extent: int, body, name="i", bounds=None):
+        """``for i in range(extent): body(i)`` (or ``range(*bounds)``, two i64 values within
+        ``[0, extent]``); leaves ``b`` after the loop. Extents are static, so an empty loop
+        is simply not emitted."""
         if extent <= 0:
             return
         fn = b.function
         pre = b.block
         head = fn.append_basic_block(f"{name}.loop")
         done = fn.append_basic_block(f"{name}.done")
-        b.branch(head)
+        if bounds is None:
+            start, end = ir.Constant(I64, 0), ir.Constant(I64, extent)
+            b.branch(head)
+        else:
+            start, end = bounds
+            b.cbranch(b.icmp_signed("<", start, end), head, done)
         b.position_at_end(head)
         i = b.phi(I64, name=name)
-        i.add_incoming(ir.Constant(I64, 0), pre)
+        i.add_incoming(start, pre)
         body(i)
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nuw", "nsw"])
         i.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extent)), head, done)
+        b.cbranch(b.icmp_signed("<", nxt, end), head, done)
         b.position_at_end(done)
 
-    def loop_nest(self, b, extents, body, indices=()):
+    def loop_nest(self, b, extents, body, indices=(), bounds=None):
+        """Nested loops over ``extents``; ``bounds`` (start, end) limits the outermost."""
         if not extents:
             body(list(indices))
             return
         self.loop(b, extents[0], lambda i: self.loop_nest(b, extents[1:], body, tuple(indices) + (i,)),
-                  name=f"i{len(indices)}")
+                  name=f"i{len(indices)}", bounds=bounds)
 
-    def emit_loop_kernel(self, b, step: LoopKernel, ptrs, flag=None, exact=False):
+    def emit_loop_kernel(self, b, step: LoopKernel, ptrs, bounds, flag=None, exact=False):
         def body(indices):
             ev = _Evaluator(self, b, indices, ptrs, exact)
             values = [(buf, ev.index(off), ev.scalar(node)) for buf, off, node in step.outputs]
             for buf, off, value in values:
                 ev.store(buf, off, value)
             ev.record_guards(flag)
-        self.loop_nest(b, list(step.shape), body)
+        if step.shape:
+            self.loop_nest(b, list(step.shape), body, bounds=bounds)
+        else:
+            body([])
 
-    def emit_reduce_kernel(self, b, step: ReduceKernel, ptrs, flag=None, exact=False):
+    def emit_reduce_kernel(self, b, step: ReduceKernel, ptrs, bounds, flag=None, exact=False):
         shape, reduced = list(step.shape), list(step.reduced)
         kept = [d for d, r in enumerate(reduced) if not r]
         last_kept = kept[-1] if kept else -1
@@ -365,7 +513,12 @@ class ModuleBuilder:
                 acc = _combine(self, b, monoid, dtype, ev.load(out, off), acc)
             ev.store(out, off, acc)
 
-        self.loop_nest(b, outer, outer_body)
+        if outer:
+            # only a kept outermost dimension is ever split into chunks (each chunk then
+            # owns its outputs); otherwise the bounds are the whole extent
+            self.loop_nest(b, outer, outer_body, bounds=bounds if not reduced[0] else None)
+        else:
+            outer_body([])
 
     def accumulate(self, b, monoid, dtype, identity, prefix, extents, value_at):
         """Reduce ``value_at(prefix + inner indices)`` over ``extents`` in a register."""
@@ -417,10 +570,10 @@ class ModuleBuilder:
         gemm = self.math.declare("ft_sgemm" if ty == F32 else "ft_dgemm", ir.VoidType(),
                                  [I8P, I8P, i32p, i32p, i32p, tp, tp, i32p, tp, i32p, tp, tp, i32p])
         m, n, k = step.m, step.n, step.k
-        # Fortran passes every argument by reference. emit_gemm runs at the top level of a
-        # segment (never inside a loop), so these stack slots are allocated once.
+        # Fortran passes every argument by reference: constant stack slots, allocated in the
+        # entry block (a product inside a loop body must not grow the stack per iteration)
         def slot(ty_, value):
-            p = b.alloca(ty_)
+            p = self.entry_alloca(b, ty_)
             b.store(ir.Constant(ty_, value), p)
             return p
 
@@ -465,6 +618,28 @@ class ModuleBuilder:
             b.store(b.add(b.load(cp), b.mul(av, bv)), cp)
 
         self.loop_nest(b, [step.batch, m, k, n], body)
+
+
+
+
+def parallel_chunks(step) -> int:
+    """How many chunks of its outermost loop a kernel is split into (1: run it serially).
+
+    Only loops whose chunks write disjoint outputs qualify: an elementwise loop, or a
+    reduction whose outermost dimension is kept and whose reduced dimensions all come after
+    the kept ones (so each output element is finished by one thread)."""
+    if not step.shape or step.shape[0] < 2:
+        return 1
+    size = int(np.prod(step.shape, dtype=np.int64))
+    if size < PARALLEL_MIN_ELEMENTS:
+        return 1
+    if isinstance(step, ReduceKernel):
+        kept = [d for d, r in enumerate(step.reduced) if not r]
+        if step.reduced[0] or any(step.reduced[:kept[-1] + 1]):
+            return 1
+    elif not isinstance(step, LoopKernel):
+        return 1
+    return int(min(step.shape[0], max(2, size // CHUNK_ELEMENTS)))
 
 
 def _unique(buffers) -> list:

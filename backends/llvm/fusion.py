@@ -54,6 +54,11 @@ class Target:
     def reduce_supported(self, monoid: str, dtype) -> bool:
         return True
 
+    def movement_rule(self, eqn: Eqn):
+        """An extra rule (with the signature of the data-movement rules below) that fuses
+        ``eqn``, or None. Lets a backend fuse a primitive the shared table lacks."""
+        return None
+
 
 # =============================================================================================
 # Buffers and steps
@@ -554,6 +559,8 @@ def _classify(eqn: Eqn, target: Target, elementwise: set) -> str:
     if name == "dot_general":
         ok = target.dot_supported(in_avals[0].dtype, in_avals[1].dtype, out.dtype)
         return "dot" if ok else "fallback"
+    if target.movement_rule(eqn) is not None:
+        return "fusible"
     return "fallback"
 
 
@@ -753,7 +760,7 @@ class _Planner:
         name = e.primitive.name
         ops = [self.lazy_of(x) for x in e.invars]
         out_shape = e.outvars[0].aval.shape
-        rule = _MOVEMENT_RULES.get(name, _rule_elementwise)
+        rule = _MOVEMENT_RULES.get(name) or self.target.movement_rule(e) or _rule_elementwise
         node = rule(e, ops, out_shape)
         prims = tuple(dict.fromkeys(sum((o.prims for o in ops), ()) + (name,)))
         lazy = _Lazy(node, out_shape, prims)

@@ -14,7 +14,8 @@ import threading
 
 import numpy as np
 
-from functrans.backends.llvm import buffers, cache, codegen, fusion, scalar_ops
+from functrans.backends.llvm import (buffers, cache, codegen, control_flow, fusion, indexing,
+                                     scalar_ops)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.llvm.runtime import Executable
 from functrans.core import ClosedJaxpr
@@ -46,19 +47,34 @@ class LLVMTarget(fusion.Target):
     def reduce_supported(self, monoid, dtype) -> bool:
         return np.dtype(dtype) in scalar_ops.SUPPORTED_DTYPES
 
+    def movement_rule(self, eqn):
+        return indexing.gather_rule(eqn)
 
-def _assign_slots(program: fusion.Program) -> dict:
-    """Pointer-table slots (from 1; slot 0 is the arena) for every buffer not in the arena."""
+
+def _assign_slots(program: fusion.Program) -> tuple[dict, list]:
+    """Pointer-table slots (from 1; slot 0 is the arena) for every buffer not in the arena,
+    then for the constants of control-flow bodies (whose buffer ids are their own: each
+    body records its slots in ``const_slots``). Returns the slots of ``program``'s buffers
+    and the (slot, array) pairs of the bodies' constants."""
     slots: dict = {}
     for b in program.buffers:
         if b.kind != "temp":
             slots[b.id] = len(slots) + 1
-    return slots
+    nested = []
+    next_slot = len(slots) + 1
+    for body in control_flow.nested_programs(program):
+        body.const_slots = {}
+        for b in body.program.consts:
+            body.const_slots[b.id] = next_slot
+            nested.append((next_slot, np.ascontiguousarray(b.value, dtype=b.dtype)))
+            next_slot += 1
+    return slots, nested
 
 
 def _plan_digest(program, plan, slots) -> str:
     text = program.describe() + repr(sorted(plan.offsets.items())) + repr(plan.arena_size) \
-        + repr(sorted(slots.items()))
+        + repr(sorted(slots.items())) + repr([sorted(body.const_slots.items()) for body in
+                                              control_flow.nested_programs(program)])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -67,9 +83,11 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
     """Compile ``closed`` for this machine's CPU (see the module docstring)."""
     with _compile_lock:
         jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
-        program = fusion.normalize(fusion.plan_program(jaxpr, LLVMTarget(), consts, fuse=fuse))
+        target = LLVMTarget()
+        program = fusion.normalize(fusion.plan_program(jaxpr, target, consts, fuse=fuse))
+        control_flow.lower_control_flow(program, target)
         plan = buffers.plan_buffers(program)
-        slots = _assign_slots(program)
+        slots, nested_consts = _assign_slots(program)
         schedule = codegen.split_segments(program)
         segments = [s for s in schedule if isinstance(s, Segment)]
         description = program.describe()
@@ -95,7 +113,7 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
                                   "optimized_ir": optimized.encode()}, {"plan": digest})
         engine, entry_points = _load_object(obj, [s.name for s in segments])
         return Executable(program, plan, schedule, slots, entry_points, ir_text, optimized,
-                          engine, description)
+                          engine, description, nested_consts)
 
 
 def _load_object(obj: bytes, names):

@@ -32,9 +32,13 @@ F32, F64, I32, I64, I1 = ir.FloatType(), ir.DoubleType(), ir.IntType(32), ir.Int
 EXP_COEFFS = [1.0, 1.0, 1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040]
 # log(1+f) = 2*atanh(s), s = f/(2+f), |s| <= 0.1716: 2*s*(1 + s^2/3 + s^4/5 + s^6/7 + s^8/9).
 LOG_COEFFS = [1.0, 1 / 3, 1 / 5, 1 / 7, 1 / 9]
-# tanh(x) = x + x^3 * P(x^2) on [0, 0.625] (fitted).
-TANH_COEFFS = [-0.33333333043688634, 0.1333328592496256, -0.053955308593743236,
-               0.021738263060250465, -0.008247995974192318, 0.0021887448069871796]
+# tanh(x) = x * P(x^2) / Q(x^2) on [0, 9] (fitted for minimal relative error, 2e-8; beyond 9,
+# tanh(x) rounds to 1 in float32). One division and no exp: the cheapest accurate form.
+TANH_LIMIT = 9.0
+TANH_P = [0.999999979506774, 0.1338101686769878, 0.0034955771758222957, 2.060888346113678e-05,
+          1.3354359419759292e-08]
+TANH_Q = [1.0, 0.4671433248009906, 0.025876941902004652, 0.00032856160556893023,
+          7.77643978791521e-07]
 # erf(x) = x * P(x^2) on [0, 1] (fitted).
 ERF_SMALL_COEFFS = [1.1283791224910056, -0.3761232617301605, 0.11280180006312825,
                     -0.026711308415082628, 0.0049175481649219215, -0.0005631409314007503]
@@ -87,6 +91,18 @@ def register_libm_symbols() -> None:
             addr = ctypes.cast(getattr(libm, sym), ctypes.c_void_p).value
             llvm.add_symbol(f"ft_libm_{sym}", addr)
     _registered = True
+
+
+_vector_ldexp = None
+
+
+def _has_vector_ldexp() -> bool:
+    """Whether the host has AVX-512 (``ldexp`` on a vector is then one instruction; elsewhere
+    LLVM may split it into library calls, which would stop vectorization)."""
+    global _vector_ldexp
+    if _vector_ldexp is None:
+        _vector_ldexp = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    return _vector_ldexp
 
 
 def _fty(dtype):
@@ -209,10 +225,14 @@ class MathLibrary:
     # ---- float32 implementations -------------------------------------------------------------
 
     def _scale_by_pow2(self, o: _Ops, p, n_float):
-        """``p * 2**n`` for integral ``n`` in [-151, 131], as two exact power-of-two
-        factors so that neither underflows nor overflows on its own."""
+        """``p * 2**n`` for integral ``n`` in [-151, 131]: one ``ldexp`` where it is a vector
+        instruction (AVX-512's vscalefps), else two exact power-of-two factors so that
+        neither underflows nor overflows on its own."""
         b = o.b
         n = b.fptosi(n_float, I32)
+        if _has_vector_ldexp():
+            fn = self.declare("llvm.ldexp.f32.i32", F32, [F32, I32])
+            return b.call(fn, [p, n])
         n1 = b.ashr(n, ir.Constant(I32, 1))
         n2 = b.sub(n, n1)
 
@@ -286,12 +306,11 @@ class MathLibrary:
 
     def _tanh(self, o: _Ops, x):
         a = o.abs(x)
+        a = o.sel(o.cmp(">", a, o.c(TANH_LIMIT)), o.c(TANH_LIMIT), a)  # NaN stays NaN
         s = o.mul(a, a)
-        small = o.fma(o.mul(a, s), o.poly(s, TANH_COEFFS), a)
-        e = o.call("exp", o.mul(a, o.c(2.0)))
-        large = o.sub(o.c(1.0), o.div(o.c(2.0), o.add(e, o.c(1.0))))
-        y = o.sel(o.cmp("<", a, o.c(0.625)), small, large)
-        return o.sel(o.isnan(x), x, o.copysign(y, x))
+        y = o.div(o.mul(a, o.poly(s, TANH_P)), o.poly(s, TANH_Q))
+        y = o.sel(o.cmp(">", y, o.c(1.0)), o.c(1.0), y)  # rounding may overshoot near 9
+        return o.copysign(y, x)
 
     def _logistic(self, o: _Ops, x):
         return o.div(o.c(1.0), o.add(o.c(1.0), o.call("exp", o.b.fneg(x))))

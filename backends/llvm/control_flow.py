@@ -1,0 +1,368 @@
+"""Control flow compiled natively: ``while``, ``scan`` and ``cond`` as real loops and branches.
+
+Fusion leaves every control-flow equation as a NumPy fallback step. This pass replaces such
+a step with a native one when every sub-jaxpr (loop body, condition, branch) compiles to
+native code without fallbacks. Each sub-jaxpr becomes a *body*: a fused
+:class:`~fusion.Program` with its own buffer plan, emitted once as an internal function
+
+    void body(i8** table, i8** io, i8* arena)
+
+where ``io`` holds the data pointers of the body's inputs, then of its outputs, and
+``arena`` its scratch memory. The loop or branch around it is emitted in the caller; it
+never unrolls. Loop-carried values live in two copies (the body reads one and writes the
+other, then they swap), so a body never writes memory it reads, which is what lets its
+kernels assume their arguments do not alias.
+
+The step's scratch (both carry copies, the condition's result, the bodies' arenas) is one
+``temp`` buffer of the enclosing program, placed by the ordinary buffer plan.
+
+    >>> program = lower_control_flow(program, target)      # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+import numpy as np
+
+from functrans.backends.llvm import buffers as buffer_planning
+from functrans.backends.llvm import fusion
+from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step
+from functrans.core import ClosedJaxpr, ShapedArray
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I8P = I8.as_pointer()
+ALIGNMENT = buffer_planning.ALIGNMENT
+
+CONTROL_PRIMITIVES = ("while", "scan", "cond")
+
+
+def _round_up(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+class Body:
+    """A sub-jaxpr compiled as a function of the module: its program and buffer plan."""
+
+    def __init__(self, program: Program, plan):
+        self.program = program
+        self.plan = plan
+        self.n_in = len(program.inputs)
+        self.n_out = len(program.outputs)
+
+    def describe(self) -> str:
+        inner = self.program.describe().replace("\n", "\n    ")
+        return f"body (arena {self.plan.arena_size} bytes, offsets " \
+               f"{sorted(self.plan.offsets.items())}):\n    {inner}"
+
+
+def compile_body(closed: ClosedJaxpr, target) -> Body | None:
+    """``closed`` as a :class:`Body`, or None when some part of it needs a NumPy fallback."""
+    jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
+    if not all(isinstance(v.aval, ShapedArray) for v in list(jaxpr.invars) + list(jaxpr.outvars)):
+        return None
+    program = fusion.normalize(fusion.plan_program(jaxpr, target, consts))
+    lower_control_flow(program, target)
+    if any(isinstance(s, FallbackStep) for s in program.steps):
+        return None
+    # literal outputs become constants, so every output is a buffer the body copies from
+    for k, out in enumerate(program.outputs):
+        if not isinstance(out, Buffer):
+            program.outputs[k] = _new_buffer(program, np.shape(out), np.asarray(out).dtype,
+                                             "const", np.ascontiguousarray(out))
+            program.consts.append(program.outputs[k])
+    return Body(program, buffer_planning.plan_buffers(program))
+
+
+def _new_buffer(program: Program, shape, dtype, kind, value=None) -> Buffer:
+    b = Buffer(len(program.buffers), shape, dtype, kind, value)
+    program.buffers.append(b)
+    return b
+
+
+# =============================================================================================
+# The steps
+# =============================================================================================
+
+
+class ControlStep(Step):
+    """A control-flow equation run natively. ``inputs``/``outputs`` are buffers of the
+    enclosing program; ``scratch`` is its temp buffer for carries and body arenas."""
+
+    def __init__(self, name, inputs, outputs, bodies, carry_avals, scratch_extra=0):
+        self.prims = (name,)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.bodies = list(bodies)
+        # scratch layout: carry copy A, carry copy B, extra bytes, then the body arena
+        self.carry_offsets = []
+        offset = 0
+        for a in carry_avals:
+            self.carry_offsets.append(offset)
+            offset += _round_up(_nbytes(a))
+        self.carry_bytes = offset
+        self.extra_offset = 2 * offset
+        self.arena_offset = self.extra_offset + _round_up(scratch_extra)
+        arena = max([b.plan.arena_size for b in self.bodies], default=0)
+        self.scratch = None
+        self.scratch_size = self.arena_offset + _round_up(arena)
+
+    def reads(self):
+        return _unique(b for b in self.inputs)
+
+    def writes(self):
+        return _unique(list(self.outputs) + [self.scratch])
+
+    def describe(self):
+        bodies = "\n  ".join(b.describe().replace("\n", "\n  ") for b in self.bodies)
+        return f"{self.prims[0]} {self.inputs} -> {self.outputs} scratch={self.scratch!r}\n  {bodies}"
+
+    # ---- code generation helpers ------------------------------------------------------------
+
+    def carry_pointers(self, b, scratch_ptr, parity):
+        """(current, next) carry pointers: copy A then B when ``parity`` is 0, else swapped."""
+        current, following = [], []
+        for off in self.carry_offsets:
+            a = b.gep(scratch_ptr, [ir.Constant(I64, off)], inbounds=True)
+            bb = b.gep(scratch_ptr, [ir.Constant(I64, off + self.carry_bytes)], inbounds=True)
+            current.append(b.select(parity, bb, a))
+            following.append(b.select(parity, a, bb))
+        return current, following
+
+    def arena(self, b, scratch_ptr):
+        return b.gep(scratch_ptr, [ir.Constant(I64, self.arena_offset)], inbounds=True)
+
+
+def _nbytes(aval) -> int:
+    return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+
+
+def _unique(buffers) -> list:
+    seen, out = set(), []
+    for b in buffers:
+        if b is not None and b.id not in seen:
+            seen.add(b.id)
+            out.append(b)
+    return out
+
+
+class WhileStep(ControlStep):
+    def __init__(self, inputs, outputs, carry_avals, cond, body, cond_nconsts, body_nconsts):
+        super().__init__("while", inputs, outputs, [cond, body], carry_avals, scratch_extra=1)
+        self.cond, self.body = cond, body
+        self.cond_nconsts, self.body_nconsts = cond_nconsts, body_nconsts
+
+    def emit(self, mb, b: ir.IRBuilder, pointer, table):
+        cond_consts = self.inputs[:self.cond_nconsts]
+        body_consts = self.inputs[self.cond_nconsts:self.cond_nconsts + self.body_nconsts]
+        carry_in = self.inputs[self.cond_nconsts + self.body_nconsts:]
+        scratch = pointer(self.scratch, I8)
+        first, _ = self.carry_pointers(b, scratch, ir.Constant(I1, 0))
+        for dst, src in zip(first, carry_in):
+            mb.memcpy(b, dst, pointer(src, I8), src.nbytes)
+        pred = b.gep(scratch, [ir.Constant(I64, self.extra_offset)], inbounds=True)
+        arena = self.arena(b, scratch)
+        cond_fn, body_fn = mb.body_function(self.cond), mb.body_function(self.body)
+        cond_io = mb.entry_alloca(b, ir.ArrayType(I8P, max(1, self.cond.n_in + 1)))
+        body_io = mb.entry_alloca(b, ir.ArrayType(I8P, max(1, self.body.n_in + self.body.n_out)))
+        fn = b.function
+        pre = b.block
+        head = fn.append_basic_block("while.cond")
+        step = fn.append_basic_block("while.body")
+        done = fn.append_basic_block("while.done")
+        b.branch(head)
+        b.position_at_end(head)
+        parity = b.phi(I1)
+        parity.add_incoming(ir.Constant(I1, 0), pre)
+        current, following = self.carry_pointers(b, scratch, parity)
+        _fill(b, cond_io, [pointer(x, I8) for x in cond_consts] + current + [pred])
+        b.call(cond_fn, [table, _first(b, cond_io), arena])
+        b.cbranch(b.icmp_unsigned("!=", b.load(pred), ir.Constant(I8, 0)), step, done)
+        b.position_at_end(step)
+        _fill(b, body_io, [pointer(x, I8) for x in body_consts] + current + following)
+        b.call(body_fn, [table, _first(b, body_io), arena])
+        parity.add_incoming(b.not_(parity), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        for out, src in zip(self.outputs, current):
+            mb.memcpy(b, pointer(out, I8), src, out.nbytes)
+
+
+class ScanStep(ControlStep):
+    def __init__(self, inputs, outputs, carry_avals, body, num_consts, num_carry, length,
+                 reverse):
+        super().__init__("scan", inputs, outputs, [body], carry_avals)
+        self.body = body
+        self.num_consts, self.num_carry = num_consts, num_carry
+        self.length, self.reverse = length, reverse
+
+    def emit(self, mb, b: ir.IRBuilder, pointer, table):
+        nc, nk = self.num_consts, self.num_carry
+        consts, carry_in, xs = self.inputs[:nc], self.inputs[nc:nc + nk], self.inputs[nc + nk:]
+        carry_out, ys = self.outputs[:nk], self.outputs[nk:]
+        scratch = pointer(self.scratch, I8)
+        first, _ = self.carry_pointers(b, scratch, ir.Constant(I1, 0))
+        for dst, src in zip(first, carry_in):
+            mb.memcpy(b, dst, pointer(src, I8), src.nbytes)
+        arena = self.arena(b, scratch)
+        body_fn = mb.body_function(self.body)
+        io = mb.entry_alloca(b, ir.ArrayType(I8P, max(1, self.body.n_in + self.body.n_out)))
+        const_ptrs = [pointer(x, I8) for x in consts]
+        xs_ptrs = [(pointer(x, I8), x.nbytes // max(self.length, 1)) for x in xs]
+        ys_ptrs = [(pointer(y, I8), y.nbytes // max(self.length, 1)) for y in ys]
+        final = first
+        if self.length > 0:
+            fn = b.function
+            pre = b.block
+            head = fn.append_basic_block("scan.body")
+            done = fn.append_basic_block("scan.done")
+            b.branch(head)
+            b.position_at_end(head)
+            k = b.phi(I64)
+            parity = b.phi(I1)
+            k.add_incoming(ir.Constant(I64, 0), pre)
+            parity.add_incoming(ir.Constant(I1, 0), pre)
+            i = b.sub(ir.Constant(I64, self.length - 1), k) if self.reverse else k
+            current, following = self.carry_pointers(b, scratch, parity)
+
+            def sliced(ptrs):
+                return [b.gep(p, [b.mul(i, ir.Constant(I64, size))], inbounds=True)
+                        for p, size in ptrs]
+            _fill(b, io, const_ptrs + current + sliced(xs_ptrs) + following + sliced(ys_ptrs))
+            b.call(body_fn, [table, _first(b, io), arena])
+            k_next = b.add(k, ir.Constant(I64, 1))
+            flipped = b.not_(parity)
+            k.add_incoming(k_next, b.block)
+            parity.add_incoming(flipped, b.block)
+            b.cbranch(b.icmp_signed("<", k_next, ir.Constant(I64, self.length)), head, done)
+            b.position_at_end(done)
+            final, _ = self.carry_pointers(b, scratch, flipped)
+        for out, src in zip(carry_out, final):
+            mb.memcpy(b, pointer(out, I8), src, out.nbytes)
+
+
+class CondStep(ControlStep):
+    def __init__(self, inputs, outputs, branches):
+        super().__init__("cond", inputs, outputs, branches, [])
+        self.branches = branches
+
+    def emit(self, mb, b: ir.IRBuilder, pointer, table):
+        index_buf, operands = self.inputs[0], self.inputs[1:]
+        from functrans.backends.llvm.scalar_ops import mem_type
+        index = b.load(pointer(index_buf, mem_type(index_buf.dtype)))
+        if index.type.width < 64:
+            index = (b.sext if index_buf.dtype.kind == "i" else b.zext)(index, I64)
+        scratch = pointer(self.scratch, I8)
+        arena = self.arena(b, scratch)
+        n = self.branches[0].n_in + self.branches[0].n_out
+        io = mb.entry_alloca(b, ir.ArrayType(I8P, max(1, n)))
+        _fill(b, io, [pointer(x, I8) for x in operands] + [pointer(y, I8) for y in self.outputs])
+        # the index is clamped into range, as the reference does
+        last = ir.Constant(I64, len(self.branches) - 1)
+        if index_buf.dtype.kind == "i":
+            index = b.select(b.icmp_signed("<", index, ir.Constant(I64, 0)), ir.Constant(I64, 0),
+                             index)
+        index = b.select(b.icmp_unsigned(">", index, last), last, index)
+        fn = b.function
+        done = fn.append_basic_block("cond.done")
+        blocks = [fn.append_basic_block(f"cond.branch{k}") for k in range(len(self.branches))]
+        switch = b.switch(index, blocks[0])
+        for k in range(1, len(blocks)):
+            switch.add_case(ir.Constant(I64, k), blocks[k])
+        for block, body in zip(blocks, self.branches):
+            b.position_at_end(block)
+            b.call(mb.body_function(body), [table, _first(b, io), arena])
+            b.branch(done)
+        b.position_at_end(done)
+
+
+def _fill(b, array, pointers):
+    for k, p in enumerate(pointers):
+        b.store(b.bitcast(p, I8P), b.gep(array, [ir.Constant(I32, 0), ir.Constant(I32, k)],
+                                         inbounds=True))
+
+
+def _first(b, array):
+    return b.gep(array, [ir.Constant(I32, 0), ir.Constant(I32, 0)], inbounds=True)
+
+
+# =============================================================================================
+# The pass
+# =============================================================================================
+
+
+def lower_control_flow(program: Program, target) -> Program:
+    """Replace fallback steps of ``program`` by native ones where possible (in place; returns
+    ``program``): control flow whose bodies compile natively, and scatters (see
+    :mod:`indexing`)."""
+    from functrans.backends.llvm.indexing import lower_scatter
+    output_ids = {b.id for b in program.outputs if isinstance(b, Buffer)}
+    for index, step in enumerate(program.steps):
+        if not isinstance(step, FallbackStep):
+            continue
+        if step.eqn.primitive.name in CONTROL_PRIMITIVES:
+            native = _lower(step, program, target)
+        else:
+            native = lower_scatter(step, program, target)
+        if native is None:
+            continue
+        outputs = native.outputs if isinstance(native, ControlStep) else [native.out]
+        for k, out in enumerate(outputs):
+            if out is None:  # a dropped result still needs memory to be written to
+                aval = step.eqn.outvars[k].aval
+                outputs[k] = _new_buffer(program, aval.shape, aval.dtype, "temp")
+            elif out.kind == "fallback":
+                out.kind = "output" if out.id in output_ids else "temp"
+        if isinstance(native, ControlStep):
+            native.scratch = _new_buffer(program, (native.scratch_size,), np.uint8, "temp")
+        program.steps[index] = native
+    return program
+
+
+def _operand_buffers(step: FallbackStep, program: Program):
+    inputs = []
+    for x in step.inputs:
+        if isinstance(x, Buffer):
+            if not x.is_array:
+                return None
+            inputs.append(x)
+        else:  # a literal operand: a constant of the program
+            value = np.ascontiguousarray(x)
+            c = _new_buffer(program, value.shape, value.dtype, "const", value)
+            program.consts.append(c)
+            inputs.append(c)
+    return inputs
+
+
+def _lower(step: FallbackStep, program: Program, target):
+    eqn = step.eqn
+    if not all(isinstance(v.aval, ShapedArray) and target.dtype_supported(v.aval.dtype)
+               for v in list(eqn.invars) + list(eqn.outvars)):
+        return None
+    name, p = eqn.primitive.name, eqn.params
+    if name == "while":
+        bodies = [compile_body(p["cond_jaxpr"], target), compile_body(p["body_jaxpr"], target)]
+    elif name == "scan":
+        bodies = [compile_body(p["jaxpr"], target)]
+    else:
+        bodies = [compile_body(branch, target) for branch in p["branches"]]
+    if any(body is None for body in bodies):
+        return None
+    inputs = _operand_buffers(step, program)
+    if inputs is None:
+        return None
+    outputs = list(step.outputs)
+    avals = [v.aval for v in eqn.outvars]
+    if name == "while":
+        return WhileStep(inputs, outputs, avals, *bodies, p["cond_nconsts"], p["body_nconsts"])
+    if name == "scan":
+        return ScanStep(inputs, outputs, avals[:p["num_carry"]], *bodies, p["num_consts"],
+                        p["num_carry"], int(p["length"]), bool(p["reverse"]))
+    return CondStep(inputs, outputs, bodies)
+
+
+def nested_programs(program: Program):
+    """Every body program inside ``program``'s control steps, depth first."""
+    for step in program.steps:
+        if isinstance(step, ControlStep):
+            for body in step.bodies:
+                yield body
+                yield from nested_programs(body.program)

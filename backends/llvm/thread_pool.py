@@ -1,0 +1,377 @@
+"""A native thread pool for parallel loops, written in LLVM IR and shared by every program.
+
+Generated kernels split their outermost loop into chunks and call
+``ft_parallel_for(chunk_fn, ctx, n_chunks)``, which runs ``chunk_fn(ctx, c)`` for every
+``c < n_chunks`` on the calling thread and the pool's workers, and returns when all have
+run. The pool is one small LLVM module compiled once per process; its entry point is
+registered with the JIT linker under that name, so compiled (and cached) programs link
+against it like against libm.
+
+Design, and why:
+
+* Chunks are claimed from one 64-bit counter holding ``(job generation << 32) | next
+  chunk``: a worker claims a chunk with compare-and-swap, so a worker that wakes late
+  (after the job is done, or when a new job has started) fails the swap instead of running
+  a chunk of the wrong job. The caller never waits for a worker that has not started; it
+  waits only until every chunk has *finished*.
+* Workers spin briefly after a job (back-to-back kernels wake them for free), then sleep on
+  a condition variable. The caller spins briefly for the last chunks, then sleeps too.
+* One job at a time: a second thread calling ``ft_parallel_for`` while the pool is busy (two
+  Python threads in compiled code, or a chunk that itself contains a parallel loop) runs
+  its chunks serially instead of waiting, so nothing can deadlock.
+* The number of workers is ``FUNCTRANS_NUM_THREADS - 1`` (default: the CPUs this process
+  may run on, minus the caller). With one thread, ``ft_parallel_for`` is a plain loop.
+
+    >>> ensure_started()          # doctest: +SKIP
+    >>> num_threads()             # doctest: +SKIP
+    2
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import threading
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I8P = I8.as_pointer()
+VOID = ir.VoidType()
+CHUNK_FN = ir.FunctionType(VOID, [I8P, I64])
+
+SYMBOL = "ft_parallel_for"
+_NO_CHUNK = 0xFFFFFFFF  # the low half of the counter while a job is being published
+_WORKER_SPINS = 4000  # pause instructions a worker spins before sleeping (~0.1 ms)
+_CALLER_SPINS = 200000  # the caller waits for the last chunks a little longer
+
+logger = logging.getLogger("functrans")
+_lock = threading.RLock()
+_state: dict = {}
+
+
+def num_threads() -> int:
+    """Threads that run a parallel loop: ``FUNCTRANS_NUM_THREADS``, or the number of CPUs
+    this process may use."""
+    value = os.environ.get("FUNCTRANS_NUM_THREADS", "").strip()
+    if value:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            raise ValueError(f"FUNCTRANS_NUM_THREADS must be a positive integer, got {value!r}") \
+                from None
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _libc_symbol(name: str) -> int:
+    for lib in (None, ctypes.util.find_library("pthread"), ctypes.util.find_library("c")):
+        try:
+            return ctypes.cast(getattr(ctypes.CDLL(lib), name), ctypes.c_void_p).value
+        except (OSError, AttributeError, TypeError):
+            continue
+    raise RuntimeError(f"llvm backend: cannot find {name} for the thread pool")
+
+
+def _build_module(triple: str) -> str:
+    """The pool's IR: globals, ``ft_parallel_for``, the worker loop, start and reset."""
+    m = ir.Module(name="functrans_thread_pool")
+    m.triple = triple
+
+    def global_(name, ty, align=64):
+        g = ir.GlobalVariable(m, ty, name)
+        g.linkage = "internal"
+        g.initializer = ir.Constant(ty, None)
+        g.align = align
+        return g
+
+    counter = global_("counter", I64)
+    done = global_("done", I64)
+    job_fn = global_("job_fn", I8P)
+    job_ctx = global_("job_ctx", I8P)
+    job_n = global_("job_n", I64)
+    generation = global_("generation", I32)
+    busy = global_("busy", I32)
+    workers = global_("workers", I32)
+    # room for a pthread_mutex_t / pthread_cond_t on any platform; ft_pool_start initializes
+    storage = ir.ArrayType(I64, 16)
+    mutex, job_cv, done_cv = (global_(n, storage) for n in ("mutex", "job_cv", "done_cv"))
+
+    def declare(name, ret, args):
+        return ir.Function(m, ir.FunctionType(ret, args), name=name)
+
+    lock = declare("ft_pthread_mutex_lock", I32, [I8P])
+    unlock = declare("ft_pthread_mutex_unlock", I32, [I8P])
+    wait = declare("ft_pthread_cond_wait", I32, [I8P, I8P])
+    broadcast = declare("ft_pthread_cond_broadcast", I32, [I8P])
+    create = declare("ft_pthread_create", I32, [I64.as_pointer(), I8P, I8P, I8P])
+    mutex_init = declare("ft_pthread_mutex_init", I32, [I8P, I8P])
+    cond_init = declare("ft_pthread_cond_init", I32, [I8P, I8P])
+    pause = declare("llvm.x86.sse2.pause", VOID, []) if triple.startswith(("x86_64", "i686")) \
+        else None
+
+    def ptr(b, g):
+        return b.bitcast(g, I8P)
+
+    def relax(b):
+        if pause is not None:
+            b.call(pause, [])
+
+    def counted_loop(b, fn, extent, body, name):
+        """for i in range(extent): body(i) (extent an i64 value)."""
+        pre = b.block
+        head = fn.append_basic_block(f"{name}.head")
+        loop = fn.append_basic_block(f"{name}.body")
+        out = fn.append_basic_block(f"{name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        b.cbranch(b.icmp_signed("<", i, extent), loop, out)
+        b.position_at_end(loop)
+        body(i)
+        i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
+        b.branch(head)
+        b.position_at_end(out)
+
+    # ---- run_chunks(generation): claim and run chunks of that job until none is left -------
+    run = ir.Function(m, ir.FunctionType(VOID, [I32]), name="run_chunks")
+    run.linkage = "internal"
+    b = ir.IRBuilder(run.append_basic_block("entry"))
+    head, claim, body, finished, out = (run.append_basic_block(n) for n in
+                                        ("head", "claim", "body", "finished", "out"))
+    b.branch(head)
+    b.position_at_end(head)
+    v = b.load_atomic(counter, "acquire", 8)
+    gen_of_v = b.trunc(b.lshr(v, ir.Constant(I64, 32)), I32)
+    same_job = b.icmp_unsigned("==", gen_of_v, run.args[0])
+    b.cbranch(same_job, claim, out)
+    b.position_at_end(claim)
+    c = b.and_(v, ir.Constant(I64, 0xFFFFFFFF))
+    n = b.load_atomic(job_n, "monotonic", 8)
+    fn_p = b.load_atomic(job_fn, "monotonic", 8)
+    ctx = b.load_atomic(job_ctx, "monotonic", 8)
+    has_chunk = b.icmp_unsigned("<", c, n)
+    swap = run.append_basic_block("swap")
+    b.cbranch(has_chunk, swap, out)
+    b.position_at_end(swap)
+    result = b.cmpxchg(counter, v, b.add(v, ir.Constant(I64, 1)), "acq_rel", "acquire")
+    b.cbranch(b.extract_value(result, 1), body, head)  # lost the race: look again
+    b.position_at_end(body)
+    b.call(b.bitcast(fn_p, CHUNK_FN.as_pointer()), [ctx, c])
+    finished_count = b.add(b.atomic_rmw("add", done, ir.Constant(I64, 1), "acq_rel"),
+                           ir.Constant(I64, 1))
+    b.cbranch(b.icmp_unsigned("==", finished_count, n), finished, head)
+    b.position_at_end(finished)  # the last chunk: wake the caller if it went to sleep
+    b.call(lock, [ptr(b, mutex)])
+    b.call(broadcast, [ptr(b, done_cv)])
+    b.call(unlock, [ptr(b, mutex)])
+    b.branch(head)
+    b.position_at_end(out)
+    b.ret_void()
+
+    # ---- worker(arg): wait for a new generation, run its chunks, repeat ---------------------
+    worker = ir.Function(m, ir.FunctionType(I8P, [I8P]), name="worker")
+    worker.linkage = "internal"
+    b = ir.IRBuilder(worker.append_basic_block("entry"))
+    seen_slot = b.alloca(I32)
+    b.store(b.load_atomic(generation, "acquire", 4), seen_slot)
+    top, spin, spin_next, sleep, sleep_check, work = (worker.append_basic_block(n) for n in
+                                                      ("top", "spin", "spin_next", "sleep",
+                                                       "sleep_check", "work"))
+    b.branch(top)
+    b.position_at_end(top)
+    entry_block = b.block
+    b.branch(spin)
+    b.position_at_end(spin)
+    k = b.phi(I32)
+    k.add_incoming(ir.Constant(I32, 0), entry_block)
+    new = b.icmp_unsigned("!=", b.load_atomic(generation, "acquire", 4), b.load(seen_slot))
+    b.cbranch(new, work, spin_next)
+    b.position_at_end(spin_next)
+    relax(b)
+    k_next = b.add(k, ir.Constant(I32, 1))
+    k.add_incoming(k_next, spin_next)
+    b.cbranch(b.icmp_unsigned("<", k_next, ir.Constant(I32, _WORKER_SPINS)), spin, sleep)
+    b.position_at_end(sleep)
+    b.call(lock, [ptr(b, mutex)])
+    b.branch(sleep_check)
+    b.position_at_end(sleep_check)
+    still = b.icmp_unsigned("==", b.load_atomic(generation, "acquire", 4), b.load(seen_slot))
+    wait_block = worker.append_basic_block("wait")
+    woke = worker.append_basic_block("woke")
+    b.cbranch(still, wait_block, woke)
+    b.position_at_end(wait_block)
+    b.call(wait, [ptr(b, job_cv), ptr(b, mutex)])
+    b.branch(sleep_check)
+    b.position_at_end(woke)
+    b.call(unlock, [ptr(b, mutex)])
+    b.branch(work)
+    b.position_at_end(work)
+    g = b.load_atomic(generation, "acquire", 4)
+    b.store(g, seen_slot)
+    b.call(run, [g])
+    b.branch(top)
+
+    # ---- ft_parallel_for(fn, ctx, n) ----------------------------------------------------------
+    pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=SYMBOL)
+    fn_arg, ctx_arg, n_arg = pf.args
+    b = ir.IRBuilder(pf.append_basic_block("entry"))
+    serial, parallel = pf.append_basic_block("serial"), pf.append_basic_block("parallel")
+    no_workers = b.icmp_unsigned("==", b.load_atomic(workers, "acquire", 4), ir.Constant(I32, 0))
+    tiny = b.icmp_signed("<=", n_arg, ir.Constant(I64, 1))
+    try_lock = pf.append_basic_block("try_lock")
+    b.cbranch(b.or_(no_workers, tiny), serial, try_lock)
+    b.position_at_end(try_lock)
+    got = b.extract_value(b.cmpxchg(busy, ir.Constant(I32, 0), ir.Constant(I32, 1), "acquire",
+                                    "monotonic"), 1)
+    b.cbranch(got, parallel, serial)
+
+    b.position_at_end(serial)
+    chunk = b.bitcast(fn_arg, CHUNK_FN.as_pointer())
+    counted_loop(b, pf, n_arg, lambda i: b.call(chunk, [ctx_arg, i]), "serial")
+    b.ret_void()
+
+    b.position_at_end(parallel)
+    gen = b.add(b.load_atomic(generation, "monotonic", 4), ir.Constant(I32, 1))
+    gen_high = b.shl(b.zext(gen, I64), ir.Constant(I64, 32))
+    b.store_atomic(b.or_(gen_high, ir.Constant(I64, _NO_CHUNK)), counter, "seq_cst", 8)
+    b.store_atomic(fn_arg, job_fn, "monotonic", 8)
+    b.store_atomic(ctx_arg, job_ctx, "monotonic", 8)
+    b.store_atomic(n_arg, job_n, "monotonic", 8)
+    b.store_atomic(ir.Constant(I64, 0), done, "monotonic", 8)
+    b.store_atomic(gen_high, counter, "seq_cst", 8)  # chunks are claimable from here
+    b.call(lock, [ptr(b, mutex)])
+    b.store_atomic(gen, generation, "seq_cst", 4)
+    b.call(broadcast, [ptr(b, job_cv)])
+    b.call(unlock, [ptr(b, mutex)])
+    b.call(run, [gen])
+    # every chunk is claimed; wait until the last one has finished
+    spin, spin_next, sleep, sleep_check, wait_block, release = (
+        pf.append_basic_block(n) for n in ("spin", "spin_next", "sleep", "sleep_check", "wait",
+                                           "release"))
+    start = b.block
+    b.branch(spin)
+    b.position_at_end(spin)
+    k = b.phi(I32)
+    k.add_incoming(ir.Constant(I32, 0), start)
+    all_done = b.icmp_unsigned(">=", b.load_atomic(done, "acquire", 8), n_arg)
+    b.cbranch(all_done, release, spin_next)
+    b.position_at_end(spin_next)
+    relax(b)
+    k_next = b.add(k, ir.Constant(I32, 1))
+    k.add_incoming(k_next, spin_next)
+    b.cbranch(b.icmp_unsigned("<", k_next, ir.Constant(I32, _CALLER_SPINS)), spin, sleep)
+    b.position_at_end(sleep)
+    b.call(lock, [ptr(b, mutex)])
+    b.branch(sleep_check)
+    b.position_at_end(sleep_check)
+    pending = b.icmp_unsigned("<", b.load_atomic(done, "acquire", 8), n_arg)
+    woke = pf.append_basic_block("woke")
+    b.cbranch(pending, wait_block, woke)
+    b.position_at_end(wait_block)
+    b.call(wait, [ptr(b, done_cv), ptr(b, mutex)])
+    b.branch(sleep_check)
+    b.position_at_end(woke)
+    b.call(unlock, [ptr(b, mutex)])
+    b.branch(release)
+    b.position_at_end(release)
+    b.store_atomic(ir.Constant(I32, 0), busy, "release", 4)
+    b.ret_void()
+
+    # ---- ft_pool_start(count): create the workers ---------------------------------------------
+    start_fn = ir.Function(m, ir.FunctionType(I32, [I32]), name="ft_pool_start")
+    b = ir.IRBuilder(start_fn.append_basic_block("entry"))
+    b.store_atomic(ir.Constant(I32, 0), workers, "seq_cst", 4)
+    b.store_atomic(ir.Constant(I32, 0), busy, "seq_cst", 4)
+    for g_ in (mutex, job_cv, done_cv):
+        b.store(ir.Constant(storage, None), g_)
+    b.call(mutex_init, [ptr(b, mutex), ir.Constant(I8P, None)])
+    b.call(cond_init, [ptr(b, job_cv), ir.Constant(I8P, None)])
+    b.call(cond_init, [ptr(b, done_cv), ir.Constant(I8P, None)])
+    tid = b.alloca(I64)
+    created = b.alloca(I32)
+    b.store(ir.Constant(I32, 0), created)
+
+    def spawn(i):
+        rc = b.call(create, [tid, ir.Constant(I8P, None), b.bitcast(worker, I8P),
+                             ir.Constant(I8P, None)])
+        ok = b.icmp_signed("==", rc, ir.Constant(I32, 0))
+        b.store(b.add(b.load(created), b.zext(ok, I32)), created)
+    counted_loop(b, start_fn, b.zext(start_fn.args[0], I64), spawn, "spawn")
+    count = b.load(created)
+    b.store_atomic(count, workers, "seq_cst", 4)
+    b.ret(count)
+
+    return str(m)
+
+
+def _build_serial_module(triple: str) -> str:
+    """``ft_parallel_for`` as a plain loop, and a ``ft_pool_start`` that starts nothing."""
+    m = ir.Module(name="functrans_serial_pool")
+    m.triple = triple
+    pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=SYMBOL)
+    b = ir.IRBuilder(pf.append_basic_block("entry"))
+    head, body, done = (pf.append_basic_block(n) for n in ("head", "body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(ir.Constant(I64, 0), pf.entry_basic_block)
+    b.cbranch(b.icmp_signed("<", i, pf.args[2]), body, done)
+    b.position_at_end(body)
+    b.call(b.bitcast(pf.args[0], CHUNK_FN.as_pointer()), [pf.args[1], i])
+    i.add_incoming(b.add(i, ir.Constant(I64, 1)), body)
+    b.branch(head)
+    b.position_at_end(done)
+    b.ret_void()
+    start = ir.Function(m, ir.FunctionType(I32, [I32]), name="ft_pool_start")
+    ir.IRBuilder(start.append_basic_block("entry")).ret(ir.Constant(I32, 0))
+    return str(m)
+
+
+def ensure_started() -> None:
+    """Compile the pool, register ``ft_parallel_for`` with the JIT linker and start the
+    workers (once per process; again in a forked child, where the workers are gone)."""
+    with _lock:
+        if _state:
+            return
+        from functrans.backends.llvm import codegen
+        tm = codegen.create_target_machine()
+        try:
+            for name in ("pthread_mutex_init", "pthread_cond_init", "pthread_mutex_lock",
+                         "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_broadcast",
+                         "pthread_create"):
+                llvm.add_symbol(f"ft_{name}", _libc_symbol(name))
+            text = _build_module(tm.triple)
+        except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
+            logger.warning("functrans: %s; compiled loops run on one thread", err)
+            text = _build_serial_module(tm.triple)
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        engine = llvm.create_mcjit_compiler(mod, tm)
+        engine.finalize_object()
+        address = engine.get_function_address(SYMBOL)
+        llvm.add_symbol(SYMBOL, address)
+        start = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(engine.get_function_address("ft_pool_start"))
+        # The workers run this engine's code until the process exits: it must never be freed
+        # (not even by interpreter shutdown), so it holds one reference nobody will drop.
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(engine))
+        _state.update(engine=engine, address=address, start=start)
+        _state["workers"] = start(num_threads() - 1)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_restart_after_fork)
+
+
+def _restart_after_fork() -> None:
+    if _state:
+        _state["workers"] = _state["start"](num_threads() - 1)
+
+
+def workers() -> int:
+    """How many worker threads the pool runs (besides the calling thread)."""
+    ensure_started()
+    return _state["workers"]

@@ -24,7 +24,10 @@ logger = logging.getLogger("functrans")
 
 try:
     import llvmlite.binding  # noqa: F401
-    import scipy.linalg.cython_blas  # noqa: F401
+    import importlib.util
+    # scipy's BLAS is imported when a program first needs it (importing scipy.linalg is slow)
+    if importlib.util.find_spec("scipy") is None:
+        raise ImportError("scipy (for its BLAS) is not installed")
     _IMPORT_ERROR = None
 except ImportError as err:  # the backend is optional: without llvmlite, jit uses the reference
     _IMPORT_ERROR = err

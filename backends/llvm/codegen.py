@@ -78,7 +78,6 @@ def initialize() -> None:
             llvm.initialize_native_asmprinter()
             from functrans.backends.llvm.vector_math import register_libm_symbols
             register_libm_symbols()
-            register_blas_symbols()
             _initialized = True
             thread_pool.ensure_started()  # after: it compiles a module of its own
 
@@ -136,8 +135,15 @@ def array_data_offset() -> int:
     return _data_offset
 
 
+_blas_registered = False
+
+
 def register_blas_symbols() -> None:
-    """Register ``ft_sgemm``/``ft_dgemm`` as the Fortran-ABI GEMMs of SciPy's BLAS."""
+    """Register ``ft_sgemm``/``ft_dgemm`` as the Fortran-ABI GEMMs of SciPy's BLAS. Done on
+    first need: importing scipy.linalg takes a noticeable part of a second."""
+    global _blas_registered
+    if _blas_registered:
+        return
     import scipy.linalg.cython_blas as blas
     get_name = ctypes.pythonapi.PyCapsule_GetName
     get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
@@ -146,6 +152,12 @@ def register_blas_symbols() -> None:
     for name in ("sgemm", "dgemm"):
         capsule = blas.__pyx_capi__[name]
         llvm.add_symbol(f"ft_{name}", get_pointer(capsule, get_name(capsule)))
+    _blas_registered = True
+
+
+def needs_blas(object_code: bytes) -> bool:
+    """Whether compiled code calls the BLAS GEMMs (their names are in its symbol table)."""
+    return b"ft_sgemm" in object_code or b"ft_dgemm" in object_code
 
 
 def optimize_and_emit(ir_text: str, names: dict) -> tuple[bytes, str]:

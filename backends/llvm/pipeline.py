@@ -119,6 +119,8 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
 def _load_object(obj: bytes, names):
     """Link an object file into a fresh JIT engine; return it with the named entry points."""
     import llvmlite.binding as llvm
+    if codegen.needs_blas(obj):
+        codegen.register_blas_symbols()
     with codegen._llvm_lock:
         tm = codegen.create_target_machine()
         backing = llvm.parse_assembly("")

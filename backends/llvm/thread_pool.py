@@ -69,9 +69,12 @@ def num_threads() -> int:
 
 
 def _libc_symbol(name: str) -> int:
-    for lib in (None, ctypes.util.find_library("pthread"), ctypes.util.find_library("c")):
+    # the process's own symbols first; searching for libraries spawns ldconfig, so it is
+    # only done when that fails
+    for find in (lambda: None, lambda: ctypes.util.find_library("pthread"),
+                 lambda: ctypes.util.find_library("c")):
         try:
-            return ctypes.cast(getattr(ctypes.CDLL(lib), name), ctypes.c_void_p).value
+            return ctypes.cast(getattr(ctypes.CDLL(find()), name), ctypes.c_void_p).value
         except (OSError, AttributeError, TypeError):
             continue
     raise RuntimeError(f"llvm backend: cannot find {name} for the thread pool")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.special
 
 from functrans import _dtypes, core
 from functrans.core import Primitive, ShapedArray, get_aval
@@ -218,12 +217,18 @@ def _integer_pow_impl(x, *, y):
     return np.power(x, np.array(y, dtype=x.dtype)).astype(x.dtype)
 
 
-def _erf_inv_impl(x):
-    return scipy.special.erfinv(x)
+def _special(name: str):
+    """A scipy.special function, imported when first called (scipy.special is slow to
+    import and most programs never need it)."""
+    def fn(*args):
+        import scipy.special
+        return getattr(scipy.special, name)(*args)
+    fn.__name__ = name
+    return fn
 
 
-def _logistic_impl(x):
-    return scipy.special.expit(x)
+_erf_inv_impl = _special("erfinv")
+_logistic_impl = _special("expit")
 
 
 # ---- the table: unary ------------------------------------------------------------------------
@@ -257,11 +262,11 @@ rsqrt_p = _unary("rsqrt", "float", lambda x: 1 / np.sqrt(x))
 cbrt_p = _unary("cbrt", "real_float", np.cbrt)
 abs_p = _unary("abs", "numeric", np.abs, _real_result)
 square_p = _unary("square", "numeric", np.square)
-erf_p = _unary("erf", "real_float", scipy.special.erf)
-erfc_p = _unary("erfc", "real_float", scipy.special.erfc)
+erf_p = _unary("erf", "real_float", _special("erf"))
+erfc_p = _unary("erfc", "real_float", _special("erfc"))
 erf_inv_p = _unary("erf_inv", "real_float", _erf_inv_impl)
-lgamma_p = _unary("lgamma", "real_float", scipy.special.gammaln)
-digamma_p = _unary("digamma", "real_float", scipy.special.digamma)
+lgamma_p = _unary("lgamma", "real_float", _special("gammaln"))
+digamma_p = _unary("digamma", "real_float", _special("digamma"))
 not_p = _unary("not", "int_or_bool", np.invert)
 population_count_p = _unary("population_count", "int",  # two's-complement bits
                             lambda x: np.bitwise_count(x.view(_unsigned_of(x.dtype))).astype(x.dtype))
@@ -284,7 +289,7 @@ max_p = _binary("max", "any", np.maximum)
 min_p = _binary("min", "any", np.minimum)
 atan2_p = _binary("atan2", "real_float", np.arctan2)
 nextafter_p = _binary("nextafter", "real_float", np.nextafter)
-polygamma_p = _binary("polygamma", "real_float", lambda m, x: scipy.special.polygamma(m, x))
+polygamma_p = _binary("polygamma", "real_float", _special("polygamma"))
 and_p = _binary("and", "int_or_bool", np.bitwise_and)
 or_p = _binary("or", "int_or_bool", np.bitwise_or)
 xor_p = _binary("xor", "int_or_bool", np.bitwise_xor)

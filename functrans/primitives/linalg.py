@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import scipy.linalg
 
 from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
@@ -873,6 +872,7 @@ def _triangular_solve_impl(a, b, *, left_side, lower, transpose_a, conjugate_a, 
     if b.size == 0:
         return b.copy()
     upper_after_op = (not lower) ^ bool(transpose_a)
+    import scipy.linalg  # imported on use: it is slow to import
 
     def one(t, rhs):
         if left_side:
@@ -969,6 +969,7 @@ def _pivots_to_permutation(pivots, m):
 @lu_p.def_impl
 def _lu_impl(operand):
     m, n = operand.shape[-2:]
+    import scipy.linalg  # imported on use: it is slow to import
 
     def one(a):
         p, l, u = scipy.linalg.lu(a)           # a = p @ l @ u

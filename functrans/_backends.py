@@ -7,6 +7,7 @@ discovers them by listing that package, never by importing one by name.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pkgutil
 import threading
@@ -69,6 +70,26 @@ def get_backend(name: str | None = None, platform: str = "cpu") -> Backend:
     if not candidates:
         raise RuntimeError(f"no backend available for platform {platform!r}")
     return max(candidates, key=lambda b: b.priority)
+
+
+_device_parallel_hooks: list = []
+
+
+def register_device_parallel_hook(hook: Callable) -> None:
+    """A backend's ``hook(num_devices)`` returns a context manager entered while that many
+    device threads run compiled code at once (pmap), e.g. to stop each one from also
+    spreading its loops over every core."""
+    _device_parallel_hooks.append(hook)
+
+
+@contextlib.contextmanager
+def device_parallel_section(num_devices: int):
+    """Enter every backend's hook for ``num_devices`` concurrent device threads."""
+    with contextlib.ExitStack() as stack:
+        if num_devices > 1:
+            for hook in _device_parallel_hooks:
+                stack.enter_context(hook(num_devices))
+        yield
 
 
 def backends() -> dict[str, Backend]:

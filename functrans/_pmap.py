@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from functrans import core, distributed, tree_util
+from functrans import _backends, core, distributed, tree_util
 from functrans._array import Array
 from functrans.core import ClosedJaxpr, DropVar, Jaxpr, Literal, ShapedArray, Tracer, Var, get_aval
 from functrans.primitives import collectives
@@ -256,17 +256,18 @@ def _run_on_devices(tasks: list[Callable]) -> list:
         while len(_workers) < len(tasks) - 1:
             _workers.append(_Worker(len(_workers) + 1))
     tasks = [_on_device(i, t) for i, t in enumerate(tasks)]
-    futures = [_workers[i].submit(t) for i, t in enumerate(tasks[1:])]
     results, errors = [None] * len(tasks), []
-    try:
-        results[0] = tasks[0]()
-    except BaseException as err:
-        errors.append(err)
-    for i, f in enumerate(futures):
+    with _backends.device_parallel_section(len(tasks)):
+        futures = [_workers[i].submit(t) for i, t in enumerate(tasks[1:])]
         try:
-            results[i + 1] = f.result()
+            results[0] = tasks[0]()
         except BaseException as err:
             errors.append(err)
+        for i, f in enumerate(futures):
+            try:
+                results[i + 1] = f.result()
+            except BaseException as err:
+                errors.append(err)
     if errors:
         # Report the failure that started it, not a peer's "another device failed".
         first = next((e for e in errors if not isinstance(e, _PeerFailed)), errors[0])

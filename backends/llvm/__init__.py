@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import logging
 
-from functrans._backends import register_backend
+import contextlib
+
+from functrans._backends import register_backend, register_device_parallel_hook
 
 logger = logging.getLogger("functrans")
 
@@ -45,6 +47,17 @@ def compile_jaxpr(closed, devices=None):
     return compile_native(closed, devices)
 
 
+@contextlib.contextmanager
+def _devices_in_parallel(num_devices: int):
+    """While ``num_devices`` pmap threads run at once, each runs its loops on its own thread
+    and BLAS gets its share of the cores, so they do not oversubscribe the machine."""
+    from functrans.backends.llvm import codegen, thread_pool
+    with thread_pool.reserved(), codegen.blas_threads(max(1, thread_pool.num_threads() // num_devices)):
+        yield
+
+
 __all__ = ["compile_jaxpr"]
 
 register_backend("llvm", "cpu", compile_jaxpr, priority=10, available=_available)
+if _available():
+    register_device_parallel_hook(_devices_in_parallel)

@@ -25,6 +25,7 @@ embed addresses and can be cached across processes.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -153,6 +154,28 @@ def register_blas_symbols() -> None:
         capsule = blas.__pyx_capi__[name]
         llvm.add_symbol(f"ft_{name}", get_pointer(capsule, get_name(capsule)))
     _blas_registered = True
+
+
+_blas_controller = None
+
+
+@contextlib.contextmanager
+def blas_threads(count: int):
+    """Limit the BLAS libraries to ``count`` threads within the block (no-op before BLAS is
+    loaded, or without threadpoolctl)."""
+    global _blas_controller
+    if not _blas_registered:
+        yield
+        return
+    if _blas_controller is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            yield
+            return
+        _blas_controller = ThreadpoolController()
+    with _blas_controller.limit(limits=count, user_api="blas"):
+        yield
 
 
 def needs_blas(object_code: bytes) -> bool:

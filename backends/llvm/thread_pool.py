@@ -28,6 +28,7 @@ Design, and why:
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -43,6 +44,7 @@ VOID = ir.VoidType()
 CHUNK_FN = ir.FunctionType(VOID, [I8P, I64])
 
 SYMBOL = "ft_parallel_for"
+RESERVE_SYMBOL = "ft_pool_reserve"
 _NO_CHUNK = 0xFFFFFFFF  # the low half of the counter while a job is being published
 _WORKER_SPINS = 4000  # pause instructions a worker spins before sleeping (~0.1 ms)
 _CALLER_SPINS = 200000  # the caller waits for the last chunks a little longer
@@ -310,6 +312,19 @@ def _build_module(triple: str) -> str:
     b.store_atomic(count, workers, "seq_cst", 4)
     b.ret(count)
 
+    # ---- ft_pool_reserve(on): hold the pool (1) so parallel loops run serially, or free it (0)
+    reserve = ir.Function(m, ir.FunctionType(I32, [I32]), name=RESERVE_SYMBOL)
+    b = ir.IRBuilder(reserve.append_basic_block("entry"))
+    take, give = reserve.append_basic_block("take"), reserve.append_basic_block("give")
+    b.cbranch(b.icmp_unsigned("!=", reserve.args[0], ir.Constant(I32, 0)), take, give)
+    b.position_at_end(take)
+    got = b.extract_value(b.cmpxchg(busy, ir.Constant(I32, 0), ir.Constant(I32, 1), "acquire",
+                                    "monotonic"), 1)
+    b.ret(b.zext(got, I32))
+    b.position_at_end(give)
+    b.store_atomic(ir.Constant(I32, 0), busy, "release", 4)
+    b.ret(ir.Constant(I32, 1))
+
     return str(m)
 
 
@@ -333,6 +348,8 @@ def _build_serial_module(triple: str) -> str:
     b.ret_void()
     start = ir.Function(m, ir.FunctionType(I32, [I32]), name="ft_pool_start")
     ir.IRBuilder(start.append_basic_block("entry")).ret(ir.Constant(I32, 0))
+    reserve = ir.Function(m, ir.FunctionType(I32, [I32]), name=RESERVE_SYMBOL)
+    ir.IRBuilder(reserve.append_basic_block("entry")).ret(ir.Constant(I32, 1))
     return str(m)
 
 
@@ -360,10 +377,12 @@ def ensure_started() -> None:
         address = engine.get_function_address(SYMBOL)
         llvm.add_symbol(SYMBOL, address)
         start = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(engine.get_function_address("ft_pool_start"))
+        reserve = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(
+            engine.get_function_address(RESERVE_SYMBOL))
         # The workers run this engine's code until the process exits: it must never be freed
         # (not even by interpreter shutdown), so it holds one reference nobody will drop.
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(engine))
-        _state.update(engine=engine, address=address, start=start)
+        _state.update(engine=engine, address=address, start=start, reserve=reserve)
         _state["workers"] = start(num_threads() - 1)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_restart_after_fork)
@@ -372,6 +391,20 @@ def ensure_started() -> None:
 def _restart_after_fork() -> None:
     if _state:
         _state["workers"] = _state["start"](num_threads() - 1)
+
+
+@contextlib.contextmanager
+def reserved():
+    """Hold the pool for the duration of the block: parallel loops started meanwhile run
+    serially on their calling thread. Used while several device threads run at once (pmap),
+    each on its own core. If another thread is using the pool, this holds nothing."""
+    ensure_started()
+    got = _state["reserve"](1)
+    try:
+        yield bool(got)
+    finally:
+        if got:
+            _state["reserve"](0)
 
 
 def workers() -> int:

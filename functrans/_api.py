@@ -3,7 +3,7 @@ eval_shape. Each flattens pytrees and calls the flat transform in ``interpreters
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 

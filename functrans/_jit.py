@@ -11,9 +11,8 @@ import inspect
 import logging
 import time
 import weakref
-from typing import Callable, Sequence
+from typing import Callable
 
-import numpy as np
 
 from functrans import _backends, core, tree_util
 from functrans._array import Array

@@ -68,29 +68,6 @@ class ShapedArray:
         return self.shape[0]
 
 
-class AbstractToken:
-    """Type of the ordering token threaded through effectful operations (debug callbacks)."""
-
-    shape = ()
-    dtype = np.dtype(np.bool_)
-    weak_type = False
-
-    def str_short(self):
-        return "Token"
-
-    __str__ = __repr__ = str_short
-
-    def __eq__(self, other):
-        return isinstance(other, AbstractToken)
-
-    def __hash__(self):
-        return hash("AbstractToken")
-
-
-def raise_to_shaped(aval):
-    return aval
-
-
 def get_aval(x) -> ShapedArray:
     """The abstract value of a tracer, array, NumPy value or Python scalar."""
     if isinstance(x, Tracer):
@@ -227,12 +204,6 @@ class ClosedJaxpr:
     __repr__ = __str__
 
 
-def closed_jaxpr_from(jaxpr: Jaxpr) -> ClosedJaxpr:
-    """Close a jaxpr without constvars."""
-    assert not jaxpr.constvars
-    return ClosedJaxpr(jaxpr, [])
-
-
 # ---- printing --------------------------------------------------------------------------------
 
 class _Namer:
@@ -364,8 +335,6 @@ def check_jaxpr(jaxpr: Jaxpr | ClosedJaxpr) -> None:
 
 
 def _avals_match(declared, inferred) -> bool:
-    if isinstance(declared, AbstractToken) or isinstance(inferred, AbstractToken):
-        return type(declared) is type(inferred)
     return declared.shape == inferred.shape and declared.dtype == inferred.dtype
 
 
@@ -493,23 +462,6 @@ def new_main(trace_type, payload=None, dynamic: bool = False, name: str = ""):
         main.alive = False
         _state.dynamic = previous_dynamic
         _state.stack.pop()
-
-
-@contextmanager
-def new_base_main(trace_type, payload=None):
-    """Make a fresh bottom of the stack (used when tracing a sub-program in isolation)."""
-    main = MainTrace(0, trace_type, payload)
-    saved = (_state.stack, _state.dynamic)
-    _state.stack, _state.dynamic = [main], main
-    try:
-        yield main
-    finally:
-        main.alive = False
-        _state.stack, _state.dynamic = saved
-
-
-def cur_level() -> int:
-    return len(_state.stack) - 1
 
 
 def trace_stack() -> list[MainTrace]:
@@ -764,8 +716,6 @@ def eval_primitive(primitive, args, params):
 
 
 def wrap_array(value, aval):
-    if isinstance(aval, AbstractToken):
-        return value
     from functrans._array import Array
     if isinstance(value, Array):
         return value
@@ -803,14 +753,6 @@ def eval_jaxpr(jaxpr: Jaxpr, consts, *args):
         for v, x in zip(eqn.outvars, outs):
             env[id(v)] = x
     return [read(v) for v in jaxpr.outvars]
-
-
-def jaxpr_as_fun(closed: ClosedJaxpr) -> Callable:
-    return lambda *args: eval_jaxpr(closed.jaxpr, closed.consts, *args)
-
-
-def new_jaxpr_eqn(primitive, invars, outvars, params, source_info=None) -> Eqn:
-    return Eqn(primitive, invars, outvars, params, source_info)
 
 
 def current_source_info() -> SourceInfo | None:

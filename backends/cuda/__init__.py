@@ -12,18 +12,48 @@ inspection and the compile tests run anywhere (see docs/gpu.md).
 """
 from __future__ import annotations
 
+import importlib.util
+
 from functrans._backends import register_backend
 from functrans._devices import Device, register_platform
-from functrans.backends.cuda.runtime import (CudaExecutable, compile_jaxpr, cupy_module,
-                                             gpu_count, is_available)
 
 __all__ = ["CudaExecutable", "compile_jaxpr", "gpu_count", "is_available", "gpu_devices"]
+
+# The code generator and runtime are imported on first use: on a machine without CuPy this
+# package only registers an unavailable backend, and jit's start-up should not pay for more.
+_LAZY = {"CudaExecutable", "cupy_module", "gpu_count"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from functrans.backends.cuda import runtime
+        return getattr(runtime, name)
+    raise AttributeError(name)
+
+
+def _cupy_installed() -> bool:
+    return importlib.util.find_spec("cupy") is not None
+
+
+def is_available() -> bool:
+    """Whether CuPy is installed and sees a GPU."""
+    if not _cupy_installed():
+        return False
+    from functrans.backends.cuda.runtime import is_available as runtime_available
+    return runtime_available()
+
+
+def compile_jaxpr(closed, devices=None, **options):
+    """Compile ``closed`` to CUDA kernels (see :func:`runtime.compile_jaxpr`)."""
+    from functrans.backends.cuda.runtime import compile_jaxpr as compile_cuda
+    return compile_cuda(closed, devices, **options)
 
 
 def gpu_devices() -> list:
     """One :class:`Device` per visible GPU of every process (``process_count()`` processes,
     each seeing the same number of GPUs; process ``p`` owns ids ``p * n .. p * n + n - 1``)."""
     from functrans import distributed
+    from functrans.backends.cuda.runtime import gpu_count
     count = gpu_count()
     if count == 0:
         raise RuntimeError("no CUDA GPU is visible to this process (check CUDA_VISIBLE_DEVICES "
@@ -34,5 +64,5 @@ def gpu_devices() -> list:
 
 
 register_backend("cuda", "gpu", compile_jaxpr, priority=20, available=is_available)
-if cupy_module() is not None:
+if _cupy_installed():
     register_platform("gpu", gpu_devices)

@@ -53,7 +53,7 @@ CHUNK_FN = thread_pool.CHUNK_FN
 # A loop is split across threads when it has at least this many elements, in chunks of
 # about CHUNK_ELEMENTS (many more chunks than threads, so uneven progress evens out). The
 # pool's dispatch costs a few microseconds, a loop this size tens of them.
-PARALLEL_MIN_ELEMENTS = 1 << 16
+PARALLEL_MIN_ELEMENTS = 1 << 18
 CHUNK_ELEMENTS = 1 << 14
 
 
@@ -145,7 +145,7 @@ def register_blas_symbols() -> None:
     global _blas_registered
     if _blas_registered:
         return
-    import scipy.linalg.cython_blas as blas
+    blas = _load_cython_blas()
     get_name = ctypes.pythonapi.PyCapsule_GetName
     get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -154,6 +154,30 @@ def register_blas_symbols() -> None:
         capsule = blas.__pyx_capi__[name]
         llvm.add_symbol(f"ft_{name}", get_pointer(capsule, get_name(capsule)))
     _blas_registered = True
+
+
+def _load_cython_blas():
+    """SciPy's ``cython_blas`` extension (its ``__pyx_capi__`` holds the BLAS pointers).
+    Loaded from its file when possible: importing it through ``scipy.linalg`` runs that
+    package's ``__init__``, which takes a large part of a second."""
+    import glob
+    import importlib.machinery
+    import importlib.util
+    try:
+        scipy_spec = importlib.util.find_spec("scipy")
+        folder = os.path.join(os.path.dirname(scipy_spec.origin), "linalg")
+        suffixes = importlib.machinery.EXTENSION_SUFFIXES
+        paths = [p for suffix in suffixes
+                 for p in glob.glob(os.path.join(folder, "cython_blas" + suffix))]
+        loader = importlib.machinery.ExtensionFileLoader("cython_blas", paths[0])
+        spec = importlib.util.spec_from_file_location("cython_blas", paths[0], loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        module.__pyx_capi__["sgemm"]  # noqa: B018 (the pointers we need are there)
+        return module
+    except Exception:  # noqa: BLE001 (any layout surprise: the ordinary import)
+        import scipy.linalg.cython_blas as blas
+        return blas
 
 
 _blas_controller = None
@@ -184,7 +208,7 @@ def needs_blas(object_code: bytes) -> bool:
 
 
 def optimize_and_emit(ir_text: str, names: dict) -> tuple[bytes, str]:
-    """Parse, verify, optimize (O3, loop and SLP vectorization) and compile ``ir_text`` to
+    """Parse, verify, optimize (O2, loop and SLP vectorization) and compile ``ir_text`` to
     an object file. Returns (object bytes, optimized IR)."""
     tm = target_machine()
     with _llvm_lock:
@@ -195,10 +219,10 @@ def optimize_and_emit(ir_text: str, names: dict) -> tuple[bytes, str]:
             raise _compile_error(ir_text, str(err), names) from None
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto = llvm.create_pipeline_tuning_options(speed_level=2)
         pto.loop_vectorization = True
         pto.slp_vectorization = True
-        pto.loop_unrolling = True
+        pto.loop_unrolling = False
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(mod, pb)
         return tm.emit_object(mod), str(mod)
@@ -587,7 +611,7 @@ class ModuleBuilder:
     def emit_dot(self, b: ir.IRBuilder, step: DotKernel, pointer):
         dtype = step.out.dtype
         a_ptr, b_ptr, c_ptr = pointer(step.lhs), pointer(step.rhs), pointer(step.out)
-        m, n, k = step.m, step.n, step.k
+        k = step.k
         if k == 0:
             self.loop(b, step.out.size, lambda i: b.store(constant(dtype, 0), b.gep(c_ptr, [i])))
             return

@@ -21,7 +21,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, _Lazy, _move
+from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, _move
 
 SCATTER_COMBINE = {"scatter": None, "scatter_add": "add", "scatter_mul": "mul",
                    "scatter_min": "min", "scatter_max": "max"}

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from functrans import _dtypes, core
-from functrans.core import (ClosedJaxpr, Eqn, Jaxpr, Literal, ShapedArray, Tracer, Var,
+from functrans.core import (ClosedJaxpr, Eqn, Jaxpr, Literal, Tracer, Var,
                             get_aval)
 
 
@@ -176,6 +176,3 @@ def closed_over_consts_as_args(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
     """Split a closed jaxpr into one with no consts (they become leading inputs) and the consts."""
     return ClosedJaxpr(convert_constvars_jaxpr(closed.jaxpr), []), list(closed.consts)
 
-
-def shaped_abstractify(x) -> ShapedArray:
-    return get_aval(x)

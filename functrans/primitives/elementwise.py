@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from functrans import _dtypes, core
+from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal

@@ -396,3 +396,22 @@ def test_devices_argument_and_axis_size():
         pmap(lambda v: v, devices=devices)(np.ones((3, 1), np.float32))
     counted = pmap(lambda: lax.axis_index("i"), axis_name="i", axis_size=3)()
     np.testing.assert_array_equal(np.asarray(counted), [0, 1, 2])
+
+
+@pytest.mark.parametrize("collective", ["all_gather", "psum_scatter", "all_to_all"])
+def test_collective_under_an_inner_vmap_of_another_axis(collective):
+    """The inner vmap ('j') batches a collective over the outer axis ('i'): its axis
+    parameters shift past the batch axis, and the result equals a loop over 'j'."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 2, 4)).astype(np.float32)   # i=2, j=3, then the operand (2, 4)
+
+    def op(v):
+        if collective == "all_gather":
+            return lax.all_gather(v, "i", axis=1)
+        if collective == "psum_scatter":
+            return lax.psum_scatter(v, "i", scatter_dimension=0, tiled=True)
+        return lax.all_to_all(v, "i", split_axis=0, concat_axis=1)
+
+    batched = functrans.vmap(functrans.vmap(op, axis_name="j"), axis_name="i")(x)
+    looped = np.stack([functrans.vmap(op, axis_name="i")(x[:, j]) for j in range(3)], axis=1)
+    np.testing.assert_allclose(np.asarray(batched), np.asarray(looped), rtol=1e-6)

@@ -389,6 +389,16 @@ def _all_gather_group(buffers, *, all_gather_dimension, axis_name, axis_index_gr
     return [out] * len(buffers)
 
 
+def _bind_under_other_axis(primitive, x, d, axis_params: dict, params: dict):
+    """Batching a collective over a vmap axis it does not name: bind it again on the batched
+    value, its axis parameters shifted past the batch axis (moved to the front)."""
+    if d is None:
+        return primitive.bind(x, **axis_params, **params), None
+    x = batching.moveaxis(x, d, 0)
+    shifted = {k: v + 1 for k, v in axis_params.items()}
+    return primitive.bind(x, **shifted, **params), 0
+
+
 def _all_gather_batch(vals, dims, *, all_gather_dimension, axis_name, axis_index_groups,
                       axis_size, tiled, axis_data):
     from functrans.primitives import structural
@@ -396,10 +406,8 @@ def _all_gather_batch(vals, dims, *, all_gather_dimension, axis_name, axis_index
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
     if axis_data.name not in axis_name:
-        if d is None:
-            return all_gather_p.bind(x, all_gather_dimension=all_gather_dimension, **params), None
-        x = batching.moveaxis(x, d, 0)
-        return all_gather_p.bind(x, all_gather_dimension=all_gather_dimension + 1, **params), 0
+        return _bind_under_other_axis(all_gather_p, x, d,
+                                      dict(all_gather_dimension=all_gather_dimension), params)
     # The batched value already holds every member's operand: move the batch axis into place.
     x = _moved_to_front(x, d, axis_data.size)
     out = batching.moveaxis(x, 0, all_gather_dimension)
@@ -486,10 +494,8 @@ def _reduce_scatter_batch(vals, dims, *, scatter_dimension, axis_name, axis_inde
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
     if axis_data.name not in axis_name:
-        if d is None:
-            return reduce_scatter_p.bind(x, scatter_dimension=scatter_dimension, **params), None
-        x = batching.moveaxis(x, d, 0)
-        return reduce_scatter_p.bind(x, scatter_dimension=scatter_dimension + 1, **params), 0
+        return _bind_under_other_axis(reduce_scatter_p, x, d,
+                                      dict(scatter_dimension=scatter_dimension), params)
     total = _sum_over(x, d, axis_data.size)
     if tiled:
         # Split the scattered axis into (member, chunk); member j keeps chunk j.
@@ -587,12 +593,8 @@ def _all_to_all_batch(vals, dims, *, split_axis, concat_axis, axis_name, axis_in
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
     if axis_data.name not in axis_name:
-        if d is None:
-            return all_to_all_p.bind(x, split_axis=split_axis, concat_axis=concat_axis,
-                                     **params), None
-        x = batching.moveaxis(x, d, 0)
-        return all_to_all_p.bind(x, split_axis=split_axis + 1, concat_axis=concat_axis + 1,
-                                 **params), 0
+        return _bind_under_other_axis(all_to_all_p, x, d,
+                                      dict(split_axis=split_axis, concat_axis=concat_axis), params)
     n = axis_data.size
     x = _moved_to_front(x, d, n)            # axes: [source member i] + per-member axes
     per_member = list(get_aval(x).shape[1:])

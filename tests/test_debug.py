@@ -94,3 +94,13 @@ def test_debug_print_inside_scan_body(capsys):
 
     functrans.jit(lambda xs: lax.scan(body, 0.0, xs))(np.arange(3, dtype=np.float32))
     assert capsys.readouterr().out.splitlines() == ["c=0.0 x=0.0", "c=0.0 x=1.0", "c=1.0 x=2.0"]
+
+
+def test_callback_under_pmap_sees_per_device_shapes():
+    functrans.config.update("cpu_device_count", 2)
+    shapes = []
+    f = functrans.pmap(lambda x: (functrans.debug.callback(lambda v: shapes.append(v.shape), x),
+                                  x * 2)[1], axis_name="i")
+    f(np.arange(2, dtype=np.float32))
+    f(np.ones((2, 3), np.float32))
+    assert sorted(shapes) == [(), (), (3,), (3,)]

@@ -67,7 +67,7 @@ def compile_body(closed: ClosedJaxpr, target) -> Body | None:
     for k, out in enumerate(program.outputs):
         if not isinstance(out, Buffer):
             program.outputs[k] = _new_buffer(program, np.shape(out), np.asarray(out).dtype,
-                                             "const", np.ascontiguousarray(out))
+                                             "const", np.asarray(out, order="C"))
             program.consts.append(program.outputs[k])
     return Body(program, buffer_planning.plan_buffers(program))
 
@@ -325,7 +325,7 @@ def _operand_buffers(step: FallbackStep, program: Program):
                 return None
             inputs.append(x)
         else:  # a literal operand: a constant of the program
-            value = np.ascontiguousarray(x)
+            value = np.asarray(x, order="C")
             c = _new_buffer(program, value.shape, value.dtype, "const", value)
             program.consts.append(c)
             inputs.append(c)

@@ -740,7 +740,7 @@ class _Planner:
         return self.env[x]
 
     def const_buffer(self, array) -> Buffer:
-        b = self.new_buffer(array.shape, array.dtype, "const", np.ascontiguousarray(array))
+        b = self.new_buffer(array.shape, array.dtype, "const", np.asarray(array, order="C"))
         self.consts.append(b)
         return b
 

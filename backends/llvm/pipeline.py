@@ -66,7 +66,7 @@ def _assign_slots(program: fusion.Program) -> tuple[dict, list]:
         body.const_slots = {}
         for b in body.program.consts:
             body.const_slots[b.id] = next_slot
-            nested.append((next_slot, np.ascontiguousarray(b.value, dtype=b.dtype)))
+            nested.append((next_slot, np.asarray(b.value, dtype=b.dtype, order="C")))
             next_slot += 1
     return slots, nested
 

@@ -47,7 +47,7 @@ class Executable:
         self._state = _ThreadState()
         self._num_slots = 1 + max(slots.values(), default=0)
         self._num_inputs = len(program.inputs)
-        self._const_arrays = {b.id: np.ascontiguousarray(b.value, dtype=b.dtype)
+        self._const_arrays = {b.id: np.asarray(b.value, dtype=b.dtype, order="C")
                               for b in program.consts}
         # The per-call plan, precomputed so that a call is a few short loops:
         # inputs as (position, slot or None, dtype or None for non-arrays),
@@ -122,7 +122,7 @@ class Executable:
             a = args[i]
             if type(a) is not np.ndarray or (a.dtype is not dtype and a.dtype != dtype) \
                     or not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a, dtype=dtype)
+                a = np.asarray(a, dtype=dtype, order="C")
                 converted = (converted or []) + [a]
             view[slot] = id(a)
         outputs = []
@@ -147,7 +147,7 @@ class Executable:
             a = inputs[i]
             if dtype is not None:
                 if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
-                    a = inputs[i] = np.ascontiguousarray(a, dtype=dtype)
+                    a = inputs[i] = np.asarray(a, dtype=dtype, order="C")
                 if slot is not None:
                     table[slot] = id(a)
         outputs = []
@@ -207,7 +207,7 @@ class Executable:
                 continue
             o = np.asarray(o)
             if o.dtype != b.dtype or not o.flags.c_contiguous:
-                o = np.ascontiguousarray(o, dtype=b.dtype)
+                o = np.asarray(o, dtype=b.dtype, order="C")
             if np.may_share_memory(o, arena):
                 o = o.copy()  # the arena is reused by later steps
             arrays[b.id] = o

@@ -80,7 +80,6 @@ def initialize() -> None:
             from functrans.backends.llvm.vector_math import register_libm_symbols
             register_libm_symbols()
             _initialized = True
-            thread_pool.ensure_started()  # after: it compiles a module of its own
 
 
 def create_target_machine():

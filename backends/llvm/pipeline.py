@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 
+from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm import (buffers, cache, codegen, control_flow, fusion, indexing,
                                      scalar_ops)
 from functrans.backends.llvm.codegen import Segment
@@ -121,6 +122,8 @@ def _load_object(obj: bytes, names):
     import llvmlite.binding as llvm
     if codegen.needs_blas(obj):
         codegen.register_blas_symbols()
+    if thread_pool.SYMBOL.encode() in obj:
+        thread_pool.ensure_started()  # only programs with parallel loops need the workers
     with codegen._llvm_lock:
         tm = codegen.create_target_machine()
         backing = llvm.parse_assembly("")

@@ -370,10 +370,7 @@ def ensure_started() -> None:
         except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
             logger.warning("functrans: %s; compiled loops run on one thread", err)
             text = _build_serial_module(tm.triple)
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-        engine = llvm.create_mcjit_compiler(mod, tm)
-        engine.finalize_object()
+        engine = _engine_for(text, tm)
         address = engine.get_function_address(SYMBOL)
         llvm.add_symbol(SYMBOL, address)
         start = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(engine.get_function_address("ft_pool_start"))
@@ -386,6 +383,30 @@ def ensure_started() -> None:
         _state["workers"] = start(num_threads() - 1)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_restart_after_fork)
+
+
+def _engine_for(text: str, tm):
+    """A JIT engine running the pool module ``text``; its machine code comes from the
+    on-disk compilation cache when an earlier process compiled it."""
+    import hashlib
+
+    from functrans.backends.llvm import cache, codegen
+    key = hashlib.sha256("\n".join(["functrans-thread-pool", cache.source_digest(),
+                                     codegen.target_description(), text]).encode()).hexdigest()
+    entry = cache.load(key)
+    if entry is None:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        obj = tm.emit_object(mod)
+        cache.store(key, {"object": obj}, {})
+    else:
+        obj = entry[0]["object"]
+    backing = llvm.parse_assembly("")
+    backing.triple = tm.triple
+    engine = llvm.create_mcjit_compiler(backing, tm)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    return engine
 
 
 def _restart_after_fork() -> None:

@@ -75,6 +75,14 @@ class Array:
     def is_fully_addressable(self) -> bool:
         return True
 
+    def is_deleted(self) -> bool:
+        """Whether this array was donated to a jitted call (``donate_argnums``)."""
+        return isinstance(self._value, _DeletedBuffer)
+
+    def delete(self) -> None:
+        """Release this array: later uses raise an error."""
+        delete(self)
+
     def __array__(self, dtype=None, copy=None):
         value = self._value
         if dtype is not None and np.dtype(dtype) != value.dtype:
@@ -145,6 +153,8 @@ class Array:
 
     def __repr__(self):
         value = self._value
+        if isinstance(value, _DeletedBuffer):
+            return "Array(<deleted: donated to a jitted call>)"
         if value.dtype == _dtypes.float0:
             return f"Array(float0{list(value.shape)})"
         prefix = "Array("
@@ -160,6 +170,28 @@ class Array:
         if self._value.ndim == 0:
             return format(self._value.item(), spec)
         return format(str(self), spec)
+
+
+class _DeletedBuffer:
+    """Stands in for the buffer of an Array that was donated to a jitted call: any use
+    raises, instead of silently reading memory the call may have reused."""
+
+    __slots__ = ()
+
+    def _fail(self, *args, **kwargs):
+        raise RuntimeError("Array has been deleted: it was donated to a jitted call "
+                           "(donate_argnums) and its buffer may have been reused. Use the "
+                           "call's result instead, or do not donate this argument.")
+
+    __array__ = __getattr__ = __len__ = __iter__ = __bool__ = _fail
+
+
+_DELETED = _DeletedBuffer()
+
+
+def delete(array: "Array") -> None:
+    """Mark ``array`` as deleted (its buffer was donated)."""
+    array._value = _DELETED
 
 
 def _rebuild_array(value, weak_type):

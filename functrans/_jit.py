@@ -249,7 +249,8 @@ class JitWrapped:
         self._backend = backend
         self._cache: dict = {}
         self._fast_cache: dict = {}
-        self._fast_eligible = not self._static_argnums and not self._static_argnames
+        self._fast_eligible = (not self._static_argnums and not self._static_argnames
+                               and not self._donate_argnums)
 
     def __get__(self, instance, owner):
         if instance is None:
@@ -349,10 +350,25 @@ class JitWrapped:
                 key = _fast_key(args)
                 if key is not None:
                     self._fast_cache[key] = _fast_runner(entry)
+            self._delete_donated(args, outs)
         else:
             outs = jit_p.bind(*leaves, jaxpr=closed, name=getattr(self._fun, "__name__", "fun"),
                               backend=self._backend, donated_invars=())
         return entry.out_tree.unflatten(outs)
+
+    def _delete_donated(self, args, outs) -> None:
+        """Donated Array arguments are consumed by the call: mark them deleted (an output
+        that is the very same buffer keeps it)."""
+        if not self._donate_argnums:
+            return
+        from functrans import _array
+        kept = {id(getattr(o, "_value", None)) for o in outs}
+        for i in self._donate_argnums:
+            if i >= len(args):
+                continue
+            for leaf in tree_util.tree_leaves(args[i]):
+                if type(leaf) is Array and id(leaf._value) not in kept and not leaf.is_deleted():
+                    _array.delete(leaf)
 
     def lower(self, *args, **kwargs) -> Lowered:
         statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)

@@ -295,3 +295,18 @@ def test_a_jitted_function_called_twice_inside_jit():
         out = functrans.jit(lambda x: inner(x) + inner(x + 1.0), backend=backend)(np.float32(-1.0))
         np.testing.assert_allclose(out, 2 * np.exp(-1.0) + 2.0, rtol=1e-6)
     np.testing.assert_allclose(outer(np.float32(-1.0)), 2 * np.exp(-1.0) + 2.0, rtol=1e-6)
+
+
+def test_donated_arguments_cannot_be_used_again():
+    f = functrans.jit(lambda p, x: {"w": p["w"] - 0.1 * x}, donate_argnums=0)
+    params = {"w": jnp.ones(3)}
+    x = jnp.ones(3)
+    new = f(params, x)
+    np.testing.assert_allclose(new["w"], [0.9, 0.9, 0.9])
+    assert params["w"].is_deleted() and not x.is_deleted()
+    assert "deleted" in repr(params["w"])
+    with pytest.raises(RuntimeError, match="donated"):
+        params["w"] + 1
+    with pytest.raises(RuntimeError, match="donated"):
+        f(params, x)
+    np.testing.assert_allclose(f(new, x)["w"], [0.8, 0.8, 0.8])  # the result is usable

@@ -197,6 +197,29 @@ def _zeros_cotangent(aval):
     return ad.zeros_like_aval(ad.tangent_aval(aval))
 
 
+def _with_fixed_args(fun, args, kwargs, argnums):
+    """``fun`` as a function of the arguments at ``argnums`` only, the others fixed."""
+    def partial_fun(*dargs):
+        full = list(args)
+        for a, v in zip(argnums, dargs):
+            full[a] = v
+        return fun(*full, **kwargs)
+    return partial_fun
+
+
+def split_static_args(args, static_argnums):
+    """``(dynamic_args, rebuild)``: the arguments not at ``static_argnums``, and a function
+    that puts (traced) replacements for them back between the static ones."""
+    statics = {i: a for i, a in enumerate(args) if i in static_argnums}
+    dynamic = [a for i, a in enumerate(args) if i not in static_argnums]
+
+    def rebuild(dynamic_values):
+        it = iter(dynamic_values)
+        return [statics[i] if i in statics else next(it) for i in range(len(args))]
+
+    return dynamic, rebuild
+
+
 def _check_grad_input(x, allow_int: bool, holomorphic: bool):
     dtype = get_aval(x).dtype
     if holomorphic:
@@ -245,11 +268,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             _check_array_arg(leaf, "grad")
             _check_grad_input(leaf, allow_int, holomorphic)
 
-        def partial_fun(*dargs):
-            full = list(args)
-            for a, v in zip(argnums_t, dargs):
-                full[a] = v
-            return fun(*full, **kwargs)
+        partial_fun = _with_fixed_args(fun, args, kwargs, argnums_t)
 
         if has_aux:
             ans, vjp_fun, aux = vjp(partial_fun, *diff_args, has_aux=True)
@@ -329,11 +348,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         leaves = [_as_array(x) for x in leaves]
         basis, total = _std_basis(leaves)
 
-        def partial_fun(*dargs):
-            full = list(args)
-            for a, v in zip(argnums_t, dargs):
-                full[a] = v
-            return fun(*full, **kwargs)
+        partial_fun = _with_fixed_args(fun, args, kwargs, argnums_t)
 
         def push(*tangent_leaves):
             primals = tuple(tree_unflatten(tree, leaves))
@@ -379,11 +394,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         for leaf in tree_util.tree_leaves(diff_args):
             _check_grad_input(leaf, allow_int, holomorphic)
 
-        def partial_fun(*dargs):
-            full = list(args)
-            for a, v in zip(argnums_t, dargs):
-                full[a] = v
-            return fun(*full, **kwargs)
+        partial_fun = _with_fixed_args(fun, args, kwargs, argnums_t)
 
         if has_aux:
             y, pullback, aux = vjp(partial_fun, *diff_args, has_aux=True)
@@ -558,17 +569,14 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (), axis_env
 
     @functools.wraps(fun)
     def make_jaxpr_f(*args, **kwargs):
-        statics = {i: a for i, a in enumerate(args) if i in static_argnums}
-        dyn = [a for i, a in enumerate(args) if i not in static_argnums]
+        dyn, rebuild = split_static_args(args, static_argnums)
         leaves, in_tree = tree_flatten((dyn, kwargs))
         avals = [get_aval(x) for x in leaves]
         out_tree_cell: list = []
 
         def flat(*flat_args):
             dargs, kw = tree_unflatten(in_tree, flat_args)
-            it = iter(dargs)
-            full = [statics[i] if i in statics else next(it) for i in range(len(args))]
-            out = fun(*full, **kw)
+            out = fun(*rebuild(dargs), **kw)
             out_leaves, out_tree = tree_flatten(out)
             out_tree_cell.append(out_tree)
             return out_leaves

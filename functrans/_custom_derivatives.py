@@ -16,6 +16,7 @@ import functools
 from typing import Callable, Sequence
 
 from functrans import core, tree_util
+from functrans._api import _as_array
 from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.tree_util import tree_flatten, tree_unflatten
@@ -212,13 +213,6 @@ class custom_jvp:  # noqa: N801 (JAX's name)
 
         outs = custom_jvp_call_p.bind_call(flat_fun, flat_jvp, leaves, {})
         return tree_unflatten(out_tree_cell[-1], outs)
-
-
-def _as_array(x):
-    if isinstance(x, Tracer):
-        return x
-    from functrans.numpy import asarray
-    return asarray(x)
 
 
 def _convert(x, dtype):

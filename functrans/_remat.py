@@ -12,6 +12,7 @@ import functools
 from typing import Callable
 
 from functrans import core, tree_util
+from functrans._api import _as_array, split_static_args
 from functrans.core import ClosedJaxpr, Jaxpr, Primitive, Var, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
@@ -192,18 +193,14 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
 
     @functools.wraps(fun)
     def remat_f(*args, **kwargs):
-        statics = {i: a for i, a in enumerate(args) if i in static_argnums}
-        dyn = [a for i, a in enumerate(args) if i not in static_argnums]
+        dyn, rebuild = split_static_args(args, static_argnums)
         leaves, in_tree = tree_util.tree_flatten((dyn, kwargs))
-        from functrans._custom_derivatives import _as_array
         leaves = [_as_array(x) for x in leaves]
         out_tree_cell = []
 
         def flat(*xs):
             dargs, kw = tree_util.tree_unflatten(in_tree, xs)
-            it = iter(dargs)
-            full = [statics[i] if i in statics else next(it) for i in range(len(args))]
-            out_leaves, out_tree = tree_util.tree_flatten(fun(*full, **kw))
+            out_leaves, out_tree = tree_util.tree_flatten(fun(*rebuild(dargs), **kw))
             out_tree_cell.append(out_tree)
             return out_leaves
 

@@ -636,25 +636,23 @@ def _with_initial(out, axis, value, include_initial):
     return concatenate([structural.full(tuple(shape), value, aval.dtype), out], axis=axis)
 
 
-def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
-    """Array-API cumulative sum; ``include_initial`` prepends a zero."""
+def _array_api_cumulative(name, accumulate, initial, x, axis, dtype, include_initial):
     x = to_array(x)
     if axis is None:
         if get_aval(x).ndim > 1:
-            raise ValueError("cumulative_sum: axis must be given for arrays of more than one "
+            raise ValueError(f"{name}: axis must be given for arrays of more than one "
                              "dimension")
         axis = 0
-    out = cumsum(x, axis, dtype)
-    return _with_initial(out, canonicalize_axis(axis, get_aval(out).ndim), 0, include_initial)
+    out = accumulate(x, axis, dtype)
+    return _with_initial(out, canonicalize_axis(axis, get_aval(out).ndim), initial,
+                         include_initial)
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
+    """Array-API cumulative sum; ``include_initial`` prepends a zero."""
+    return _array_api_cumulative("cumulative_sum", cumsum, 0, x, axis, dtype, include_initial)
 
 
 def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
     """Array-API cumulative product; ``include_initial`` prepends a one."""
-    x = to_array(x)
-    if axis is None:
-        if get_aval(x).ndim > 1:
-            raise ValueError("cumulative_prod: axis must be given for arrays of more than one "
-                             "dimension")
-        axis = 0
-    out = cumprod(x, axis, dtype)
-    return _with_initial(out, canonicalize_axis(axis, get_aval(out).ndim), 1, include_initial)
+    return _array_api_cumulative("cumulative_prod", cumprod, 1, x, axis, dtype, include_initial)

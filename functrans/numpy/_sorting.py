@@ -52,21 +52,29 @@ def _iota_like(x, axis):
     return iota(_dtypes.default_int_dtype(), get_aval(x).shape, axis)
 
 
+def _sort_operand(name, a, axis, order):
+    """``(array, axis)`` to sort along: the flattened array when ``axis`` is None; the axis
+    is None for a 0-d array (nothing to sort)."""
+    if order is not None:
+        raise ValueError(f"{name}: the `order` argument is not supported")
+    a = to_array(a)
+    if axis is None:
+        a = structural.reshape(a, (get_aval(a).size,))
+        axis = 0
+    if get_aval(a).ndim == 0:
+        return a, None
+    return a, canonicalize_axis(axis, get_aval(a).ndim)
+
+
 def sort(a, axis=-1, kind=None, order=None, *, stable=True, descending=False):
     """Sorted copy of ``a`` along ``axis`` (the flattened array when None); NaNs go last.
 
         >>> sort(array([3, 1, 2]))
         Array([1, 2, 3], dtype=int32)
     """
-    if order is not None:
-        raise ValueError("sort: the `order` argument is not supported")
-    a = to_array(a)
+    a, axis = _sort_operand("sort", a, axis, order)
     if axis is None:
-        a = structural.reshape(a, (get_aval(a).size,))
-        axis = 0
-    if get_aval(a).ndim == 0:
         return a
-    axis = canonicalize_axis(axis, get_aval(a).ndim)
     out = lax_fn("sort")(a, dimension=axis, is_stable=bool(stable))
     if isinstance(out, (tuple, list)):
         out = out[0]
@@ -81,15 +89,9 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=True, descending=False)
         >>> argsort(array([3, 1, 2]))
         Array([1, 2, 0], dtype=int32)
     """
-    if order is not None:
-        raise ValueError("argsort: the `order` argument is not supported")
-    a = to_array(a)
+    a, axis = _sort_operand("argsort", a, axis, order)
     if axis is None:
-        a = structural.reshape(a, (get_aval(a).size,))
-        axis = 0
-    if get_aval(a).ndim == 0:
         return structural.full((), 0, _dtypes.default_int_dtype())
-    axis = canonicalize_axis(axis, get_aval(a).ndim)
     n = get_aval(a).shape[axis]
     rev = lax_fn("rev")
     if descending:

@@ -24,3 +24,11 @@ def _restore_config():
     for name, value in saved.items():
         if functrans.config._values.get(name) != value:
             functrans.config.update(name, value)
+
+
+@pytest.fixture
+def x64():
+    """64-bit mode for the duration of a test (float64 gradient checks)."""
+    from functrans.test_util import x64 as enable_x64
+    with enable_x64():
+        yield

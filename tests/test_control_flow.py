@@ -13,14 +13,8 @@ import functrans
 import functrans.numpy as jnp
 from functrans import lax
 from functrans.test_util import check_grads
+from loop_programs import eqns_named, newton_sqrt
 
-
-@pytest.fixture
-def x64():
-    previous = functrans.config.enable_x64
-    functrans.config.update("enable_x64", True)
-    yield
-    functrans.config.update("enable_x64", previous)
 
 
 def arr(x, dtype=np.float32):
@@ -38,35 +32,6 @@ def close(a, b, rtol=1e-5, atol=1e-6):
         a_leaves, b_leaves = [a], [np.asarray([np.asarray(v) for v in b]) if isinstance(b, list) else b]
     for x, y in zip(a_leaves, b_leaves):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
-
-
-def count_eqns(jaxpr, name) -> int:
-    """Equations of primitive ``name`` in ``jaxpr`` and all its sub-jaxprs."""
-    total = 0
-    for eqn in jaxpr.eqns:
-        total += eqn.primitive.name == name
-        for p in eqn.params.values():
-            for sub in (p if isinstance(p, tuple) else (p,)):
-                if isinstance(sub, functrans.core.ClosedJaxpr):
-                    total += count_eqns(sub.jaxpr, name)
-    return total
-
-
-# ---- Newton iteration with a data-dependent trip count ------------------------------------
-
-def newton_sqrt(x):
-    """sqrt(x) by Newton's method, iterating until the update is below tolerance."""
-    def cond_fun(carry):
-        y, step = carry
-        return lax.gt(lax.abs(step), 1e-12 * (1 + lax.abs(y)))
-
-    def body_fun(carry):
-        y, _ = carry
-        new = 0.5 * (y + x / y)
-        return new, new - y
-
-    y, _ = lax.while_loop(cond_fun, body_fun, (x, jnp.ones_like(x)))
-    return y
 
 
 # =============================================================================================
@@ -176,7 +141,7 @@ def test_fori_loop_static_and_traced_bounds():
     close(traced(arr(2, np.int32), arr(7, np.int32), arr(1.0)), reference(2, 7, 1.0))
     jaxpr = functrans.make_jaxpr(lambda lo, hi, x: lax.fori_loop(lo, hi, body, x))(
         arr(2, np.int32), arr(7, np.int32), arr(1.0))
-    assert count_eqns(jaxpr.jaxpr, "while") == 1
+    assert len(eqns_named(jaxpr.jaxpr, "while")) == 1
 
 
 def test_make_jaxpr_of_long_loop_has_one_body():
@@ -186,7 +151,7 @@ def test_make_jaxpr_of_long_loop_has_one_body():
     jaxpr = functrans.make_jaxpr(f)(arr(0.1))
     scans = [e for e in jaxpr.eqns if e.primitive.name == "scan"]
     assert len(scans) == 1 and scans[0].params["length"] == 1000
-    assert count_eqns(jaxpr.jaxpr, "sin") == 1
+    assert len(eqns_named(jaxpr.jaxpr, "sin")) == 1
     x = 0.1
     for _ in range(1000):
         x = np.sin(x) * 0.5 + 1.0

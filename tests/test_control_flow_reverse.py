@@ -14,16 +14,10 @@ import functrans
 import functrans.numpy as jnp
 from functrans import core, lax
 from functrans.interpreters import partial_eval as pe
+from loop_programs import eqns_named, newton_sqrt
 
 grad, jit, vmap = functrans.grad, functrans.jit, functrans.vmap
 
-
-@pytest.fixture
-def x64():
-    previous = functrans.config.enable_x64
-    functrans.config.update("enable_x64", True)
-    yield
-    functrans.config.update("enable_x64", previous)
 
 
 def close(a, b, rtol=1e-9, atol=1e-12):
@@ -45,34 +39,6 @@ def central_difference(f, x, eps=1e-6):
         e[k] = eps
         g[k] = (float(f(x + e)) - float(f(x - e))) / (2 * eps)
     return g
-
-
-def eqns_named(jaxpr, name) -> list:
-    """Equations of primitive ``name`` in ``jaxpr`` and all its sub-jaxprs."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == name:
-            found.append(eqn)
-        for p in eqn.params.values():
-            for sub in (p if isinstance(p, tuple) else (p,)):
-                if isinstance(sub, core.ClosedJaxpr):
-                    found += eqns_named(sub.jaxpr, name)
-    return found
-
-
-def newton_sqrt(x):
-    """sqrt(x) by Newton's method, iterating until the update is below tolerance."""
-    def cond_fun(carry):
-        y, step = carry
-        return lax.gt(lax.abs(step), 1e-12 * (1 + lax.abs(y)))
-
-    def body_fun(carry):
-        y, _ = carry
-        new = 0.5 * (y + x / y)
-        return new, new - y
-
-    y, _ = lax.while_loop(cond_fun, body_fun, (x, jnp.ones_like(x)))
-    return y
 
 
 def vector_loop(w, v):

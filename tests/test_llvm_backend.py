@@ -39,13 +39,6 @@ def _private_cache_dir(tmp_path_factory):
     functrans.config.update("cache_dir", old)
 
 
-@pytest.fixture
-def x64():
-    old = functrans.config.enable_x64
-    functrans.config.update("enable_x64", True)
-    yield
-    functrans.config.update("enable_x64", old)
-
 
 def run_both(f, *args):
     """``f`` jitted with the llvm and the reference backends, as flat lists of arrays."""

@@ -8,7 +8,6 @@ differentiable arguments) with forward- and reverse-mode numerical gradient chec
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -19,18 +18,9 @@ from hypothesis import strategies as st
 import functrans
 import functrans.numpy as jnp
 from functrans import lax
+from functrans.test_util import x64
 
 SETTINGS = settings(max_examples=15, deadline=None)
-
-
-@contextlib.contextmanager
-def x64():
-    previous = functrans.config.enable_x64
-    functrans.config.update("enable_x64", True)
-    try:
-        yield
-    finally:
-        functrans.config.update("enable_x64", previous)
 
 
 def assert_close(actual, expected, rtol=1e-6, atol=1e-6):
@@ -279,8 +269,6 @@ def scatter_dnums(spec):
 def scatter_reference(x, indices, updates, spec, combine):
     dn = spec.dnums
     out = x.copy()
-    kept = [d for d in range(x.ndim)
-            if d not in dn.collapsed_slice_dims + dn.operand_batching_dims]
     scatter_axes = [i for i in range(updates.ndim) if i not in dn.offset_dims]
     for b in np.ndindex(*spec.batch_shape):
         start, oob = window_start(spec, indices[b], b, spec.slice_sizes)

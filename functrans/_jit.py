@@ -14,7 +14,7 @@ import weakref
 from typing import Callable
 
 
-from functrans import _backends, core, tree_util
+from functrans import _backends, _debug_checks, core, tree_util
 from functrans._array import Array
 from functrans._config import config
 from functrans._traceback_util import api_boundary
@@ -343,7 +343,6 @@ class JitWrapped:
                 entry.executable = compile_closed(closed, self._backend)
             outs = entry.executable(*[core.to_numpy(x, a) for x, a in zip(leaves, avals)])
             outs = [core.wrap_array(o, a) for o, a in zip(outs, closed.out_avals)]
-            from functrans import _debug_checks
             if _debug_checks.enabled():
                 _debug_checks.check_compiled_outputs(closed, leaves, outs)
             if self._fast_eligible and not kwargs:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from functrans import _dtypes
+from functrans import _debug_checks, _dtypes
 from functrans._source_info import SourceInfo, user_frame
 
 # =============================================================================================
@@ -709,7 +709,6 @@ def eval_primitive(primitive, args, params):
     out = primitive.impl(*values, **params)
     outs = out if primitive.multiple_results else [out]
     wrapped = [wrap_array(o, a) for o, a in zip(outs, out_avals)]
-    from functrans import _debug_checks
     if _debug_checks.enabled():
         _debug_checks.check_eager_outputs(primitive, wrapped)
     return wrapped if primitive.multiple_results else wrapped[0]

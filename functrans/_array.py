@@ -26,6 +26,7 @@ class Array:
 
     __slots__ = ("_value", "weak_type", "_device", "__weakref__")
     __array_priority__ = 100
+    _platform = "cpu"  # where the buffer lives (a GPU array says "gpu")
 
     def __init__(self, value: np.ndarray, weak_type: bool = False, device=None):
         if not isinstance(value, np.ndarray):
@@ -63,7 +64,7 @@ class Array:
     def device(self):
         if self._device is None:
             from functrans import _devices
-            self._device = _devices.default_device()
+            self._device = _devices.local_devices(backend="cpu")[0]
         return self._device
 
     def devices(self) -> set:

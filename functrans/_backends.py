@@ -54,18 +54,37 @@ def _discover() -> None:
         _discovered = True
 
 
-def get_backend(name: str | None = None, platform: str = "cpu") -> Backend:
-    """The backend called ``name``, or the preferred available one for ``platform``."""
+_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu"}
+
+
+def default_platform() -> str:
+    """Where jit compiles and device_put places when nothing is named: the platform of
+    ``config.default_backend`` (``FUNCTRANS_DEFAULT_BACKEND``) if set, else ``"gpu"`` when a
+    GPU backend is available (CuPy and a GPU), else ``"cpu"``."""
+    name = config.default_backend
+    if name:
+        return _PLATFORMS.get(name) or get_backend(name).platform
+    _discover()
+    if any(b.platform == "gpu" and b.available() for b in _registry.values()):
+        return "gpu"
+    return "cpu"
+
+
+def get_backend(name: str | None = None, platform: str | None = None) -> Backend:
+    """The backend called ``name`` (or a platform: ``"cpu"``, ``"gpu"``), or the preferred
+    available one for ``platform`` (by default :func:`default_platform`)."""
     _discover()
     if name is None:
         name = config.default_backend or None
     if name is not None:
-        if name in ("cpu", "gpu", "cuda"):
-            platform = "gpu" if name in ("gpu", "cuda") else "cpu"
+        if name in _PLATFORMS:
+            platform = _PLATFORMS[name]
         elif name not in _registry:
             raise ValueError(f"unknown backend {name!r}; available: {sorted(_registry)}")
         else:
             return _registry[name]
+    if platform is None:
+        platform = default_platform()
     candidates = [b for b in _registry.values() if b.platform == platform and b.available()]
     if not candidates:
         raise RuntimeError(f"no backend available for platform {platform!r}")

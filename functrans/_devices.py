@@ -84,7 +84,9 @@ def devices(backend: str | None = None) -> list[Device]:
 
 
 def default_platform() -> str:
-    return "cpu"
+    """``"gpu"`` when a GPU backend is available and no other default is configured."""
+    from functrans import _backends
+    return _backends.default_platform()
 
 
 def local_devices(process_index: int | None = None, backend: str | None = None) -> list[Device]:

@@ -31,10 +31,14 @@ def _path_name(path) -> str:
 
 
 def differences(new_key, old_key) -> list[str]:
-    """Human-readable differences between two cache keys (in_tree, avals, statics)."""
-    new_tree, new_avals, new_statics = new_key
-    old_tree, old_avals, old_statics = old_key
+    """Human-readable differences between two cache keys (in_tree, avals, statics,
+    backend)."""
+    new_tree, new_avals, new_statics, new_backend = new_key
+    old_tree, old_avals, old_statics, old_backend = old_key
     reasons = []
+    if new_backend != old_backend:
+        reasons.append(f"the arguments moved to another device: the backend was "
+                       f"{old_backend or 'the default'}, now {new_backend or 'the default'}")
     if new_tree != old_tree:
         reasons.append(f"the pytree structure of the arguments changed: was {old_tree}, "
                        f"now {new_tree}")

@@ -55,6 +55,8 @@ def _jaxpr_name(closed) -> str:
 @jit_p.def_impl
 def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, backend=None, donated_invars=()):
     executable = compile_closed(jaxpr, backend)
+    if getattr(executable, "takes_device_buffers", False):  # results as (GPU) arrays
+        return _call_executable(executable, args, jaxpr.in_avals, jaxpr.out_avals)
     return executable(*args)
 
 
@@ -310,15 +312,23 @@ class JitWrapped:
         avals = tuple(get_aval(x) for x in leaves)
         return statics, dyn_args, dyn_kwargs, leaves, in_tree, avals
 
-    def _get_entry(self, statics, dyn_args, dyn_kwargs, in_tree, avals):
-        key = (in_tree, avals, statics)
+    def _backend_for(self, leaves) -> str | None:
+        """The backend named at jit, else the GPU's when an argument lives on a GPU."""
+        if self._backend is None:
+            for x in leaves:
+                if type(x) is not Array and getattr(x, "_platform", "cpu") == "gpu":
+                    return "cuda"
+        return self._backend
+
+    def _get_entry(self, statics, dyn_args, dyn_kwargs, in_tree, avals, backend=None):
+        key = (in_tree, avals, statics, backend)
         entry = self._cache.get(key)
         if entry is None:
             if config.explain_cache_misses and self._cache:
                 from functrans import _explain
                 _explain.explain_cache_miss(self, key, self._cache.keys())
             closed, out_tree = self._trace(statics, dyn_args, dyn_kwargs, in_tree, avals)
-            entry = _CacheEntry(closed, out_tree, self._backend)
+            entry = _CacheEntry(closed, out_tree, backend)
             if not any(isinstance(c, Tracer) for c in closed.consts):
                 self._cache[key] = entry
         return entry
@@ -335,14 +345,14 @@ class JitWrapped:
         if config.disable_jit:
             return self._fun(*args, **kwargs)
         statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)
-        entry = self._get_entry(statics, dyn_args, dyn_kwargs, in_tree, avals)
+        entry = self._get_entry(statics, dyn_args, dyn_kwargs, in_tree, avals,
+                                self._backend_for(leaves))
         closed = entry.closed
         eager = core._state.dynamic.level == 0 and not any(isinstance(x, Tracer) for x in leaves)
         if eager:
             if entry.executable is None:
-                entry.executable = compile_closed(closed, self._backend)
-            outs = entry.executable(*[core.to_numpy(x, a) for x, a in zip(leaves, avals)])
-            outs = [core.wrap_array(o, a) for o, a in zip(outs, closed.out_avals)]
+                entry.executable = compile_closed(closed, entry.backend)
+            outs = _call_executable(entry.executable, leaves, avals, closed.out_avals)
             if _debug_checks.enabled():
                 _debug_checks.check_compiled_outputs(closed, leaves, outs)
             if self._fast_eligible and not kwargs:
@@ -352,7 +362,7 @@ class JitWrapped:
             self._delete_donated(args, outs)
         else:
             outs = jit_p.bind(*leaves, jaxpr=closed, name=getattr(self._fun, "__name__", "fun"),
-                              backend=self._backend, donated_invars=())
+                              backend=entry.backend, donated_invars=())
         return entry.out_tree.unflatten(outs)
 
     def _delete_donated(self, args, outs) -> None:
@@ -371,8 +381,9 @@ class JitWrapped:
 
     def lower(self, *args, **kwargs) -> Lowered:
         statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)
-        entry = self._get_entry(statics, dyn_args, dyn_kwargs, in_tree, avals)
-        return Lowered(entry.closed, entry.out_tree, self._backend)
+        backend = self._backend_for(leaves)
+        entry = self._get_entry(statics, dyn_args, dyn_kwargs, in_tree, avals, backend)
+        return Lowered(entry.closed, entry.out_tree, backend)
 
     def eval_shape(self, *args, **kwargs):
         from functrans._api import eval_shape
@@ -387,14 +398,33 @@ class JitWrapped:
 
 
 def _fast_key(args):
-    """The signature of positional Array arguments, or None if any is something else."""
+    """The signature of positional Array arguments (on a CPU or a GPU), or None if any is
+    something else."""
     key = []
     for a in args:
-        if type(a) is not Array:
+        if type(a) is Array:
+            value = a._value
+            key.append((value.shape, value.dtype, a.weak_type))
+        elif getattr(a, "_platform", "cpu") == "gpu":
+            key.append((a.shape, a.dtype, a.weak_type, "gpu"))
+        else:
             return None
-        value = a._value
-        key.append((value.shape, value.dtype, a.weak_type))
     return tuple(key)
+
+
+def _on_gpu(x) -> bool:
+    return type(x) is not Array and getattr(x, "_platform", "cpu") == "gpu"
+
+
+def _call_executable(executable, leaves, avals, out_avals) -> list:
+    """Run a compiled program on eager values; returns functrans arrays. A backend that
+    takes device buffers gets GPU arrays' buffers as they are, and wraps its own results."""
+    if getattr(executable, "takes_device_buffers", False):
+        outs = executable(*[x.device_buffer if _on_gpu(x) else core.to_numpy(x, a)
+                            for x, a in zip(leaves, avals)])
+        return executable.wrap_outputs(outs, out_avals)
+    outs = executable(*[core.to_numpy(x, a) for x, a in zip(leaves, avals)])
+    return [core.wrap_array(o, a) for o, a in zip(outs, out_avals)]
 
 
 def _slow_mode() -> bool:
@@ -410,6 +440,16 @@ def _fast_runner(entry: _CacheEntry):
     new_array = Array._from_buffer
     out_tree = entry.out_tree
     single = out_tree.kind == "leaf"
+
+    if getattr(executable, "takes_device_buffers", False):
+        wrap, out_avals = executable.wrap_outputs, entry.closed.out_avals
+
+        def run_device(args):
+            outs = wrap(executable(*[a._value if type(a) is Array else a.device_buffer
+                                     for a in args]), out_avals)
+            return outs[0] if single else out_tree.unflatten(outs)
+
+        return run_device
 
     def run(args):
         outs = executable(*[a._value for a in args])

@@ -5,6 +5,9 @@ import os
 
 # type-check every program the tests stage (check_jaxpr after each trace)
 os.environ.setdefault("FUNCTRANS_CHECK_JAXPRS", "1")
+# the suite tests the CPU compiler by default, also on a machine with a GPU (where jit would
+# otherwise default to the cuda backend); tests of the GPU name it explicitly
+os.environ.setdefault("FUNCTRANS_DEFAULT_BACKEND", "cpu")
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402

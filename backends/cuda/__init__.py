@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 
 from functrans._backends import register_backend
-from functrans._devices import Device, register_platform
+from functrans._devices import register_platform
 
 __all__ = ["CudaExecutable", "compile_jaxpr", "gpu_count", "is_available", "gpu_devices"]
 
@@ -53,16 +53,22 @@ def gpu_devices() -> list:
     """One :class:`Device` per visible GPU of every process (``process_count()`` processes,
     each seeing the same number of GPUs; process ``p`` owns ids ``p * n .. p * n + n - 1``)."""
     from functrans import distributed
+    from functrans.backends.cuda.arrays import GpuDevice
     from functrans.backends.cuda.runtime import gpu_count
     count = gpu_count()
     if count == 0:
         raise RuntimeError("no CUDA GPU is visible to this process (check CUDA_VISIBLE_DEVICES "
                            "and that CuPy matches the driver: python -c 'import cupy; "
                            "cupy.show_config()')")
-    return [Device("gpu", p * count + i, p, i)
+    return [GpuDevice(p * count + i, p, i)
             for p in range(distributed.process_count()) for i in range(count)]
 
 
-register_backend("cuda", "gpu", compile_jaxpr, priority=20, available=is_available)
+def _compile_for_jit(closed, devices=None):
+    # jit's results stay on the GPU, as GpuArrays
+    return compile_jaxpr(closed, devices, device_outputs=True)
+
+
+register_backend("cuda", "gpu", _compile_for_jit, priority=20, available=is_available)
 if _cupy_installed():
     register_platform("gpu", gpu_devices)

@@ -160,9 +160,13 @@ def compile_source(cupy, source: str, device_id: int):
 class CudaExecutable:
     """A compiled program: ``executable(*arrays) -> list of arrays`` (see the module doc)."""
 
+    # jit hands GpuArrays over as their CuPy buffers (see functrans._jit)
+    takes_device_buffers = True
+
     def __init__(self, module: codegen.CudaModule, device_id: int | None = None,
-                 use_cuda_graph: bool = False):
+                 use_cuda_graph: bool = False, device_outputs: bool = False):
         self.module = module
+        self.device_outputs = device_outputs
         self.program = module.program
         self.plan = plan_buffers(self.program)
         self.device_id = device_id
@@ -182,6 +186,12 @@ class CudaExecutable:
     def as_text(self) -> str:
         return self.program.describe() + "\n\n" + self.module.source
 
+    @staticmethod
+    def wrap_outputs(buffers, avals) -> list:
+        """functrans arrays of a call's results (GpuArray for device buffers)."""
+        from functrans.backends.cuda.arrays import wrap_outputs
+        return wrap_outputs(buffers, avals)
+
     # ---- calling -----------------------------------------------------------------------------
 
     def __call__(self, *args):
@@ -189,7 +199,7 @@ class CudaExecutable:
         if cp is None or not is_available():
             raise RuntimeError("the cuda backend needs CuPy and a CUDA GPU: install the extra "
                                "with `pip install functrans[cuda]` (cupy-cuda12x)")
-        on_device = any(_is_device_array(cp, a) for a in args)
+        on_device = self.device_outputs or any(_is_device_array(cp, a) for a in args)
         outs = self.call_device(*args)
         if on_device:
             return outs
@@ -199,7 +209,12 @@ class CudaExecutable:
     def call_device(self, *args) -> list:
         """Run on the GPU and return CuPy arrays (bfloat16 as uint16 bit patterns)."""
         cp = cupy_module()
-        device_id = self.device_id if self.device_id is not None else cp.cuda.Device().id
+        device_id = self.device_id
+        if device_id is None:  # where the arguments are, else CuPy's current device
+            device_id = next((int(a.device.id) for a in args if isinstance(a, cp.ndarray)),
+                             None)
+            if device_id is None:
+                device_id = cp.cuda.Device().id
         with cp.cuda.Device(device_id):
             backend = self.backend(cp, device_id)
             if self.use_cuda_graph:
@@ -402,14 +417,16 @@ def _dlpack_on_gpu(a) -> bool:
 
 
 def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, fuse: bool = True,
-                  use_cuda_graph: bool = False) -> CudaExecutable:
+                  use_cuda_graph: bool = False, device_outputs: bool = False) -> CudaExecutable:
     """Fuse ``closed``, generate its CUDA C and return the executable. NVRTC runs on the
     first call on each device, so this works (and ``as_text`` shows the code) without a GPU.
 
-    ``devices``: the first one's local id picks the GPU; by default CuPy's current device."""
+    ``devices``: the first one's local id picks the GPU; by default the device of the
+    arguments, else CuPy's current device. ``device_outputs``: results stay on the GPU (as
+    CuPy arrays) even for host arguments, as jit wants."""
     jaxpr, consts = inline_calls(closed.jaxpr, [to_numpy(c) for c in closed.consts])
     program = codegen.plan(jaxpr, consts, fuse=fuse)
     device_id = None
     if devices:
         device_id = int(getattr(devices[0], "local_id", 0))
-    return CudaExecutable(codegen.generate(program), device_id, use_cuda_graph)
+    return CudaExecutable(codegen.generate(program), device_id, use_cuda_graph, device_outputs)

@@ -207,8 +207,11 @@ def _fused_cases():
         return jnp.any(x > 1, axis=1), jnp.all(x > -3, axis=0), jnp.any(x > 10)
 
     def with_fallback(x):
-        # cumsum has no kernel: it runs its reference implementation between kernels
-        return jnp.exp(jnp.cumsum(jnp.sin(x), axis=0)) * 2
+        # sort has no kernel: it runs its reference implementation between kernels
+        return jnp.exp(jnp.sort(jnp.sin(x), axis=0)) * 2
+
+    def cumulative(x):
+        return jnp.exp(jnp.cumsum(jnp.sin(x), axis=0)) * 2, jnp.argmax(x, axis=1)
 
     def scan_loop(x):
         return lax.fori_loop(0, 3, lambda i, c: c * 2 + 1, jnp.sin(x))
@@ -217,8 +220,8 @@ def _fused_cases():
         return x.sum() * 3.0, jnp.float32(2.0) + 0 * x[0]
 
     def gather(x, idx):
-        # gather has no kernel yet (the fusion pass has no rule for it): it falls back
-        return jnp.take(x, idx, axis=0) * 2
+        # fused into the multiplication's kernel; out-of-range indices are clamped
+        return jnp.take(x, idx, axis=0, mode="clip") * 2
 
     def empty_and_identity(x, e):
         return x, jnp.sum(e, axis=0), e * 2
@@ -238,6 +241,7 @@ def _fused_cases():
         ("int_reductions", int_reductions, [ints]),
         ("bool_reductions", bool_reductions, [f32(4, 6)]),
         ("with_fallback", with_fallback, [f32(5, 3)]),
+        ("cumulative", cumulative, [f32(5, 3)]),
         ("scan_loop", scan_loop, [f32(4)]),
         ("scalar_and_literal", scalar_and_literal, [f32(3)]),
         ("gather", gather, [f32(5, 3), np.array([4, 0, 9, -12], np.int32)]),
@@ -368,11 +372,13 @@ def test_every_elementwise_primitive_has_cuda_code():
 def test_cases_generate_kernels(staged_cases):
     for label, _, _, _, exe, _ in staged_cases:
         kinds = {type(s).__name__ for s in exe.module.schedule}
-        if label.startswith(("with_fallback", "scan_loop")):
+        if label.startswith("with_fallback"):
             assert "FallbackStep" in kinds, label
+        elif label.startswith("scan_loop"):
+            assert kinds == {"KernelLaunch", "ControlLaunch"}, label
         elif label.startswith("mlp"):
             assert "DotKernel" in kinds, label
-        elif not label.startswith(("empty_and_identity", "polygamma", "complex", "gather",
+        elif not label.startswith(("empty_and_identity", "polygamma", "complex",
                                    "nextafter-float16", "nextafter-bfloat16")):
             assert "FallbackStep" not in kinds, (label, exe.program.describe())
             assert exe.module.kernels, label

@@ -12,6 +12,11 @@ runs on a GPU:
   meet in a warp-shuffle block reduction: rows), or ``split`` (few outputs, many elements:
   several blocks per output write partial results to scratch memory and a second kernel
   combines them);
+* a scatter (:mod:`indexing`: a copy kernel, then one thread per update with an atomic
+  combine) and a cumulative op or ``argmax``/``argmin`` (:mod:`along_axis`: one thread per
+  line) become kernels of their own; ``gather`` fuses like any data movement;
+* control flow (:mod:`control_flow`) generates its bodies into the same source and leaves
+  the loop to the runtime, which drives it from the host;
 * a :class:`DotKernel` and a :class:`FallbackStep` are left to the runtime (cuBLAS through
   CuPy, and the reference implementation on the host).
 
@@ -62,9 +67,18 @@ class CudaTarget(Target):
         return np.dtype(dtype) in scalar_ops.SUPPORTED_DTYPES
 
 
+    def movement_rule(self, eqn):
+        from functrans.backends.cuda.indexing import gather_rule
+        return gather_rule(eqn)
+
+
 def plan(jaxpr, consts=(), *, fuse: bool = True) -> Program:
-    """The fused, loop-normalized program of ``jaxpr`` for the CUDA target."""
-    return normalize(plan_program(jaxpr, CudaTarget(), consts, fuse=fuse))
+    """The fused, loop-normalized program of ``jaxpr`` for the CUDA target, with the
+    fallback steps that have CUDA code (scatters, cumulative ops, control flow) replaced
+    (see :mod:`control_flow`)."""
+    from functrans.backends.cuda.control_flow import replace_fallbacks
+    target = CudaTarget()
+    return replace_fallbacks(normalize(plan_program(jaxpr, target, consts, fuse=fuse)), target)
 
 
 # =============================================================================================
@@ -110,8 +124,9 @@ class KernelLaunch:
 class CudaModule:
     """The generated translation unit of a program and the schedule the runtime follows.
 
-    ``schedule`` holds :class:`KernelLaunch`, :class:`DotKernel` and :class:`FallbackStep`
-    items in program order; ``source`` is what NVRTC compiles; ``host_source`` adds
+    ``schedule`` holds :class:`KernelLaunch`, :class:`DotKernel`,
+    :class:`~control_flow.ControlLaunch` and :class:`FallbackStep` items in program order;
+    ``source`` is what NVRTC compiles; ``host_source`` adds
     ``extern "C" void host_<name>(void** buffers)`` wrappers that run each kernel's work
     serially on the CPU (used only by :mod:`host_emulation`)."""
 
@@ -138,23 +153,40 @@ class CudaModule:
 
 
 def generate(program: Program, prefix: str = "") -> CudaModule:
-    """CUDA C for every loop and reduction kernel of ``program``. Kernel names start with
-    ``prefix``, so the modules of several programs can share one translation unit."""
+    """CUDA C for every kernel of ``program``. Kernel names start with ``prefix``, so the
+    modules of several programs can share one translation unit; the bodies of control flow
+    are generated with longer prefixes into this module's source."""
+    from functrans.backends.cuda.along_axis import AxisStep, AxisWriter
+    from functrans.backends.cuda.control_flow import ControlLaunch, ControlStep
+    from functrans.backends.cuda.indexing import ScatterStep, ScatterWriter
     parts, host_parts, schedule = [PRELUDE], [], []
+    index = 0
     with E.lock:
         for step in program.steps:
-            if isinstance(step, (LoopKernel, ReduceKernel)):
-                index = len([s for s in schedule if isinstance(s, KernelLaunch)]) + 1
-                name = prefix + _kernel_name(index, step.prims)
-                writer = _LoopWriter(name, step) if isinstance(step, LoopKernel) else \
-                    _ReduceWriter(name, step)
-                parts.append(writer.device_source())
-                host_parts.append(writer.host_source())
-                schedule.append(writer.launch)
-            elif isinstance(step, (DotKernel, FallbackStep)):
+            if isinstance(step, (DotKernel, FallbackStep)):
                 schedule.append(step)
+                continue
+            index += 1
+            name = prefix + _kernel_name(index, step.prims)
+            if isinstance(step, ControlStep):
+                modules = [generate(body, prefix=f"{name}_b{j}_") for j, body in enumerate(step.bodies)]
+                parts += [m.source[len(PRELUDE):] for m in modules]
+                host_parts += [m.host_source for m in modules]
+                schedule.append(ControlLaunch(step, modules))
+                continue
+            if isinstance(step, LoopKernel):
+                writer = _LoopWriter(name, step)
+            elif isinstance(step, ReduceKernel):
+                writer = _ReduceWriter(name, step)
+            elif isinstance(step, ScatterStep):
+                writer = ScatterWriter(name, step)
+            elif isinstance(step, AxisStep):
+                writer = AxisWriter(name, step)
             else:
                 raise NotImplementedError(f"cuda backend: step {type(step).__name__}")
+            parts.append(writer.device_source())
+            host_parts.append(writer.host_source())
+            schedule.extend(writer.launches)
     return CudaModule(program, "\n".join(parts), "\n".join(host_parts), schedule)
 
 
@@ -370,6 +402,7 @@ class _LoopWriter:
         self.buffers = _unique(self.written + step.reads())
         self.count = int(np.prod(step.shape, dtype=np.int64))
         self.launch = KernelLaunch(name, step, self.buffers, "loop", self.count)
+        self.launches = [self.launch]
 
     def device_source(self) -> str:
         step = self.step
@@ -486,6 +519,7 @@ class _ReduceWriter:
         strategy, partitions = choose_strategy(shape, reduced, self.kept, self.size)
         self.launch = KernelLaunch(name, step, self.buffers, strategy, self.kept, self.size,
                                    partitions, self.acc)
+        self.launches = [self.launch]
 
     def device_source(self) -> str:
         step, name = self.step, self.name

@@ -4,7 +4,8 @@ It includes no headers, so NVRTC compiles it as is, and every helper is
 ``__host__ __device__`` so kernel bodies also compile for the CPU (see
 :mod:`host_emulation`): half-precision conversions done on the bit patterns,
 NaN-propagating max/min, floor division for index arithmetic, bit counting, digamma
-(CUDA has none) and a warp-shuffle block reduction.
+(CUDA has none), atomic read-modify-write for scatters and a warp-shuffle block
+reduction.
 """
 
 PRELUDE = r"""
@@ -118,6 +119,81 @@ __host__ __device__ inline double ft_digamma(double x) {
   double f = 1.0 / (x * x);
   double tail = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132)))));
   return result + log(x) - 0.5 / x - tail;
+}
+
+// Atomic read-modify-write of one element, for scatters whose updates may collide.
+// ``update(old) -> new`` works on the element's memory representation. On the GPU it is a
+// compare-and-swap loop on the naturally aligned 32- or 64-bit word holding the element
+// (so 8- and 16-bit elements work too: the CAS fails, and retries, whenever any byte of the
+// word changed, and rewrites the neighbouring bytes with the values it read). Bits are
+// compared, never values, so a NaN element cannot make it spin. On the host (the serial
+// emulation) it is a plain update.
+template <int Bytes> struct ft_cas_word { typedef unsigned int type; };
+template <> struct ft_cas_word<8> { typedef unsigned long long type; };
+
+template <class M, class Update>
+__host__ __device__ inline void ft_atomic_update(M* address, Update update) {
+#ifdef __CUDA_ARCH__
+  typedef typename ft_cas_word<(int)sizeof(M)>::type W;
+  union Word { W bits; M lanes[sizeof(W) / sizeof(M)]; };
+  const unsigned long long where = (unsigned long long)address;
+  W* word = (W*)(where & ~(unsigned long long)(sizeof(W) - 1));
+  const int lane = (int)((where & (sizeof(W) - 1)) / sizeof(M));
+  Word seen, next;
+  seen.bits = *(volatile W*)word;
+  while (true) {
+    next.bits = seen.bits;
+    next.lanes[lane] = update(seen.lanes[lane]);
+    const W previous = atomicCAS(word, seen.bits, next.bits);
+    if (previous == seen.bits) break;
+    seen.bits = previous;
+  }
+#else
+  *address = update(*address);
+#endif
+}
+
+struct ft_add_f64 {
+  double value;
+  __host__ __device__ double operator()(double old) const { return old + value; }
+};
+
+// Atomic additions the hardware has (integers wrap: signed ones are added as unsigned).
+__host__ __device__ inline void ft_atomic_add(float* address, float value) {
+#ifdef __CUDA_ARCH__
+  atomicAdd(address, value);
+#else
+  *address += value;
+#endif
+}
+__host__ __device__ inline void ft_atomic_add(double* address, double value) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 600
+  atomicAdd(address, value);
+#elif defined(__CUDA_ARCH__)
+  ft_atomic_update(address, ft_add_f64{value});
+#else
+  *address += value;
+#endif
+}
+__host__ __device__ inline void ft_atomic_add(unsigned int* address, unsigned int value) {
+#ifdef __CUDA_ARCH__
+  atomicAdd(address, value);
+#else
+  *address += value;
+#endif
+}
+__host__ __device__ inline void ft_atomic_add(unsigned long long* address, unsigned long long value) {
+#ifdef __CUDA_ARCH__
+  atomicAdd(address, value);
+#else
+  *address += value;
+#endif
+}
+__host__ __device__ inline void ft_atomic_add(int* address, int value) {
+  ft_atomic_add((unsigned int*)address, (unsigned int)value);
+}
+__host__ __device__ inline void ft_atomic_add(long long* address, long long value) {
+  ft_atomic_add((unsigned long long*)address, (unsigned long long)value);
 }
 
 #ifdef __CUDACC__

@@ -2,8 +2,10 @@
 
 :class:`CudaExecutable` follows the schedule of a :class:`~codegen.CudaModule`: generated
 kernels are launched on the current CuPy stream, matrix products go to cuBLAS through
-``cupy.matmul``, and steps the GPU code cannot do (a :class:`FallbackStep`) run their
-primitive's reference implementation on the host, with a copy each way. Intermediates live
+``cupy.matmul``, control flow runs its compiled bodies from the host (a
+:class:`~control_flow.ControlLaunch`: the carries stay on the device, only a loop predicate
+or branch index is read back), and steps the GPU code cannot do (a :class:`FallbackStep`)
+run their primitive's reference implementation on the host, with a copy each way. Intermediates live
 in one device arena laid out by the llvm backend's buffer planner; outputs are fresh arrays.
 
 Arguments may be NumPy arrays (copied to the device; results come back as NumPy arrays) or
@@ -27,6 +29,7 @@ import numpy as np
 
 from functrans.backends.cuda import codegen
 from functrans.backends.cuda.codegen import BLOCK_SIZE, KernelLaunch
+from functrans.backends.cuda.control_flow import ControlLaunch
 from functrans.backends.cuda.scalar_ops import BFLOAT16, storage_dtype
 from functrans.backends.llvm.buffers import ALIGNMENT, plan_buffers
 from functrans.backends.llvm.fusion import Buffer, DotKernel, FallbackStep, inline_calls
@@ -297,6 +300,7 @@ class CudaExecutable:
                 return arena_ptr + self.plan.offsets[buf.id]
             return backend.pointer(array_of(buf))
 
+        const_key = key if key is not None else id(backend)
         for item in self.module.schedule:
             if isinstance(item, KernelLaunch):
                 backend.launch(item, [pointer(b) for b in item.buffers], arena_ptr + scratch_offset)
@@ -304,6 +308,8 @@ class CudaExecutable:
                 _run_dot(xp, item, array_of)
             elif isinstance(item, FallbackStep):
                 self._run_fallback(backend, item, array_of, arrays)
+            elif isinstance(item, ControlLaunch):
+                item.run(backend, array_of, arrays, const_key)
             else:
                 raise NotImplementedError(f"cuda backend: schedule item {item!r}")
 

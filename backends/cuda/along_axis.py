@@ -1,0 +1,145 @@
+"""Kernels that walk one axis per thread: cumulative ops and ``argmax``/``argmin``.
+
+The operand is viewed as ``[outer, n, inner]`` with ``n`` the walked axis; each thread takes
+one ``(outer, inner)`` line and walks its ``n`` elements in order (from the end when
+``reverse``). Neighbouring threads take neighbouring ``inner`` positions, so their loads are
+coalesced whenever the axis is not the last one.
+
+* ``cumsum``, ``cumprod``, ``cummax``, ``cummin``: a running accumulator stored after every
+  element. Narrow types accumulate as reductions do (8/16-bit integers in 32 bits, which
+  wraps to the same result; float16 and bfloat16 in float32, rounded once per stored
+  element, as the reference computes them).
+* ``argmax``/``argmin``: the first position of the extremum; NaN counts as the extremum
+  (the first NaN wins), as in the reference.
+
+    >>> step = lower_along_axis(fallback_step)        # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from functrans.backends.cuda import scalar_ops
+from functrans.backends.llvm.fusion import Buffer, FallbackStep, Step
+
+CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}
+ARG = {"argmax": ">", "argmin": "<"}
+
+
+class AxisStep(Step):
+    """``out = primitive(operand)`` along ``axis``, one thread per line."""
+
+    def __init__(self, name, operand: Buffer, out: Buffer, axis: int, reverse: bool = False):
+        self.prims = (name,)
+        self.name = name
+        self.operand, self.out = operand, out
+        self.axis, self.reverse = axis, reverse
+        shape = operand.shape
+        self.outer = int(np.prod(shape[:axis], dtype=np.int64))
+        self.n = shape[axis]
+        self.inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+
+    @property
+    def lines(self) -> int:
+        return self.outer * self.inner
+
+    def reads(self):
+        return [self.operand]
+
+    def writes(self):
+        return [self.out]
+
+    def describe(self):
+        return (f"{self.name}[axis {self.axis}{', reverse' if self.reverse else ''}] "
+                f"{self.operand!r} -> {self.out!r}")
+
+
+def lower_along_axis(step: FallbackStep) -> AxisStep | None:
+    """An :class:`AxisStep` for a cumulative or arg-extremum fallback step, or None."""
+    eqn = step.eqn
+    name = eqn.primitive.name
+    if name not in CUMULATIVE and name not in ARG:
+        return None
+    if step.outputs[0] is None or not isinstance(step.inputs[0], Buffer):
+        return None
+    operand, out = step.inputs[0], step.outputs[0]
+    if operand.dtype not in scalar_ops.SUPPORTED_DTYPES or out.dtype not in scalar_ops.SUPPORTED_DTYPES:
+        return None
+    if not operand.shape:
+        return None
+    if name in ARG:
+        return AxisStep(name, operand, out, int(eqn.params["axes"][0]))
+    return AxisStep(name, operand, out, int(eqn.params["axis"]), bool(eqn.params["reverse"]))
+
+
+class AxisWriter:
+    """CUDA C for one :class:`AxisStep`."""
+
+    def __init__(self, name: str, step: AxisStep):
+        from functrans.backends.cuda.codegen import KernelLaunch
+        self.name, self.step = name, step
+        self.buffers = [step.out, step.operand]
+        empty = step.lines == 0 or step.n == 0
+        self.launches = [] if empty else [KernelLaunch(name, step, self.buffers, "loop", step.lines)]
+
+    def _walk(self) -> list:
+        """Statements of the body after ``base`` (the line's first element) is defined."""
+        from functrans.backends.cuda.codegen import (accumulator_dtype, buffer_name, combine_expr,
+                                                     identity_literal, load_expr, store_statement)
+        step = self.step
+        n, inner = step.n, step.inner
+        dtype = step.operand.dtype
+        position = "(n - 1 - k)" if step.reverse else "k"
+        element = f"base + {position} * {inner}LL"
+        if step.name in CUMULATIVE:
+            monoid = CUMULATIVE[step.name]
+            acc = accumulator_dtype(dtype)
+            acc_t = scalar_ops.reg_type(acc)
+            cast_value = f"({acc_t}){load_expr(step.operand, 'i')}"
+            stored = "acc" if scalar_ops.is_low_precision(dtype) else \
+                f"({scalar_ops.reg_type(step.out.dtype)})acc"
+            return [f"  const long long n = {n}LL;",
+                    f"  {acc_t} acc = {identity_literal(monoid, dtype)};",
+                    "  for (long long k = 0; k < n; ++k) {",
+                    f"    const long long i = {element};",
+                    f"    acc = {combine_expr(monoid, dtype, 'acc', cast_value)};",
+                    "  " + store_statement(step.out, "i", stored),
+                    "  }"]
+        op = ARG[step.name]
+        rt = scalar_ops.reg_type(dtype)
+        better = f"v {op} best"
+        if scalar_ops.is_float(dtype):
+            better = f"({better}) || (v != v && best == best)"  # the first NaN wins
+        out_t = scalar_ops.reg_type(step.out.dtype)
+        later = f"base + k * {inner}LL"
+        return [f"  const long long n = {n}LL;",
+                f"  {rt} best = {load_expr(step.operand, 'base')};",
+                "  long long where = 0;",
+                "  for (long long k = 1; k < n; ++k) {",
+                f"    const {rt} v = {load_expr(step.operand, later)};",
+                f"    if ({better}) {{ best = v; where = k; }}",
+                "  }",
+                f"  {buffer_name(step.out)}[line] = ({out_t})where;"]
+
+    def device_source(self) -> str:
+        from functrans.backends.cuda.codegen import BLOCK_SIZE, _args, _grid_stride, _params
+        step = self.step
+        if not self.launches:
+            return f"// {self.name}: {step.name} of an empty array: nothing to do\n"
+        params = _params(self.buffers, [step.out])
+        return "\n".join([
+            f"// {self.name}: {step.describe()}, {step.lines} lines of {step.n}",
+            f"__host__ __device__ inline void {self.name}_body(long long line, {params}) {{",
+            f"  const long long base = (line / {step.inner}LL) * {step.n * step.inner}LL + "
+            f"line % {step.inner}LL;",
+            *self._walk(), "}",
+            f'extern "C" __global__ void __launch_bounds__({BLOCK_SIZE}) {self.name}({params}) {{',
+            _grid_stride("line", step.lines, f"    {self.name}_body(line, {_args(self.buffers)});"),
+            "}", ""])
+
+    def host_source(self) -> str:
+        from functrans.backends.cuda.codegen import _host_args
+        if not self.launches:
+            return ""
+        return (f'extern "C" void host_{self.name}(void** p) {{\n'
+                f"  for (long long line = 0; line < {self.step.lines}LL; ++line)\n"
+                f"    {self.name}_body(line, {_host_args(self.buffers, [self.step.out])});\n}}\n")

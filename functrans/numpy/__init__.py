@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as _np
 
 from functrans.numpy import _indexing  # noqa: F401
+from functrans.numpy import fft  # noqa: F401
 from functrans.numpy import linalg  # noqa: F401
 from functrans.numpy._array_info import (  # noqa: F401
     apply_along_axis, apply_over_axes, array_equal, array_equiv, can_cast, finfo, iinfo,

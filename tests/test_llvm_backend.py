@@ -365,6 +365,32 @@ def test_dot_general(dtype):
         assert_close(np.asarray(out), expected, 1e-5, 1e-4, what=f"dot case {i}: {spec}")
 
 
+# products large enough to be split across the thread pool (codegen.gemm_split), every layout
+SPLIT_GEMMS = [
+    ("n", (128, 300), (300, 640), "ij,jk->ik"),        # columns of C, B as stored
+    ("n", (128, 300), (640, 300), "ij,kj->ik"),        # columns of C, B transposed
+    ("m", (700, 200), (200, 130), "ij,jk->ik"),        # rows of C, A as stored
+    ("m", (200, 700), (200, 130), "ji,jk->ik"),        # rows of C, A transposed
+    ("m", (515, 257), (257, 300), "ij,jk->ik"),        # an uneven last chunk
+    ("batch", (8, 128, 160), (8, 160, 128), "bij,bjk->bik"),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_split_matrix_products(dtype, x64):
+    rng = np.random.default_rng(6)
+    for axis, ls, rs, spec in SPLIT_GEMMS:
+        lhs, rhs = rng.normal(size=ls).astype(dtype), rng.normal(size=rs).astype(dtype)
+        fn = functrans.jit(lambda a, b, spec=spec: jnp.einsum(spec, a, b), backend="llvm")
+        step = next(s for s in fn.lower(lhs, rhs).compile()._executable.program.steps
+                    if isinstance(s, fusion.DotKernel))
+        split, chunks = codegen.gemm_split(step)
+        assert (split, chunks > 1) == (axis, True), (spec, split, chunks)
+        expected = np.einsum(spec, lhs.astype(np.float64), rhs.astype(np.float64)).astype(dtype)
+        tol = 1e-4 if dtype == "float32" else 1e-10
+        assert_close(np.asarray(fn(lhs, rhs)), expected, tol, tol * ls[-1], what=spec)
+
+
 def test_dot_with_fused_operands_and_grad():
     rng = np.random.default_rng(5)
     w = rng.normal(size=(6, 4)).astype(np.float32)

@@ -179,6 +179,57 @@ def _load_cython_blas():
         return blas
 
 
+_gemm_registered = False
+
+
+def register_gemm_symbols() -> None:
+    """Register what split matrix products call (see :func:`gemm_split`): ``ft_gemm_for``
+    runs the chunks on the thread pool, and ``ft_blas_threads_local`` is OpenBLAS's
+    ``openblas_set_num_threads_local`` (the calling thread's BLAS thread count), so each
+    chunk's BLAS call stays on its thread. A BLAS without that function keeps its own
+    threads: the chunks then run one after another on the calling thread."""
+    global _gemm_registered
+    if _gemm_registered:
+        return
+    register_blas_symbols()
+    local_threads = _blas_local_threads_address()
+    if local_threads is not None and thread_pool.num_threads() > 1:
+        thread_pool.ensure_started()
+        llvm.add_symbol(GEMM_FOR_SYMBOL, thread_pool._state["address"])
+        llvm.add_symbol(BLAS_THREADS_SYMBOL, local_threads)
+    else:
+        llvm.add_symbol(GEMM_FOR_SYMBOL, thread_pool.helper_address(thread_pool.SERIAL_SYMBOL))
+        llvm.add_symbol(BLAS_THREADS_SYMBOL,
+                        thread_pool.helper_address(thread_pool.NOOP_THREADS_SYMBOL))
+    _gemm_registered = True
+
+
+def _blas_local_threads_address():
+    """The address of ``openblas_set_num_threads_local`` in the OpenBLAS behind SciPy's
+    BLAS (OpenBLAS >= 0.3.27), or None."""
+    import glob
+    import importlib.util
+    candidates = []
+    try:
+        site = os.path.dirname(os.path.dirname(importlib.util.find_spec("scipy").origin))
+        candidates += sorted(glob.glob(os.path.join(site, "scipy.libs", "*openblas*")))
+        candidates += sorted(glob.glob(os.path.join(site, "scipy", ".dylibs", "*openblas*")))
+    except Exception:  # noqa: BLE001 (no SciPy layout we know)
+        pass
+    if not candidates and os.path.exists("/proc/self/maps"):
+        # a shared OpenBLAS (a distribution's or conda's), not the copy inside NumPy's wheel
+        with open("/proc/self/maps") as maps:
+            candidates = sorted({line.split()[-1] for line in maps
+                                 if "openblas" in line and "numpy" not in line})
+    for path in candidates:
+        try:
+            function = ctypes.CDLL(path).openblas_set_num_threads_local
+        except (OSError, AttributeError):
+            continue
+        return ctypes.cast(function, ctypes.c_void_p).value
+    return None
+
+
 _blas_controller = None
 
 
@@ -204,6 +255,11 @@ def blas_threads(count: int):
 def needs_blas(object_code: bytes) -> bool:
     """Whether compiled code calls the BLAS GEMMs (their names are in its symbol table)."""
     return b"ft_sgemm" in object_code or b"ft_dgemm" in object_code
+
+
+def splits_gemms(object_code: bytes) -> bool:
+    """Whether compiled code runs matrix products in chunks (see :func:`gemm_split`)."""
+    return GEMM_FOR_SYMBOL.encode() in object_code
 
 
 def optimize_and_emit(ir_text: str, names: dict) -> tuple[bytes, str]:
@@ -621,37 +677,96 @@ class ModuleBuilder:
 
     def emit_gemm(self, b, step: DotKernel, a_ptr, b_ptr, c_ptr):
         """Row-major C = op(A) op(B) as the column-major product Cᵀ = op(B)ᵀ op(A)ᵀ: BLAS
-        sees our row-major B as its first operand and A as its second."""
+        sees our row-major B as its first operand and A as its second. A large product is
+        split into chunks (see :func:`gemm_split`) that the thread pool runs, each a
+        single-threaded BLAS call."""
+        axis, chunks = gemm_split(step)
+        if chunks <= 1:
+            self.gemm_calls(b, step, a_ptr, b_ptr, c_ptr, lambda ty, v: self.entry_alloca(b, ty))
+            return
+        self.kernel_count += 1
+        name = f"gemm{self.kernel_count}_chunk"
+        self.names[name] = f"a matrix product {step.describe()}"
+        extent = {"batch": step.batch, "m": step.m, "n": step.n}[axis]
+        rows = -(-extent // chunks)
+        chunks = -(-extent // rows)
+        fn = ir.Function(self.module, CHUNK_FN, name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        cb = ir.IRBuilder(fn.append_basic_block("entry"))
+        ctx = cb.bitcast(fn.args[0], I8P.as_pointer())
+        ptrs = [cb.bitcast(cb.load(cb.gep(ctx, [ir.Constant(I64, k)], inbounds=True)), p.type)
+                for k, p in enumerate((a_ptr, b_ptr, c_ptr))]
+        start = cb.mul(fn.args[1], ir.Constant(I64, rows), flags=["nuw", "nsw"])
+        end = cb.add(start, ir.Constant(I64, rows), flags=["nuw", "nsw"])
+        end = cb.select(cb.icmp_signed("<", end, ir.Constant(I64, extent)), end,
+                        ir.Constant(I64, extent))
+        # each chunk is one thread's work: BLAS must not start threads of its own
+        threads = self.math.declare(BLAS_THREADS_SYMBOL, I32, [I32])
+        previous = cb.call(threads, [ir.Constant(I32, 1)])
+        slot = lambda ty, v: cb.alloca(ty)  # noqa: E731 (straight-line entry block)
+        self.gemm_calls(cb, step, *ptrs, slot, split=(axis, start, end))
+        cb.call(threads, [previous])
+        cb.ret_void()
+        ctx_array = self.entry_alloca(b, ir.ArrayType(I8P, 3))
+        for k, p in enumerate((a_ptr, b_ptr, c_ptr)):
+            b.store(b.bitcast(p, I8P), b.gep(ctx_array, [ir.Constant(I32, 0), ir.Constant(I32, k)],
+                                             inbounds=True))
+        gemm_for = self.math.declare(GEMM_FOR_SYMBOL, ir.VoidType(), [I8P, I8P, I64])
+        b.call(gemm_for, [b.bitcast(fn, I8P), b.bitcast(ctx_array, I8P), ir.Constant(I64, chunks)])
+
+    def gemm_calls(self, b, step: DotKernel, a_ptr, b_ptr, c_ptr, new_slot, split=None):
+        """The BLAS call(s) of ``step`` at ``b``: all of it, or with ``split = (axis, start,
+        end)`` (i64 values) the batch elements, rows of C ("m") or columns of C ("n") in
+        ``[start, end)``. ``new_slot(type, None)`` makes a stack slot."""
         ty = F32 if step.out.dtype == np.float32 else F64
         tp = ty.as_pointer()
         i32p = I32.as_pointer()
         gemm = self.math.declare("ft_sgemm" if ty == F32 else "ft_dgemm", ir.VoidType(),
                                  [I8P, I8P, i32p, i32p, i32p, tp, tp, i32p, tp, i32p, tp, tp, i32p])
         m, n, k = step.m, step.n, step.k
-        # Fortran passes every argument by reference: constant stack slots, allocated in the
-        # entry block (a product inside a loop body must not grow the stack per iteration)
+        axis, start, end = split if split is not None else (None, None, None)
+
+        # Fortran passes every argument by reference: stack slots (in the entry block: a
+        # product inside a loop body must not grow the stack per iteration)
         def slot(ty_, value):
-            p = self.entry_alloca(b, ty_)
-            b.store(ir.Constant(ty_, value), p)
+            p = new_slot(ty_, None)
+            b.store(value if isinstance(value, ir.Value) else ir.Constant(ty_, value), p)
             return p
 
-        trans_b = slot(I8, ord("T" if step.rhs_transposed else "N"))
-        trans_a = slot(I8, ord("T" if step.lhs_transposed else "N"))
-        args_const = dict(
-            m=slot(I32, n), n=slot(I32, m), k=slot(I32, k),
+        def i64(v):
+            return ir.Constant(I64, v)
+
+        size = b.trunc(b.sub(end, start), I32) if axis in ("m", "n") else None
+        args = dict(
+            trans_b=slot(I8, ord("T" if step.rhs_transposed else "N")),
+            trans_a=slot(I8, ord("T" if step.lhs_transposed else "N")),
+            m=slot(I32, size if axis == "n" else n), n=slot(I32, size if axis == "m" else m),
+            k=slot(I32, k),
             lda=slot(I32, max(1, k if step.rhs_transposed else n)),
             ldb=slot(I32, max(1, m if step.lhs_transposed else k)),
             ldc=slot(I32, max(1, n)), alpha=slot(ty, 1.0), beta=slot(ty, 0.0))
 
-        def one(bi):
-            a = b.gep(a_ptr, [b.mul(bi, ir.Constant(I64, m * k))]) if bi is not None else a_ptr
-            bb = b.gep(b_ptr, [b.mul(bi, ir.Constant(I64, k * n))]) if bi is not None else b_ptr
-            c = b.gep(c_ptr, [b.mul(bi, ir.Constant(I64, m * n))]) if bi is not None else c_ptr
-            b.call(gemm, [trans_b, trans_a, args_const["m"], args_const["n"], args_const["k"],
-                          args_const["alpha"], bb, args_const["lda"], a, args_const["ldb"],
-                          args_const["beta"], c, args_const["ldc"]])
+        def call(a, bb, c):
+            if axis == "m":  # rows start.. of op(A) and of C
+                a = b.gep(a, [start if step.lhs_transposed else b.mul(start, i64(k))])
+                c = b.gep(c, [b.mul(start, i64(n))])
+            elif axis == "n":  # columns start.. of op(B) and of C
+                bb = b.gep(bb, [b.mul(start, i64(k)) if step.rhs_transposed else start])
+                c = b.gep(c, [start])
+            b.call(gemm, [args["trans_b"], args["trans_a"], args["m"], args["n"], args["k"],
+                          args["alpha"], bb, args["lda"], a, args["ldb"], args["beta"], c,
+                          args["ldc"]])
 
-        if step.batch == 1:
+        def one(bi):
+            if bi is None:
+                return call(a_ptr, b_ptr, c_ptr)
+            call(b.gep(a_ptr, [b.mul(bi, i64(m * k))]), b.gep(b_ptr, [b.mul(bi, i64(k * n))]),
+                 b.gep(c_ptr, [b.mul(bi, i64(m * n))]))
+
+        if axis == "batch":
+            self.loop(b, step.batch, one, name="batch", bounds=(start, end))
+        elif step.batch == 1:
             one(None)
         else:
             self.loop(b, step.batch, one, name="batch")
@@ -678,6 +793,32 @@ class ModuleBuilder:
         self.loop_nest(b, [step.batch, m, k, n], body)
 
 
+
+
+# A matrix product is split across the thread pool (each chunk a single-threaded BLAS call,
+# claimed dynamically, so a preempted thread delays one chunk, not half the product) when it
+# has at least two chunks of GEMM_CHUNK_FLOPS; a split of rows or columns keeps at least
+# GEMM_CHUNK_EXTENT of them per chunk, so re-packing the other operand stays cheap.
+GEMM_CHUNK_FLOPS = 1 << 23
+GEMM_CHUNK_EXTENT = 128
+GEMM_MAX_CHUNKS = 16
+GEMM_FOR_SYMBOL = "ft_gemm_for"
+BLAS_THREADS_SYMBOL = "ft_blas_threads_local"
+
+
+def gemm_split(step: DotKernel) -> tuple:
+    """``(axis, chunks)``: how a product is split, over "batch" elements, rows of C ("m") or
+    columns of C ("n") (the longer side: each chunk re-packs the other operand); ``chunks``
+    is 1 for a product run by one BLAS call."""
+    flops = 2 * step.batch * step.m * step.n * step.k
+    by_flops = min(flops // GEMM_CHUNK_FLOPS, GEMM_MAX_CHUNKS)
+    if by_flops < 2:
+        return None, 1
+    if step.batch > 1:
+        return "batch", int(min(step.batch, by_flops))
+    axis, extent = ("n", step.n) if step.n >= step.m else ("m", step.m)
+    chunks = min(extent // GEMM_CHUNK_EXTENT, by_flops)
+    return (axis, int(chunks)) if chunks >= 2 else (None, 1)
 
 
 def parallel_chunks(step) -> int:

@@ -122,6 +122,8 @@ def _load_object(obj: bytes, names):
     import llvmlite.binding as llvm
     if codegen.needs_blas(obj):
         codegen.register_blas_symbols()
+    if codegen.splits_gemms(obj):
+        codegen.register_gemm_symbols()
     if thread_pool.SYMBOL.encode() in obj:
         thread_pool.ensure_started()  # only programs with parallel loops need the workers
     with codegen._llvm_lock:

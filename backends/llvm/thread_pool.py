@@ -45,6 +45,8 @@ CHUNK_FN = ir.FunctionType(VOID, [I8P, I64])
 
 SYMBOL = "ft_parallel_for"
 RESERVE_SYMBOL = "ft_pool_reserve"
+SERIAL_SYMBOL = "ft_serial_for"
+NOOP_THREADS_SYMBOL = "ft_blas_threads_noop"
 _NO_CHUNK = 0xFFFFFFFF  # the low half of the counter while a job is being published
 _WORKER_SPINS = 4000  # pause instructions a worker spins before sleeping (~0.1 ms)
 _CALLER_SPINS = 200000  # the caller waits for the last chunks a little longer
@@ -325,14 +327,21 @@ def _build_module(triple: str) -> str:
     b.store_atomic(ir.Constant(I32, 0), busy, "release", 4)
     b.ret(ir.Constant(I32, 1))
 
+    _add_serial_helpers(m)
     return str(m)
 
 
-def _build_serial_module(triple: str) -> str:
-    """``ft_parallel_for`` as a plain loop, and a ``ft_pool_start`` that starts nothing."""
-    m = ir.Module(name="functrans_serial_pool")
-    m.triple = triple
-    pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=SYMBOL)
+def _add_serial_helpers(m: ir.Module) -> None:
+    """``ft_serial_for`` (``ft_parallel_for`` as a plain loop on the calling thread) and
+    ``ft_blas_threads_noop`` (takes a thread count, returns 0), for products whose BLAS
+    threads cannot be set per thread (see ``codegen.register_gemm_symbols``)."""
+    _serial_loop(m, SERIAL_SYMBOL)
+    noop = ir.Function(m, ir.FunctionType(I32, [I32]), name=NOOP_THREADS_SYMBOL)
+    ir.IRBuilder(noop.append_basic_block("entry")).ret(ir.Constant(I32, 0))
+
+
+def _serial_loop(m: ir.Module, name: str) -> None:
+    pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=name)
     b = ir.IRBuilder(pf.append_basic_block("entry"))
     head, body, done = (pf.append_basic_block(n) for n in ("head", "body", "done"))
     b.branch(head)
@@ -346,6 +355,14 @@ def _build_serial_module(triple: str) -> str:
     b.branch(head)
     b.position_at_end(done)
     b.ret_void()
+
+
+def _build_serial_module(triple: str) -> str:
+    """``ft_parallel_for`` as a plain loop, and a ``ft_pool_start`` that starts nothing."""
+    m = ir.Module(name="functrans_serial_pool")
+    m.triple = triple
+    _serial_loop(m, SYMBOL)
+    _add_serial_helpers(m)
     start = ir.Function(m, ir.FunctionType(I32, [I32]), name="ft_pool_start")
     ir.IRBuilder(start.append_basic_block("entry")).ret(ir.Constant(I32, 0))
     reserve = ir.Function(m, ir.FunctionType(I32, [I32]), name=RESERVE_SYMBOL)
@@ -373,13 +390,15 @@ def ensure_started() -> None:
         engine = _engine_for(text, tm)
         address = engine.get_function_address(SYMBOL)
         llvm.add_symbol(SYMBOL, address)
+        helpers = {name: engine.get_function_address(name)
+                   for name in (SERIAL_SYMBOL, NOOP_THREADS_SYMBOL)}
         start = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(engine.get_function_address("ft_pool_start"))
         reserve = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(
             engine.get_function_address(RESERVE_SYMBOL))
         # The workers run this engine's code until the process exits: it must never be freed
         # (not even by interpreter shutdown), so it holds one reference nobody will drop.
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(engine))
-        _state.update(engine=engine, address=address, start=start, reserve=reserve)
+        _state.update(engine=engine, address=address, start=start, reserve=reserve, **helpers)
         _state["workers"] = start(num_threads() - 1)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_restart_after_fork)
@@ -407,6 +426,12 @@ def _engine_for(text: str, tm):
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
     return engine
+
+
+def helper_address(name: str) -> int:
+    """The address of ``SERIAL_SYMBOL`` or ``NOOP_THREADS_SYMBOL`` (the pool is started)."""
+    ensure_started()
+    return _state[name]
 
 
 def _restart_after_fork() -> None:

@@ -125,7 +125,12 @@ def check_vjp(f: Callable, args: Sequence, atol=None, rtol=None, eps=None, rng=N
     out, f_vjp = vjp(f, *args)
     cotangent = tree_util.tree_map(lambda o: _rand_like(rng, o), out)
     tangents = [_rand_like(rng, a) for a in args]
-    cts_in = f_vjp(cotangent)
+    # Complex cotangents follow JAX's convention (a VJP transposes without conjugating), so
+    # the adjoint that pairs with the real inner product is conj(vjp(conj(ct))).
+    def conj(tree):
+        return tree_util.tree_map(
+            lambda x: np.conj(_as_np(x)) if np.iscomplexobj(_as_np(x)) else x, tree)
+    cts_in = conj(f_vjp(conj(cotangent)))
     jvp_num = numerical_jvp(f, args, tangents, eps)
     lhs = _inner(cotangent, jvp_num)
     rhs = _inner(cts_in, tangents)

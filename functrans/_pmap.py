@@ -19,6 +19,13 @@ Results come back as a :class:`ShardedArray`: one buffer per device, shape
 ``(num_devices, ...)``, joined into one array only when needed (``np.asarray``, printing,
 indexing); passing it to another ``pmap`` hands each device its own buffer without a copy.
 
+Where buffers live is the job of a *placement* chosen by the devices' platform: on CPU
+devices (:class:`_HostPlacement`) they are NumPy arrays and collectives run the primitives'
+``group_impl``; on GPUs the cuda backend's ``pmap_support`` module keeps every member's
+values on its own GPU and carries collectives with NCCL (see docs/gpu.md). The placement is
+found by name, ``functrans.backends.<backend>.pmap_support``, so this module imports no
+backend.
+
 Under another transform (``grad``, ``vmap``, ``jit`` of a pmapped function), pmap has the
 same meaning as ``vmap`` with the same ``axis_name`` (the collectives have the same
 semantics under both), so a pmapped function called with traced arguments is evaluated as
@@ -77,7 +84,9 @@ class ShardedArray(Array):
     __slots__ = ("_shards", "_shard_aval", "_shard_devices")
 
     def __init__(self, shards, shard_aval: ShapedArray, devices, weak_type: bool = False):
-        self._shards = [np.asarray(s) for s in shards]
+        # A shard is a NumPy array (a CPU device) or an Array that lives on its device (a
+        # GpuArray), kept as it is so that a later pmap takes it without a copy.
+        self._shards = [s if _is_device_array(s) else np.asarray(s) for s in shards]
         self._shard_aval = shard_aval
         self._shard_devices = list(devices)
         self.weak_type = weak_type
@@ -88,7 +97,7 @@ class ShardedArray(Array):
     def _value(self):
         value = _array_value_slot.__get__(self)
         if value is None:
-            value = np.stack(self._shards) if self._shards else \
+            value = np.stack([_host_value(s) for s in self._shards]) if self._shards else \
                 np.zeros((0,) + self._shard_aval.shape, self._shard_aval.dtype)
             value.flags.writeable = False
             _array_value_slot.__set__(self, value)
@@ -114,14 +123,23 @@ class ShardedArray(Array):
     def devices(self) -> set:
         return set(self._shard_devices)
 
+    def _shard_array(self, s, device) -> Array:
+        return s if _is_device_array(s) else Array(s, self.weak_type, device)
+
     @property
     def device_buffers(self) -> list:
-        return [Array(s, self.weak_type, d) for s, d in zip(self._shards, self._shard_devices)]
+        return [self._shard_array(s, d) for s, d in zip(self._shards, self._shard_devices)]
 
     @property
     def addressable_shards(self) -> list:
-        return [Shard(d, i, Array(s, self.weak_type, d))
+        return [Shard(d, i, self._shard_array(s, d))
                 for i, (s, d) in enumerate(zip(self._shards, self._shard_devices))]
+
+    def block_until_ready(self) -> "ShardedArray":
+        for s in self._shards:
+            if _is_device_array(s):
+                s.block_until_ready()
+        return self
 
     def __repr__(self):
         prefix = "ShardedArray("
@@ -130,13 +148,29 @@ class ShardedArray(Array):
         return f"{prefix}{body}, dtype={self.dtype.name}{weak})"
 
 
+def _is_device_array(x) -> bool:
+    """An Array whose buffer lives on a device other than the host (a GpuArray)."""
+    return isinstance(x, Array) and x._platform != "cpu"
+
+
+def _host_value(x) -> np.ndarray:
+    return x._value if isinstance(x, Array) else x
+
+
 def _leaf_value(x) -> np.ndarray:
     return core.to_numpy(x, get_aval(x))
 
 
+def _put_everywhere(placement, leaf, aval) -> list:
+    """``leaf`` as one shard per device of ``placement`` (a device array already on its
+    device is kept as it is)."""
+    value = leaf if _is_device_array(leaf) else _leaf_value(leaf)
+    return [placement.put(m, value, aval) for m in range(len(placement.devices))]
+
+
 def device_put_replicated(x, devices):
     """A copy of every array of the pytree ``x`` on each device: leaves of shape
-    ``(len(devices), *x.shape)``, ready for ``pmap``.
+    ``(len(devices), *x.shape)``, ready for ``pmap`` (on GPUs, one GPU buffer per device).
 
         >>> import functrans, numpy as np
         >>> r = functrans.device_put_replicated(np.float32(2.0), functrans.local_devices())
@@ -146,11 +180,12 @@ def device_put_replicated(x, devices):
     devices = list(devices)
     if not devices:
         raise ValueError("device_put_replicated: `devices` must be a non-empty list")
+    placement = _placement_for(devices)
 
     def put(leaf):
         aval = get_aval(leaf)
-        value = _leaf_value(leaf)
-        return ShardedArray([value] * len(devices), aval, devices, aval.weak_type)
+        return ShardedArray(_put_everywhere(placement, leaf, aval), aval, devices,
+                            aval.weak_type)
 
     return tree_util.tree_map(put, x)
 
@@ -172,6 +207,7 @@ def device_put_sharded(shards, devices):
                          "give one shard per device")
     if not shards:
         raise ValueError("device_put_sharded: `shards` must be a non-empty list")
+    placement = _placement_for(devices)
     trees = [tree_util.tree_flatten(s) for s in shards]
     treedef = trees[0][1]
     for i, (_, td) in enumerate(trees):
@@ -186,8 +222,9 @@ def device_put_sharded(shards, devices):
             if (a.shape, a.dtype) != (avals[0].shape, avals[0].dtype):
                 raise ValueError(f"device_put_sharded: shards differ in shape or dtype: shard 0 "
                                  f"is {avals[0].str_short()}, shard {i} is {a.str_short()}")
-        leaves_out.append(ShardedArray([_leaf_value(x) for x in column], avals[0], devices,
-                                       avals[0].weak_type))
+        on_devices = [placement.put(m, x if _is_device_array(x) else _leaf_value(x), avals[0])
+                      for m, x in enumerate(column)]
+        leaves_out.append(ShardedArray(on_devices, avals[0], devices, avals[0].weak_type))
     return tree_util.tree_unflatten(treedef, leaves_out)
 
 
@@ -228,11 +265,11 @@ _workers_lock = threading.Lock()
 _execution_lock = threading.Lock()
 
 
-class _DeviceContext(threading.local):
+class _ThreadDevice(threading.local):
     index: int | None = None
 
 
-_device_context = _DeviceContext()
+_device_context = _ThreadDevice()
 
 
 def current_device_index() -> int | None:
@@ -283,8 +320,10 @@ class _Rendezvous:
     """Where the device threads of one pmap call meet for each collective. The last thread
     to arrive computes every member's result (across processes with MPI)."""
 
-    def __init__(self, num_local: int, process_offset: int, what: str):
+    def __init__(self, num_local: int, process_offset: int, what: str, compute=None):
         self._cond = threading.Condition()
+        # compute(primitive, params, local_inputs, offset) -> every local member's result
+        self._compute = compute or _compute_collective
         self._num_local = num_local
         self._offset = process_offset
         self._what = what
@@ -306,7 +345,7 @@ class _Rendezvous:
         self._cond.notify_all()
         raise error
 
-    def exchange(self, member: int, primitive, params: dict, value: np.ndarray) -> np.ndarray:
+    def exchange(self, member: int, primitive, params: dict, value):
         with self._cond:
             if self._error is not None:
                 raise _PeerFailed(f"{self._what}: another device failed") from self._error
@@ -321,7 +360,7 @@ class _Rendezvous:
             self._arrived += 1
             if self._arrived == self._num_local:
                 try:
-                    results = _compute_collective(primitive, params, self._inputs, self._offset)
+                    results = self._compute(primitive, params, self._inputs, self._offset)
                 except BaseException as err:
                     self._fail(err)
                 self._results = results
@@ -364,18 +403,153 @@ def _compute_collective(primitive, params, local_inputs: list, offset: int) -> l
 class _DeviceContext:
     """What a collective executed by one device thread needs to know."""
 
-    __slots__ = ("axis_name", "axis_size", "axis_index", "member", "rendezvous")
+    __slots__ = ("axis_name", "axis_size", "axis_index", "member", "rendezvous", "placement")
 
-    def __init__(self, axis_name, axis_size, axis_index, member, rendezvous):
+    def __init__(self, axis_name, axis_size, axis_index, member, rendezvous, placement=None):
         self.axis_name = axis_name
         self.axis_size = axis_size
         self.axis_index = axis_index
         self.member = member
         self.rendezvous = rendezvous
+        self.placement = placement
 
     def collective(self, primitive, args, params):
-        value = np.asarray(args[0])
+        if self.placement is None:
+            value = np.asarray(args[0])
+        else:
+            value = self.placement.exchange_value(self.member, args[0])
         return self.rendezvous.exchange(self.member, primitive, params, value)
+
+
+# =============================================================================================
+# Placements: where each member's buffers live, and who computes the collectives
+# =============================================================================================
+
+
+class _HostPlacement:
+    """Member values are NumPy arrays in this process, and collectives are the primitives'
+    ``group_impl`` (with MPI across processes). The placement of CPU devices, and of any
+    devices when a program must run on the host (collectives inside control flow): then
+    ``outputs``, the devices' own placement, receives the outputs.
+
+    A placement for other devices (``pmap_support.pmap_placement(devices)`` of a backend)
+    has the same methods."""
+
+    def __init__(self, devices, outputs=None):
+        self.devices = list(devices)
+        self._outputs = outputs
+
+    def prepare(self, needs_collectives: bool) -> None:
+        """Called before the device threads start (e.g. to make a communicator)."""
+
+    def put(self, member: int, x, aval=None) -> np.ndarray:
+        """``x`` as one of ``member``'s values (no copy when it already is one)."""
+        return x if isinstance(x, np.ndarray) else core.to_numpy(x, aval)
+
+    def to_host(self, member: int, x) -> np.ndarray:
+        return np.asarray(_host_value(x))
+
+    def run_segment(self, member: int, executable, args: list, out_avals) -> list:
+        return executable(*args)
+
+    def exchange_value(self, member: int, x):
+        """What ``member`` hands to the rendezvous for a collective over ``x``."""
+        return np.asarray(_host_value(x))
+
+    def collective(self, primitive, params: dict, values: list, process_offset: int):
+        """Every local member's result on the device, or None: computed on host copies."""
+        return None
+
+    def collective_result(self, member: int, x, aval):
+        return np.asarray(x, dtype=aval.dtype)
+
+    def output_shard(self, member: int, x, aval):
+        value = np.asarray(x, dtype=aval.dtype)
+        if self._outputs is None:
+            return value
+        return self._outputs.output_shard(member, value, aval)
+
+
+def _compute_with(placement):
+    """The rendezvous's computation for ``placement``: on the devices where it can, else the
+    reference semantics on host copies, the results put back on each member's device."""
+
+    def compute(primitive, params, values, offset):
+        results = placement.collective(primitive, params, values, offset)
+        if results is not None:
+            return results
+        hosts = [placement.to_host(m, v) for m, v in enumerate(values)]
+        results = _compute_collective(primitive, params, hosts, offset)
+        return [placement.put(m, r) for m, r in enumerate(results)]
+
+    return compute
+
+
+_placements: dict = {}
+
+
+def register_placement(platform: str, factory: Callable) -> None:
+    """``factory(devices)`` makes the placement of a pmap over ``platform`` devices. Backends
+    need not call this: a module ``functrans.backends.<name>.pmap_support`` with a
+    ``pmap_placement(devices)`` function is found on first use."""
+    _placements[platform] = factory
+
+
+def _placement_factory(platform: str) -> Callable:
+    factory = _placements.get(platform)
+    if factory is None:
+        import importlib
+        for backend in _backends.backends().values():
+            if backend.platform != platform:
+                continue
+            try:
+                module = importlib.import_module(f"functrans.backends.{backend.name}.pmap_support")
+            except ModuleNotFoundError:
+                continue
+            factory = _placements[platform] = module.pmap_placement
+            break
+    if factory is None:
+        raise NotImplementedError(f"pmap over {platform} devices: no backend provides "
+                                  f"pmap support for the platform {platform!r}")
+    return factory
+
+
+def _placement_for(devices):
+    """The placement of a pmap (or ``device_put_sharded``) over ``devices``."""
+    platform = _platform_of(devices)
+    if platform == "cpu":
+        return _HostPlacement(devices)
+    return _placement_factory(platform)(devices)
+
+
+def _platform_of(devices) -> str:
+    platforms = sorted({d.platform for d in devices})
+    if len(platforms) != 1:
+        raise ValueError(f"pmap: the devices must all be of one platform, got {platforms}")
+    return platforms[0]
+
+
+def _backend_platform(backend) -> str | None:
+    """The platform whose devices a ``pmap(backend=...)`` runs on (None: the default)."""
+    if backend is None:
+        return None
+    return _backends._PLATFORMS.get(backend) or _backends.get_backend(backend).platform
+
+
+def _compile_backend(requested, platform: str) -> str:
+    """The backend that compiles the segments for devices of ``platform``: the one asked for,
+    else the configured default when it compiles for that platform, else the platform's
+    preferred backend."""
+    if requested is not None:
+        found = _backends.get_backend(requested).platform
+        if found != platform:
+            raise ValueError(f"pmap: backend={requested!r} compiles for {found} devices but "
+                             f"the devices are {platform} devices")
+        return requested
+    default = _backends.get_backend()
+    if default.platform == platform:
+        return default.name
+    return _backends.get_backend(platform).name
 
 
 # =============================================================================================
@@ -433,12 +607,13 @@ def _inline_jit_calls(eqns, subst, out_eqns, constvars, consts):
 
 
 class _Segment:
-    __slots__ = ("inputs", "outputs", "executable")
+    __slots__ = ("inputs", "outputs", "executable", "out_avals")
 
     def __init__(self, inputs, outputs, executable):
         self.inputs = inputs
         self.outputs = outputs
         self.executable = executable
+        self.out_avals = [v.aval for v in outputs]
 
 
 def _literal_value(v: Literal) -> np.ndarray:
@@ -449,7 +624,7 @@ class _PmapProgram:
     """The staged per-device program of one pmap signature, cut at its collectives."""
 
     def __init__(self, closed: ClosedJaxpr, axis_name, global_size: int, backend,
-                 signature: str):
+                 signature: str, devices=None):
         self.closed = closed
         self.axis_name = axis_name
         self.global_size = global_size
@@ -461,18 +636,29 @@ class _PmapProgram:
         self.invars = list(jaxpr.invars)
         self.outvars = [_read_subst(subst, v) for v in jaxpr.outvars]
         self.const_env = {id(v): core.to_numpy(c) for v, c in zip(constvars, consts)}
+        self._const_avals = {id(v): v.aval for v in constvars}
+        devices = list(devices or [])
+        platform = _platform_of(devices) if devices else "cpu"
         nested = any(not collectives.is_collective(e.primitive) and
                      any(_has_collective(j) for j in _sub_jaxprs(e)) for e in eqns)
         if nested:
             # A collective inside a loop or branch: run the whole program on the reference
-            # backend, whose collective impls meet at the rendezvous wherever they occur.
+            # backend, whose collective impls meet at the rendezvous wherever they occur. On
+            # any devices this runs on host copies (outputs are put back on the devices).
             from functrans._jit import compile_closed
+            self.placement = _HostPlacement(
+                devices, None if platform == "cpu" else _placement_for(devices))
             inputs = list(constvars) + self.invars
             outputs = [v for v in self.outvars if isinstance(v, Var)]
             whole = ClosedJaxpr(Jaxpr([], inputs, outputs, eqns), [])
             self.steps = [_Segment(inputs, outputs, compile_closed(whole, "reference"))]
         else:
-            self.steps = self._plan(eqns, backend)
+            self.placement = _placement_for(devices) if devices else _HostPlacement(devices)
+            self.steps = self._plan(eqns, _compile_backend(backend, platform))
+        self._needs_collectives = nested or any(
+            not isinstance(s, _Segment) and s.invars for s in self.steps)
+        # each member's constants, put on its device once (on the host: the arrays as they are)
+        self._member_consts: dict = {}
 
     def _plan(self, eqns, backend) -> list:
         from functrans._jit import compile_closed
@@ -516,10 +702,19 @@ class _PmapProgram:
         steps.reverse()
         return steps
 
-    def run_member(self, inputs: list, context: _DeviceContext) -> list:
-        env = dict(self.const_env)
+    def _constants(self, member: int) -> dict:
+        consts = self._member_consts.get(member)
+        if consts is None:
+            put = self.placement.put
+            consts = self._member_consts[member] = {
+                k: put(member, c, self._const_avals[k]) for k, c in self.const_env.items()}
+        return consts
+
+    def run_member(self, member: int, inputs: list, context: _DeviceContext) -> list:
+        placement = self.placement
+        env = dict(self._constants(member))
         for v, x in zip(self.invars, inputs):
-            env[id(v)] = x
+            env[id(v)] = placement.put(member, x, v.aval)
 
         def read(v):
             return _literal_value(v) if isinstance(v, Literal) else env[id(v)]
@@ -527,13 +722,14 @@ class _PmapProgram:
         with collectives.device_context(context):
             for step in self.steps:
                 if isinstance(step, _Segment):
-                    outs = step.executable(*[read(v) for v in step.inputs])
+                    outs = placement.run_segment(member, step.executable,
+                                                 [read(v) for v in step.inputs], step.out_avals)
                     for v, o in zip(step.outputs, outs):
                         env[id(v)] = o
                 else:
                     out = step.primitive.impl(*[read(v) for v in step.invars], **step.params)
                     (v,) = step.outvars
-                    env[id(v)] = np.asarray(out, dtype=v.aval.dtype)
+                    env[id(v)] = placement.collective_result(member, out, v.aval)
         return [read(v) for v in self.outvars]
 
     def run(self, per_member_inputs: list, process_offset: int) -> list:
@@ -541,21 +737,31 @@ class _PmapProgram:
         what = f"pmap over axis {self.axis_name!r}"
         if distributed.process_count() > 1:
             _check_same_program(self.signature, what)
-        rendezvous = _Rendezvous(len(per_member_inputs), process_offset, what)
+        placement = self.placement
+        rendezvous = _Rendezvous(len(per_member_inputs), process_offset, what,
+                                 _compute_with(placement))
 
         def task(member):
             def run():
                 ctx = _DeviceContext(self.axis_name, self.global_size, process_offset + member,
-                                     member, rendezvous)
+                                     member, rendezvous, placement)
                 try:
-                    return self.run_member(per_member_inputs[member], ctx)
+                    return self.run_member(member, per_member_inputs[member], ctx)
                 except BaseException as err:
                     rendezvous.abort(err)
                     raise
             return run
 
         with _execution_lock:
+            placement.prepare(self._needs_collectives)
             return _run_on_devices([task(m) for m in range(len(per_member_inputs))])
+
+    def output(self, member: int, x, aval):
+        """Member ``member``'s output ``x`` as a shard on its device."""
+        return self.placement.output_shard(member, x, aval)
+
+    def to_host(self, member: int, x) -> np.ndarray:
+        return self.placement.to_host(member, x)
 
 
 def _check_same_program(signature: str, what: str) -> None:
@@ -678,7 +884,10 @@ class PmapFunction:
         """The local devices used, the global axis size and this process's first index."""
         from functrans import _devices
         nproc = distributed.process_count()
-        local = _devices.local_devices()
+        if self._devices is not None and nproc == 1:
+            local = self._devices
+        else:
+            local = _devices.local_devices(backend=_backend_platform(self._backend))
         if nproc > 1:
             if self._devices is not None:
                 raise NotImplementedError("pmap(devices=...) is not supported in a multi-process "
@@ -728,13 +937,19 @@ class PmapFunction:
         outs = program.run(per_member, offset)
         results = []
         for k, (aval, o) in enumerate(zip(program.closed.out_avals, out_axes_flat)):
-            column = [outs[m][k] for m in range(len(devices))]
+            column = [program.output(m, outs[m][k], aval) for m in range(len(devices))]
             if o is None:
-                results.append(Array(np.asarray(column[0], aval.dtype), aval.weak_type))
+                # Unmapped: every member holds the same value; the first device's is returned
+                # (on a GPU, a GpuArray on devices[0]).
+                first = column[0]
+                results.append(first if _is_device_array(first)
+                               else Array(np.asarray(first, aval.dtype), aval.weak_type))
             elif o == 0:
                 results.append(ShardedArray(column, aval, devices, aval.weak_type))
             else:
-                results.append(Array(np.stack(column, axis=o), aval.weak_type))
+                # Mapped along another axis: joined on the host (a host Array).
+                hosts = [program.to_host(m, c) for m, c in enumerate(column)]
+                results.append(Array(np.stack(hosts, axis=o), aval.weak_type))
         return tree_util.tree_unflatten(out_tree, results)
 
     def _build(self, statics, in_tree, avals, global_size, key):
@@ -765,16 +980,20 @@ class PmapFunction:
             normalized.append(o)
         signature = hashlib.sha256(
             (repr(key[:3]) + repr(global_size) + closed.pretty_print()).encode()).hexdigest()
-        program = _PmapProgram(closed, self._axis_name, global_size, self._backend, signature)
+        program = _PmapProgram(closed, self._axis_name, global_size, self._backend, signature,
+                               key[4])
         return program, out_tree, normalized
 
     @staticmethod
     def _shard_inputs(leaves, axes_flat, devices) -> list:
+        """Each member's inputs: NumPy arrays, or arrays already on a device (a shard of a
+        ShardedArray on these devices, a broadcast GpuArray), which the program's placement
+        takes as they are when they are on the member's device."""
         n = len(devices)
         per_member = [[] for _ in range(n)]
         for x, a in zip(leaves, axes_flat):
             if a is None:
-                value = core.to_numpy(x, get_aval(x))
+                value = x if _is_device_array(x) else core.to_numpy(x, get_aval(x))
                 for m in range(n):
                     per_member[m].append(value)
                 continue
@@ -823,6 +1042,12 @@ def pmap(fun: Callable | None = None, axis_name=None, *, in_axes=0, out_axes=0,
     ``functrans.config.update("cpu_device_count", n)``). Inside ``fun``, collectives over
     ``axis_name`` (``lax.psum``, ``lax.pmean``, ``lax.all_gather``, ...) combine the devices'
     values. ``donate_argnums`` is accepted and ignored (inputs are never overwritten).
+
+    On GPUs (``devices=functrans.devices("gpu")``, ``backend="cuda"``, or by default when a
+    GPU is available) each device's values stay on its GPU, the program runs as CUDA kernels
+    and the collectives go through NCCL. Mapped outputs are :class:`ShardedArray`s whose
+    shards are GPU arrays; an ``out_axes=None`` output is the first device's GPU array, and
+    an output mapped along another axis is joined on the host.
 
         >>> import functrans, numpy as np
         >>> from functrans import lax

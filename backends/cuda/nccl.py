@@ -44,21 +44,26 @@ def _nccl():
     return cp, nccl
 
 
+# NumPy dtypes NCCL reduces and moves natively, with the name of their NCCL constant (bool
+# travels as uint8: its bytes are 0 or 1, so max/min over them are or/and). Kept free of CuPy
+# so that pmap's plan of NCCL calls can be checked on any machine.
+NCCL_TYPE_NAMES = {
+    np.dtype(np.int8): "NCCL_INT8", np.dtype(np.uint8): "NCCL_UINT8",
+    np.dtype(np.bool_): "NCCL_UINT8", np.dtype(np.int32): "NCCL_INT32",
+    np.dtype(np.uint32): "NCCL_UINT32", np.dtype(np.int64): "NCCL_INT64",
+    np.dtype(np.uint64): "NCCL_UINT64", np.dtype(np.float16): "NCCL_FLOAT16",
+    np.dtype(np.float32): "NCCL_FLOAT32", np.dtype(np.float64): "NCCL_FLOAT64",
+}
+
+
 def nccl_dtype(dtype) -> int:
-    """The NCCL datatype constant of a NumPy dtype (bool travels as uint8, and bfloat16 as its
-    own type where NCCL has it)."""
+    """The NCCL datatype constant of a NumPy dtype (bool travels as uint8)."""
     _, nccl = _nccl()
-    dtype = np.dtype(dtype)
-    table = {
-        np.dtype(np.int8): nccl.NCCL_INT8, np.dtype(np.uint8): nccl.NCCL_UINT8,
-        np.dtype(np.bool_): nccl.NCCL_UINT8, np.dtype(np.int32): nccl.NCCL_INT32,
-        np.dtype(np.uint32): nccl.NCCL_UINT32, np.dtype(np.int64): nccl.NCCL_INT64,
-        np.dtype(np.uint64): nccl.NCCL_UINT64, np.dtype(np.float16): nccl.NCCL_FLOAT16,
-        np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
-    }
-    if dtype not in table:
-        raise NotImplementedError(f"NCCL collectives: dtype {dtype.name} is not supported")
-    return table[dtype]
+    name = NCCL_TYPE_NAMES.get(np.dtype(dtype))
+    if name is None:
+        raise NotImplementedError(f"NCCL collectives: dtype {np.dtype(dtype).name} is not "
+                                  "supported")
+    return getattr(nccl, name)
 
 
 def nccl_op(op: str) -> int:
@@ -168,7 +173,8 @@ class DeviceGroup:
         for a, device in zip(arrays, self.local_devices):
             if not isinstance(a, cp.ndarray) or a.device.id != device:
                 raise ValueError(f"{what}: the array for GPU {device} must be a CuPy array on it")
-            out.append(cp.ascontiguousarray(a))
+            with cp.cuda.Device(device):  # a copy, if one is needed, runs on the array's GPU
+                out.append(cp.ascontiguousarray(a))
         return cp, out
 
     @staticmethod

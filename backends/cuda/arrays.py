@@ -47,7 +47,9 @@ class GpuDevice(Device):
             host, weak = np.asarray(leaf, dtype=aval.dtype), aval.weak_type
         cp = cupy_module()
         with cp.cuda.Device(self.local_id):
-            buffer = cp.asarray(np.ascontiguousarray(host).view(storage_dtype(host.dtype)))
+            # (ascontiguousarray makes a 0-d array 1-d: the reshape keeps its shape)
+            contiguous = np.ascontiguousarray(host).reshape(host.shape)
+            buffer = cp.asarray(contiguous.view(storage_dtype(host.dtype)))
         return GpuArray(buffer, host.dtype, weak, self)
 
 

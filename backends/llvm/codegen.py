@@ -816,8 +816,9 @@ def gemm_split(step: DotKernel) -> tuple:
         return None, 1
     if step.batch > 1:
         return "batch", int(min(step.batch, by_flops))
-    axis, extent = ("n", step.n) if step.n >= step.m else ("m", step.m)
-    chunks = min(extent // GEMM_CHUNK_EXTENT, by_flops)
+    axis, extent, other = ("n", step.n, step.m) if step.n >= step.m else ("m", step.m, step.n)
+    # each chunk re-packs the other operand (other x k): wider chunks when it is large
+    chunks = min(extent // max(GEMM_CHUNK_EXTENT, other // 4), by_flops)
     return (axis, int(chunks)) if chunks >= 2 else (None, 1)
 
 

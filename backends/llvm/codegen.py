@@ -345,6 +345,7 @@ class ModuleBuilder:
         self.bodies: dict = {}  # id(Body) -> its function
         self.prologues: dict = {}  # function name -> the builder of its entry block
         self.kernel_count = 0
+        self.function_texts: dict = {}  # a function's IR with its name blanked -> function
 
     def build(self) -> str:
         with E.lock:
@@ -352,6 +353,19 @@ class ModuleBuilder:
                 if isinstance(item, Segment):
                     self.build_segment(item)
         return str(self.module)
+
+    def shared(self, fn: ir.Function) -> ir.Function:
+        """``fn``, or an identical function built earlier (then ``fn`` is dropped): kernels
+        repeat (a bias add in each layer, a step's update of each parameter), and LLVM then
+        optimizes and compiles each body once."""
+        key = str(fn).replace(f'@"{fn.name}"', "@", 1)
+        same = self.function_texts.get(key)
+        if same is None:
+            self.function_texts[key] = fn
+            return fn
+        del self.module.globals[fn.name]
+        self.names.pop(fn.name, None)
+        return same
 
     # ---- segments ---------------------------------------------------------------------------
 
@@ -508,7 +522,7 @@ class ModuleBuilder:
         else:
             emit(b, step, ptrs, bounds)
         b.ret_void()
-        return fn, buffers
+        return self.shared(fn), buffers
 
     def call_kernel(self, b: ir.IRBuilder, step, pointer):
         """Run ``step``'s kernel: directly, or in chunks of its outermost loop on the thread
@@ -522,7 +536,9 @@ class ModuleBuilder:
             return
         rows = -(-extent // chunks)
         chunks = -(-extent // rows)
-        chunk_fn = ir.Function(self.module, CHUNK_FN, name=f"{kernel_fn.name}_chunk")
+        self.kernel_count += 1  # a fresh name: the kernel may be shared with another step
+        chunk_fn = ir.Function(self.module, CHUNK_FN,
+                               name=f"{kernel_fn.name}_chunk{self.kernel_count}")
         chunk_fn.linkage = "internal"
         chunk_fn.attributes.add("nounwind")
         cb = ir.IRBuilder(chunk_fn.append_basic_block("entry"))
@@ -535,6 +551,7 @@ class ModuleBuilder:
                         ir.Constant(I64, extent))
         cb.call(kernel_fn, loaded + [start, end])
         cb.ret_void()
+        chunk_fn = self.shared(chunk_fn)
         # the pointers travel to the workers in an array on this thread's stack
         ctx_array = self.entry_alloca(b, ir.ArrayType(I8P, len(args)))
         for k, a in enumerate(args):
@@ -708,6 +725,7 @@ class ModuleBuilder:
         self.gemm_calls(cb, step, *ptrs, slot, split=(axis, start, end))
         cb.call(threads, [previous])
         cb.ret_void()
+        fn = self.shared(fn)
         ctx_array = self.entry_alloca(b, ir.ArrayType(I8P, 3))
         for k, p in enumerate((a_ptr, b_ptr, c_ptr)):
             b.store(b.bitcast(p, I8P), b.gep(ctx_array, [ir.Constant(I32, 0), ir.Constant(I32, k)],

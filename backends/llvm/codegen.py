@@ -144,15 +144,49 @@ def register_blas_symbols() -> None:
     global _blas_registered
     if _blas_registered:
         return
-    blas = _load_cython_blas()
-    get_name = ctypes.pythonapi.PyCapsule_GetName
-    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    for name in ("sgemm", "dgemm"):
-        capsule = blas.__pyx_capi__[name]
-        llvm.add_symbol(f"ft_{name}", get_pointer(capsule, get_name(capsule)))
+    openblas = _scipy_openblas()
+    if openblas is not None and hasattr(openblas, "scipy_sgemm_") and hasattr(openblas, "scipy_dgemm_"):
+        # the library behind SciPy's cython_blas, without importing it (and SciPy)
+        for name in ("sgemm", "dgemm"):
+            address = ctypes.cast(getattr(openblas, f"scipy_{name}_"), ctypes.c_void_p).value
+            llvm.add_symbol(f"ft_{name}", address)
+    else:
+        blas = _load_cython_blas()
+        get_name = ctypes.pythonapi.PyCapsule_GetName
+        get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+        get_pointer.restype, get_pointer.argtypes = (ctypes.c_void_p,
+                                                     [ctypes.py_object, ctypes.c_char_p])
+        for name in ("sgemm", "dgemm"):
+            capsule = blas.__pyx_capi__[name]
+            llvm.add_symbol(f"ft_{name}", get_pointer(capsule, get_name(capsule)))
     _blas_registered = True
+
+
+_openblas_library: list = []
+
+
+def _scipy_openblas():
+    """The OpenBLAS that SciPy's wheels ship (``scipy.libs``), loaded, or None."""
+    if not _openblas_library:
+        import glob
+        import importlib.util
+        found = None
+        try:
+            site = os.path.dirname(os.path.dirname(importlib.util.find_spec("scipy").origin))
+            for folder in ("scipy.libs", os.path.join("scipy", ".dylibs")):
+                for path in sorted(glob.glob(os.path.join(site, folder, "*openblas*"))):
+                    try:
+                        found = ctypes.CDLL(path)
+                        break
+                    except OSError:
+                        continue
+                if found is not None:
+                    break
+        except Exception:  # noqa: BLE001 (no SciPy layout we know)
+            found = None
+        _openblas_library.append(found)
+    return _openblas_library[0]
 
 
 def _load_cython_blas():
@@ -207,26 +241,22 @@ def register_gemm_symbols() -> None:
 def _blas_local_threads_address():
     """The address of ``openblas_set_num_threads_local`` in the OpenBLAS behind SciPy's
     BLAS (OpenBLAS >= 0.3.27), or None."""
-    import glob
-    import importlib.util
-    candidates = []
-    try:
-        site = os.path.dirname(os.path.dirname(importlib.util.find_spec("scipy").origin))
-        candidates += sorted(glob.glob(os.path.join(site, "scipy.libs", "*openblas*")))
-        candidates += sorted(glob.glob(os.path.join(site, "scipy", ".dylibs", "*openblas*")))
-    except Exception:  # noqa: BLE001 (no SciPy layout we know)
-        pass
-    if not candidates and os.path.exists("/proc/self/maps"):
+    libraries = [_scipy_openblas()]
+    if libraries[0] is None and os.path.exists("/proc/self/maps"):
         # a shared OpenBLAS (a distribution's or conda's), not the copy inside NumPy's wheel
         with open("/proc/self/maps") as maps:
-            candidates = sorted({line.split()[-1] for line in maps
-                                 if "openblas" in line and "numpy" not in line})
-    for path in candidates:
-        try:
-            function = ctypes.CDLL(path).openblas_set_num_threads_local
-        except (OSError, AttributeError):
-            continue
-        return ctypes.cast(function, ctypes.c_void_p).value
+            paths = sorted({line.split()[-1] for line in maps
+                            if "openblas" in line and "numpy" not in line})
+        libraries = []
+        for path in paths:
+            try:
+                libraries.append(ctypes.CDLL(path))
+            except OSError:
+                continue
+    for library in libraries:
+        function = getattr(library, "openblas_set_num_threads_local", None)
+        if function is not None:
+            return ctypes.cast(function, ctypes.c_void_p).value
     return None
 
 

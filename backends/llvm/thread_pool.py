@@ -383,11 +383,11 @@ def ensure_started() -> None:
                          "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_broadcast",
                          "pthread_create"):
                 llvm.add_symbol(f"ft_{name}", _libc_symbol(name))
-            text = _build_module(tm.triple)
+            build = _build_module
         except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
             logger.warning("functrans: %s; compiled loops run on one thread", err)
-            text = _build_serial_module(tm.triple)
-        engine = _engine_for(text, tm)
+            build = _build_serial_module
+        engine = _engine_for(build, tm)
         address = engine.get_function_address(SYMBOL)
         llvm.add_symbol(SYMBOL, address)
         helpers = {name: engine.get_function_address(name)
@@ -404,17 +404,19 @@ def ensure_started() -> None:
             os.register_at_fork(after_in_child=_restart_after_fork)
 
 
-def _engine_for(text: str, tm):
-    """A JIT engine running the pool module ``text``; its machine code comes from the
-    on-disk compilation cache when an earlier process compiled it."""
+def _engine_for(build, tm):
+    """A JIT engine running the pool module ``build(triple)``; its machine code comes from
+    the on-disk compilation cache when an earlier process compiled it (the module's text is
+    then not even built: this file's source, in the key, determines it)."""
     import hashlib
 
     from functrans.backends.llvm import cache, codegen
     key = hashlib.sha256("\n".join(["functrans-thread-pool", cache.source_digest(),
-                                     codegen.target_description(), text]).encode()).hexdigest()
+                                     codegen.target_description(), build.__name__]
+                                    ).encode()).hexdigest()
     entry = cache.load(key)
     if entry is None:
-        mod = llvm.parse_assembly(text)
+        mod = llvm.parse_assembly(build(tm.triple))
         mod.verify()
         obj = tm.emit_object(mod)
         cache.store(key, {"object": obj}, {})

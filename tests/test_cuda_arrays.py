@@ -118,3 +118,144 @@ def test_dlpack_and_cuda_array_interface(gpu):
     assert shared.data.ptr == x.device_buffer.data.ptr
     assert cupy.asarray(x).data.ptr == x.device_buffer.data.ptr
     x.block_until_ready()
+
+
+# =============================================================================================
+# The same paths on an emulated GPU (no CuPy needed): GPU arrays are host arrays tagged with
+# a GPU, and the "cuda" backend runs the CPU compiler's code with device-array inputs and
+# outputs, as the real one does. This checks jit's placement logic anywhere.
+# =============================================================================================
+
+from gpu_emulation import EmulatedCupy, EmulatedDeviceArray  # noqa: E402
+
+
+class EmulatedExecutable:
+    """A cuda-backend executable as jit sees it: takes device buffers, returns device
+    buffers (always on the GPU, as compiled for jit), wraps them as GpuArrays."""
+
+    takes_device_buffers = True
+
+    def __init__(self, closed, devices=None):
+        self.cpu = _backends.get_backend("cpu").compile(closed, devices)
+        self.calls = 0
+        EmulatedExecutable.compiled.append(self)
+
+    def __call__(self, *args):
+        self.calls += 1
+        host = [np.asarray(a._checked()) if isinstance(a, EmulatedDeviceArray) else a
+                for a in args]
+        return [EmulatedCupy._new(np.asarray(o)) for o in self.cpu(*host)]
+
+    @staticmethod
+    def wrap_outputs(buffers, avals):
+        from functrans.backends.cuda.arrays import wrap_outputs
+        return wrap_outputs(buffers, avals)
+
+
+@pytest.fixture
+def emulated_gpu(monkeypatch):
+    from functrans.backends import cuda
+    from functrans.backends.cuda import arrays
+    from functrans.backends.cuda.arrays import GpuDevice
+    monkeypatch.setattr(runtime, "cupy_module", lambda: EmulatedCupy)
+    monkeypatch.setattr(arrays, "cupy_module", lambda: EmulatedCupy)
+    monkeypatch.setattr(runtime, "gpu_count", lambda: 2)
+    monkeypatch.setattr(arrays, "_devices_by_ordinal", {})
+    monkeypatch.setitem(_backends._registry, "cuda",
+                        _backends.Backend("cuda", "gpu", EmulatedExecutable, priority=20))
+    monkeypatch.setattr(EmulatedExecutable, "compiled", [], raising=False)
+    devices = [GpuDevice(i, 0, i) for i in range(2)]
+    monkeypatch.setattr(cuda, "gpu_devices", lambda: devices)
+    from functrans import _devices
+    monkeypatch.setitem(_devices._extra_platforms, "gpu", lambda: devices)
+    return devices
+
+
+def test_emulated_device_put_keeps_shape_dtype_and_device(emulated_gpu):
+    from functrans.backends.cuda.arrays import GpuArray
+    gpu = emulated_gpu[1]
+    for value in (np.float32(2.5), np.arange(6, dtype=np.int32).reshape(2, 3),
+                  np.ones((2, 2), functrans.numpy.bfloat16), 3.0):
+        x = functrans.device_put(value, gpu)
+        host = np.asarray(value)
+        assert isinstance(x, GpuArray) and x.device == gpu
+        assert x.device_buffer.gpu == 1
+        assert x.shape == host.shape
+        np.testing.assert_array_equal(np.asarray(x), host.astype(x.dtype))
+    assert functrans.device_put(3.0, gpu).weak_type  # a Python scalar stays weakly typed
+    assert functrans.device_put(x, gpu) is x
+
+
+def test_emulated_jit_runs_where_the_arguments_are(emulated_gpu):
+    from functrans.backends.cuda.arrays import GpuArray
+    gpu = emulated_gpu[0]
+    f = functrans.jit(lambda w, x: (jnp.tanh(x @ w), x.sum()))
+    rng = np.random.default_rng(0)
+    w, x = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    gw, gx = functrans.device_put((w, x), gpu)
+    for _ in range(3):  # trace, then the fast path
+        y, s = f(gw, gx)
+        assert isinstance(y, GpuArray) and isinstance(s, GpuArray)
+        assert y._host is None and y.device_buffer.gpu == 0
+    assert len(EmulatedExecutable.compiled) == 1 and EmulatedExecutable.compiled[0].calls == 3
+    np.testing.assert_allclose(np.asarray(y), np.tanh(x @ w), rtol=1e-5)
+    np.testing.assert_allclose(float(s), x.sum(), rtol=1e-5)
+    assert y.device == gpu  # found from the buffer's GPU
+    # CPU arguments: the CPU compiler, a separate cache entry
+    cpu_y, _ = f(w, x)
+    assert cpu_y._platform == "cpu" and f._cache_size() == 2
+    assert len(EmulatedExecutable.compiled) == 1
+    # results feed back in without copies, and may be mixed with host values
+    z = functrans.jit(lambda a, b: a * b + 1.0)(y, np.float32(2))
+    assert isinstance(z, GpuArray) and y._host is not None  # (read above by np.asarray)
+    np.testing.assert_allclose(np.asarray(z), 2 * np.tanh(x @ w) + 1, rtol=1e-5)
+
+
+def test_emulated_transforms_under_jit_and_eager_ops(emulated_gpu):
+    from functrans.backends.cuda.arrays import GpuArray
+    x = functrans.device_put(np.linspace(-1, 1, 6, dtype=np.float32), emulated_gpu[0])
+    g = functrans.jit(functrans.grad(lambda v: jnp.sum(jnp.sin(v) ** 2)))(x)
+    assert isinstance(g, GpuArray)
+    v = np.linspace(-1, 1, 6)
+    np.testing.assert_allclose(np.asarray(g), 2 * np.sin(v) * np.cos(v), rtol=1e-5, atol=1e-6)
+    rows = functrans.jit(functrans.vmap(jnp.sum))(
+        functrans.device_put(np.arange(6, dtype=np.float32).reshape(2, 3), emulated_gpu[0]))
+    np.testing.assert_array_equal(np.asarray(rows), [3, 12])
+    # an eager op reads the values on the host and returns a CPU array
+    eager = jnp.cos(x)
+    assert eager._platform == "cpu"
+    np.testing.assert_allclose(np.asarray(eager), np.cos(v), rtol=1e-6)
+    # a jit inside a transform of a GPU value is staged, then compiled for the GPU
+    h = functrans.jit(lambda v: functrans.jvp(jnp.sin, (v,), (jnp.ones_like(v),))[1])(x)
+    assert isinstance(h, GpuArray)
+    np.testing.assert_allclose(np.asarray(h), np.cos(v), rtol=1e-5)
+
+
+def test_emulated_gpu_default_platform(emulated_gpu):
+    from functrans.backends.cuda.arrays import GpuArray
+    functrans.config.update("default_backend", "")
+    assert _backends.default_platform() == "gpu"
+    assert functrans.default_device() == emulated_gpu[0]
+    x = functrans.device_put(np.ones(3, np.float32))
+    assert isinstance(x, GpuArray) and x.device == emulated_gpu[0]
+    out = functrans.jit(lambda v: v * 3)(np.ones(3, np.float32))  # host in, GPU out
+    assert isinstance(out, GpuArray)
+    np.testing.assert_array_equal(np.asarray(out), [3, 3, 3])
+    # plain arrays still say they are on the CPU
+    assert jnp.ones(2).device.platform == "cpu"
+    functrans.config.update("default_backend", "cpu")
+    assert functrans.jit(lambda v: v + 1)(np.ones(2, np.float32))._platform == "cpu"
+
+
+def test_emulated_gpu_arrays_pickle_and_explain_moves(emulated_gpu, caplog):
+    import pickle
+    x = functrans.device_put(np.arange(3, dtype=np.float32), emulated_gpu[0])
+    back = pickle.loads(pickle.dumps(x))
+    assert back._platform == "cpu"
+    np.testing.assert_array_equal(np.asarray(back), [0, 1, 2])
+    functrans.config.update("explain_cache_misses", True)
+    f = functrans.jit(lambda v: v + 1)
+    f(np.arange(3, dtype=np.float32))
+    with caplog.at_level("WARNING", logger="functrans"):
+        f(x)
+    assert "moved to another device" in caplog.text

@@ -174,7 +174,7 @@ def wrap_outputs(buffers, avals) -> list:
     host values (a literal output) plain arrays."""
     out = []
     for b, aval in zip(buffers, avals):
-        if isinstance(b, np.ndarray):
+        if type(b) is np.ndarray:
             out.append(core.wrap_array(b, aval))
         else:
             out.append(GpuArray.wrap(b, aval))

@@ -397,6 +397,46 @@ class JitWrapped:
         return len(self._cache)
 
 
+# ---- eager operations on device arrays ---------------------------------------------------------
+
+_device_ops: dict = {}
+_DEVICE_OPS_LIMIT = 4096
+
+
+def _eval_on_device(primitive, args, params):
+    """An eager ``primitive`` on arguments of which one lives on a GPU: a jitted one-equation
+    program, cached per primitive and parameters (jit then compiles it for the GPU, once
+    per signature), so eager code on GPU arrays stays on the GPU. Primitives whose
+    parameters hold programs or functions run on the host instead."""
+    try:
+        key = (primitive, tuple(sorted(params.items())))
+        hash(key)
+    except TypeError:
+        return NotImplemented
+    if any(_holds_code(v) for v in params.values()):
+        return NotImplemented
+    run = _device_ops.get(key)
+    if run is None:
+        if len(_device_ops) >= _DEVICE_OPS_LIMIT:
+            _device_ops.clear()
+
+        def one_op(*xs):
+            return primitive.bind(*xs, **params)
+        one_op.__name__ = primitive.name
+        run = _device_ops[key] = JitWrapped(one_op)
+    return run(*args)
+
+
+def _holds_code(value) -> bool:
+    if isinstance(value, (tuple, list)):
+        return any(_holds_code(v) for v in value)
+    return isinstance(value, (ClosedJaxpr, core.Jaxpr, functools.partial)) or \
+        inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value)
+
+
+core.device_eval = _eval_on_device
+
+
 def _fast_key(args):
     """The signature of positional Array arguments (on a CPU or a GPU), or None if any is
     something else."""

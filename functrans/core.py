@@ -699,8 +699,19 @@ def abstract_eval_checked(primitive, avals, params) -> list:
         raise
 
 
+# Set by functrans._jit: runs one primitive as a compiled program where its arguments are
+# (an eager operation on GPU arrays runs on the GPU). Returns NotImplemented to decline.
+device_eval = None
+
+
 def eval_primitive(primitive, args, params):
     """Compute ``primitive`` on eager values and wrap the results as Arrays."""
+    for a in args:
+        if getattr(a, "_platform", "cpu") != "cpu" and device_eval is not None:
+            out = device_eval(primitive, args, params)
+            if out is not NotImplemented:
+                return out
+            break
     avals = [get_aval(a) for a in args]
     out_avals = abstract_eval_checked(primitive, avals, params)
     if primitive.impl is None:

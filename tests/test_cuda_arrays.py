@@ -221,10 +221,21 @@ def test_emulated_transforms_under_jit_and_eager_ops(emulated_gpu):
     rows = functrans.jit(functrans.vmap(jnp.sum))(
         functrans.device_put(np.arange(6, dtype=np.float32).reshape(2, 3), emulated_gpu[0]))
     np.testing.assert_array_equal(np.asarray(rows), [3, 12])
-    # an eager op reads the values on the host and returns a CPU array
-    eager = jnp.cos(x)
-    assert eager._platform == "cpu"
-    np.testing.assert_allclose(np.asarray(eager), np.cos(v), rtol=1e-6)
+    # eager ops on GPU arrays run on the GPU too, each a one-equation program compiled once
+    compiled = len(EmulatedExecutable.compiled)
+    for _ in range(3):
+        eager = jnp.cos(x) * 2.0
+        assert isinstance(eager, GpuArray) and x._host is None
+    assert len(EmulatedExecutable.compiled) == compiled + 2  # cos, mul
+    np.testing.assert_allclose(np.asarray(eager), 2 * np.cos(v), rtol=1e-6)
+    assert isinstance(x[1:3], GpuArray) and isinstance(x.sum(), GpuArray)
+    np.testing.assert_allclose(float(x.sum()), v.sum(), atol=1e-6)
+    # mixed with host values; an op holding a function (a callback) runs on the host
+    mixed = x + np.ones(6, np.float32)
+    assert isinstance(mixed, GpuArray)
+    seen = []
+    functrans.debug.callback(lambda a: seen.append(np.asarray(a)), x)
+    np.testing.assert_allclose(seen[0], v, rtol=1e-6)
     # a jit inside a transform of a GPU value is staged, then compiled for the GPU
     h = functrans.jit(lambda v: functrans.jvp(jnp.sin, (v,), (jnp.ones_like(v),))[1])(x)
     assert isinstance(h, GpuArray)

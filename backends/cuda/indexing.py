@@ -31,8 +31,8 @@ import numpy as np
 
 from functrans.backends.cuda import scalar_ops
 from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm.fusion import Buffer, FallbackStep
-from functrans.backends.llvm.indexing import SCATTER_COMBINE, ScatterStep, gather_rule
+from functrans.backends.llvm.fusion import FallbackStep
+from functrans.backends.llvm.indexing import ScatterStep, gather_rule, scatter_operands
 
 __all__ = ["gather_rule", "lower_scatter", "ScatterStep", "ScatterWriter"]
 
@@ -46,11 +46,10 @@ def lower_scatter(step: FallbackStep, program=None, target=None) -> ScatterStep 
     """A :class:`ScatterStep` for a scatter fallback step, or None (complex numbers, a
     scalar operand, a dropped result)."""
     eqn = step.eqn
-    if eqn.primitive.name not in SCATTER_COMBINE or step.outputs[0] is None:
+    operands = scatter_operands(step)
+    if operands is None:
         return None
-    if not all(isinstance(x, Buffer) for x in step.inputs):
-        return None
-    operand, indices, updates = step.inputs
+    operand, indices, updates = operands
     if operand.dtype not in scalar_ops.SUPPORTED_DTYPES or indices.dtype.kind not in "iu" \
             or indices.dtype not in scalar_ops.SUPPORTED_DTYPES or not operand.shape:
         return None

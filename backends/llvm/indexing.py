@@ -169,14 +169,23 @@ class ScatterStep(Step):
         mb.loop_nest(b, extents, body)
 
 
-def lower_scatter(step: FallbackStep, program: Program, target):
-    """A :class:`ScatterStep` for a scatter fallback step, or None."""
-    eqn = step.eqn
-    if eqn.primitive.name not in SCATTER_COMBINE or step.outputs[0] is None:
+def scatter_operands(step: FallbackStep):
+    """``(operand, indices, updates)`` buffers of a scatter fallback step whose result is
+    used, or None (another primitive, or an operand that is not a buffer)."""
+    if step.eqn.primitive.name not in SCATTER_COMBINE or step.outputs[0] is None:
         return None
     if not all(isinstance(x, Buffer) for x in step.inputs):
         return None
-    operand, indices, updates = step.inputs
+    return step.inputs
+
+
+def lower_scatter(step: FallbackStep, program: Program, target):
+    """A :class:`ScatterStep` for a scatter fallback step, or None."""
+    eqn = step.eqn
+    operands = scatter_operands(step)
+    if operands is None:
+        return None
+    operand, indices, updates = operands
     if operand.dtype.kind not in "biuf" or not target.dtype_supported(operand.dtype) \
             or indices.dtype.kind not in "iu" or not target.dtype_supported(indices.dtype):
         return None

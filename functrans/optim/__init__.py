@@ -21,7 +21,26 @@ from functrans.optim._transforms import *  # noqa: F401,F403
 from functrans.optim._schedules import *  # noqa: F401,F403
 from functrans.optim._accumulation import *  # noqa: F401,F403
 from functrans.optim._aliases import *  # noqa: F401,F403
-from functrans.optim import _base, _transforms, _schedules, _accumulation, _aliases
+from functrans.optim._rescaling import *  # noqa: F401,F403
+from functrans.optim._modifiers import *  # noqa: F401,F403
+from functrans.optim._wrappers import *  # noqa: F401,F403
+from functrans.optim._aliases_more import *  # noqa: F401,F403
+from functrans.optim import losses  # noqa: F401
+# optax also exposes its common losses at the top level
+from functrans.optim.losses import (cosine_distance, cosine_similarity, hinge_loss,  # noqa: F401
+                                    huber_loss, kl_divergence, l2_loss, log_cosh,
+                                    safe_softmax_cross_entropy, sigmoid_binary_cross_entropy,
+                                    sigmoid_focal_loss, smooth_labels, softmax_cross_entropy,
+                                    softmax_cross_entropy_with_integer_labels, squared_error)
+from functrans.optim import (_base, _transforms, _schedules, _accumulation, _aliases,
+                             _rescaling, _modifiers, _wrappers, _aliases_more)
+
+_TOP_LEVEL_LOSSES = ["cosine_distance", "cosine_similarity", "hinge_loss", "huber_loss",
+                     "kl_divergence", "l2_loss", "log_cosh", "safe_softmax_cross_entropy",
+                     "sigmoid_binary_cross_entropy", "sigmoid_focal_loss", "smooth_labels",
+                     "softmax_cross_entropy", "softmax_cross_entropy_with_integer_labels",
+                     "squared_error"]
 
 __all__ = (_base.__all__ + _transforms.__all__ + _schedules.__all__ + _accumulation.__all__
-           + _aliases.__all__)
+           + _aliases.__all__ + _rescaling.__all__ + _modifiers.__all__ + _wrappers.__all__
+           + _aliases_more.__all__ + ["losses"] + _TOP_LEVEL_LOSSES)

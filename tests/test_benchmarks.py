@@ -77,3 +77,12 @@ def test_a_failing_implementation_is_reported(failing):
     row = compare("t", "t", {"numpy": lambda: np.ones(3), failing: boom},
                   Options(repeats=2, min_time=0.0))
     assert row.times[failing] is None and "no rule" in row.checks[failing]
+
+
+def test_gpu_benchmarks_say_what_they_need():
+    from functrans.backends.cuda import runtime
+    if runtime.is_available():
+        pytest.skip("a GPU is present: the GPU benchmarks would run")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--quick"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "needs CuPy and a CUDA GPU" in proc.stderr

@@ -9,10 +9,12 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import time
 import weakref
 from typing import Callable
 
+import numpy as np
 
 from functrans import _backends, _debug_checks, core, tree_util
 from functrans._array import Array
@@ -352,7 +354,11 @@ class JitWrapped:
         if eager:
             if entry.executable is None:
                 entry.executable = compile_closed(closed, entry.backend)
-            outs = _call_executable(entry.executable, leaves, avals, closed.out_avals)
+            if self._donate_argnums and hasattr(entry.executable, "call_donating"):
+                outs = self._call_donating(entry.executable, args, kwargs, leaves, avals,
+                                           closed.out_avals)
+            else:
+                outs = _call_executable(entry.executable, leaves, avals, closed.out_avals)
             if _debug_checks.enabled():
                 _debug_checks.check_compiled_outputs(closed, leaves, outs)
             if self._fast_eligible and not kwargs:
@@ -366,18 +372,36 @@ class JitWrapped:
         return entry.out_tree.unflatten(outs)
 
     def _delete_donated(self, args, outs) -> None:
-        """Donated Array arguments are consumed by the call: mark them deleted (an output
-        that is the very same buffer keeps it)."""
+        """Donated Array arguments are consumed by the call: mark them deleted (their
+        buffers may now hold results, which are new Arrays)."""
         if not self._donate_argnums:
             return
         from functrans import _array
-        kept = {id(getattr(o, "_value", None)) for o in outs}
         for i in self._donate_argnums:
             if i >= len(args):
                 continue
             for leaf in tree_util.tree_leaves(args[i]):
-                if type(leaf) is Array and id(leaf._value) not in kept and not leaf.is_deleted():
+                if type(leaf) is Array and not leaf.is_deleted():
                     _array.delete(leaf)
+
+    def _call_donating(self, executable, args, kwargs, leaves, avals, out_avals) -> list:
+        """Run ``executable`` giving it the donated arguments' buffers that nothing else
+        holds: a NumPy array owned by its Array alone (not a view, not obtained with
+        ``np.asarray`` by the caller, not shared with another Array). Others are copied
+        as usual by not being donated."""
+        donated = []
+        position = 0
+        for i, arg in enumerate(args):
+            count = len(tree_util.tree_leaves(arg))
+            if i in self._donate_argnums and i not in self._static_argnums:
+                for k in range(position, position + count):
+                    if _exclusively_owned(leaves[k]):
+                        donated.append(k)
+            if i not in self._static_argnums:
+                position += count
+        buffers = [core.to_numpy(x, a) for x, a in zip(leaves, avals)]
+        outs = executable.call_donating(buffers, frozenset(donated))
+        return [core.wrap_array(o, a) for o, a in zip(outs, out_avals)]
 
     def lower(self, *args, **kwargs) -> Lowered:
         statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)
@@ -450,6 +474,18 @@ def _fast_key(args):
         else:
             return None
     return tuple(key)
+
+
+def _exclusively_owned(leaf) -> bool:
+    """Whether ``leaf`` is an Array whose NumPy buffer is referenced by it alone (so a call
+    may write results into it once the Array is deleted)."""
+    if type(leaf) is not Array:
+        return False
+    value = leaf._value
+    if type(value) is not np.ndarray or not value.flags.owndata:
+        return False
+    # the references: the Array's slot, ``value`` here and getrefcount's own argument
+    return sys.getrefcount(value) <= 3
 
 
 def _on_gpu(x) -> bool:

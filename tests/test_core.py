@@ -310,3 +310,71 @@ def test_donated_arguments_cannot_be_used_again():
     with pytest.raises(RuntimeError, match="donated"):
         f(params, x)
     np.testing.assert_allclose(f(new, x)["w"], [0.8, 0.8, 0.8])  # the result is usable
+
+
+def _data_pointer(a) -> int:
+    return a._value.__array_interface__["data"][0]
+
+
+def test_donated_buffers_hold_results():
+    step = functrans.jit(lambda p, g: p - 0.5 * g, donate_argnums=0)
+    g = jnp.ones(1000)
+    p = step(jnp.zeros(1000), g)             # a result: its buffer belongs to it alone
+    for k in range(2, 5):
+        address = _data_pointer(p)
+        new = step(p, g)
+        assert p.is_deleted() and _data_pointer(new) == address  # updated in place
+        np.testing.assert_array_equal(np.asarray(new), np.full(1000, -0.5 * k, np.float32))
+        p = new
+    # a buffer someone else holds is never written: here the caller's NumPy view of it
+    held = np.asarray(p)
+    new = step(p, g)
+    assert p.is_deleted() and _data_pointer(new) != held.__array_interface__["data"][0]
+    np.testing.assert_array_equal(held, np.full(1000, -2.0, np.float32))
+    np.testing.assert_array_equal(np.asarray(new), np.full(1000, -2.5, np.float32))
+    # nor an array made from the caller's own NumPy array
+    mine = np.zeros(1000, np.float32)
+    step(jnp.asarray(mine), g)
+    np.testing.assert_array_equal(mine, 0)
+
+
+@pytest.mark.parametrize("name", ["read_later", "transposed", "returned", "guarded", "twice",
+                                  "two_outputs"])
+def test_donation_never_changes_results(name):
+    rng = np.random.default_rng(0)
+    p0 = rng.standard_normal((16, 16)).astype(np.float32)
+    programs = {
+        # the input is read again after the output that could take its place is written
+        "read_later": lambda p: (p * 2.0, jnp.sum(p * p)),
+        "transposed": lambda p: p.T + 1.0,   # reads another element than it writes
+        "returned": lambda p: (p + 1.0, p),    # the input is itself a result
+        "guarded": lambda p: jnp.sin(p * 1e8) * 3.0,  # large arguments: the range is redone
+        "twice": lambda p: (p + 1.0, p - 1.0),  # two outputs, one input
+        "two_outputs": lambda p: (jnp.exp(p), jnp.cumsum(p, axis=0) + p),
+    }
+    f = programs[name]
+    expected = functrans.jit(f)(p0)
+    donating = functrans.jit(f, donate_argnums=0)
+    for _ in range(2):
+        p = functrans.jit(lambda v: v + 0.0)(p0)  # an exclusively owned buffer
+        got = donating(p)
+        assert p.is_deleted()
+        for a, b in zip(functrans.tree_util.tree_leaves(got),
+                        functrans.tree_util.tree_leaves(expected)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+
+
+def test_donation_plan_of_an_update_step():
+    from functrans.backends.llvm import donation
+    params = {"w": jnp.ones((4, 3)), "b": jnp.ones(3)}
+
+    def step(params, x):
+        grads = functrans.grad(lambda p: jnp.sum(jnp.tanh(x @ p["w"] + p["b"])))(params)
+        return functrans.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
+
+    compiled = functrans.jit(step).lower(params, jnp.ones((2, 4))).compile()._executable
+    program = compiled.program
+    plan = donation.alias_candidates(program)
+    # each new parameter may live in its old buffer (inputs 0 and 1 are b and w)
+    outputs = [b.id for b in program.outputs]
+    assert plan == {outputs[0]: [0], outputs[1]: [1]}

@@ -15,8 +15,8 @@ import threading
 import numpy as np
 
 from functrans.backends.llvm import thread_pool
-from functrans.backends.llvm import (buffers, cache, codegen, control_flow, fusion, indexing,
-                                     scalar_ops)
+from functrans.backends.llvm import (buffers, cache, codegen, control_flow, donation, fusion,
+                                     indexing, scalar_ops)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.llvm.runtime import Executable
 from functrans.core import ClosedJaxpr
@@ -114,7 +114,7 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
                                   "optimized_ir": optimized.encode()}, {"plan": digest})
         engine, entry_points = _load_object(obj, [s.name for s in segments])
         return Executable(program, plan, schedule, slots, entry_points, ir_text, optimized,
-                          engine, description, nested_consts)
+                          engine, description, nested_consts, donation.alias_candidates(program))
 
 
 def _load_object(obj: bytes, names):

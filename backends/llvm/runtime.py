@@ -36,7 +36,7 @@ class Executable:
 
     def __init__(self, program: Program, plan: BufferPlan, schedule: list, slots: dict,
                  entry_points: dict, ir_text: str = "", optimized_ir: str = "", engine=None,
-                 description: str = "", nested_consts=()):
+                 description: str = "", nested_consts=(), aliases=None):
         self.program = program
         self.plan = plan
         self.slots = slots
@@ -60,6 +60,10 @@ class Executable:
         self._num_slots = max([self._num_slots] + [slot + 1 for slot, _ in nested_consts])
         outputs = {b.id: b for b in program.outputs if isinstance(b, Buffer) and b.kind == "output"}
         self._outputs = [(slots[b.id], b.shape, b.dtype, b.id) for b in outputs.values()]
+        # outputs that may be written into a donated input (see donation.py): output index
+        # -> candidate input positions
+        self._aliases = {k: (aliases or {})[bid] for k, (_, _, _, bid) in enumerate(self._outputs)
+                         if bid in (aliases or {})}
         # and, per result, where it comes from.
         self._results = []
         input_position = {b.id: i for i, b in enumerate(program.inputs)}
@@ -136,6 +140,11 @@ class Executable:
         return [outputs[k] for k in self._fast_order]
 
     def __call__(self, *args):
+        return self.call_donating(args, ())
+
+    def call_donating(self, args, donated) -> list:
+        """Call with the arrays at positions ``donated`` given to the program: an output may
+        be written into one of them (the caller must own them and never read them again)."""
         if len(args) != self._num_inputs:
             raise TypeError(f"compiled program takes {self._num_inputs} arguments, "
                             f"got {len(args)}")
@@ -151,8 +160,17 @@ class Executable:
                 if slot is not None:
                     table[slot] = id(a)
         outputs = []
-        for slot, shape, dtype, _ in self._outputs:
-            out = np.empty(shape, dtype)
+        reused: set = set()
+        for k, (slot, shape, dtype, _) in enumerate(self._outputs):
+            out = None
+            for i in self._aliases.get(k, ()) if donated else ():
+                a = inputs[i]
+                if i in donated and i not in reused and a is args[i] and a.flags.c_contiguous:
+                    out = a  # the donated array itself (not a converted copy)
+                    reused.add(i)
+                    break
+            if out is None:
+                out = np.empty(shape, dtype)
             outputs.append(out)
             table[slot] = id(out)
         if self._native_only is not None:

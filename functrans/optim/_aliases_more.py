@@ -10,53 +10,20 @@
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 from functrans import _dtypes
-from functrans.optim._base import (GradientTransformation, cast, chain, count_zero, identity,
-                                   safe_increment)
+from functrans.optim._base import GradientTransformation, chain
 from functrans.optim._modifiers import add_noise, clip_by_block_rms, ema
 from functrans.optim._rescaling import (scale_by_adadelta, scale_by_adamax, scale_by_amsgrad,
                                         scale_by_belief, scale_by_factored_rms,
                                         scale_by_novograd, scale_by_optimistic_gradient,
                                         scale_by_param_block_rms, scale_by_radam, scale_by_sm3,
                                         scale_by_yogi)
-from functrans.optim._transforms import (add_decayed_weights, masked, scale,
-                                         scale_by_learning_rate, scale_by_trust_ratio)
-from functrans.tree_util import tree_map
+from functrans.optim._transforms import (add_decayed_weights, scale, scale_by_learning_rate,
+                                         scale_by_trust_ratio)
 
-__all__ = ["WeightDecaySchedule", "adafactor", "adamax", "adabelief", "radam", "yogi",
+__all__ = ["adafactor", "adamax", "adabelief", "radam", "yogi",
            "amsgrad", "adadelta", "novograd", "sm3", "noisy_sgd", "fromage",
            "optimistic_gradient_descent"]
-
-
-def _learning_rate(learning_rate, flip_sign: bool = True) -> GradientTransformation:
-    """``scale_by_learning_rate``, where ``None`` means no scaling (as optax allows)."""
-    if learning_rate is None:
-        return identity()
-    return scale_by_learning_rate(learning_rate, flip_sign=flip_sign)
-
-
-class WeightDecaySchedule(NamedTuple):
-    count: Any
-
-
-def _decayed_weights(weight_decay, mask=None) -> GradientTransformation:
-    """``add_decayed_weights`` that also takes a schedule of the step count; the scheduled
-    form keeps its own count (state :class:`WeightDecaySchedule`)."""
-    if not callable(weight_decay):
-        return add_decayed_weights(weight_decay, mask)
-
-    def update(updates, state, params=None):
-        if params is None:
-            raise ValueError("add_decayed_weights needs params: call update(updates, state, "
-                             "params)")
-        rate = weight_decay(state.count)
-        updates = tree_map(lambda g, p: g + cast(rate, g) * cast(p, g), updates, params)
-        return updates, WeightDecaySchedule(safe_increment(state.count))
-
-    transform = GradientTransformation(lambda params: WeightDecaySchedule(count_zero()), update)
-    return masked(transform, mask) if mask is not None else transform
 
 
 def adafactor(learning_rate=None, min_dim_size_to_factor: int = 128, decay_rate=0.8,
@@ -84,13 +51,13 @@ def adafactor(learning_rate=None, min_dim_size_to_factor: int = 128, decay_rate=
     if clipping_threshold is not None:
         steps.append(clip_by_block_rms(clipping_threshold))
     if learning_rate is not None:
-        steps.append(_learning_rate(learning_rate, flip_sign=False))
+        steps.append(scale_by_learning_rate(learning_rate, flip_sign=False))
     if multiply_by_parameter_scale:
         steps.append(scale_by_param_block_rms())
     if momentum is not None:
         steps.append(ema(momentum, debias=False, accumulator_dtype=dtype_momentum))
     if weight_decay_rate is not None:
-        steps.append(_decayed_weights(weight_decay_rate, weight_decay_mask))
+        steps.append(add_decayed_weights(weight_decay_rate, weight_decay_mask))
     # descent follows the negative of the rescaled gradient
     steps.append(scale(-1))
     return chain(*steps)
@@ -99,7 +66,7 @@ def adafactor(learning_rate=None, min_dim_size_to_factor: int = 128, decay_rate=
 def adamax(learning_rate, b1=0.9, b2=0.999, eps=1e-8) -> GradientTransformation:
     """AdaMax (Kingma & Ba, 2015): ``p -= lr * m_hat / max(b2 u, |g| + eps)``; see
     :func:`scale_by_adamax`."""
-    return chain(scale_by_adamax(b1, b2, eps), _learning_rate(learning_rate))
+    return chain(scale_by_adamax(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
 def adabelief(learning_rate, b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16, weight_decay=None,
@@ -109,8 +76,8 @@ def adabelief(learning_rate, b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16, weight
     before the learning rate. (The paper's defaults are ``eps=1e-8, eps_root=0``.)"""
     steps = [scale_by_belief(b1, b2, eps, eps_root, nesterov=nesterov)]
     if weight_decay is not None:
-        steps.append(_decayed_weights(weight_decay, weight_decay_mask))
-    steps.append(_learning_rate(learning_rate))
+        steps.append(add_decayed_weights(weight_decay, weight_decay_mask))
+    steps.append(scale_by_learning_rate(learning_rate))
     return chain(*steps)
 
 
@@ -119,13 +86,13 @@ def radam(learning_rate, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, threshold=5.0
     """Rectified Adam (Liu et al., 2020): momentum SGD while the variance of the adaptive
     rate is intractable, rectified Adam afterwards; see :func:`scale_by_radam`."""
     return chain(scale_by_radam(b1, b2, eps, eps_root, threshold, nesterov=nesterov),
-                 _learning_rate(learning_rate))
+                 scale_by_learning_rate(learning_rate))
 
 
 def yogi(learning_rate, b1=0.9, b2=0.999, eps=1e-3) -> GradientTransformation:
     """Yogi (Zaheer et al., 2018): Adam with an additive, sign-controlled second moment;
     see :func:`scale_by_yogi`."""
-    return chain(scale_by_yogi(b1, b2, eps), _learning_rate(learning_rate))
+    return chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))
 
 
 def amsgrad(learning_rate, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None,
@@ -135,7 +102,7 @@ def amsgrad(learning_rate, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=No
     see :func:`scale_by_amsgrad`."""
     return chain(scale_by_amsgrad(b1, b2, eps, eps_root, mu_dtype, bias_correction_mu,
                                   bias_correction_nu),
-                 _learning_rate(learning_rate))
+                 scale_by_learning_rate(learning_rate))
 
 
 def adadelta(learning_rate=None, rho=0.9, eps=1e-6, weight_decay=0.0,
@@ -147,9 +114,9 @@ def adadelta(learning_rate=None, rho=0.9, eps=1e-6, weight_decay=0.0,
     (``learning_rate=1``). (optax skips the scaling for None, sign flip included, which
     would climb the loss; here None descends.)
     """
-    return chain(_decayed_weights(weight_decay, weight_decay_mask),
+    return chain(add_decayed_weights(weight_decay, weight_decay_mask),
                  scale_by_adadelta(rho, eps),
-                 _learning_rate(1.0 if learning_rate is None else learning_rate))
+                 scale_by_learning_rate(1.0 if learning_rate is None else learning_rate))
 
 
 def novograd(learning_rate, b1=0.9, b2=0.25, eps=1e-6, eps_root=0.0,
@@ -157,7 +124,7 @@ def novograd(learning_rate, b1=0.9, b2=0.25, eps=1e-6, eps_root=0.0,
     """NovoGrad (Ginsburg et al., 2019): per-leaf second moments of the gradient norm and
     weight decay inside the momentum; see :func:`scale_by_novograd`."""
     return chain(scale_by_novograd(b1, b2, eps, eps_root, weight_decay),
-                 _learning_rate(learning_rate))
+                 scale_by_learning_rate(learning_rate))
 
 
 def sm3(learning_rate, momentum=0.9) -> GradientTransformation:
@@ -171,7 +138,7 @@ def noisy_sgd(learning_rate, eta=0.01, gamma=0.55, key=None, *,
     """SGD on gradients with annealed Gaussian noise of variance ``eta / t^gamma``
     (Neelakantan et al., 2015); ``key`` is a PRNG key or an int seed. See
     :func:`add_noise`."""
-    return chain(add_noise(eta, gamma, key, seed=seed), _learning_rate(learning_rate))
+    return chain(add_noise(eta, gamma, key, seed=seed), scale_by_learning_rate(learning_rate))
 
 
 def fromage(learning_rate, min_norm=1e-6) -> GradientTransformation:
@@ -188,11 +155,11 @@ def fromage(learning_rate, min_norm=1e-6) -> GradientTransformation:
 
     return chain(scale_by_trust_ratio(min_norm),
                  scale_by_learning_rate(lambda count: shrink_at(count) * learning_rate(count)),
-                 _decayed_weights(lambda count: shrink_at(count) - 1))
+                 add_decayed_weights(lambda count: shrink_at(count) - 1))
 
 
 def optimistic_gradient_descent(learning_rate, alpha=1.0, beta=1.0) -> GradientTransformation:
     """Optimistic gradient descent (Mokhtari et al., 2019), for min-max games:
     ``p -= lr * ((alpha + beta) g_t - beta g_{t-1})``; see
     :func:`scale_by_optimistic_gradient`."""
-    return chain(scale_by_optimistic_gradient(alpha, beta), _learning_rate(learning_rate))
+    return chain(scale_by_optimistic_gradient(alpha, beta), scale_by_learning_rate(learning_rate))

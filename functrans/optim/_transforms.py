@@ -11,13 +11,13 @@ from functrans import _dtypes, lax
 from functrans.core import get_aval
 from functrans.numpy._promotion import to_array
 from functrans.optim._base import (EmptyState, GradientTransformation, cast, count_zero,
-                                   full_like, global_norm, safe_increment, sqrt, where,
-                                   zeros_like)
+                                   full_like, global_norm, identity, safe_increment, sqrt,
+                                   where, zeros_like)
 from functrans.tree_util import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 __all__ = [
     "ScaleByAdamState", "ScaleByRmsState", "ScaleByRmsWithCountState", "ScaleByRStdDevState", "ScaleByRssState",
-    "ScaleByScheduleState", "ScaleByLionState", "TraceState", "MaskedState",
+    "ScaleByScheduleState", "ScaleByLionState", "TraceState", "MaskedState", "WeightDecaySchedule",
     "MultiTransformState",
     "scale", "scale_by_adam", "scale_by_rms", "scale_by_stddev", "scale_by_rss",
     "scale_by_schedule", "scale_by_learning_rate", "scale_by_lion", "scale_by_trust_ratio",
@@ -83,6 +83,8 @@ def scale_by_learning_rate(learning_rate, *, flip_sign: bool = True) -> Gradient
         >>> scale_by_learning_rate(0.1).update(jnp.ones(1), EmptyState())[0]
         Array([-0.1], dtype=float32)
     """
+    if learning_rate is None:  # no scaling at all (as optax allows for some optimizers)
+        return identity()
     sign = -1 if flip_sign else 1
     if callable(learning_rate):
         return scale_by_schedule(lambda count: sign * learning_rate(count))
@@ -286,22 +288,36 @@ def scale_by_trust_ratio(min_norm=0.0, trust_coefficient=1.0, eps=0.0) -> Gradie
 # Weight decay, momentum, clipping
 # =============================================================================================
 
+class WeightDecaySchedule(NamedTuple):
+    count: Any
+
+
 def add_decayed_weights(weight_decay=0.0, mask=None) -> GradientTransformation:
     """``g + weight_decay * params`` (decoupled weight decay when chained before the learning
-    rate). ``mask`` (a pytree of bools, or a function of params giving one) limits it to some
-    leaves.
+    rate). ``weight_decay`` may be a schedule of the step count (the state then counts steps:
+    :class:`WeightDecaySchedule`). ``mask`` (a pytree of bools, or a function of params
+    giving one) limits it to some leaves.
 
         >>> import functrans.numpy as jnp
         >>> add_decayed_weights(0.1).update(jnp.zeros(1), EmptyState(), jnp.ones(1))[0]
         Array([0.1], dtype=float32)
     """
+    scheduled = callable(weight_decay)
+
     def update(updates, state, params=None):
         if params is None:
             raise ValueError("add_decayed_weights needs params: call update(updates, state, "
                              "params)")
-        return tree_map(lambda g, p: g + cast(weight_decay * p, g), updates, params), state
+        if not scheduled:
+            return tree_map(lambda g, p: g + cast(weight_decay * p, g), updates, params), state
+        rate = weight_decay(state.count)
+        updates = tree_map(lambda g, p: g + cast(rate, g) * cast(p, g), updates, params)
+        return updates, WeightDecaySchedule(safe_increment(state.count))
 
-    transform = GradientTransformation(lambda params: EmptyState(), update)
+    def init(params):
+        return WeightDecaySchedule(count_zero()) if scheduled else EmptyState()
+
+    transform = GradientTransformation(init, update)
     return masked(transform, mask) if mask is not None else transform
 
 

@@ -431,18 +431,29 @@ def logistic(key, shape=(), dtype=None):
 
 
 def gumbel(key, shape=(), dtype=None, mode="low"):
-    """Standard Gumbel samples: ``-log(-log(u))``.
+    """Standard Gumbel samples: ``-log(-log(u))``. ``mode="high"`` resolves the upper tail
+    better: it draws ``x = 1 - u`` with extra low-order bits near 0 (from a second uniform
+    draw) and returns ``-log(-log1p(-x))``.
 
         >>> gumbel(PRNGKey(0), (2,)).shape
         (2,)
     """
     key = _check_key("gumbel", key)
-    if mode != "low":
-        raise NotImplementedError(f"gumbel: mode={mode!r}; only mode='low' is implemented")
+    if mode not in ("low", "high"):
+        raise ValueError(f"gumbel: mode must be 'low' or 'high', got {mode!r}")
     shape = _shape(shape, "gumbel")
     dtype = _float_dtype(dtype, "gumbel")
-    u = uniform(key, shape, dtype, float(_dtypes.finfo(dtype).tiny), 1.0)
-    return lax.neg(lax.log(lax.neg(lax.log(u))))
+    info = _dtypes.finfo(dtype)
+    if mode == "low":
+        u = uniform(key, shape, dtype, float(info.tiny), 1.0)
+        return lax.neg(lax.log(lax.neg(lax.log(u))))
+    coarse_key, fine_key = split(key)
+    coarse = uniform(coarse_key, shape, dtype)
+    fine = uniform(fine_key, shape, dtype)
+    # below 1/2 a float has room for the bits under the coarse draw's spacing (eps)
+    x = lax.select(coarse >= 0.5, coarse, coarse + float(info.eps) * fine)
+    x = lax.max(x, lax.full(shape, float(info.tiny), dtype))
+    return lax.neg(lax.log(lax.neg(lax.log1p(lax.neg(x)))))
 
 
 def multivariate_normal(key, mean, cov, shape=None, dtype=None, method="cholesky"):

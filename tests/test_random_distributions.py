@@ -519,3 +519,16 @@ def test_gradients_through_derived_distributions():
     for fn in [lambda p: random.t(KEY, p, (4,)), lambda p: random.f(KEY, p, 7.0, (4,)),
                lambda p: random.generalized_normal(KEY, p, (4,))]:
         assert np.isfinite(_np(functrans.jacfwd(fn)(3.0))).all()
+
+
+def test_gumbel_high_mode_matches_the_distribution():
+    import scipy.stats
+    key = random.PRNGKey(7)
+    samples = np.asarray(random.gumbel(key, (20000,), mode="high"), np.float64)
+    assert scipy.stats.kstest(samples, scipy.stats.gumbel_r.cdf).pvalue > 1e-3
+    assert scipy.stats.kstest(samples + 0.1, scipy.stats.gumbel_r.cdf).pvalue < 1e-6
+    np.testing.assert_allclose(np.asarray(random.gumbel(key, (5,), mode="high")),
+                               np.asarray(functrans.jit(lambda k: random.gumbel(
+                                   k, (5,), mode="high"))(key)), rtol=1e-6)
+    with pytest.raises(ValueError, match="mode"):
+        random.gumbel(key, (2,), mode="middle")

@@ -87,6 +87,19 @@ def _float_dtype(dtype, name: str):
     return dtype
 
 
+def _float_args(name, key, shape, dtype):
+    """The checked key, shape and float dtype of sampler ``name``."""
+    return _check_key(name, key), _shape(shape, name), _float_dtype(dtype, name)
+
+
+def _param_args(name, key, shape, dtype, *params):
+    """The checked key, the sample shape (``shape``, or the parameters' broadcast shape), the
+    float dtype and the parameters as arrays of it, for sampler ``name``."""
+    key, dtype = _check_key(name, key), _float_dtype(dtype, name)
+    params = tuple(_float_param(p, dtype) for p in params)
+    return key, _sample_shape(name, shape, *params), dtype, params
+
+
 def _convert(x, dtype):
     return lax.convert_element_type(x, dtype)
 
@@ -324,9 +337,7 @@ def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0):
         >>> uniform(PRNGKey(0), (3,))
         Array([0.9653214 , 0.31468165, 0.63302994], dtype=float32)
     """
-    key = _check_key("uniform", key)
-    shape = _shape(shape, "uniform")
-    dtype = _float_dtype(dtype, "uniform")
+    key, shape, dtype = _float_args("uniform", key, shape, dtype)
     lo = _broadcast_to(_convert(_asarray(minval) if not isinstance(minval, Tracer) else minval,
                                 dtype), shape, "uniform")
     hi = _broadcast_to(_convert(_asarray(maxval) if not isinstance(maxval, Tracer) else maxval,
@@ -396,9 +407,7 @@ def exponential(key, shape=(), dtype=None):
         >>> exponential(PRNGKey(0), (2,)).shape
         (2,)
     """
-    key = _check_key("exponential", key)
-    shape = _shape(shape, "exponential")
-    dtype = _float_dtype(dtype, "exponential")
+    key, shape, dtype = _float_args("exponential", key, shape, dtype)
     u = uniform(key, shape, dtype)
     return lax.neg(lax.log1p(lax.neg(u)))
 
@@ -409,9 +418,7 @@ def laplace(key, shape=(), dtype=None):
         >>> laplace(PRNGKey(0), (2,)).shape
         (2,)
     """
-    key = _check_key("laplace", key)
-    shape = _shape(shape, "laplace")
-    dtype = _float_dtype(dtype, "laplace")
+    key, shape, dtype = _float_args("laplace", key, shape, dtype)
     epsneg = float(_dtypes.finfo(dtype).epsneg)
     u = uniform(key, shape, dtype, -1.0 + epsneg, 1.0)
     return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
@@ -423,9 +430,7 @@ def logistic(key, shape=(), dtype=None):
         >>> logistic(PRNGKey(0), (2,)).shape
         (2,)
     """
-    key = _check_key("logistic", key)
-    shape = _shape(shape, "logistic")
-    dtype = _float_dtype(dtype, "logistic")
+    key, shape, dtype = _float_args("logistic", key, shape, dtype)
     u = uniform(key, shape, dtype, float(_dtypes.finfo(dtype).tiny), 1.0)
     return lax.sub(lax.log(u), lax.log1p(lax.neg(u)))
 
@@ -1011,10 +1016,7 @@ def loggamma(key, a, shape=None, dtype=None):
         >>> loggamma(PRNGKey(0), 0.01, (2,)).shape
         (2,)
     """
-    key = _check_key("loggamma", key)
-    dtype = _float_dtype(dtype, "loggamma")
-    a = _float_param(a, dtype)
-    shape = _sample_shape("loggamma", shape, a)
+    key, shape, dtype, (a,) = _param_args("loggamma", key, shape, dtype, a)
     return _loggamma_samples(key, a, shape, dtype)
 
 
@@ -1032,10 +1034,7 @@ def gamma(key, a, shape=None, dtype=None):
         True
     """
     import functrans.numpy as jnp
-    key = _check_key("gamma", key)
-    dtype = _float_dtype(dtype, "gamma")
-    a = _float_param(a, dtype)
-    shape = _sample_shape("gamma", shape, a)
+    key, shape, dtype, (a,) = _param_args("gamma", key, shape, dtype, a)
     work = _compute_dtype(dtype)
     return _convert(jnp.exp(_loggamma_samples(key, a, shape, work)), dtype)
 
@@ -1050,10 +1049,7 @@ def beta(key, a, b, shape=None, dtype=None):
         (3,)
     """
     import functrans.numpy as jnp
-    key = _check_key("beta", key)
-    dtype = _float_dtype(dtype, "beta")
-    a, b = _float_param(a, dtype), _float_param(b, dtype)
-    shape = _sample_shape("beta", shape, a, b)
+    key, shape, dtype, (a, b) = _param_args("beta", key, shape, dtype, a, b)
     work = _compute_dtype(dtype)
     key_a, key_b = _split2(key)
     log_x = _loggamma_samples(key_a, a, shape, work)
@@ -1097,10 +1093,7 @@ def chisquare(key, df, shape=None, dtype=None):
         (2,)
     """
     import functrans.numpy as jnp
-    key = _check_key("chisquare", key)
-    dtype = _float_dtype(dtype, "chisquare")
-    df = _float_param(df, dtype)
-    shape = _sample_shape("chisquare", shape, df)
+    key, shape, dtype, (df,) = _param_args("chisquare", key, shape, dtype, df)
     work = _compute_dtype(dtype)
     log_g = _loggamma_samples(key, _convert(df, work) / 2.0, shape, work)
     return _convert(jnp.exp(log_g + math.log(2.0)), dtype)
@@ -1113,10 +1106,7 @@ def f(key, dfnum, dfden, shape=None, dtype=None):
         (2,)
     """
     import functrans.numpy as jnp
-    key = _check_key("f", key)
-    dtype = _float_dtype(dtype, "f")
-    dfnum, dfden = _float_param(dfnum, dtype), _float_param(dfden, dtype)
-    shape = _sample_shape("f", shape, dfnum, dfden)
+    key, shape, dtype, (dfnum, dfden) = _param_args("f", key, shape, dtype, dfnum, dfden)
     work = _compute_dtype(dtype)
     dfnum, dfden = _convert(dfnum, work), _convert(dfden, work)
     key_num, key_den = _split2(key)
@@ -1132,10 +1122,7 @@ def t(key, df, shape=(), dtype=None):
         (2,)
     """
     import functrans.numpy as jnp
-    key = _check_key("t", key)
-    dtype = _float_dtype(dtype, "t")
-    df = _float_param(df, dtype)
-    shape = _sample_shape("t", shape, df)
+    key, shape, dtype, (df,) = _param_args("t", key, shape, dtype, df)
     work = _compute_dtype(dtype)
     half_df = _convert(df, work) / 2.0
     key_normal, key_gamma = _split2(key)
@@ -1160,9 +1147,7 @@ def cauchy(key, shape=(), dtype=None):
         (2,)
     """
     import functrans.numpy as jnp
-    key = _check_key("cauchy", key)
-    shape = _shape(shape, "cauchy")
-    dtype = _float_dtype(dtype, "cauchy")
+    key, shape, dtype = _float_args("cauchy", key, shape, dtype)
     u = _open_uniform(key, shape, dtype)
     return jnp.tan(math.pi * (u - 0.5))
 
@@ -1176,10 +1161,7 @@ def pareto(key, b, shape=None, dtype=None):
         True
     """
     import functrans.numpy as jnp
-    key = _check_key("pareto", key)
-    dtype = _float_dtype(dtype, "pareto")
-    b = _float_param(b, dtype)
-    shape = _sample_shape("pareto", shape, b)
+    key, shape, dtype, (b,) = _param_args("pareto", key, shape, dtype, b)
     return jnp.exp(exponential(key, shape, dtype) / b)
 
 
@@ -1190,10 +1172,7 @@ def lognormal(key, sigma=1.0, shape=None, dtype=None):
         (2,)
     """
     import functrans.numpy as jnp
-    key = _check_key("lognormal", key)
-    dtype = _float_dtype(dtype, "lognormal")
-    sigma = _float_param(sigma, dtype)
-    shape = _sample_shape("lognormal", shape, sigma)
+    key, shape, dtype, (sigma,) = _param_args("lognormal", key, shape, dtype, sigma)
     return jnp.exp(sigma * normal(key, shape, dtype))
 
 
@@ -1205,10 +1184,7 @@ def rayleigh(key, scale, shape=None, dtype=None):
         (2,)
     """
     import functrans.numpy as jnp
-    key = _check_key("rayleigh", key)
-    dtype = _float_dtype(dtype, "rayleigh")
-    scale = _float_param(scale, dtype)
-    shape = _sample_shape("rayleigh", shape, scale)
+    key, shape, dtype, (scale,) = _param_args("rayleigh", key, shape, dtype, scale)
     return scale * jnp.sqrt(2.0 * exponential(key, shape, dtype))
 
 
@@ -1220,9 +1196,7 @@ def maxwell(key, shape=(), dtype=None):
         (2,)
     """
     import functrans.numpy as jnp
-    key = _check_key("maxwell", key)
-    shape = _shape(shape, "maxwell")
-    dtype = _float_dtype(dtype, "maxwell")
+    key, shape, dtype = _float_args("maxwell", key, shape, dtype)
     z = normal(key, shape + (3,), dtype)
     return jnp.sqrt(jnp.sum(z * z, axis=-1))
 
@@ -1277,10 +1251,7 @@ def generalized_normal(key, p, shape=(), dtype=None):
         (2,)
     """
     import functrans.numpy as jnp
-    key = _check_key("generalized_normal", key)
-    dtype = _float_dtype(dtype, "generalized_normal")
-    p = _float_param(p, dtype)
-    shape = _sample_shape("generalized_normal", shape, p)
+    key, shape, dtype, (p,) = _param_args("generalized_normal", key, shape, dtype, p)
     work = _compute_dtype(dtype)
     p = _convert(p, work)
     key_gamma, key_sign = _split2(key)
@@ -1297,10 +1268,8 @@ def triangular(key, left, mode, right, shape=None, dtype=None):
         True
     """
     import functrans.numpy as jnp
-    key = _check_key("triangular", key)
-    dtype = _float_dtype(dtype, "triangular")
-    left, mode, right = (_float_param(v, dtype) for v in (left, mode, right))
-    shape = _sample_shape("triangular", shape, left, mode, right)
+    key, shape, dtype, (left, mode, right) = _param_args("triangular", key, shape, dtype,
+                                                         left, mode, right)
     u = uniform(key, shape, dtype)
     width = right - left
     split_point = (mode - left) / width
@@ -1321,10 +1290,7 @@ def wald(key, mean, shape=None, dtype=None):
         (3,)
     """
     import functrans.numpy as jnp
-    key = _check_key("wald", key)
-    dtype = _float_dtype(dtype, "wald")
-    mean = _float_param(mean, dtype)
-    shape = _sample_shape("wald", shape, mean)
+    key, shape, dtype, (mean,) = _param_args("wald", key, shape, dtype, mean)
     key_normal, key_uniform = _split2(key)
     z = normal(key_normal, shape, dtype)
     u = uniform(key_uniform, shape, dtype)
@@ -1438,6 +1404,24 @@ def _lgamma1p_difference(m, k):
             + _stirling_tail(m) - _stirling_tail(k))
 
 
+def _transformed_rejection_draw(key, shape, dtype):
+    """One round of Hormann's transformed rejection (PTRS, BTRS): the next key, ``u``
+    uniform on [-1/2, 1/2), ``v`` uniform on [0, 1) and ``us = 1/2 - |u|``."""
+    import functrans.numpy as jnp
+    key, key_u, key_v = _split_n(key, 3)
+    u = uniform(key_u, shape, dtype) - 0.5
+    return key, u, uniform(key_v, shape, dtype), 0.5 - jnp.abs(u)
+
+
+def _rate_in_compute_dtype(value):
+    """A count distribution's parameter as an array of the float dtype its sampler computes
+    in (the parameter's own float dtype, else the default one), and that dtype."""
+    value = value if isinstance(value, Tracer) else _asarray(value)
+    dtype = get_aval(value).dtype
+    work = _compute_dtype(dtype if _dtypes.is_float(dtype) else _dtypes.default_float_dtype())
+    return _convert(value, work), work
+
+
 def geometric(key, p, shape=None, dtype=None):
     """Geometric samples: the number of Bernoulli(``p``) trials up to and including the first
     success (values 1, 2, ...), by inverting the CDF.
@@ -1449,11 +1433,7 @@ def geometric(key, p, shape=None, dtype=None):
     import functrans.numpy as jnp
     key = _check_key("geometric", key)
     dtype = _int_dtype(dtype, "geometric")
-    p = p if isinstance(p, Tracer) else _asarray(p)
-    work = get_aval(p).dtype if _dtypes.is_float(get_aval(p).dtype) else \
-        _dtypes.default_float_dtype()
-    work = _compute_dtype(work)
-    p = _convert(p, work)
+    p, work = _rate_in_compute_dtype(p)
     shape = _sample_shape("geometric", shape, p)
     u = uniform(key, shape, work)
     trials = jnp.floor(jnp.log1p(-u) / jnp.log1p(-p)) + 1.0
@@ -1498,10 +1478,7 @@ def _poisson_rejection(key, lam, active):
 
     def step(state):
         key, done, count = state
-        key, key_u, key_v = _split_n(key, 3)
-        u = uniform(key_u, shape, dtype) - 0.5
-        v = uniform(key_v, shape, dtype)
-        us = 0.5 - jnp.abs(u)
+        key, u, v, us = _transformed_rejection_draw(key, shape, dtype)
         k = jnp.floor((2.0 * a / us + b) * u + lam + 0.43)
         quick = (us >= 0.07) & (v <= v_r)
         reject = (k < 0) | ((us < 0.013) & (v > us))
@@ -1533,11 +1510,8 @@ def poisson(key, lam, shape=None, dtype=None):
     import functrans.numpy as jnp
     key = _check_key("poisson", key)
     dtype = _int_dtype(dtype, "poisson")
-    lam = lam if isinstance(lam, Tracer) else _asarray(lam)
-    work = get_aval(lam).dtype if _dtypes.is_float(get_aval(lam).dtype) else \
-        _dtypes.default_float_dtype()
-    work = _compute_dtype(work)
-    lam = lax.stop_gradient(_convert(lam, work))
+    lam, work = _rate_in_compute_dtype(lam)
+    lam = lax.stop_gradient(lam)
     shape = _sample_shape("poisson", shape, lam)
     lam = _broadcast_to(lam, shape, "poisson")
     valid = lam >= 0
@@ -1596,10 +1570,7 @@ def _binomial_rejection(key, n, p, active):
 
     def step(state):
         key, done, count = state
-        key, key_u, key_v = _split_n(key, 3)
-        u = uniform(key_u, shape, dtype) - 0.5
-        v = uniform(key_v, shape, dtype)
-        us = 0.5 - jnp.abs(u)
+        key, u, v, us = _transformed_rejection_draw(key, shape, dtype)
         k = jnp.floor((2.0 * a / us + b) * u + c)
         in_range = (k >= 0) & (k <= n)
         quick = in_range & (us >= 0.07) & (v <= v_r)
@@ -1630,10 +1601,7 @@ def binomial(key, n, p, shape=None, dtype=None):
         True
     """
     import functrans.numpy as jnp
-    key = _check_key("binomial", key)
-    dtype = _float_dtype(dtype, "binomial")
-    n, p = _float_param(n, dtype), _float_param(p, dtype)
-    shape = _sample_shape("binomial", shape, n, p)
+    key, shape, dtype, (n, p) = _param_args("binomial", key, shape, dtype, n, p)
     work = _compute_dtype(dtype)
     n = lax.stop_gradient(_broadcast_to(_convert(n, work), shape, "binomial"))
     p = lax.stop_gradient(_broadcast_to(_convert(p, work), shape, "binomial"))

@@ -389,7 +389,9 @@ def _compute_collective(primitive, params, local_inputs: list, offset: int) -> l
     if distributed.process_count() == 1:
         return primitive.group_impl(local_inputs, **params)
     what = f"pmap {primitive.name}"
-    if primitive.reduce_op is not None:
+    # With axis_index_groups a group may span processes: every member's input is gathered
+    # and each process computes its own members' results from the groups.
+    if primitive.reduce_op is not None and params.get("axis_index_groups") is None:
         # Reduce locally, across processes with one Allreduce, and hand the total back.
         local = primitive.group_impl(local_inputs, **params)[0]
         total = distributed.allreduce(local, primitive.reduce_op, what)

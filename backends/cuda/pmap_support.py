@@ -24,7 +24,8 @@ CPU with NumPy and a simulated group (tests/test_cuda_pmap.py) as well as on GPU
 
 Moving data as bytes makes ``all_gather``, ``all_to_all`` and ``ppermute`` exact for every
 dtype (bool, bfloat16, complex, int16, ...). Reductions over dtypes NCCL cannot reduce
-(bfloat16, int16, uint16, bool sums) and empty operands return None from
+(bfloat16, int16, uint16, bool sums), empty operands and collectives with
+``axis_index_groups`` return None from
 :meth:`GpuPlacement.collective`, and pmap computes them on host copies instead (the
 primitive's reference ``group_impl``): slower, never different numbers. Without NCCL (a CuPy
 built without it), every collective takes that path.
@@ -96,6 +97,9 @@ def run_collective(name: str, params: dict, arrays: list, group, xp,
     ``xp`` is the array module of ``arrays`` and ``on_member(m)`` a context in which member
     ``m``'s arrays may be operated on (its CUDA device). The caller has checked
     :func:`nccl_supports`."""
+    if params.get("axis_index_groups") is not None:
+        raise NotImplementedError(f"pmap {name}: no NCCL plan for axis_index_groups; the "
+                                  "collective runs on host copies instead")
     n = group.size
     size = params.get("axis_size")
     if size is not None and size != n:
@@ -345,6 +349,10 @@ class GpuPlacement:
         then computes it on host copies)."""
         first = values[0]
         if self._group is None or not nccl_supports(primitive.name, first.dtype, first.size):
+            return None
+        if params.get("axis_index_groups") is not None:
+            # One NCCL communicator spans every member; a grouped collective is computed on
+            # host copies, one group at a time (the primitive's group_impl).
             return None
         cp = self._cp
         outs = run_collective(primitive.name, params, [v.device_buffer for v in values],

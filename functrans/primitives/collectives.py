@@ -17,12 +17,18 @@ together below it. Parameter names mirror JAX's (``axes``, ``axis_name``,
 ``all_gather_dimension``, ``scatter_dimension``, ``split_axis``, ``concat_axis``, ``perm``,
 ``tiled``, ``axis_size``, ``axis_index_groups``).
 
+``axis_index_groups`` splits the axis into groups of one size that each run the collective
+on their own: ``group_impl`` runs once per group, and under ``vmap`` the members are
+reordered into a ``(groups, group size, ...)`` array and the ungrouped collective runs under
+a vmap over each group's members.
+
 A collective's operand need not vary along the named axis (``psum(1.0, 'i')``): ``bind``
 raises such an operand into the vmap that owns the axis so that its batching rule still
 runs (the result is then ``1.0 * axis_size``).
 """
 from __future__ import annotations
 
+import operator
 import threading
 from contextlib import contextmanager
 
@@ -173,9 +179,119 @@ def _run_in_context(primitive):
     return impl
 
 
-def _check_groups(name, axis_index_groups):
-    if axis_index_groups is not None:
-        raise NotImplementedError(f"{name}: axis_index_groups is not supported")
+def _check_groups(name, axis_index_groups, axis_name) -> tuple | None:
+    """``axis_index_groups`` as a tuple of tuples of member indices, checked against the
+    size of the named axis: the groups must partition ``0..size-1`` into groups of one size
+    (each group then runs the collective on its own, its members ranked in the listed
+    order). None stays None: one group of every member."""
+    if axis_index_groups is None:
+        return None
+    names = _names_tuple(axis_name)
+    if len(names) != 1:
+        raise ValueError(f"{name}: axis_index_groups needs a single axis name, got {names}")
+    size = axis_size(names[0], name)
+    try:
+        groups = tuple(tuple(operator.index(i) for i in group) for group in axis_index_groups)
+    except TypeError:
+        raise TypeError(f"{name}: axis_index_groups must be a list of lists of int member "
+                        f"indices, got {axis_index_groups!r}") from None
+    where = f"{name}: axis_index_groups {[list(g) for g in groups]} over axis {names[0]!r} " \
+            f"of size {size}"
+    if not groups or any(not g for g in groups):
+        raise ValueError(f"{where}: every group must list at least one member")
+    outside = sorted({i for g in groups for i in g if not 0 <= i < size})
+    if outside:
+        raise ValueError(f"{where}: indices {outside} are out of range 0..{size - 1}")
+    listed = [i for g in groups for i in g]
+    repeated = sorted({i for i in listed if listed.count(i) > 1})
+    if repeated:
+        raise ValueError(f"{where}: indices {repeated} appear more than once; the groups must "
+                         "partition the axis indices")
+    missing = sorted(set(range(size)) - set(listed))
+    if missing:
+        raise ValueError(f"{where}: indices {missing} are in no group; the groups must "
+                         "cover every axis index exactly once")
+    sizes = sorted({len(g) for g in groups})
+    if len(sizes) > 1:
+        raise ValueError(f"{where}: the groups have different sizes {sizes}; all groups "
+                         "must be the same size")
+    return groups
+
+
+def _group_size(name, groups, axis_name) -> int:
+    """The number of members a collective combines: a group's, or the whole axis's."""
+    return len(groups[0]) if groups is not None else axis_size(axis_name, name)
+
+
+def _per_group(impl):
+    """``impl`` (reference semantics over one set of members) run on each group of
+    ``axis_index_groups`` separately; ``buffers`` are every member's, in axis order."""
+
+    def group_impl(buffers, **params):
+        groups = params.get("axis_index_groups")
+        if groups is None:
+            return impl(buffers, **params)
+        if sum(len(g) for g in groups) != len(buffers):
+            raise ValueError(f"axis_index_groups {groups} do not match the {len(buffers)} "
+                             "members of the axis")
+        inner = dict(params, axis_index_groups=None)
+        out = [None] * len(buffers)
+        for group in groups:
+            for i, result in zip(group, impl([buffers[i] for i in group], **inner)):
+                out[i] = result
+        return out
+
+    return group_impl
+
+
+class _GroupAxis:
+    """The axis name of one group's members when a vmap computes a grouped collective."""
+
+    def __init__(self, outer):
+        self.outer = outer
+
+    def __repr__(self):
+        return f"<group of {self.outer!r}>"
+
+
+def _take_members(x, order):
+    """Rows ``order`` of ``x`` along axis 0 (runs of consecutive rows sliced at once)."""
+    from functrans.primitives import structural
+    order = list(order)
+    if order == list(range(get_aval(x).shape[0])):
+        return x
+    pieces, start = [], 0
+    while start < len(order):
+        stop = start + 1
+        while stop < len(order) and order[stop] == order[stop - 1] + 1:
+            stop += 1
+        pieces.append(structural.slice_in_dim(x, order[start], order[stop - 1] + 1, axis=0))
+        start = stop
+    return pieces[0] if len(pieces) == 1 else structural.concatenate(pieces, 0)
+
+
+def _batch_in_groups(primitive, x, d, params, axis_data):
+    """Batching rule of a collective with ``axis_index_groups`` over the vmapped axis: the
+    members are reordered group by group into a ``(groups, group size, ...)`` array, and
+    the ungrouped collective runs under a vmap over each group's members (an inner axis of
+    the group's size) and a vmap over the groups; the results go back to member order."""
+    from functrans._api import vmap
+    from functrans.primitives import structural
+    groups = params["axis_index_groups"]
+    n = axis_data.size
+    order = [i for g in groups for i in g]
+    x = _take_members(_moved_to_front(x, d, n), order)
+    rest = tuple(get_aval(x).shape[1:])
+    x = structural.reshape(x, (len(groups), len(groups[0])) + rest)
+    inner_name = _GroupAxis(axis_data.name)
+    inner = dict(params, axis_index_groups=None)
+    inner[primitive.names_param] = (inner_name,)
+    out = vmap(vmap(lambda v: primitive.bind(v, **inner), axis_name=inner_name))(x)
+    out = structural.reshape(out, (n,) + tuple(get_aval(out).shape[2:]))
+    inverse = [0] * n
+    for position, member in enumerate(order):
+        inverse[member] = position
+    return _take_members(out, inverse), 0
 
 
 def _single_name(name, axis_name):
@@ -188,6 +304,15 @@ def _single_name(name, axis_name):
 
 def _other_names(params_names, own) -> tuple:
     return tuple(n for n in params_names if n != own)
+
+
+def _check_member_shape(primitive, x, d, params):
+    """Run the shape rule on one member's operand (``x`` without its batch dim ``d``): under
+    vmap the batching rule computes the collective without the equation's type check."""
+    aval = get_aval(x)
+    if d is not None:
+        aval = ShapedArray(aval.shape[:d] + aval.shape[d + 1:], aval.dtype, aval.weak_type)
+    primitive.abstract_eval(aval, **params)
 
 
 def _moved_to_front(x, d, size):
@@ -222,6 +347,10 @@ def _reduction_batch(primitive, reduce_fn):
         (x,), (d,) = vals, dims
         if axis_data.name not in axes:
             return primitive.bind(x, axes=axes, axis_index_groups=axis_index_groups), d
+        params = dict(axes=axes, axis_index_groups=axis_index_groups)
+        _check_member_shape(primitive, x, d, params)
+        if axis_index_groups is not None:
+            return _batch_in_groups(primitive, x, d, params, axis_data)
         if d is None:
             out = reduce_fn(x, None, axis_data.size)
         else:
@@ -254,7 +383,7 @@ def _min_over(x, d, size):
 
 psum_p = CollectivePrimitive("psum", "axes")
 psum_p.def_abstract_eval(_reduction_rule("psum", allow_bool=False))
-psum_p.group_impl = _group_reduction(np.add)
+psum_p.group_impl = _per_group(_group_reduction(np.add))
 psum_p.reduce_op = "sum"
 _run_in_context(psum_p)
 # Per JAX, psum transposes to psum: each member's cotangent receives the sum of all members'.
@@ -263,14 +392,14 @@ psum_p.batch = _reduction_batch(psum_p, _sum_over)
 
 pmax_p = CollectivePrimitive("pmax", "axes")
 pmax_p.def_abstract_eval(_reduction_rule("pmax", allow_bool=True))
-pmax_p.group_impl = _group_reduction(np.maximum)
+pmax_p.group_impl = _per_group(_group_reduction(np.maximum))
 pmax_p.reduce_op = "max"
 _run_in_context(pmax_p)
 pmax_p.batch = _reduction_batch(pmax_p, _max_over)
 
 pmin_p = CollectivePrimitive("pmin", "axes")
 pmin_p.def_abstract_eval(_reduction_rule("pmin", allow_bool=True))
-pmin_p.group_impl = _group_reduction(np.minimum)
+pmin_p.group_impl = _per_group(_group_reduction(np.minimum))
 pmin_p.reduce_op = "min"
 _run_in_context(pmin_p)
 pmin_p.batch = _reduction_batch(pmin_p, _min_over)
@@ -301,10 +430,10 @@ pmin_p.jvp = _extremum_jvp(pmin_p)
 def _reduction_fn(primitive, doc):
     def fn(x, axis_name, *, axis_index_groups=None):
         from functrans import tree_util
-        _check_groups(primitive.name, axis_index_groups)
+        groups = _check_groups(primitive.name, axis_index_groups, axis_name)
         axes = _names_tuple(axis_name)
         return tree_util.tree_map(
-            lambda leaf: primitive.bind(_as_operand(leaf), axes=axes, axis_index_groups=None), x)
+            lambda leaf: primitive.bind(_as_operand(leaf), axes=axes, axis_index_groups=groups), x)
     fn.__name__ = primitive.name
     fn.__doc__ = doc
     return fn
@@ -320,10 +449,17 @@ def _as_operand(x):
 psum = _reduction_fn(psum_p, """Sum ``x`` (a pytree) over the members of the named axis.
 
     Every member receives the total. ``axis_name`` may be a tuple of names.
+    ``axis_index_groups`` (a list of lists of member indices that partition the axis into
+    groups of one size, with a single axis name) sums within each group instead; the same
+    holds for ``pmean``, ``pmax``, ``pmin``, ``all_gather``, ``psum_scatter`` and
+    ``all_to_all``, where a member's rank is its position in its group.
 
         >>> import functrans, functrans.numpy as jnp
         >>> functrans.vmap(lambda v: functrans.lax.psum(v, 'i'), axis_name='i')(jnp.arange(3.0))
         Array([3., 3., 3.], dtype=float32)
+        >>> f = lambda v: functrans.lax.psum(v, 'i', axis_index_groups=[[0, 1], [2, 3]])
+        >>> functrans.vmap(f, axis_name='i')(jnp.arange(4.0))
+        Array([1., 1., 5., 5.], dtype=float32)
     """)
 pmax = _reduction_fn(pmax_p, """Maximum of ``x`` (a pytree) over the members of the named axis.
 
@@ -348,8 +484,9 @@ def pmean(x, axis_name, *, axis_index_groups=None):
     """
     from functrans import tree_util
     from functrans.primitives import elementwise, structural
-    n = axis_size(axis_name, "pmean")
-    total = psum(x, axis_name, axis_index_groups=axis_index_groups)
+    groups = _check_groups("pmean", axis_index_groups, axis_name)
+    n = _group_size("pmean", groups, axis_name)
+    total = psum(x, axis_name, axis_index_groups=groups)
 
     def divide(s):
         aval = get_aval(s)
@@ -408,6 +545,10 @@ def _all_gather_batch(vals, dims, *, all_gather_dimension, axis_name, axis_index
     if axis_data.name not in axis_name:
         return _bind_under_other_axis(all_gather_p, x, d,
                                       dict(all_gather_dimension=all_gather_dimension), params)
+    full = dict(params, all_gather_dimension=all_gather_dimension)
+    _check_member_shape(all_gather_p, x, d, full)
+    if axis_index_groups is not None:
+        return _batch_in_groups(all_gather_p, x, d, full, axis_data)
     # The batched value already holds every member's operand: move the batch axis into place.
     x = _moved_to_front(x, d, axis_data.size)
     out = batching.moveaxis(x, 0, all_gather_dimension)
@@ -419,7 +560,7 @@ def _all_gather_batch(vals, dims, *, all_gather_dimension, axis_name, axis_index
     return out, None
 
 
-all_gather_p.group_impl = _all_gather_group
+all_gather_p.group_impl = _per_group(_all_gather_group)
 _run_in_context(all_gather_p)
 all_gather_p.batch = _all_gather_batch
 ad.deflinear(all_gather_p, lambda ct, *, all_gather_dimension, axis_name, axis_index_groups,
@@ -431,7 +572,8 @@ ad.deflinear(all_gather_p, lambda ct, *, all_gather_dimension, axis_name, axis_i
 def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bool = False):
     """Gather ``x`` (a pytree) from every member of the named axis. Each member receives the
     stack of all members' values along a new axis ``axis`` (``tiled=True``: concatenated
-    along the existing axis ``axis``).
+    along the existing axis ``axis``). With ``axis_index_groups`` each member gathers its
+    group's values, in the order the group lists them (the new axis has the group size).
 
         >>> import functrans, functrans.numpy as jnp
         >>> f = lambda v: functrans.lax.all_gather(v, 'i')
@@ -440,9 +582,9 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bo
                [0., 1.]], dtype=float32)
     """
     from functrans import tree_util
-    _check_groups("all_gather", axis_index_groups)
     names = _single_name("all_gather", axis_name)
-    size = axis_size(names[0], "all_gather")
+    groups = _check_groups("all_gather", axis_index_groups, names)
+    size = _group_size("all_gather", groups, names[0])
 
     def gather(leaf):
         leaf = _as_operand(leaf)
@@ -451,7 +593,7 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bo
             raise TypeError("all_gather: tiled=True needs an operand with at least one dimension")
         dim = int(axis) % (ndim if tiled else ndim + 1)
         return all_gather_p.bind(leaf, all_gather_dimension=dim, axis_name=names,
-                                 axis_index_groups=None, axis_size=size, tiled=bool(tiled))
+                                 axis_index_groups=groups, axis_size=size, tiled=bool(tiled))
 
     return tree_util.tree_map(gather, x)
 
@@ -496,6 +638,10 @@ def _reduce_scatter_batch(vals, dims, *, scatter_dimension, axis_name, axis_inde
     if axis_data.name not in axis_name:
         return _bind_under_other_axis(reduce_scatter_p, x, d,
                                       dict(scatter_dimension=scatter_dimension), params)
+    full = dict(params, scatter_dimension=scatter_dimension)
+    _check_member_shape(reduce_scatter_p, x, d, full)
+    if axis_index_groups is not None:
+        return _batch_in_groups(reduce_scatter_p, x, d, full, axis_data)
     total = _sum_over(x, d, axis_data.size)
     if tiled:
         # Split the scattered axis into (member, chunk); member j keeps chunk j.
@@ -506,7 +652,7 @@ def _reduce_scatter_batch(vals, dims, *, scatter_dimension, axis_name, axis_inde
     return total, scatter_dimension
 
 
-reduce_scatter_p.group_impl = _reduce_scatter_group
+reduce_scatter_p.group_impl = _per_group(_reduce_scatter_group)
 _run_in_context(reduce_scatter_p)
 reduce_scatter_p.batch = _reduce_scatter_batch
 ad.deflinear(reduce_scatter_p, lambda ct, *, scatter_dimension, axis_name, axis_index_groups,
@@ -527,15 +673,15 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, axis_index_groups=
         Array([2., 2.], dtype=float32)
     """
     from functrans import tree_util
-    _check_groups("psum_scatter", axis_index_groups)
     names = _single_name("psum_scatter", axis_name)
-    size = axis_size(names[0], "psum_scatter")
+    groups = _check_groups("psum_scatter", axis_index_groups, names)
+    size = _group_size("psum_scatter", groups, names[0])
 
     def scatter(leaf):
         leaf = _as_operand(leaf)
         ndim = max(get_aval(leaf).ndim, 1)
         return reduce_scatter_p.bind(leaf, scatter_dimension=int(scatter_dimension) % ndim,
-                                     axis_name=names, axis_index_groups=None, axis_size=size,
+                                     axis_name=names, axis_index_groups=groups, axis_size=size,
                                      tiled=bool(tiled))
 
     return tree_util.tree_map(scatter, x)
@@ -595,6 +741,10 @@ def _all_to_all_batch(vals, dims, *, split_axis, concat_axis, axis_name, axis_in
     if axis_data.name not in axis_name:
         return _bind_under_other_axis(all_to_all_p, x, d,
                                       dict(split_axis=split_axis, concat_axis=concat_axis), params)
+    full = dict(params, split_axis=split_axis, concat_axis=concat_axis)
+    _check_member_shape(all_to_all_p, x, d, full)
+    if axis_index_groups is not None:
+        return _batch_in_groups(all_to_all_p, x, d, full, axis_data)
     n = axis_data.size
     x = _moved_to_front(x, d, n)            # axes: [source member i] + per-member axes
     per_member = list(get_aval(x).shape[1:])
@@ -619,7 +769,7 @@ def _all_to_all_batch(vals, dims, *, split_axis, concat_axis, axis_name, axis_in
     return out, 0
 
 
-all_to_all_p.group_impl = _all_to_all_group
+all_to_all_p.group_impl = _per_group(_all_to_all_group)
 _run_in_context(all_to_all_p)
 all_to_all_p.batch = _all_to_all_batch
 ad.deflinear(all_to_all_p, lambda ct, *, split_axis, concat_axis, **params: [all_to_all_p.bind(
@@ -640,9 +790,9 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, axis_index_gr
                [1., 3.]], dtype=float32)
     """
     from functrans import tree_util
-    _check_groups("all_to_all", axis_index_groups)
     names = _single_name("all_to_all", axis_name)
-    size = axis_size(names[0], "all_to_all")
+    groups = _check_groups("all_to_all", axis_index_groups, names)
+    size = _group_size("all_to_all", groups, names[0])
 
     def exchange(leaf):
         leaf = _as_operand(leaf)
@@ -651,7 +801,7 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, axis_index_gr
             raise TypeError("all_to_all: the operand must have at least one dimension")
         return all_to_all_p.bind(leaf, split_axis=int(split_axis) % ndim,
                                  concat_axis=int(concat_axis) % ndim, axis_name=names,
-                                 axis_index_groups=None, axis_size=size, tiled=bool(tiled))
+                                 axis_index_groups=groups, axis_size=size, tiled=bool(tiled))
 
     return tree_util.tree_map(exchange, x)
 

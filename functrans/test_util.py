@@ -44,13 +44,17 @@ def _as_np(x):
 
 
 def _add_scaled(xs, ts, eps):
+    from functrans._array import Array
     out = []
     for x, t in zip(xs, ts):
         xv = _as_np(x)
         if not _dtypes.is_inexact(xv.dtype):
             out.append(x)
             continue
-        out.append(np.asarray(xv + eps * _as_np(t), dtype=xv.dtype))
+        shifted = np.asarray(xv + eps * _as_np(t), dtype=xv.dtype)
+        # the shifted point keeps the argument's type: f(np_array[i]) may fail where
+        # f(Array[i]) works (a NumPy array cannot be indexed by a tracer, e.g. inside vmap)
+        out.append(Array(shifted, weak_type=x.weak_type) if isinstance(x, Array) else shifted)
     return out
 
 

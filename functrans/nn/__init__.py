@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functrans.nn._activations import *  # noqa: F401,F403
 from functrans.nn._activations import __all__ as _activation_names
+from functrans.nn._attention import dot_product_attention  # noqa: F401
 from functrans.nn import initializers  # noqa: F401
 
-__all__ = list(_activation_names) + ["initializers"]
+__all__ = list(_activation_names) + ["dot_product_attention", "initializers"]

@@ -24,7 +24,7 @@ class Array:
         Array([0., 2., 4.], dtype=float32)
     """
 
-    __slots__ = ("_value", "weak_type", "_device", "__weakref__")
+    __slots__ = ("_value", "weak_type", "_device", "_aval", "__weakref__")
     __array_priority__ = 100
     _platform = "cpu"  # where the buffer lives (a GPU array says "gpu")
 
@@ -51,7 +51,12 @@ class Array:
 
     @property
     def aval(self) -> core.ShapedArray:
-        return core.ShapedArray(self._value.shape, self._value.dtype, self.weak_type)
+        try:  # made once: the array is immutable (delete() forgets it)
+            return self._aval
+        except AttributeError:
+            value = self._value
+            aval = self._aval = core.ShapedArray(value.shape, value.dtype, self.weak_type)
+            return aval
 
     shape = property(lambda self: self._value.shape)
     dtype = property(lambda self: self._value.dtype)
@@ -193,6 +198,10 @@ _DELETED = _DeletedBuffer()
 def delete(array: "Array") -> None:
     """Mark ``array`` as deleted (its buffer was donated)."""
     array._value = _DELETED
+    try:
+        del array._aval
+    except AttributeError:
+        pass
 
 
 def _rebuild_array(value, weak_type):

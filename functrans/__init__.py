@@ -38,3 +38,15 @@ from functrans._disable_jit import disable_jit  # noqa: F401
 
 from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,  # noqa: F401
                             TracerIntegerConversionError, UnexpectedTracerError)
+
+
+# Imported on first use (``functrans.scipy.special``, ``functrans.tree.map``, ...), as a
+# program that never touches them should not pay for importing them.
+_LAZY_MODULES = ("scipy", "tree", "flatten_util", "dtypes")
+
+
+def __getattr__(name):
+    if name in _LAZY_MODULES:
+        import importlib
+        return importlib.import_module(f"functrans.{name}")
+    raise AttributeError(f"module 'functrans' has no attribute {name!r}")

@@ -195,7 +195,7 @@ def dtype_and_weak(x) -> tuple[np.dtype, bool]:
         return aval.dtype, aval.weak_type
     if isinstance(x, (np.ndarray, np.generic)):
         return canonicalize_dtype(x.dtype), False
-    if isinstance(x, type) and x in (bool, int, float, complex):
+    if isinstance(x, type) and any(x is t for t in (bool, int, float, complex)):
         return python_scalar_dtype(x(0)), x is not bool
     try:
         return canonicalize_dtype(np.dtype(x)), False

@@ -1218,3 +1218,11 @@ def test_every_export_is_tested():
     untested_linalg = [n for n in linalg_names if f"l.{n}(" not in source
                        and f"linalg.{n}(" not in source and f'"{n}"' not in source]
     assert not untested_linalg, f"linalg functions not tested: {untested_linalg}"
+
+
+def test_result_type_of_scalar_types(x64):
+    # jnp.float64 is not Python's float, although the two compare equal
+    assert jnp.result_type(jnp.float64) == np.float64
+    assert jnp.result_type(jnp.float64, 1.0) == np.float64
+    assert jnp.result_type(jnp.int32, 1.0) == np.float64  # a Python float is weak
+    assert jnp.result_type(float) == np.float64

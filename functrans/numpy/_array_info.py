@@ -29,8 +29,9 @@ def result_type(*args):
         >>> result_type(float16, 1.0)
         dtype('float16')
     """
+    python_types = (bool, int, float, complex)
     return _dtypes.result_type(*[_as_dtype_or_kind(a) if isinstance(a, type) and
-                                 a not in (bool, int, float, complex) else a for a in args])
+                                 not any(a is t for t in python_types) else a for a in args])
 
 
 def promote_types(a, b):

@@ -15,5 +15,6 @@ from functrans.primitives.control_flow import *  # noqa: F401,F403
 from functrans.primitives.collectives import *  # noqa: F401,F403
 from functrans.primitives.fft import *  # noqa: F401,F403
 from functrans.primitives.windowed import *  # noqa: F401,F403
+from functrans.primitives.implicit import *  # noqa: F401,F403
 
 from functrans import _lax_linalg as linalg  # noqa: E402,F401

@@ -241,3 +241,32 @@ def orthogonal(scale=1.0, column_axis=-1, dtype=None):
         q = lax.transpose(q, tuple(perm))
         return lax.mul(q, lax.full(shape, scale, dtype))
     return init
+
+
+def delta_orthogonal(scale=1.0, column_axis=-1, dtype=None):
+    """The delta-orthogonal initializer for convolution kernels of shape
+    ``(*spatial, in, out)`` with 1, 2 or 3 spatial axes: an orthogonal ``(in, out)`` matrix
+    (times ``scale``) at the centre of the spatial window and zeros elsewhere, so the
+    convolution starts as an orthogonal map (needs ``in <= out``).
+
+        >>> import functrans.random as random
+        >>> w = delta_orthogonal()(random.PRNGKey(0), (3, 3, 2, 4))
+        >>> w.shape
+        (3, 3, 2, 4)
+    """
+    def init(key, shape, dtype=dtype):
+        shape = _shape(shape)
+        dtype = _dtype(dtype)
+        if len(shape) not in (3, 4, 5):
+            raise ValueError(f"delta_orthogonal initializer needs a 3-D, 4-D or 5-D kernel "
+                             f"shape (1 to 3 spatial axes, then in and out), got {shape}")
+        if shape[-2] > shape[-1]:
+            raise ValueError(f"delta_orthogonal initializer needs in <= out (the last two "
+                             f"sides), got shape {shape}")
+        matrix = orthogonal(scale, column_axis, dtype)(key, shape[-2:])
+        centre = tuple((k - 1) // 2 for k in shape[:-2])
+        return lax.full(shape, 0, dtype).at[centre].set(matrix)
+    return init
+
+
+__all__.append("delta_orthogonal")

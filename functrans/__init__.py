@@ -35,6 +35,7 @@ from functrans import random  # noqa: F401
 from functrans import nn  # noqa: F401
 from functrans import optim  # noqa: F401
 from functrans._disable_jit import disable_jit  # noqa: F401
+from functrans._api_extra import *  # noqa: F401,F403
 
 from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,  # noqa: F401
                             TracerIntegerConversionError, UnexpectedTracerError)

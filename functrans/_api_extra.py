@@ -369,6 +369,19 @@ def _aval_of_example(x) -> ShapedArray:
                         f"{x!r}") from None
 
 
+def _trace_flat(fun, in_tree, in_avals):
+    """``fun`` (of the pytree ``in_tree``) staged at ``in_avals``: (jaxpr, consts, out tree)."""
+    out_tree_cell: list = []
+
+    def flat(*leaves):
+        out_leaves, out_tree = tree_flatten(fun(*tree_unflatten(in_tree, list(leaves))))
+        out_tree_cell.append(out_tree)
+        return out_leaves
+
+    jaxpr, consts = trace_to_jaxpr_dynamic(flat, in_avals)
+    return jaxpr, consts, out_tree_cell[0]
+
+
 def linear_transpose(fun: Callable, *primals, reduce_axes=()) -> Callable:
     """The transpose of the linear function ``fun``: returns ``f_t`` with
     ``f_t(out_cotangent) == vjp(fun, *primals)[1](out_cotangent)``, without evaluating
@@ -386,15 +399,7 @@ def linear_transpose(fun: Callable, *primals, reduce_axes=()) -> Callable:
         if not _dtypes.is_inexact(aval.dtype):
             raise TypeError(f"linear_transpose only supports floating-point inputs, got an "
                             f"input of type {aval.str_short()}")
-    out_tree_cell: list = []
-
-    def flat(*leaves):
-        out_leaves, out_tree = tree_flatten(fun(*tree_unflatten(in_tree, list(leaves))))
-        out_tree_cell.append(out_tree)
-        return out_leaves
-
-    jaxpr, consts = trace_to_jaxpr_dynamic(flat, in_avals)
-    out_tree = out_tree_cell[0]
+    jaxpr, consts, out_tree = _trace_flat(fun, in_tree, in_avals)
     out_avals = jaxpr.out_avals
     for aval in out_avals:
         if not _dtypes.is_inexact(aval.dtype):
@@ -452,15 +457,7 @@ def closure_convert(fun: Callable, *example_args):
     """
     leaves, in_tree = tree_flatten(example_args)
     in_avals = [_aval_of_example(x) for x in leaves]
-    out_tree_cell: list = []
-
-    def flat(*flat_args):
-        out_leaves, out_tree = tree_flatten(fun(*tree_unflatten(in_tree, list(flat_args))))
-        out_tree_cell.append(out_tree)
-        return out_leaves
-
-    jaxpr, consts = trace_to_jaxpr_dynamic(flat, in_avals)
-    out_tree = out_tree_cell[0]
+    jaxpr, consts, out_tree = _trace_flat(fun, in_tree, in_avals)
     hoist = [_maybe_perturbed(c) for c in consts]
     hoisted = [c for c, h in zip(consts, hoist) if h]
     num_hoisted = len(hoisted)

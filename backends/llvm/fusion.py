@@ -526,6 +526,8 @@ _MOVEMENT_RULES: dict[str, Callable] = {
 # arithmetic, so they never force a buffer by themselves.
 _CHEAP = {"broadcast_in_dim", "reshape", "expand_dims", "transpose", "squeeze", "rev", "slice",
           "iota", "dynamic_slice", "convert_element_type", "stop_gradient", "copy"}
+# data movement whose result is larger than an operand without reading any element twice
+_PLACING = {"pad", "concatenate"}
 
 
 # =============================================================================================
@@ -646,7 +648,10 @@ class _Planner:
                 out_size = max(_size(v), 1)
                 for x in e.invars:
                     if isinstance(x, Var):
-                        factor = out_size / max(_size(x), 1)
+                        # elements read per element of x: a broadcast repeats them; a pad
+                        # or a concatenation places each once in a larger result
+                        factor = 1.0 if e.primitive.name in _PLACING else \
+                            out_size / max(_size(x), 1)
                         consumers.setdefault(x, []).append((kernels_of[v], rep * factor))
             elif kind == "reduce":
                 self.materialized.update(outs)

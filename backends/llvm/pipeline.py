@@ -18,6 +18,7 @@ from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm import (buffers, cache, codegen, control_flow, donation, fusion,
                                      indexing, scalar_ops)
 from functrans.backends.llvm.codegen import Segment
+from functrans.interpreters.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
 from functrans.core import ClosedJaxpr
 
@@ -82,6 +83,7 @@ def _plan_digest(program, plan, slots) -> str:
 def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
                   fuse: bool = True) -> Executable:
     """Compile ``closed`` for this machine's CPU (see the module docstring)."""
+    closed = decompose_closed(closed)  # e.g. convolutions as im2col + BLAS
     with _compile_lock:
         jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
         target = LLVMTarget()

@@ -1,0 +1,141 @@
+"""Rewrite primitives that compilers run better as compositions of other primitives.
+
+A convolution becomes im2col and a matrix product: the windows of the padded (and, for a
+transposed convolution, dilated) input are gathered into a patch matrix, one row per output
+position (a gather per spatial axis: each element is one load, where a concatenation of
+per-tap slices would select among all of them), and one ``dot_general``, batched over
+feature groups, multiplies it by the reshaped kernel. The pad, gathers, reshapes and
+transposes fuse into a few loops, and the product goes to BLAS (CPU) or cuBLAS (GPU), where
+the backends would otherwise run the primitive's NumPy implementation.
+
+The rewrite happens at compile time only (the IR users see keeps ``conv_general_dilated``,
+and transforms use its own rules): each equation is replaced by a ``jit`` equation of the
+decomposition, which the compilers inline. Bodies of control flow are rewritten too.
+
+    >>> closed = decompose_closed(closed)   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from functrans.core import ClosedJaxpr, Jaxpr
+
+_DECOMPOSED = ("conv_general_dilated",)
+
+
+def decompose_closed(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """``closed`` with every decomposable equation (here and in nested programs) rewritten;
+    the same object when there is nothing to rewrite."""
+    jaxpr = _decompose_jaxpr(closed.jaxpr)
+    return closed if jaxpr is closed.jaxpr else ClosedJaxpr(jaxpr, closed.consts)
+
+
+def _decompose_jaxpr(jaxpr: Jaxpr) -> Jaxpr:
+    eqns, changed = [], False
+    for eqn in jaxpr.eqns:
+        new = _decompose_eqn(eqn)
+        changed |= new is not eqn
+        eqns.append(new)
+    if not changed:
+        return jaxpr
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars, eqns)
+
+
+def _decompose_param(value):
+    if isinstance(value, ClosedJaxpr):
+        return decompose_closed(value)
+    if isinstance(value, Jaxpr):
+        return _decompose_jaxpr(value)
+    if isinstance(value, tuple) and any(isinstance(v, (ClosedJaxpr, Jaxpr)) for v in value):
+        new = tuple(_decompose_param(v) for v in value)
+        return value if all(a is b for a, b in zip(new, value)) else new
+    return value
+
+
+def _decompose_eqn(eqn):
+    if eqn.primitive.name == "conv_general_dilated" and _conv_decomposable(eqn):
+        return _as_jit_eqn(eqn, _conv_as_matmul)
+    params = {k: _decompose_param(v) for k, v in eqn.params.items()}
+    if all(params[k] is eqn.params[k] for k in params):
+        return eqn
+    return eqn.replace(params=params)
+
+
+def _as_jit_eqn(eqn, decomposition):
+    """A ``jit`` equation computing ``eqn`` by ``decomposition(*operands, **params)``."""
+    from functrans._jit import jit_p
+    from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+    avals = [v.aval for v in eqn.invars]
+
+    def body(*args):
+        return [decomposition(*args, **eqn.params)]
+
+    jaxpr, consts = trace_to_jaxpr_dynamic(body, avals)
+    closed = ClosedJaxpr(jaxpr, consts)
+    return eqn.replace(primitive=jit_p, params=dict(
+        jaxpr=closed, name=f"{eqn.primitive.name}_decomposed", backend=None,
+        donated_invars=()))
+
+
+# ---- convolution --------------------------------------------------------------------------------
+
+
+def _conv_decomposable(eqn) -> bool:
+    lhs, rhs = (v.aval for v in eqn.invars)
+    return (eqn.params["batch_group_count"] == 1 and lhs.dtype.kind == "f"
+            and rhs.dtype == lhs.dtype and lhs.size > 0 and rhs.size > 0
+            and eqn.outvars[0].aval.size > 0)
+
+
+def _conv_as_matmul(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
+                    dimension_numbers, feature_group_count, batch_group_count, precision=None,
+                    preferred_element_type=None):
+    import functrans.numpy as jnp
+    from functrans import lax
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    nsp = len(window_strides)
+    groups = feature_group_count
+    # channels last: lhs (N, *spatial, C), rhs (*kernel, I, O)
+    x = lax.transpose(lhs, (lhs_spec[0],) + tuple(lhs_spec[2:]) + (lhs_spec[1],))
+    w = lax.transpose(rhs, tuple(rhs_spec[2:]) + (rhs_spec[1], rhs_spec[0]))
+    n, channels = x.shape[0], x.shape[-1]
+    kernel, out_features = w.shape[:nsp], w.shape[-1]
+    zero = lax.convert_element_type(0, x.dtype)
+    x = lax.pad(x, zero, [(0, 0, 0)] + [(lo, hi, d - 1) for (lo, hi), d in
+                                         zip(padding, lhs_dilation)] + [(0, 0, 0)])
+    out_sizes = []
+    for k in range(nsp):
+        window = (kernel[k] - 1) * rhs_dilation[k] + 1
+        out_sizes.append(max(0, (x.shape[1 + k] - window) // window_strides[k] + 1))
+    # the windows, gathered one spatial axis at a time: x[n, o*stride + t*dilation, ...]
+    # for every output position o and kernel tap t (a gather per axis fuses into one load
+    # per element; a concatenation of per-tap slices would select among all of them)
+    patches = x
+    for k in range(nsp):
+        index = (np.arange(out_sizes[k])[:, None] * window_strides[k]
+                 + np.arange(kernel[k])[None, :] * rhs_dilation[k]).astype(np.int32)
+        patches = jnp.take(patches, index, axis=1 + 2 * k, mode="clip")
+    # (N, out_1, k_1, out_2, k_2, ..., C) -> (N, out..., k..., C) -> (rows, taps * C)
+    order = (0,) + tuple(1 + 2 * k for k in range(nsp)) + tuple(2 + 2 * k for k in range(nsp))
+    patches = lax.transpose(patches, order + (2 * nsp + 1,))
+    rows = n
+    for o in out_sizes:
+        rows *= o
+    taps = 1
+    for size in kernel:
+        taps *= size
+    per_group = channels // groups
+    # (rows, taps, G, C/G) -> (G, rows, taps * C/G) against (G, taps * C/G, O/G)
+    a = lax.reshape(patches, (rows, taps, groups, per_group))
+    a = lax.reshape(lax.transpose(a, (2, 0, 1, 3)), (groups, rows, taps * per_group))
+    b = lax.reshape(w, (taps * per_group, groups, out_features // groups))
+    b = lax.transpose(b, (1, 0, 2))
+    product = lax.dot_general(a, b, (((2,), (1,)), ((0,), (0,))),
+                              preferred_element_type=preferred_element_type)
+    # (G, rows, O/G) -> (N, *out, O) -> the output layout
+    out = lax.reshape(lax.transpose(product, (1, 0, 2)), (n, *out_sizes, out_features))
+    order = [0, nsp + 1] + list(range(1, nsp + 1))  # (N, O, *spatial) in spec order
+    current = [None] * (nsp + 2)
+    for axis, source in zip(out_spec, order):
+        current[axis] = source
+    return lax.transpose(out, tuple(current))

@@ -20,7 +20,8 @@ import numpy as np
 
 from functrans.core import ClosedJaxpr, Jaxpr
 
-_DECOMPOSED = ("conv_general_dilated",)
+_WINDOW_REDUCTIONS = {"reduce_window_sum": "sum", "reduce_window_max": "max",
+                      "reduce_window_min": "min"}
 
 
 def decompose_closed(closed: ClosedJaxpr) -> ClosedJaxpr:
@@ -53,8 +54,11 @@ def _decompose_param(value):
 
 
 def _decompose_eqn(eqn):
-    if eqn.primitive.name == "conv_general_dilated" and _conv_decomposable(eqn):
+    name = eqn.primitive.name
+    if name == "conv_general_dilated" and _conv_decomposable(eqn):
         return _as_jit_eqn(eqn, _conv_as_matmul)
+    if name in _WINDOW_REDUCTIONS and _window_decomposable(eqn):
+        return _as_jit_eqn(eqn, _window_reduction(_WINDOW_REDUCTIONS[name]))
     params = {k: _decompose_param(v) for k, v in eqn.params.items()}
     if all(params[k] is eqn.params[k] for k in params):
         return eqn
@@ -139,3 +143,40 @@ def _conv_as_matmul(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dila
     for axis, source in zip(out_spec, order):
         current[axis] = source
     return lax.transpose(out, tuple(current))
+
+
+# ---- windowed reductions (pooling) -------------------------------------------------------------
+
+
+def _window_decomposable(eqn) -> bool:
+    operand = eqn.invars[0].aval
+    return (operand.dtype in (np.float32, np.float64) and operand.size > 0
+            and eqn.outvars[0].aval.size > 0)
+
+
+def _window_reduction(kind: str):
+    """``reduce_window_<kind>`` as a reduction over gathered windows: the padded operand is
+    gathered into (..., out_k, window_k, ...) and the window axes reduced, so the gather
+    fuses into the reduction's loop."""
+    def decomposition(operand, *, window_dimensions, window_strides, padding, base_dilation,
+                      window_dilation):
+        import functrans.numpy as jnp
+        from functrans import lax
+        from functrans.primitives.windowed import _identity
+        init = lax.convert_element_type(_identity(kind, operand.dtype), operand.dtype)
+        x = lax.pad(operand, init, [(lo, hi, d - 1) for (lo, hi), d in
+                                     zip(padding, base_dilation)])
+        window_axes = []
+        for k, (w, s, d) in enumerate(zip(window_dimensions, window_strides, window_dilation)):
+            if w == 1 and s == 1:
+                continue  # every element is its own window along this axis
+            axis = k + len(window_axes)
+            out = max(0, (x.shape[axis] - ((w - 1) * d + 1)) // s + 1)
+            index = (np.arange(out)[:, None] * s + np.arange(w)[None, :] * d).astype(np.int32)
+            x = jnp.take(x, index, axis=axis, mode="clip")
+            window_axes.append(axis + 1)
+        if not window_axes:
+            return x
+        reduce = {"sum": lax.reduce_sum, "max": lax.reduce_max, "min": lax.reduce_min}[kind]
+        return reduce(x, tuple(window_axes))
+    return decomposition

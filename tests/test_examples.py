@@ -59,3 +59,8 @@ def test_data_parallel_example_matches_single_device():
     assert len(a) == len(b) >= 2
     np.testing.assert_allclose(a, b, rtol=1e-5)
     assert a[-1] < a[0]
+
+
+def test_cnn_example_learns():
+    out = _run("cnn_digits.py", "--epochs", "6", "--quiet")
+    assert float(re.search(r"test accuracy ([0-9.]+)", out).group(1)) > 0.9, out

@@ -63,4 +63,4 @@ def test_data_parallel_example_matches_single_device():
 
 def test_cnn_example_learns():
     out = _run("cnn_digits.py", "--epochs", "6", "--quiet")
-    assert float(re.search(r"test accuracy ([0-9.]+)", out).group(1)) > 0.9, out
+    assert float(re.search(r"test accuracy: ([0-9.]+)", out).group(1)) > 0.9, out

@@ -116,3 +116,19 @@ def test_compiled_pooling_equals_reference(kind, case):
     loss = lambda v: jnp.sum(f(v) ** 2)  # noqa: E731
     np.testing.assert_allclose(np.asarray(functrans.jit(functrans.grad(loss))(x)),
                                np.asarray(functrans.grad(loss)(x)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("select", ["max", "min"])
+def test_window_select_with_ties_and_nans(select):
+    from functrans.primitives.windowed import window_select_p
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, (2, 7, 6, 2)).astype(np.float32)  # many ties
+    x[0, 1, 1, 0] = np.nan
+    x[1, 4, 2, 1] = np.nan
+    params = dict(window_dimensions=(1, 3, 2, 1), window_strides=(1, 2, 2, 1),
+                  padding=((0, 0), (1, 1), (0, 1), (0, 0)), base_dilation=(1, 1, 1, 1),
+                  window_dilation=(1, 1, 2, 1))
+    f = lambda v: window_select_p.bind(v, select=select, **params)  # noqa: E731
+    closed = functrans.make_jaxpr(f)(x)
+    assert "= window_select[" not in str(decompose_closed(closed))
+    np.testing.assert_array_equal(np.asarray(functrans.jit(f)(x)), np.asarray(f(x)))

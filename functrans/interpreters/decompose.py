@@ -59,6 +59,8 @@ def _decompose_eqn(eqn):
         return _as_jit_eqn(eqn, _conv_as_matmul)
     if name in _WINDOW_REDUCTIONS and _window_decomposable(eqn):
         return _as_jit_eqn(eqn, _window_reduction(_WINDOW_REDUCTIONS[name]))
+    if name == "window_select" and _window_decomposable(eqn):
+        return _as_jit_eqn(eqn, _window_select)
     params = {k: _decompose_param(v) for k, v in eqn.params.items()}
     if all(params[k] is eqn.params[k] for k in params):
         return eqn
@@ -154,29 +156,72 @@ def _window_decomposable(eqn) -> bool:
             and eqn.outvars[0].aval.size > 0)
 
 
+def _gathered_windows(operand, fill, window_dimensions, window_strides, padding,
+                      base_dilation, window_dilation):
+    """The padded operand gathered into (..., out_k, window_k, ...) for each axis with a
+    window (other axes stay as they are), and the positions of the window axes."""
+    import functrans.numpy as jnp
+    from functrans import lax
+    x = lax.pad(operand, lax.convert_element_type(fill, operand.dtype),
+                [(lo, hi, d - 1) for (lo, hi), d in zip(padding, base_dilation)])
+    window_axes = []
+    for k, (w, s, d) in enumerate(zip(window_dimensions, window_strides, window_dilation)):
+        if w == 1 and s == 1:
+            continue  # every element is its own window along this axis
+        axis = k + len(window_axes)
+        out = max(0, (x.shape[axis] - ((w - 1) * d + 1)) // s + 1)
+        index = (np.arange(out)[:, None] * s + np.arange(w)[None, :] * d).astype(np.int32)
+        x = jnp.take(x, index, axis=axis, mode="clip")
+        window_axes.append(axis + 1)
+    return x, tuple(window_axes)
+
+
 def _window_reduction(kind: str):
-    """``reduce_window_<kind>`` as a reduction over gathered windows: the padded operand is
-    gathered into (..., out_k, window_k, ...) and the window axes reduced, so the gather
-    fuses into the reduction's loop."""
-    def decomposition(operand, *, window_dimensions, window_strides, padding, base_dilation,
-                      window_dilation):
-        import functrans.numpy as jnp
+    """``reduce_window_<kind>`` as a reduction over gathered windows, so the gather fuses into
+    the reduction's loop."""
+    def decomposition(operand, **params):
         from functrans import lax
         from functrans.primitives.windowed import _identity
-        init = lax.convert_element_type(_identity(kind, operand.dtype), operand.dtype)
-        x = lax.pad(operand, init, [(lo, hi, d - 1) for (lo, hi), d in
-                                     zip(padding, base_dilation)])
-        window_axes = []
-        for k, (w, s, d) in enumerate(zip(window_dimensions, window_strides, window_dilation)):
-            if w == 1 and s == 1:
-                continue  # every element is its own window along this axis
-            axis = k + len(window_axes)
-            out = max(0, (x.shape[axis] - ((w - 1) * d + 1)) // s + 1)
-            index = (np.arange(out)[:, None] * s + np.arange(w)[None, :] * d).astype(np.int32)
-            x = jnp.take(x, index, axis=axis, mode="clip")
-            window_axes.append(axis + 1)
-        if not window_axes:
+        x, axes = _gathered_windows(operand, _identity(kind, operand.dtype), **params)
+        if not axes:
             return x
         reduce = {"sum": lax.reduce_sum, "max": lax.reduce_max, "min": lax.reduce_min}[kind]
-        return reduce(x, tuple(window_axes))
+        return reduce(x, axes)
     return decomposition
+
+
+def _window_select(operand, *, select, **params):
+    """``window_select`` (the row-major offset of the first maximum or minimum in each
+    window, the first NaN if there is one, as ``argmax`` finds it) without an argmax: the
+    smallest offset among the positions equal to the window's extreme."""
+    from functrans import lax
+    from functrans.primitives.windowed import _identity
+    x, axes = _gathered_windows(operand, _identity(select, operand.dtype), **params)
+    out_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    if not axes:
+        return lax.full(out_shape, 0, np.int32)
+    reduce = lax.reduce_max if select == "max" else lax.reduce_min
+    kept = tuple(i for i in range(x.ndim) if i not in axes)
+    extreme = lax.broadcast_in_dim(reduce(x, axes), x.shape, kept)
+    nan = lax.ne(x, x)
+    hit = lax.bitwise_or(lax.eq(x, extreme),
+                         lax.bitwise_and(nan, lax.ne(extreme, extreme)))
+    # row-major offset within the window: axes of size-1 windows contribute nothing
+    offset = lax.full(x.shape, 0, np.int32)
+    for axis, stride in zip(axes, _row_major_strides(params["window_dimensions"],
+                                                     params["window_strides"])):
+        offset = lax.add(offset, lax.mul(lax.broadcasted_iota(np.int32, x.shape, axis),
+                                         lax.full(x.shape, stride, np.int32)))
+    big = lax.full(x.shape, np.iinfo(np.int32).max, np.int32)
+    return lax.reduce_min(lax.select(hit, offset, big), axes)
+
+
+def _row_major_strides(window_dimensions, window_strides):
+    """The row-major stride of each window axis that is gathered (see _gathered_windows)."""
+    strides, running = [], 1
+    for w in reversed(window_dimensions):
+        strides.append(running)
+        running *= w
+    strides.reverse()
+    return [st for st, w, s in zip(strides, window_dimensions, window_strides)
+            if not (w == 1 and s == 1)]

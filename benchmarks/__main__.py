@@ -12,6 +12,7 @@ import time
 WORKLOADS = {
     "mlp": "mlp:mlp_train_step",
     "per_example": "mlp:per_example_gradients",
+    "cnn": "cnn:cnn_train_step",
     "elementwise": "kernels:elementwise_chain",
     "logsumexp": "kernels:logsumexp_rows",
     "matmul": "kernels:matmul",

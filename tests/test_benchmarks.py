@@ -86,3 +86,12 @@ def test_gpu_benchmarks_say_what_they_need():
     proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--quick"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "needs CuPy and a CUDA GPU" in proc.stderr
+
+
+def test_cnn_workload_agrees_with_the_reference(tmp_path):
+    proc, results = run_suite("--quick", "--only", "cnn", "--impls", "functrans,numpy",
+                              tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = results["rows"][0]
+    assert row["name"] == "cnn" and row["checks"]["functrans"] == "ok"
+    assert row["times"]["functrans"] > 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks import frameworks
-from benchmarks.harness import Options, Row, compare, max_error, to_leaves
+from benchmarks.harness import Options, Row, compare, step_as_gradients
 
 LEARNING_RATE = 0.1
 DIMENSIONS = ("NHWC", "HWIO", "NHWC")
@@ -64,16 +64,6 @@ def make_torch_cnn(torch, lr: float = LEARNING_RATE):
     return step
 
 
-def _as_gradients(params):
-    before = [leaf.astype(np.float64) for leaf in to_leaves(params)]
-
-    def check(result, reference):
-        def grads(new):
-            return [(b - n.astype(np.float64)) / LEARNING_RATE for b, n in zip(before, to_leaves(new))]
-        return max_error(grads(result), grads(reference))
-    return check
-
-
 def cnn_train_step(options: Options) -> list[Row]:
     batch = 16 if options.quick else 64
     params, x, onehot = make_data(batch)
@@ -96,6 +86,6 @@ def cnn_train_step(options: Options) -> list[Row]:
                  torch.from_numpy(onehot))
         impls["torch"] = lambda: tfn(*targs)
     title = f"CNN conv-pool-conv-pool-dense train step, batch {batch}"
-    row = compare("cnn", title, impls, options, tol=2e-4, check=_as_gradients(params))
+    row = compare("cnn", title, impls, options, tol=2e-4, check=step_as_gradients(params, LEARNING_RATE))
     row.notes = "numpy: functrans's reference interpreter (NumPy op by op)"
     return [row]

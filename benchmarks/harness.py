@@ -88,6 +88,20 @@ def max_error(result, reference) -> float:
 
 # ---- timing ---------------------------------------------------------------------------------
 
+def step_as_gradients(params, learning_rate: float):
+    """A ``check`` for :func:`compare` of SGD train steps: compare the gradient each step
+    applied, (p - p_new) / lr, not p_new, which is dominated by p, so a wrong gradient could
+    hide in its rounding."""
+    before = [leaf.astype(np.float64) for leaf in to_leaves(params)]
+
+    def check(result, reference):
+        def grads(new):
+            return [(b - n.astype(np.float64)) / learning_rate
+                    for b, n in zip(before, to_leaves(new))]
+        return max_error(grads(result), grads(reference))
+    return check
+
+
 def _calibrate(fn: Callable[[], Any], target: float = 2e-3) -> int:
     """How many calls make one sample of about ``target`` seconds (1 for slow functions)."""
     start = time.perf_counter()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks import frameworks
-from benchmarks.harness import Options, Row, compare, max_error, to_leaves
+from benchmarks.harness import Options, Row, compare, step_as_gradients
 
 LEARNING_RATE = 0.1
 
@@ -168,24 +168,12 @@ def _implementations(options: Options, which: str, params, x, onehot) -> dict:
     return impls
 
 
-def _step_as_gradients(params):
-    """Compare train steps by the gradient they applied, (p - p_new) / lr, not by p_new:
-    p_new is dominated by p, so a wrong gradient could hide in its rounding."""
-    before = [leaf.astype(np.float64) for leaf in to_leaves(params)]
-
-    def check(result, reference):
-        def grads(new):
-            return [(b - n.astype(np.float64)) / LEARNING_RATE for b, n in zip(before, to_leaves(new))]
-        return max_error(grads(result), grads(reference))
-    return check
-
-
 def mlp_train_step(options: Options) -> list[Row]:
     sizes, batch = sizes_for(options), batch_for(options)
     params, x, onehot = make_data(sizes, batch)
     title = f"MLP {'-'.join(map(str, sizes))} train step, batch {batch}"
     impls = _implementations(options, "step", params, x, onehot)
-    return [compare("mlp", title, impls, options, tol=2e-4, check=_step_as_gradients(params))]
+    return [compare("mlp", title, impls, options, tol=2e-4, check=step_as_gradients(params, LEARNING_RATE))]
 
 
 def per_example_gradients(options: Options) -> list[Row]:

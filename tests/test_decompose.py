@@ -132,3 +132,21 @@ def test_window_select_with_ties_and_nans(select):
     closed = functrans.make_jaxpr(f)(x)
     assert "= window_select[" not in str(decompose_closed(closed))
     np.testing.assert_array_equal(np.asarray(functrans.jit(f)(x)), np.asarray(f(x)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_argmax_argmin_compiled_with_ties_and_nans(dtype, x64):
+    import functrans.numpy as jnp
+    rng = np.random.default_rng(4)
+    x = rng.integers(-2, 3, (5, 6, 4)).astype(dtype)  # ties everywhere
+    if np.dtype(dtype).kind == "f":
+        x[1, 2, 0] = np.nan
+        x[3, :, 2] = np.nan
+    for fn in (jnp.argmax, jnp.argmin):
+        for axis in (0, 1, 2):
+            f = lambda v, fn=fn, axis=axis: fn(v, axis=axis)  # noqa: E731
+            closed = functrans.make_jaxpr(f)(x)
+            assert "= arg" not in str(decompose_closed(closed))
+            np.testing.assert_array_equal(np.asarray(functrans.jit(f)(x)), np.asarray(f(x)))
+    batched = functrans.jit(functrans.vmap(lambda v: jnp.argmax(v, axis=0), in_axes=2))(x)
+    np.testing.assert_array_equal(np.asarray(batched), np.argmax(x, axis=0).T)

@@ -61,6 +61,8 @@ def _decompose_eqn(eqn):
         return _as_jit_eqn(eqn, _window_reduction(_WINDOW_REDUCTIONS[name]))
     if name == "window_select" and _window_decomposable(eqn):
         return _as_jit_eqn(eqn, _window_select)
+    if name in ("argmax", "argmin") and _arg_decomposable(eqn):
+        return _as_jit_eqn(eqn, _arg_extreme("max" if name == "argmax" else "min"))
     params = {k: _decompose_param(v) for k, v in eqn.params.items()}
     if all(params[k] is eqn.params[k] for k in params):
         return eqn
@@ -200,20 +202,43 @@ def _window_select(operand, *, select, **params):
     out_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     if not axes:
         return lax.full(out_shape, 0, np.int32)
-    reduce = lax.reduce_max if select == "max" else lax.reduce_min
-    kept = tuple(i for i in range(x.ndim) if i not in axes)
-    extreme = lax.broadcast_in_dim(reduce(x, axes), x.shape, kept)
-    nan = lax.ne(x, x)
-    hit = lax.bitwise_or(lax.eq(x, extreme),
-                         lax.bitwise_and(nan, lax.ne(extreme, extreme)))
     # row-major offset within the window: axes of size-1 windows contribute nothing
     offset = lax.full(x.shape, 0, np.int32)
     for axis, stride in zip(axes, _row_major_strides(params["window_dimensions"],
                                                      params["window_strides"])):
         offset = lax.add(offset, lax.mul(lax.broadcasted_iota(np.int32, x.shape, axis),
                                          lax.full(x.shape, stride, np.int32)))
-    big = lax.full(x.shape, np.iinfo(np.int32).max, np.int32)
-    return lax.reduce_min(lax.select(hit, offset, big), axes)
+    return _first_extreme(x, axes, select, offset)
+
+
+def _first_extreme(x, axes, select, position):
+    """The smallest ``position`` over ``axes`` among the elements equal to the extreme
+    (``select``: "max" or "min") over ``axes``, where a NaN counts as the extreme, as
+    NumPy's argmax/argmin treat it. Native reductions only, so it compiles."""
+    from functrans import lax
+    reduce = lax.reduce_max if select == "max" else lax.reduce_min
+    kept = tuple(i for i in range(x.ndim) if i not in axes)
+    extreme = lax.broadcast_in_dim(reduce(x, axes), x.shape, kept)
+    hit = lax.eq(x, extreme)
+    if x.dtype.kind == "f":
+        hit = lax.bitwise_or(hit, lax.bitwise_and(lax.ne(x, x), lax.ne(extreme, extreme)))
+    dtype = position.dtype
+    big = lax.full(x.shape, np.iinfo(dtype).max, dtype)
+    return lax.reduce_min(lax.select(hit, position, big), axes)
+
+
+def _arg_decomposable(eqn) -> bool:
+    operand = eqn.invars[0].aval
+    return operand.dtype.kind in "fiu" and operand.dtype.itemsize >= 4 and operand.size > 0
+
+
+def _arg_extreme(select: str):
+    """``argmax``/``argmin`` as the first position of the extreme (see _first_extreme)."""
+    def decomposition(operand, *, axes, index_dtype):
+        from functrans import lax
+        position = lax.broadcasted_iota(index_dtype, operand.shape, axes[0])
+        return _first_extreme(operand, tuple(axes), select, position)
+    return decomposition
 
 
 def _row_major_strides(window_dimensions, window_strides):

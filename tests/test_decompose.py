@@ -150,3 +150,35 @@ def test_argmax_argmin_compiled_with_ties_and_nans(dtype, x64):
             np.testing.assert_array_equal(np.asarray(functrans.jit(f)(x)), np.asarray(f(x)))
     batched = functrans.jit(functrans.vmap(lambda v: jnp.argmax(v, axis=0), in_axes=2))(x)
     np.testing.assert_array_equal(np.asarray(batched), np.argmax(x, axis=0).T)
+
+
+def test_random_bits_compile_to_native_code_bit_for_bit():
+    from functrans import random
+    key = random.PRNGKey(7)
+    for shape in [(), (5,), (3, 129), (2, 3, 4)]:
+        f = lambda k, shape=shape: (random.bits(k, shape), random.uniform(k, shape),  # noqa: E731
+                                    random.normal(k, shape))
+        closed = functrans.make_jaxpr(f)(key)
+        assert "= threefry2x32[" not in str(decompose_closed(closed))
+        compiled = functrans.jit(f)
+        program = compiled.lower(key).compile()._executable.program.describe()
+        assert "numpy threefry2x32" not in program and "numpy erf_inv" not in program
+        bits, uniform, normal = compiled(key)
+        ref_bits, ref_uniform, ref_normal = f(key)
+        np.testing.assert_array_equal(np.asarray(bits), np.asarray(ref_bits))
+        np.testing.assert_array_equal(np.asarray(uniform), np.asarray(ref_uniform))
+        np.testing.assert_allclose(np.asarray(normal), np.asarray(ref_normal), rtol=2e-6,
+                                   atol=2e-6)
+
+
+def test_compiled_erf_inv_is_within_a_few_ulp():
+    import scipy.special
+    x = np.concatenate([np.linspace(-1, 1, 20001),
+                        [1.0, -1.0, 1.5, -2.0, np.nan, 0.0, 1e-30, 0.99999994]]).astype(np.float32)
+    got = np.asarray(functrans.jit(lax.erf_inv)(x))
+    ref = scipy.special.erfinv(x.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(got[np.isinf(ref)], ref[np.isinf(ref)])
+    finite = np.isfinite(ref)
+    spacing = np.spacing(np.abs(ref[finite]).astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(got[finite] - ref[finite]) / spacing) < 4

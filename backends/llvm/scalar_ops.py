@@ -407,11 +407,13 @@ EMITTERS = {
 for _name in _FLOAT_MATH:
     EMITTERS[_name] = _float_math(_name)
 EMITTERS["lgamma"] = _lgamma
+EMITTERS["erf_inv"] = _float_math("erf_inv")  # float32 only: inline polynomial (no libm)
 
 # Rows that only exist for float dtypes (the shape rules allow complex too; complex buffers
 # are not supported here, so they fall back).
 _FLOAT_ONLY = set(_FLOAT_MATH) | {"floor", "ceil", "round", "is_finite", "sqrt", "rsqrt",
-                                  "pow", "atan2", "nextafter", "real", "imag", "conj"}
+                                  "pow", "atan2", "nextafter", "real", "imag", "conj",
+                                  "erf_inv"}
 
 
 def supports(name: str, params: dict, in_dtypes, out_dtype) -> bool:
@@ -423,6 +425,8 @@ def supports(name: str, params: dict, in_dtypes, out_dtype) -> bool:
         return False
     if name in _FLOAT_ONLY and not all(_is_float(d) for d in dtypes if d != np.bool_):
         return False
+    if name == "erf_inv" and any(d != np.float32 for d in dtypes):
+        return False  # float64 has no inline code and libm has no erfinv: NumPy runs it
     return True
 
 

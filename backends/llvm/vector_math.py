@@ -40,6 +40,12 @@ TANH_P = [0.999999979506774, 0.1338101686769878, 0.0034955771758222957, 2.060888
 TANH_Q = [1.0, 0.4671433248009906, 0.025876941902004652, 0.00032856160556893023,
           7.77643978791521e-07]
 # erf(x) = x * P(x^2) on [0, 1] (fitted).
+# erf_inv in float32: Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011),
+# polynomials in w = -log(1 - x^2), shifted, for w < 5 and in sqrt(w) beyond (ascending).
+ERF_INV_CENTRAL = [1.50140941, 0.246640727, -0.00417768164, -0.00125372503, 0.00021858087,
+                   -4.39150654e-06, -3.5233877e-06, 3.43273939e-07, 2.81022636e-08]
+ERF_INV_TAIL = [2.83297682, 1.00167406, 0.00943887047, -0.0076224613, 0.00573950773,
+                -0.00367342844, 0.00134934322, 0.000100950558, -0.000200214257]
 ERF_SMALL_COEFFS = [1.1283791224910056, -0.3761232617301605, 0.11280180006312825,
                     -0.026711308415082628, 0.0049175481649219215, -0.0005631409314007503]
 # erfc(x) * exp(x^2) = Q(1/x) on [1, 4] (fitted).
@@ -200,7 +206,7 @@ class MathLibrary:
 
     INLINE_F32 = ("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos",
                   "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh",
-                  "erf")
+                  "erf", "erf_inv")
 
     def call(self, b: ir.IRBuilder, name: str, dtype, *args):
         """``name(*args)`` for float ``dtype``: inline code where we have it, else libm."""
@@ -411,6 +417,15 @@ class MathLibrary:
         a = o.abs(x)
         y = o.mul(o.c(0.5), o.call("log1p", o.div(o.mul(a, o.c(2.0)), o.sub(o.c(1.0), a))))
         return o.sel(o.isnan(x), x, o.copysign(y, x))
+
+    def _erf_inv(self, o: _Ops, x):
+        one = o.c(1.0)
+        w = o.b.fneg(o.call("log", o.mul(o.sub(one, x), o.add(one, x))))
+        central = o.poly(o.sub(w, o.c(2.5)), ERF_INV_CENTRAL)
+        tail = o.poly(o.sub(o.sqrt(w), o.c(3.0)), ERF_INV_TAIL)
+        y = o.mul(o.sel(o.cmp("<", w, o.c(5.0)), central, tail), x)
+        # at +-1 the tail polynomial meets inf * inf of alternating signs: give +-inf
+        return o.sel(o.cmp("==", o.abs(x), one), o.copysign(o.c(float("inf")), x), y)
 
     def _erf(self, o: _Ops, x):
         a = o.abs(x)

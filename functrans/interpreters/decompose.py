@@ -61,6 +61,8 @@ def _decompose_eqn(eqn):
         return _as_jit_eqn(eqn, _window_reduction(_WINDOW_REDUCTIONS[name]))
     if name == "window_select" and _window_decomposable(eqn):
         return _as_jit_eqn(eqn, _window_select)
+    if name == "threefry2x32" and eqn.outvars[0].aval.size > 0:
+        return _as_jit_eqn(eqn, _threefry2x32)
     if name in ("argmax", "argmin") and _arg_decomposable(eqn):
         return _as_jit_eqn(eqn, _arg_extreme("max" if name == "argmax" else "min"))
     params = {k: _decompose_param(v) for k, v in eqn.params.items()}
@@ -76,7 +78,8 @@ def _as_jit_eqn(eqn, decomposition):
     avals = [v.aval for v in eqn.invars]
 
     def body(*args):
-        return [decomposition(*args, **eqn.params)]
+        out = decomposition(*args, **eqn.params)
+        return list(out) if eqn.primitive.multiple_results else [out]
 
     jaxpr, consts = trace_to_jaxpr_dynamic(body, avals)
     closed = ClosedJaxpr(jaxpr, consts)
@@ -250,3 +253,31 @@ def _row_major_strides(window_dimensions, window_strides):
     strides.reverse()
     return [st for st, w, s in zip(strides, window_dimensions, window_strides)
             if not (w == 1 and s == 1)]
+
+
+# ---- random bits ------------------------------------------------------------------------------
+
+
+def _threefry2x32(key1, key2, x1, x2):
+    """Threefry-2x32 in uint32 adds, xors and shifts: elementwise, so it fuses into the
+    loops that use the bits (see ``threefry2x32_reference`` for the schedule)."""
+    from functrans import lax
+    from functrans.primitives.random_bits import KEY_SCHEDULE_PARITY, ROTATIONS
+
+    def word(value):
+        return lax.full(x1.shape, value, np.uint32)
+
+    def rotate_left(x, distance):
+        return lax.bitwise_or(lax.shift_left(x, word(distance)),
+                              lax.shift_right_logical(x, word(32 - distance)))
+
+    schedule = (key1, key2, lax.bitwise_xor(lax.bitwise_xor(key1, key2),
+                                            word(KEY_SCHEDULE_PARITY)))
+    x1, x2 = lax.add(x1, schedule[0]), lax.add(x2, schedule[1])
+    for group in range(5):
+        for distance in ROTATIONS[group % 2]:
+            x1 = lax.add(x1, x2)
+            x2 = lax.bitwise_xor(rotate_left(x2, distance), x1)
+        x1 = lax.add(x1, schedule[(group + 1) % 3])
+        x2 = lax.add(lax.add(x2, schedule[(group + 2) % 3]), word(group + 1))
+    return [x1, x2]

@@ -484,8 +484,18 @@ def _exclusively_owned(leaf) -> bool:
     value = leaf._value
     if type(value) is not np.ndarray or not value.flags.owndata:
         return False
-    # the references: the Array's slot, ``value`` here and getrefcount's own argument
-    return sys.getrefcount(value) <= 3
+    del value  # counted the same way as the calibration below: no reference held here
+    return _references_to_buffer(leaf) <= _SOLE_OWNER_REFERENCES
+
+
+def _references_to_buffer(leaf) -> int:
+    value = leaf._value
+    return sys.getrefcount(value)
+
+
+# What _references_to_buffer says of a buffer only its Array holds, measured rather than
+# assumed: how many references the interpreter itself counts differs between versions.
+_SOLE_OWNER_REFERENCES = _references_to_buffer(Array._from_buffer(np.empty(1, np.float32)))
 
 
 def _on_gpu(x) -> bool:

@@ -536,19 +536,29 @@ def _bind_under_other_axis(primitive, x, d, axis_params: dict, params: dict):
     return primitive.bind(x, **shifted, **params), 0
 
 
+def _gather_like_batch(primitive, x, d, axis_params: dict, params: dict, axis_data):
+    """What batching all_gather, psum_scatter and all_to_all have in common: a vmap over
+    another axis binds the collective again; over its own axis, the member shape is checked
+    and grouped collectives batch group by group. Returns the result, or None when the
+    collective's own rule (over its whole axis) must finish the job."""
+    if axis_data.name not in params["axis_name"]:
+        return _bind_under_other_axis(primitive, x, d, axis_params, params)
+    full = dict(params, **axis_params)
+    _check_member_shape(primitive, x, d, full)
+    if params["axis_index_groups"] is not None:
+        return _batch_in_groups(primitive, x, d, full, axis_data)
+    return None
+
+
 def _all_gather_batch(vals, dims, *, all_gather_dimension, axis_name, axis_index_groups,
                       axis_size, tiled, axis_data):
     from functrans.primitives import structural
     (x,), (d,) = vals, dims
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
-    if axis_data.name not in axis_name:
-        return _bind_under_other_axis(all_gather_p, x, d,
-                                      dict(all_gather_dimension=all_gather_dimension), params)
-    full = dict(params, all_gather_dimension=all_gather_dimension)
-    _check_member_shape(all_gather_p, x, d, full)
-    if axis_index_groups is not None:
-        return _batch_in_groups(all_gather_p, x, d, full, axis_data)
+    done = _gather_like_batch(all_gather_p, x, d, dict(all_gather_dimension=all_gather_dimension), params, axis_data)
+    if done is not None:
+        return done
     # The batched value already holds every member's operand: move the batch axis into place.
     x = _moved_to_front(x, d, axis_data.size)
     out = batching.moveaxis(x, 0, all_gather_dimension)
@@ -635,13 +645,9 @@ def _reduce_scatter_batch(vals, dims, *, scatter_dimension, axis_name, axis_inde
     (x,), (d,) = vals, dims
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
-    if axis_data.name not in axis_name:
-        return _bind_under_other_axis(reduce_scatter_p, x, d,
-                                      dict(scatter_dimension=scatter_dimension), params)
-    full = dict(params, scatter_dimension=scatter_dimension)
-    _check_member_shape(reduce_scatter_p, x, d, full)
-    if axis_index_groups is not None:
-        return _batch_in_groups(reduce_scatter_p, x, d, full, axis_data)
+    done = _gather_like_batch(reduce_scatter_p, x, d, dict(scatter_dimension=scatter_dimension), params, axis_data)
+    if done is not None:
+        return done
     total = _sum_over(x, d, axis_data.size)
     if tiled:
         # Split the scattered axis into (member, chunk); member j keeps chunk j.
@@ -738,13 +744,9 @@ def _all_to_all_batch(vals, dims, *, split_axis, concat_axis, axis_name, axis_in
     (x,), (d,) = vals, dims
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
-    if axis_data.name not in axis_name:
-        return _bind_under_other_axis(all_to_all_p, x, d,
-                                      dict(split_axis=split_axis, concat_axis=concat_axis), params)
-    full = dict(params, split_axis=split_axis, concat_axis=concat_axis)
-    _check_member_shape(all_to_all_p, x, d, full)
-    if axis_index_groups is not None:
-        return _batch_in_groups(all_to_all_p, x, d, full, axis_data)
+    done = _gather_like_batch(all_to_all_p, x, d, dict(split_axis=split_axis, concat_axis=concat_axis), params, axis_data)
+    if done is not None:
+        return done
     n = axis_data.size
     x = _moved_to_front(x, d, n)            # axes: [source member i] + per-member axes
     per_member = list(get_aval(x).shape[1:])

@@ -556,7 +556,8 @@ def _all_gather_batch(vals, dims, *, all_gather_dimension, axis_name, axis_index
     (x,), (d,) = vals, dims
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
-    done = _gather_like_batch(all_gather_p, x, d, dict(all_gather_dimension=all_gather_dimension), params, axis_data)
+    done = _gather_like_batch(all_gather_p, x, d,
+                              dict(all_gather_dimension=all_gather_dimension), params, axis_data)
     if done is not None:
         return done
     # The batched value already holds every member's operand: move the batch axis into place.
@@ -645,7 +646,8 @@ def _reduce_scatter_batch(vals, dims, *, scatter_dimension, axis_name, axis_inde
     (x,), (d,) = vals, dims
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
-    done = _gather_like_batch(reduce_scatter_p, x, d, dict(scatter_dimension=scatter_dimension), params, axis_data)
+    done = _gather_like_batch(reduce_scatter_p, x, d, dict(scatter_dimension=scatter_dimension),
+                              params, axis_data)
     if done is not None:
         return done
     total = _sum_over(x, d, axis_data.size)
@@ -744,7 +746,9 @@ def _all_to_all_batch(vals, dims, *, split_axis, concat_axis, axis_name, axis_in
     (x,), (d,) = vals, dims
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
-    done = _gather_like_batch(all_to_all_p, x, d, dict(split_axis=split_axis, concat_axis=concat_axis), params, axis_data)
+    done = _gather_like_batch(all_to_all_p, x, d,
+                              dict(split_axis=split_axis, concat_axis=concat_axis), params,
+                              axis_data)
     if done is not None:
         return done
     n = axis_data.size

@@ -42,30 +42,23 @@ from functrans.backends.cuda.prelude import PRELUDE
 from functrans.backends.cuda.scalar_ops import literal, mem_type, reg_type
 from functrans.backends.llvm import exprs as E
 from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
-                                            ReduceKernel, Target, normalize, plan_program)
+                                            ReduceKernel, ScalarTableTarget, normalize,
+                                            plan_program)
 
 BLOCK_SIZE = 256  # threads per block of every kernel (a multiple of the warp size)
 _INT32_MAX = 2 ** 31 - 1
 
 
-class CudaTarget(Target):
+class CudaTarget(ScalarTableTarget):
     """What the CUDA code generator can do, told to the shared fusion pass."""
 
-    def dtype_supported(self, dtype) -> bool:
-        return np.dtype(dtype) in scalar_ops.SUPPORTED_DTYPES
-
-    def scalar_supported(self, name, params, in_dtypes, out_dtype) -> bool:
-        return scalar_ops.supports(name, params, in_dtypes, out_dtype)
+    scalar_ops = scalar_ops
 
     def dot_supported(self, lhs_dtype, rhs_dtype, out_dtype) -> bool:
         # cuBLAS GEMMs through cupy.matmul; other dtypes run their reference implementation
         dtypes = {np.dtype(lhs_dtype), np.dtype(rhs_dtype), np.dtype(out_dtype)}
         return len(dtypes) == 1 and dtypes <= {np.dtype(np.float16), np.dtype(np.float32),
                                               np.dtype(np.float64)}
-
-    def reduce_supported(self, monoid, dtype) -> bool:
-        return np.dtype(dtype) in scalar_ops.SUPPORTED_DTYPES
-
 
     def movement_rule(self, eqn):
         from functrans.backends.cuda.indexing import gather_rule

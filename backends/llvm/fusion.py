@@ -60,6 +60,22 @@ class Target:
         return None
 
 
+class ScalarTableTarget(Target):
+    """A target whose buffers, scalar functions and reductions are those of a backend's
+    scalar-op module (its ``SUPPORTED_DTYPES`` and ``supports``), set as ``scalar_ops``."""
+
+    scalar_ops = None
+
+    def dtype_supported(self, dtype) -> bool:
+        return np.dtype(dtype) in self.scalar_ops.SUPPORTED_DTYPES
+
+    def scalar_supported(self, name: str, params: dict, in_dtypes, out_dtype) -> bool:
+        return self.scalar_ops.supports(name, params, in_dtypes, out_dtype)
+
+    def reduce_supported(self, monoid: str, dtype) -> bool:
+        return self.dtype_supported(dtype)
+
+
 # =============================================================================================
 # Buffers and steps
 # =============================================================================================

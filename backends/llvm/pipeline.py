@@ -30,14 +30,10 @@ _compile_lock = threading.RLock()
 stats = {"compiled": 0, "cache_hits": 0}
 
 
-class LLVMTarget(fusion.Target):
+class LLVMTarget(fusion.ScalarTableTarget):
     """What the generated code supports: the fusion pass sends everything else to NumPy."""
 
-    def dtype_supported(self, dtype) -> bool:
-        return np.dtype(dtype) in scalar_ops.SUPPORTED_DTYPES
-
-    def scalar_supported(self, name, params, in_dtypes, out_dtype) -> bool:
-        return scalar_ops.supports(name, params, in_dtypes, out_dtype)
+    scalar_ops = scalar_ops
 
     def dot_supported(self, lhs_dtype, rhs_dtype, out_dtype) -> bool:
         dtypes = {np.dtype(lhs_dtype), np.dtype(rhs_dtype), np.dtype(out_dtype)}
@@ -45,9 +41,6 @@ class LLVMTarget(fusion.Target):
             return False
         d = dtypes.pop()
         return d.kind in "fiu" and d in scalar_ops.SUPPORTED_DTYPES
-
-    def reduce_supported(self, monoid, dtype) -> bool:
-        return np.dtype(dtype) in scalar_ops.SUPPORTED_DTYPES
 
     def movement_rule(self, eqn):
         return indexing.gather_rule(eqn)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import functrans
+from functrans import test_util
 import functrans.numpy as jnp
 from functrans import _backends, lax
 from functrans.backends.cuda import codegen, host_emulation, runtime, scalar_ops
@@ -442,23 +443,26 @@ def test_generated_cuda_compiles_with_nvcc(host_library, staged_cases):
             assert hasattr(host_library, f"host_{k.name}")
 
 
-@needs_nvcc
-def test_kernels_match_reference_on_host(host_library, staged_cases):
+def assert_cases_match(staged_cases, run):
+    """Every staged case run by ``run(closed, executable, args)`` matches its reference
+    (in 64-bit mode, as the cases were staged); all mismatches are reported together."""
     failures = []
-    saved = functrans.config.enable_x64
-    functrans.config.update("enable_x64", True)
-    try:
-        for label, _, args, _, exe, ref in staged_cases:
-            out = host_emulation.run(exe, host_library, *args)
+    with test_util.x64():
+        for label, _, args, closed, exe, ref in staged_cases:
+            out = run(closed, exe, args)
             assert len(out) == len(ref), label
             for k, (o, r) in enumerate(zip(out, ref)):
                 try:
                     assert_matches(o, r, f"{label}[{k}]")
                 except AssertionError as err:
                     failures.append(" ".join(str(err).split())[:300])
-    finally:
-        functrans.config.update("enable_x64", saved)
     assert not failures, "\n".join(failures)
+
+
+@needs_nvcc
+def test_kernels_match_reference_on_host(host_library, staged_cases):
+    assert_cases_match(staged_cases,
+                       lambda closed, exe, args: host_emulation.run(exe, host_library, *args))
 
 
 @needs_nvcc
@@ -483,20 +487,8 @@ def test_unfused_schedule_matches_too(tmp_path):
 
 @needs_gpu
 def test_cases_on_gpu(staged_cases):
-    failures = []
-    saved = functrans.config.enable_x64
-    functrans.config.update("enable_x64", True)
-    try:
-        for label, _, args, closed, _, ref in staged_cases:
-            out = runtime.compile_jaxpr(closed)(*args)
-            for k, (o, r) in enumerate(zip(out, ref)):
-                try:
-                    assert_matches(o, r, f"{label}[{k}]")
-                except AssertionError as err:
-                    failures.append(" ".join(str(err).split())[:300])
-    finally:
-        functrans.config.update("enable_x64", saved)
-    assert not failures, "\n".join(failures)
+    assert_cases_match(staged_cases,
+                       lambda closed, exe, args: runtime.compile_jaxpr(closed)(*args))
 
 
 @needs_gpu

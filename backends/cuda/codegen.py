@@ -43,7 +43,7 @@ from functrans.backends.cuda.scalar_ops import literal, mem_type, reg_type
 from functrans.backends.llvm import exprs as E
 from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel, ScalarTableTarget, normalize,
-                                            plan_program)
+                                            plan_program, unique_buffers)
 
 BLOCK_SIZE = 256  # threads per block of every kernel (a multiple of the warp size)
 _INT32_MAX = 2 ** 31 - 1
@@ -364,15 +364,6 @@ def _host_args(buffers, written, first_slot=0) -> str:
                      for i, b in enumerate(buffers))
 
 
-def _unique(buffers) -> list:
-    seen, out = set(), []
-    for b in buffers:
-        if b.id not in seen:
-            seen.add(b.id)
-            out.append(b)
-    return out
-
-
 def _grid_stride(var: str, count: int, body: str, per_block: bool = False) -> str:
     if per_block:
         start, step = "(long long)blockIdx.x", "(long long)gridDim.x"
@@ -392,7 +383,7 @@ class _LoopWriter:
     def __init__(self, name: str, step: LoopKernel):
         self.name, self.step = name, step
         self.written = [b for b, _, _ in step.outputs]
-        self.buffers = _unique(self.written + step.reads())
+        self.buffers = unique_buffers(self.written + step.reads())
         self.count = int(np.prod(step.shape, dtype=np.int64))
         self.launch = KernelLaunch(name, step, self.buffers, "loop", self.count)
         self.launches = [self.launch]
@@ -507,7 +498,7 @@ class _ReduceWriter:
         self.reduced_dims = [d for d in range(len(shape)) if reduced[d]]
         self.kept = int(np.prod([shape[d] for d in self.kept_dims], dtype=np.int64))
         self.size = int(np.prod([shape[d] for d in self.reduced_dims], dtype=np.int64))
-        self.buffers = _unique([step.out] + step.reads())
+        self.buffers = unique_buffers([step.out] + step.reads())
         self.acc = accumulator_dtype(step.out.dtype)
         strategy, partitions = choose_strategy(shape, reduced, self.kept, self.size)
         self.launch = KernelLaunch(name, step, self.buffers, strategy, self.kept, self.size,

@@ -31,7 +31,7 @@ import numpy as np
 
 from functrans.backends.cuda import scalar_ops
 from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm.fusion import FallbackStep
+from functrans.backends.llvm.fusion import FallbackStep, unique_buffers
 from functrans.backends.llvm.indexing import ScatterStep, gather_rule, scatter_operands
 
 __all__ = ["gather_rule", "lower_scatter", "ScatterStep", "ScatterWriter"]
@@ -70,7 +70,7 @@ class ScatterWriter:
     """CUDA C for one :class:`ScatterStep`: a copy kernel and a scatter kernel."""
 
     def __init__(self, name: str, step: ScatterStep):
-        from functrans.backends.cuda.codegen import KernelLaunch, _unique
+        from functrans.backends.cuda.codegen import KernelLaunch
         self.name, self.step = name, step
         self.copy_name = name + "_copy"
         with E.lock:
@@ -78,7 +78,7 @@ class ScatterWriter:
         self.count = int(np.prod(self.extents, dtype=np.int64))
         self.size = step.out.size
         self.kind = update_kind(step)
-        self.buffers = _unique([step.out, step.indices, step.updates])
+        self.buffers = unique_buffers([step.out, step.indices, step.updates])
         self.launches = []
         if self.size == 0:
             return

@@ -42,7 +42,7 @@ from functrans.backends.llvm.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep
 from functrans.backends.llvm.indexing import ScatterStep
 from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
-                                            ReduceKernel)
+                                            ReduceKernel, unique_buffers)
 from functrans.backends.llvm.scalar_ops import ScalarContext, constant, mem_type, reg_type
 from functrans.backends.llvm.vector_math import F32, F64, I1, I64, MathLibrary
 
@@ -518,7 +518,7 @@ class ModuleBuilder:
     def build_kernel(self, step):
         """The kernel's function ``k<n>_<prims>(buffers..., i64 start, i64 end)``, which runs
         the outermost loop from ``start`` to ``end`` (the whole loop, or one chunk of it)."""
-        buffers = _unique(step.writes() + step.reads())
+        buffers = unique_buffers(step.writes() + step.reads())
         self.kernel_count += 1
         prims = "_".join(p for p in step.prims[:6]) or "copy"
         name = f"k{self.kernel_count}_{re.sub(r'[^A-Za-z0-9_]', '_', prims)}"
@@ -888,15 +888,6 @@ def parallel_chunks(step) -> int:
     elif not isinstance(step, LoopKernel):
         return 1
     return int(min(step.shape[0], max(2, size // CHUNK_ELEMENTS)))
-
-
-def _unique(buffers) -> list:
-    seen, out = set(), []
-    for buf in buffers:
-        if buf.id not in seen:
-            seen.add(buf.id)
-            out.append(buf)
-    return out
 
 
 # =============================================================================================

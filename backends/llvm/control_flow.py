@@ -25,7 +25,7 @@ import numpy as np
 
 from functrans.backends.llvm import buffers as buffer_planning
 from functrans.backends.llvm import fusion
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step
+from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, unique_buffers
 from functrans.core import ClosedJaxpr, ShapedArray
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -106,10 +106,10 @@ class ControlStep(Step):
         self.scratch_size = self.arena_offset + _round_up(arena)
 
     def reads(self):
-        return _unique(b for b in self.inputs)
+        return unique_buffers(b for b in self.inputs)
 
     def writes(self):
-        return _unique(list(self.outputs) + [self.scratch])
+        return unique_buffers(list(self.outputs) + [self.scratch])
 
     def describe(self):
         bodies = "\n  ".join(b.describe().replace("\n", "\n  ") for b in self.bodies)
@@ -133,15 +133,6 @@ class ControlStep(Step):
 
 def _nbytes(aval) -> int:
     return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
-
-
-def _unique(buffers) -> list:
-    seen, out = set(), []
-    for b in buffers:
-        if b is not None and b.id not in seen:
-            seen.add(b.id)
-            out.append(b)
-    return out
 
 
 class WhileStep(ControlStep):

@@ -200,14 +200,18 @@ class FallbackStep(Step):
         return f"numpy {self.eqn.primitive.name} {self.inputs} -> {self.outputs}"
 
 
-def _loaded_buffers(values) -> list:
+def unique_buffers(buffers) -> list:
+    """``buffers`` in order, each once (by id), without ``None`` entries."""
     seen, out = set(), []
-    for n in E.loads(values):
-        b = n.args[0]
-        if b.id not in seen:
+    for b in buffers:
+        if b is not None and b.id not in seen:
             seen.add(b.id)
             out.append(b)
     return out
+
+
+def _loaded_buffers(values) -> list:
+    return unique_buffers(n.args[0] for n in E.loads(values))
 
 
 class Program:

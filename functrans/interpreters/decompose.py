@@ -101,7 +101,6 @@ def _conv_decomposable(eqn) -> bool:
 def _conv_as_matmul(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
                     dimension_numbers, feature_group_count, batch_group_count, precision=None,
                     preferred_element_type=None):
-    import functrans.numpy as jnp
     from functrans import lax
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     nsp = len(window_strides)
@@ -111,24 +110,21 @@ def _conv_as_matmul(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dila
     w = lax.transpose(rhs, tuple(rhs_spec[2:]) + (rhs_spec[1], rhs_spec[0]))
     n, channels = x.shape[0], x.shape[-1]
     kernel, out_features = w.shape[:nsp], w.shape[-1]
-    zero = lax.convert_element_type(0, x.dtype)
-    x = lax.pad(x, zero, [(0, 0, 0)] + [(lo, hi, d - 1) for (lo, hi), d in
-                                         zip(padding, lhs_dilation)] + [(0, 0, 0)])
-    out_sizes = []
-    for k in range(nsp):
-        window = (kernel[k] - 1) * rhs_dilation[k] + 1
-        out_sizes.append(max(0, (x.shape[1 + k] - window) // window_strides[k] + 1))
     # the windows, gathered one spatial axis at a time: x[n, o*stride + t*dilation, ...]
     # for every output position o and kernel tap t (a gather per axis fuses into one load
     # per element; a concatenation of per-tap slices would select among all of them)
-    patches = x
-    for k in range(nsp):
-        index = (np.arange(out_sizes[k])[:, None] * window_strides[k]
-                 + np.arange(kernel[k])[None, :] * rhs_dilation[k]).astype(np.int32)
-        patches = jnp.take(patches, index, axis=1 + 2 * k, mode="clip")
-    # (N, out_1, k_1, out_2, k_2, ..., C) -> (N, out..., k..., C) -> (rows, taps * C)
-    order = (0,) + tuple(1 + 2 * k for k in range(nsp)) + tuple(2 + 2 * k for k in range(nsp))
-    patches = lax.transpose(patches, order + (2 * nsp + 1,))
+    ones = (1,)
+    patches, tap_axes = _gathered_windows(
+        x, 0, window_dimensions=ones + tuple(kernel) + ones,
+        window_strides=ones + tuple(window_strides) + ones,
+        padding=((0, 0),) + tuple(padding) + ((0, 0),),
+        base_dilation=ones + tuple(lhs_dilation) + ones,
+        window_dilation=ones + tuple(rhs_dilation) + ones)
+    # (N, out_1, [k_1,] out_2, [k_2,] ..., C) -> (N, out..., k..., C) -> (rows, taps * C);
+    # an axis with a 1-wide, stride-1 window has no tap axis, as a tap count of 1 needs none
+    out_axes = tuple(a for a in range(1, patches.ndim - 1) if a not in tap_axes)
+    out_sizes = [patches.shape[a] for a in out_axes]
+    patches = lax.transpose(patches, (0,) + out_axes + tap_axes + (patches.ndim - 1,))
     rows = n
     for o in out_sizes:
         rows *= o

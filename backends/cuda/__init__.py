@@ -12,6 +12,7 @@ inspection and the compile tests run anywhere (see docs/gpu.md).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 from functrans._backends import register_backend
@@ -31,7 +32,10 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
+@functools.lru_cache(maxsize=None)
 def _cupy_installed() -> bool:
+    # asked on every default-platform lookup (each jit compile, pmap call, device_put): the
+    # import system's search is slow, and the answer does not change within a process
     return importlib.util.find_spec("cupy") is not None
 
 

@@ -24,15 +24,19 @@ from functrans._backends import register_backend, register_device_parallel_hook
 
 logger = logging.getLogger("functrans")
 
-try:
-    import llvmlite.binding  # noqa: F401
+def _missing_dependency():
+    # Found, not imported: loading LLVM (llvmlite.binding) is a large part of a warm start,
+    # and a program whose machine code is cached never needs it. SciPy's BLAS is loaded
+    # when a program first calls it.
     import importlib.util
-    # scipy's BLAS is imported when a program first needs it (importing scipy.linalg is slow)
-    if importlib.util.find_spec("scipy") is None:
-        raise ImportError("scipy (for its BLAS) is not installed")
-    _IMPORT_ERROR = None
-except ImportError as err:  # the backend is optional: without llvmlite, jit uses the reference
-    _IMPORT_ERROR = err
+    for module, purpose in (("llvmlite", "code generation"), ("scipy", "its BLAS")):
+        if importlib.util.find_spec(module) is None:
+            return ImportError(f"{module} (for {purpose}) is not installed")
+    return None
+
+
+# the backend is optional: without llvmlite, jit uses the reference interpreter
+_IMPORT_ERROR = _missing_dependency()
 
 
 def _available() -> bool:

@@ -69,12 +69,10 @@ def _describe_params(jaxpr: Jaxpr, out: list) -> None:
 
 def cache_key(closed: ClosedJaxpr, target: str) -> str:
     """The cache key of ``closed`` compiled for ``target``."""
-    import llvmlite
-    import llvmlite.binding as llvm
+    import llvmlite  # its version fixes the LLVM it is built with
 
     import functrans
-    parts = ["functrans-llvm", functrans.__version__, llvmlite.__version__,
-             ".".join(map(str, llvm.llvm_version_info)), source_digest(), target,
+    parts = ["functrans-llvm", functrans.__version__, llvmlite.__version__, source_digest(), target,
              closed.jaxpr.pretty_print(),
              repr([(v.aval.shape, str(v.aval.dtype)) for v in closed.jaxpr.constvars])]
     _describe_params(closed.jaxpr, parts)
@@ -85,22 +83,56 @@ def cache_key(closed: ClosedJaxpr, target: str) -> str:
     return h.hexdigest()
 
 
-def _path(key: str) -> pathlib.Path:
-    return cache_dir() / key[:2] / f"{key}.bin"
+# /proc/cpuinfo fields that identify a CPU model and what it can do (not its clock)
+_CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags",
+               "Features", "CPU implementer", "CPU architecture", "CPU variant", "CPU part")
 
 
-def store(key: str, sections: dict, meta: dict) -> None:
-    """Write an entry atomically: ``sections`` maps names to bytes, ``meta`` is JSON."""
-    if not enabled():
-        return
-    path = _path(key)
+def _cpu_fingerprint():
+    """A hash of this CPU's identity and features (and of what could change how LLVM names
+    them), or None where the OS does not describe the CPU."""
+    import platform
+    import sys
+
+    import llvmlite
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    first = text.split("\n\n", 1)[0]
+    fields = sorted(line.strip() for line in first.splitlines()
+                    if line.split(":", 1)[0].strip() in _CPU_FIELDS)
+    if not fields:
+        return None
+    parts = [sys.platform, platform.machine(), llvmlite.__version__] + fields
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def host_target(compute) -> str:
+    """LLVM's description of this CPU, ``compute()``: computed once per CPU and kept in the
+    cache directory, since asking LLVM means loading it (a large part of a warm start)."""
+    fingerprint = _cpu_fingerprint() if enabled() else None
+    if fingerprint is None:
+        return compute()
+    path = cache_dir() / f"host-{fingerprint[:32]}.json"
+    try:
+        entry = json.loads(path.read_text())
+        if entry.get("fingerprint") == fingerprint and isinstance(entry.get("target"), str):
+            return entry["target"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    target = compute()
+    _write_atomically(path, json.dumps({"fingerprint": fingerprint, "target": target}).encode())
+    return target
+
+
+def _write_atomically(path: pathlib.Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file and rename it into place: readers never see half a
+    file. A read-only or full disk is logged, never raised (compilation goes on)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        names = sorted(sections)
-        header = json.dumps({"meta": meta, "sections": [[n, len(sections[n])] for n in names]}).encode()
-        payload = len(header).to_bytes(8, "little") + header + b"".join(sections[n] for n in names)
-        data = MAGIC + hashlib.sha256(payload).digest() + payload
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".bin")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -111,8 +143,22 @@ def store(key: str, sections: dict, meta: dict) -> None:
             except OSError:
                 pass
             raise
-    except OSError as err:  # a read-only or full disk must not break compilation
+    except OSError as err:
         logger.warning("functrans: could not write the compilation cache entry %s: %s", path, err)
+
+
+def _path(key: str) -> pathlib.Path:
+    return cache_dir() / key[:2] / f"{key}.bin"
+
+
+def store(key: str, sections: dict, meta: dict) -> None:
+    """Write an entry atomically: ``sections`` maps names to bytes, ``meta`` is JSON."""
+    if not enabled():
+        return
+    names = sorted(sections)
+    header = json.dumps({"meta": meta, "sections": [[n, len(sections[n])] for n in names]}).encode()
+    payload = len(header).to_bytes(8, "little") + header + b"".join(sections[n] for n in names)
+    _write_atomically(_path(key), MAGIC + hashlib.sha256(payload).digest() + payload)
 
 
 def load(key: str):

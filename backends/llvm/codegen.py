@@ -32,12 +32,11 @@ import re
 import tempfile
 import threading
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm import scalar_ops, thread_pool
+from functrans.backends.llvm import cache, linker, scalar_ops, thread_pool
 from functrans.backends.llvm.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep
 from functrans.backends.llvm.indexing import ScatterStep
@@ -75,6 +74,7 @@ def initialize() -> None:
     global _initialized
     with _llvm_lock:
         if not _initialized:
+            import llvmlite.binding as llvm
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             from functrans.backends.llvm.vector_math import register_libm_symbols
@@ -86,6 +86,7 @@ def create_target_machine():
     """A new target machine for the host: its CPU name and features decide the vector width.
     (A JIT engine takes ownership of the target machine it is given, so each engine gets
     its own.)"""
+    import llvmlite.binding as llvm
     initialize()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
@@ -102,12 +103,25 @@ def target_machine():
         return _target_machine
 
 
+_target_description = None
+
+
 def target_description() -> str:
-    """CPU name and features (and the array layout baked into the code): part of the
-    compilation cache key."""
+    """Triple, CPU name and features (and the array layout baked into the code): part of the
+    compilation cache key. LLVM's answer is remembered on disk for this CPU (see
+    :func:`cache.host_target`), so a process whose programs all come from the cache never
+    loads LLVM."""
+    global _target_description
+    if _target_description is None:
+        _target_description = f"{cache.host_target(_llvm_host_target)}|data@{array_data_offset()}"
+    return _target_description
+
+
+def _llvm_host_target() -> str:
+    import llvmlite.binding as llvm
     initialize()
     return (f"{llvm.get_default_triple()}|{llvm.get_host_cpu_name()}|"
-            f"{llvm.get_host_cpu_features().flatten()}|data@{array_data_offset()}")
+            f"{llvm.get_host_cpu_features().flatten()}")
 
 
 _data_offset = None
@@ -149,7 +163,7 @@ def register_blas_symbols() -> None:
         # the library behind SciPy's cython_blas, without importing it (and SciPy)
         for name in ("sgemm", "dgemm"):
             address = ctypes.cast(getattr(openblas, f"scipy_{name}_"), ctypes.c_void_p).value
-            llvm.add_symbol(f"ft_{name}", address)
+            linker.register_symbol(f"ft_{name}", address)
     else:
         blas = _load_cython_blas()
         get_name = ctypes.pythonapi.PyCapsule_GetName
@@ -159,7 +173,7 @@ def register_blas_symbols() -> None:
                                                      [ctypes.py_object, ctypes.c_char_p])
         for name in ("sgemm", "dgemm"):
             capsule = blas.__pyx_capi__[name]
-            llvm.add_symbol(f"ft_{name}", get_pointer(capsule, get_name(capsule)))
+            linker.register_symbol(f"ft_{name}", get_pointer(capsule, get_name(capsule)))
     _blas_registered = True
 
 
@@ -229,11 +243,11 @@ def register_gemm_symbols() -> None:
     local_threads = _blas_local_threads_address()
     if local_threads is not None and thread_pool.num_threads() > 1:
         thread_pool.ensure_started()
-        llvm.add_symbol(GEMM_FOR_SYMBOL, thread_pool._state["address"])
-        llvm.add_symbol(BLAS_THREADS_SYMBOL, local_threads)
+        linker.register_symbol(GEMM_FOR_SYMBOL, thread_pool._state["address"])
+        linker.register_symbol(BLAS_THREADS_SYMBOL, local_threads)
     else:
-        llvm.add_symbol(GEMM_FOR_SYMBOL, thread_pool.helper_address(thread_pool.SERIAL_SYMBOL))
-        llvm.add_symbol(BLAS_THREADS_SYMBOL,
+        linker.register_symbol(GEMM_FOR_SYMBOL, thread_pool.helper_address(thread_pool.SERIAL_SYMBOL))
+        linker.register_symbol(BLAS_THREADS_SYMBOL,
                         thread_pool.helper_address(thread_pool.NOOP_THREADS_SYMBOL))
     _gemm_registered = True
 
@@ -295,6 +309,7 @@ def splits_gemms(object_code: bytes) -> bool:
 def optimize_and_emit(ir_text: str, names: dict) -> tuple[bytes, str]:
     """Parse, verify, optimize (O2, loop and SLP vectorization) and compile ``ir_text`` to
     an object file. Returns (object bytes, optimized IR)."""
+    import llvmlite.binding as llvm
     tm = target_machine()
     with _llvm_lock:
         try:

@@ -16,7 +16,7 @@ import numpy as np
 
 from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm import (buffers, cache, codegen, control_flow, donation, fusion,
-                                     indexing, scalar_ops)
+                                     indexing, linker, scalar_ops, vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.interpreters.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -113,24 +113,20 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
 
 
 def _load_object(obj: bytes, names):
-    """Link an object file into a fresh JIT engine; return it with the named entry points."""
-    import llvmlite.binding as llvm
+    """Link an object file into this process (see :mod:`linker`); return what keeps it
+    mapped, with the named entry points."""
+    if b"ft_libm_" in obj:
+        vector_math.register_libm_symbols()
     if codegen.needs_blas(obj):
         codegen.register_blas_symbols()
     if codegen.splits_gemms(obj):
         codegen.register_gemm_symbols()
     if thread_pool.SYMBOL.encode() in obj:
         thread_pool.ensure_started()  # only programs with parallel loops need the workers
-    with codegen._llvm_lock:
-        tm = codegen.create_target_machine()
-        backing = llvm.parse_assembly("")
-        backing.triple = tm.triple
-        engine = llvm.create_mcjit_compiler(backing, tm)
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        engine.finalize_object()
-        addresses = {name: engine.get_function_address(name) for name in names}
-    missing = [n for n, a in addresses.items() if not a]
-    if missing:
-        raise codegen.LLVMCompileError(f"llvm backend: entry points {missing} missing from "
-                                       "the compiled object")
-    return engine, addresses
+    loaded = linker.load(obj)
+    try:
+        addresses = {name: loaded.address(name) for name in names}
+    except KeyError as err:
+        raise codegen.LLVMCompileError(f"llvm backend: entry point missing from the compiled "
+                                       f"object: {err}") from None
+    return loaded, addresses

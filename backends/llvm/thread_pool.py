@@ -35,8 +35,9 @@ import logging
 import os
 import threading
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
+
+from functrans.backends.llvm import linker
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
@@ -376,38 +377,34 @@ def ensure_started() -> None:
     with _lock:
         if _state:
             return
-        from functrans.backends.llvm import codegen
-        tm = codegen.create_target_machine()
         try:
             for name in ("pthread_mutex_init", "pthread_cond_init", "pthread_mutex_lock",
                          "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_broadcast",
                          "pthread_create"):
-                llvm.add_symbol(f"ft_{name}", _libc_symbol(name))
+                linker.register_symbol(f"ft_{name}", _libc_symbol(name))
             build = _build_module
         except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
             logger.warning("functrans: %s; compiled loops run on one thread", err)
             build = _build_serial_module
-        engine = _engine_for(build, tm)
-        address = engine.get_function_address(SYMBOL)
-        llvm.add_symbol(SYMBOL, address)
-        helpers = {name: engine.get_function_address(name)
-                   for name in (SERIAL_SYMBOL, NOOP_THREADS_SYMBOL)}
-        start = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(engine.get_function_address("ft_pool_start"))
-        reserve = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(
-            engine.get_function_address(RESERVE_SYMBOL))
-        # The workers run this engine's code until the process exits: it must never be freed
-        # (not even by interpreter shutdown), so it holds one reference nobody will drop.
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(engine))
-        _state.update(engine=engine, address=address, start=start, reserve=reserve, **helpers)
+        loaded = linker.load(_pool_object(build))
+        # The workers run this code until the process exits: it must never be freed (not
+        # even by interpreter shutdown).
+        loaded.keep()
+        address = loaded.address(SYMBOL)
+        linker.register_symbol(SYMBOL, address)
+        helpers = {name: loaded.address(name) for name in (SERIAL_SYMBOL, NOOP_THREADS_SYMBOL)}
+        start = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(loaded.address("ft_pool_start"))
+        reserve = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(loaded.address(RESERVE_SYMBOL))
+        _state.update(engine=loaded, address=address, start=start, reserve=reserve, **helpers)
         _state["workers"] = start(num_threads() - 1)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_restart_after_fork)
 
 
-def _engine_for(build, tm):
-    """A JIT engine running the pool module ``build(triple)``; its machine code comes from
-    the on-disk compilation cache when an earlier process compiled it (the module's text is
-    then not even built: this file's source, in the key, determines it)."""
+def _pool_object(build) -> bytes:
+    """The machine code of the pool module ``build(triple)``: from the on-disk compilation
+    cache when an earlier process compiled it (the module's text is then not even built:
+    this file's source, in the key, determines it)."""
     import hashlib
 
     from functrans.backends.llvm import cache, codegen
@@ -415,19 +412,16 @@ def _engine_for(build, tm):
                                      codegen.target_description(), build.__name__]
                                     ).encode()).hexdigest()
     entry = cache.load(key)
-    if entry is None:
+    if entry is not None:
+        return entry[0]["object"]
+    import llvmlite.binding as llvm
+    tm = codegen.target_machine()
+    with codegen._llvm_lock:
         mod = llvm.parse_assembly(build(tm.triple))
         mod.verify()
         obj = tm.emit_object(mod)
-        cache.store(key, {"object": obj}, {})
-    else:
-        obj = entry[0]["object"]
-    backing = llvm.parse_assembly("")
-    backing.triple = tm.triple
-    engine = llvm.create_mcjit_compiler(backing, tm)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-    engine.finalize_object()
-    return engine
+    cache.store(key, {"object": obj}, {})
+    return obj
 
 
 def helper_address(name: str) -> int:

@@ -20,9 +20,10 @@ import ctypes
 import ctypes.util
 import math
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
+
+from functrans.backends.llvm import linker
 
 F32, F64, I32, I64, I1 = ir.FloatType(), ir.DoubleType(), ir.IntType(32), ir.IntType(64), ir.IntType(1)
 
@@ -84,6 +85,16 @@ LIBM_FUNCTIONS = {
 _registered = False
 
 
+def _libm():
+    # the usual names first: ctypes.util.find_library runs a subprocess (ldconfig or a compiler)
+    for name in ("libm.so.6", "libm.dylib"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return ctypes.CDLL(ctypes.util.find_library("m"))
+
+
 def register_libm_symbols() -> None:
     """Make ``ft_libm_<symbol>`` resolvable by the JIT linker (once per process). Generated
     code names C functions this way so that cached machine code is relocated against this
@@ -91,11 +102,11 @@ def register_libm_symbols() -> None:
     global _registered
     if _registered:
         return
-    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    libm = _libm()
     for f32_name, f64_name, _ in LIBM_FUNCTIONS.values():
         for sym in (f32_name, f64_name):
             addr = ctypes.cast(getattr(libm, sym), ctypes.c_void_p).value
-            llvm.add_symbol(f"ft_libm_{sym}", addr)
+            linker.register_symbol(f"ft_libm_{sym}", addr)
     _registered = True
 
 
@@ -107,6 +118,7 @@ def _has_vector_ldexp() -> bool:
     LLVM may split it into library calls, which would stop vectorization)."""
     global _vector_ldexp
     if _vector_ldexp is None:
+        import llvmlite.binding as llvm
         _vector_ldexp = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
     return _vector_ldexp
 

@@ -114,7 +114,8 @@ def target_description() -> str:
     global _target_description
     if _target_description is None:
         _target_description = f"{cache.host_target(_llvm_host_target)}|data@{array_data_offset()}"
-    return _target_description
+    # the thread count decides how matrix products are split
+    return f"{_target_description}|threads={thread_pool.num_threads()}"
 
 
 def _llvm_host_target() -> str:
@@ -730,10 +731,14 @@ class ModuleBuilder:
         a_ptr, b_ptr, c_ptr = pointer(step.lhs), pointer(step.rhs), pointer(step.out)
         k = step.k
         if k == 0:
-            self.loop(b, step.out.size, lambda i: b.store(constant(dtype, 0), b.gep(c_ptr, [i])))
+            if not step.accumulate:
+                self.loop(b, step.out.size,
+                          lambda i: b.store(constant(dtype, 0), b.gep(c_ptr, [i])))
             return
         if dtype in (np.float32, np.float64):
             self.emit_gemm(b, step, a_ptr, b_ptr, c_ptr)
+        elif step.accumulate or step.alpha != 1.0:
+            raise NotImplementedError(f"llvm backend: a scaled or accumulating {dtype} product")
         else:
             self.emit_naive_dot(b, step, a_ptr, b_ptr, c_ptr)
 
@@ -808,7 +813,8 @@ class ModuleBuilder:
             k=slot(I32, k),
             lda=slot(I32, max(1, k if step.rhs_transposed else n)),
             ldb=slot(I32, max(1, m if step.lhs_transposed else k)),
-            ldc=slot(I32, max(1, n)), alpha=slot(ty, 1.0), beta=slot(ty, 0.0))
+            ldc=slot(I32, max(1, n)), alpha=slot(ty, step.alpha),
+            beta=slot(ty, 1.0 if step.accumulate else 0.0))
 
         def call(a, bb, c):
             if axis == "m":  # rows start.. of op(A) and of C
@@ -860,28 +866,38 @@ class ModuleBuilder:
 
 # A matrix product is split across the thread pool (each chunk a single-threaded BLAS call,
 # claimed dynamically, so a preempted thread delays one chunk, not half the product) when it
-# has at least two chunks of GEMM_CHUNK_FLOPS; a split of rows or columns keeps at least
-# GEMM_CHUNK_EXTENT of them per chunk, so re-packing the other operand stays cheap.
+# has at least two chunks of GEMM_CHUNK_FLOPS. A batch of products is split into as many
+# chunks. A split of rows or columns re-packs the operand the chunks share once per chunk,
+# so it gets one chunk per thread, and more (a multiple of the threads, for balance) only
+# beyond GEMM_THREAD_FLOPS per thread; each chunk keeps at least GEMM_CHUNK_EXTENT rows or
+# columns.
 GEMM_CHUNK_FLOPS = 1 << 23
+GEMM_THREAD_FLOPS = 1 << 28
 GEMM_CHUNK_EXTENT = 128
 GEMM_MAX_CHUNKS = 16
 GEMM_FOR_SYMBOL = "ft_gemm_for"
 BLAS_THREADS_SYMBOL = "ft_blas_threads_local"
 
 
-def gemm_split(step: DotKernel) -> tuple:
-    """``(axis, chunks)``: how a product is split, over "batch" elements, rows of C ("m") or
-    columns of C ("n") (the longer side: each chunk re-packs the other operand); ``chunks``
-    is 1 for a product run by one BLAS call."""
+def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
+    """``(axis, chunks)``: how a product is split for ``threads`` threads (default: the thread
+    pool's), over "batch" elements, rows of C ("m") or columns of C ("n") (the longer side:
+    each chunk re-packs the other operand); ``chunks`` is 1 for a product run by one BLAS
+    call."""
+    threads = thread_pool.num_threads() if threads is None else threads
     flops = 2 * step.batch * step.m * step.n * step.k
     by_flops = min(flops // GEMM_CHUNK_FLOPS, GEMM_MAX_CHUNKS)
-    if by_flops < 2:
+    if threads < 2 or by_flops < 2:
         return None, 1
-    if step.batch > 1:
+    if step.batch > 1:  # nothing is re-packed: small chunks balance best
         return "batch", int(min(step.batch, by_flops))
+    rounds = max(1, round(flops / (threads * GEMM_THREAD_FLOPS)))
+    wanted = min(threads * rounds, by_flops)
     axis, extent, other = ("n", step.n, step.m) if step.n >= step.m else ("m", step.m, step.n)
     # each chunk re-packs the other operand (other x k): wider chunks when it is large
-    chunks = min(extent // max(GEMM_CHUNK_EXTENT, other // 4), by_flops)
+    chunks = min(extent // max(GEMM_CHUNK_EXTENT, other // 4), wanted)
+    if chunks > threads:
+        chunks -= chunks % threads
     return (axis, int(chunks)) if chunks >= 2 else (None, 1)
 
 

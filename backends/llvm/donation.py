@@ -5,7 +5,8 @@ live in a donated input's memory, with no allocation and no second copy of, say,
 parameters, when writing it there cannot change what the program reads:
 
 * one kernel writes the output, an elementwise loop without a retried fast path (a kernel
-  that may redo its range with exact library calls would read what it already wrote);
+  that may redo its range with exact library calls would read what it already wrote) — or
+  such a loop writes its initial value and a matrix product adds onto it;
 * that loop reads the input only at the element it is writing (``p - lr * g`` qualifies,
   a transpose or a broadcast of the input does not);
 * no later step reads the input, and the input is not itself a result.
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from functrans.backends.llvm import exprs as E
 from functrans.backends.llvm import scalar_ops
-from functrans.backends.llvm.fusion import Buffer, LoopKernel, Program
+from functrans.backends.llvm.fusion import Buffer, DotKernel, LoopKernel, Program
 
 
 def alias_candidates(program: Program) -> dict:
@@ -43,6 +44,8 @@ def alias_candidates(program: Program) -> dict:
         if not isinstance(out, Buffer) or out.kind != "output" or out.id in candidates:
             continue
         written_by = writers.get(out.id, [])
+        if len(written_by) == 2 and _accumulates_into(program.steps[written_by[1]], out):
+            written_by = written_by[:1]  # the loop writes the initial value, BLAS adds to it
         if len(written_by) != 1:
             continue
         k = written_by[0]
@@ -65,3 +68,10 @@ def alias_candidates(program: Program) -> dict:
         if fits:
             candidates[out.id] = fits
     return candidates
+
+
+def _accumulates_into(step, out: Buffer) -> bool:
+    """Whether ``step`` is a matrix product adding onto ``out`` (a fused epilogue: see
+    ``fusion.fuse_dot_epilogues``). It reads ``out`` only where it writes, and its operands
+    are other buffers, which the ``last_read`` check covers."""
+    return isinstance(step, DotKernel) and step.accumulate and step.out.id == out.id

@@ -168,17 +168,22 @@ class DotKernel(Step):
         self.batch, self.m, self.n, self.k = batch, m, n, k
         self.lhs_transposed, self.rhs_transposed = lhs_transposed, rhs_transposed
         self.prims = ("dot_general",)
+        # out = alpha * product (+ out, when accumulating: see fuse_dot_epilogues)
+        self.alpha = 1.0
+        self.accumulate = False
 
     def reads(self):
-        return [self.lhs, self.rhs]
+        return [self.lhs, self.rhs] + ([self.out] if self.accumulate else [])
 
     def writes(self):
         return [self.out]
 
     def describe(self):
+        scale = "" if self.alpha == 1.0 else f"{self.alpha!r}*"
         return (f"dot b={self.batch} m={self.m} n={self.n} k={self.k} "
                 f"lhs{'ᵀ' if self.lhs_transposed else ''}={self.lhs!r} "
-                f"rhs{'ᵀ' if self.rhs_transposed else ''}={self.rhs!r} -> {self.out!r}")
+                f"rhs{'ᵀ' if self.rhs_transposed else ''}={self.rhs!r} -> "
+                f"{'+= ' if self.accumulate else ''}{scale}{self.out!r}")
 
 
 class FallbackStep(Step):
@@ -922,6 +927,104 @@ def collapse_dims(shape, groups, roots):
                 continue
         k -= 1
     return tuple(shape), tuple(groups), roots
+
+
+# =============================================================================================
+# Dot epilogues: out = x ± alpha * dot(...) as one accumulating matrix product
+# =============================================================================================
+
+
+def _scaled_load(value: E.ScalarExpr, buf: Buffer, offset):
+    """``alpha`` when ``value`` is ``alpha * buf[offset]`` (a load, maybe negated or scaled
+    by a constant), else None."""
+    if value.kind == "load":
+        return 1.0 if value.args[0] is buf and value.args[1] is offset else None
+    if value.kind != "op":
+        return None
+    name, _, args = value.args
+    if name == "neg":
+        inner = _scaled_load(args[0], buf, offset)
+        return None if inner is None else -inner
+    if name == "mul":
+        for c, other in ((args[0], args[1]), (args[1], args[0])):
+            if c.kind == "const" and np.isfinite(c.args[0]):
+                inner = _scaled_load(other, buf, offset)
+                if inner is not None:
+                    return inner * float(c.args[0])
+    return None
+
+
+def _epilogue(step: LoopKernel, dot: DotKernel):
+    """``(alpha, rest)`` when ``step`` computes ``rest + alpha * dot.out`` element by element
+    (``rest`` None: just ``alpha * dot.out``), with ``rest`` free of the product."""
+    (out, offset, value), = step.outputs
+    if offset is not E.linearize(E.index_vars(step.shape), step.shape):
+        return None  # not written in row-major order: the product's layout differs
+    alpha = _scaled_load(value, dot.out, offset)
+    if alpha is not None:
+        return alpha, None
+    if value.kind != "op" or value.args[0] not in ("add", "sub"):
+        return None
+    name, _, (a, b) = value.args
+    for rest, scaled, sign in ((a, b, 1.0 if name == "add" else -1.0), (b, a, 1.0)):
+        if name == "sub" and scaled is a:
+            break  # rest - product only; product - rest would need -rest
+        alpha = _scaled_load(scaled, dot.out, offset)
+        if alpha is not None and all(n.args[0] is not dot.out for n in E.loads([rest])):
+            return sign * alpha, rest
+    return None
+
+
+def fuse_dot_epilogues(program: Program) -> Program:
+    """Fold ``x ± alpha * dot(a, b)`` (an elementwise loop that is the product's only reader)
+    into the product: the loop writes ``x`` into its output, and BLAS accumulates ``alpha *
+    a @ b`` onto it (beta = 1). The product's own buffer, and a pass over it, disappear —
+    e.g. an SGD update ``w - lr * grad`` where the gradient is a matrix product, or a dense
+    layer's bias add."""
+    readers: dict = {}
+    for k, step in enumerate(program.steps):
+        for b in step.reads():
+            readers.setdefault(b.id, []).append(k)
+    results = {b.id for b in program.outputs if isinstance(b, Buffer)}
+    moved, replaced = set(), {}
+    for k, dot in enumerate(program.steps):
+        if not isinstance(dot, DotKernel) or dot.out.kind != "temp" or dot.out.id in results \
+                or dot.out.dtype not in (np.float32, np.float64) or dot.accumulate:
+            continue
+        users = readers.get(dot.out.id, [])
+        if len(users) != 1:
+            continue
+        step = program.steps[users[0]]
+        if not isinstance(step, LoopKernel) or len(step.outputs) != 1:
+            continue
+        out = step.outputs[0][0]
+        if out.shape != dot.out.shape or out.dtype != dot.out.dtype or out.size == 0:
+            continue
+        with E.lock:
+            found = _epilogue(step, dot)
+        if found is None:
+            continue
+        alpha, rest = found
+        fused = DotKernel(dot.lhs, dot.rhs, out, dot.batch, dot.m, dot.n, dot.k,
+                          dot.lhs_transposed, dot.rhs_transposed)
+        fused.alpha = alpha
+        fused.accumulate = rest is not None
+        new_steps = [fused]
+        if rest is not None:  # the initial value of the accumulator
+            (_, offset, _), = step.outputs
+            new_steps.insert(0, LoopKernel(step.shape, [(out, offset, rest)], step.prims))
+        # the product moves down to its reader: its operands are still there, and ``rest``
+        # may read what was computed in between
+        moved.add(k)
+        replaced[users[0]] = new_steps
+    if moved:
+        steps = []
+        for k, step in enumerate(program.steps):
+            if k in moved:
+                continue
+            steps.extend(replaced.get(k, [step]))
+        program.steps = steps
+    return program
 
 
 def normalize(program: Program) -> Program:

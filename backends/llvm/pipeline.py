@@ -81,6 +81,8 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
         jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
         target = LLVMTarget()
         program = fusion.normalize(fusion.plan_program(jaxpr, target, consts, fuse=fuse))
+        if fuse:
+            program = fusion.fuse_dot_epilogues(program)
         control_flow.lower_control_flow(program, target)
         plan = buffers.plan_buffers(program)
         slots, nested_consts = _assign_slots(program)

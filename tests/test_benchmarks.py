@@ -88,10 +88,11 @@ def test_gpu_benchmarks_say_what_they_need():
     assert proc.returncode == 2 and "needs CuPy and a CUDA GPU" in proc.stderr
 
 
-def test_cnn_workload_agrees_with_the_reference(tmp_path):
-    proc, results = run_suite("--quick", "--only", "cnn", "--impls", "functrans,numpy",
+@pytest.mark.parametrize("workload", ["cnn", "transformer"])
+def test_model_workloads_agree_with_the_reference(workload, tmp_path):
+    proc, results = run_suite("--quick", "--only", workload, "--impls", "functrans,numpy",
                               tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     row = results["rows"][0]
-    assert row["name"] == "cnn" and row["checks"]["functrans"] == "ok"
+    assert row["name"] == workload and row["checks"]["functrans"] == "ok"
     assert row["times"]["functrans"] > 0

@@ -1229,3 +1229,31 @@ def test_result_type_of_scalar_types(x64):
     assert jnp.result_type(jnp.float64, 1.0) == np.float64
     assert jnp.result_type(jnp.int32, 1.0) == np.float64  # a Python float is weak
     assert jnp.result_type(float) == np.float64
+
+
+_MATMUL_SHAPES = [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)),
+                  ((2, 3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 6)), ((1, 3, 4), (2, 4, 5)),
+                  ((2, 3, 4), (1, 4, 5)), ((6, 1, 3, 4), (1, 5, 4, 2)), ((2, 3, 4), (4,)),
+                  ((4,), (2, 4, 5)), ((1, 1, 3, 4), (1, 4, 2))]
+
+
+@pytest.mark.parametrize("a_shape,b_shape", _MATMUL_SHAPES)
+def test_matmul_broadcasting_values_and_gradients(a_shape, b_shape):
+    rng = np.random.default_rng(len(a_shape) * 10 + len(b_shape))
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    np.testing.assert_allclose(jnp.matmul(a, b), np.matmul(a, b), rtol=2e-5, atol=2e-5)
+    with x64():
+        check_grads(jnp.matmul, (a.astype(np.float64), b.astype(np.float64)), order=1,
+                    modes=("fwd", "rev"))
+
+
+def test_matmul_never_copies_an_operand_across_the_other_batch():
+    """``(batch, seq, d) @ (d, n)`` is one product with the weights as they are (as in
+    JAX), not ``batch`` products against broadcast copies of them."""
+    x, w = np.ones((8, 16, 32), np.float32), np.ones((32, 24), np.float32)
+    eqns = functrans.make_jaxpr(jnp.matmul)(x, w).jaxpr.eqns
+    assert [e.primitive.name for e in eqns] == ["dot_general"]
+    assert eqns[0].params["dimension_numbers"] == (((2,), (0,)), ((), ()))
+    eqns = functrans.make_jaxpr(lambda x, w: x @ w)(x[:, :, :24], w.T).jaxpr.eqns
+    assert all(e.primitive.name != "broadcast_in_dim" for e in eqns)

@@ -56,12 +56,11 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
     if a_shape[-1] != b_shape[-2]:
         raise ValueError(f"matmul: contracting dimensions differ: {a_aval.shape} @ "
                          f"{b_aval.shape} ({a_shape[-1]} != {b_shape[-2]})")
-    batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
-    a = broadcast_to_shape(a, batch + a_shape[-2:])
-    b = broadcast_to_shape(b, batch + b_shape[-2:])
-    nb = len(batch)
-    dims = (((nb + 1,), (nb,)), (tuple(range(nb)), tuple(range(nb))))
+    a, b, dims, perm, batch = _matmul_dimensions(a, b, a_shape, b_shape)
     out = dot_general(a, b, dims, precision, preferred_element_type)
+    if perm != tuple(range(len(perm))):
+        out = structural.transpose(out, perm)
+    nb = len(batch)
     if a_vec and b_vec:
         return structural.reshape(out, batch)
     if a_vec:
@@ -69,6 +68,56 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
     if b_vec:
         return structural.squeeze(out, (nb + 1,))
     return out
+
+
+def _matmul_dimensions(a, b, a_shape, b_shape):
+    """How ``a @ b`` is one ``dot_general`` without copying an operand across the other's
+    batch: a leading axis both operands have (same size) is a batch axis of the product; an
+    axis only one operand has (absent or of size 1 in the other) stays a free axis of that
+    operand, so ``(batch, seq, d) @ (d, n)`` is a single (batch * seq, d) x (d, n) product
+    rather than ``batch`` products against copies of the weights. Returns the squeezed
+    operands, the dimension numbers, the permutation that puts the result in NumPy's order,
+    and the broadcast batch shape."""
+    a_batch, b_batch = a_shape[:-2], b_shape[:-2]
+    n = max(len(a_batch), len(b_batch))
+    a_batch = (None,) * (n - len(a_batch)) + tuple(a_batch)
+    b_batch = (None,) * (n - len(b_batch)) + tuple(b_batch)
+    a_squeeze, b_squeeze = [], []        # size-1 axes that broadcast: dropped
+    kinds = []                           # per output axis: "batch", "a" or "b"
+    for i, (x, y) in enumerate(zip(a_batch, b_batch)):
+        a_axis = i - (n - len(a_shape) + 2)  # the axis in a (negative: a lacks it)
+        b_axis = i - (n - len(b_shape) + 2)
+        if x is not None and y is not None and x == y:
+            kinds.append("batch")
+        elif y is None or y == 1:
+            kinds.append("a")
+            if y == 1:
+                b_squeeze.append(b_axis)
+        elif x is None or x == 1:
+            kinds.append("b")
+            if x == 1:
+                a_squeeze.append(a_axis)
+        else:
+            raise ValueError(f"matmul: batch shapes {a_shape[:-2]} and {b_shape[:-2]} do not "
+                             f"broadcast")
+    if a_squeeze:
+        a = structural.squeeze(a, tuple(a_squeeze))
+    if b_squeeze:
+        b = structural.squeeze(b, tuple(b_squeeze))
+    # positions of the kept batch axes in the squeezed operands
+    a_pos = [i for i in range(n) if a_batch[i] is not None and i - (n - len(a_shape) + 2) not in a_squeeze]
+    b_pos = [i for i in range(n) if b_batch[i] is not None and i - (n - len(b_shape) + 2) not in b_squeeze]
+    a_rank, b_rank = len(a_pos) + 2, len(b_pos) + 2
+    dims = (((a_rank - 1,), (b_rank - 2,)),
+            (tuple(a_pos.index(i) for i in range(n) if kinds[i] == "batch"),
+             tuple(b_pos.index(i) for i in range(n) if kinds[i] == "batch")))
+    # dot_general's result: batch axes, a's free axes (its batch-only axes, then rows),
+    # then b's (its batch-only axes, then columns)
+    order = ([i for i in range(n) if kinds[i] == "batch"] + [i for i in range(n) if kinds[i] == "a"]
+             + ["rows"] + [i for i in range(n) if kinds[i] == "b"] + ["cols"])
+    perm = tuple(order.index(i) for i in list(range(n)) + ["rows", "cols"])
+    batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    return a, b, dims, perm, batch
 
 
 def dot(a, b, *, precision=None, preferred_element_type=None):

@@ -194,6 +194,7 @@ class FallbackStep(Step):
         self.inputs = list(inputs)  # Buffer, or a NumPy scalar for a literal
         self.outputs = list(outputs)  # Buffer, or None for a dropped output
         self.prims = (eqn.primitive.name,)
+        self.driver = None  # runs the step instead of the reference impl (see host_loops)
 
     def reads(self):
         return [b for b in self.inputs if isinstance(b, Buffer)]
@@ -202,7 +203,8 @@ class FallbackStep(Step):
         return [b for b in self.outputs if b is not None]
 
     def describe(self):
-        return f"numpy {self.eqn.primitive.name} {self.inputs} -> {self.outputs}"
+        how = "around compiled bodies" if self.driver is not None else "numpy"
+        return f"{how} {self.eqn.primitive.name} {self.inputs} -> {self.outputs}"
 
 
 def unique_buffers(buffers) -> list:

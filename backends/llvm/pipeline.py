@@ -16,7 +16,7 @@ import numpy as np
 
 from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm import (buffers, cache, codegen, control_flow, donation, fusion,
-                                     indexing, linker, scalar_ops, vector_math)
+                                     host_loops, indexing, linker, scalar_ops, vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.interpreters.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -84,6 +84,10 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
         if fuse:
             program = fusion.fuse_dot_epilogues(program)
         control_flow.lower_control_flow(program, target)
+        for step in program.steps:  # control flow whose bodies need NumPy steps
+            if isinstance(step, fusion.FallbackStep) and \
+                    step.eqn.primitive.name in host_loops.PRIMITIVES:
+                step.driver = host_loops.driver_for(step.eqn)
         plan = buffers.plan_buffers(program)
         slots, nested_consts = _assign_slots(program)
         schedule = codegen.split_segments(program)

@@ -214,7 +214,10 @@ class Executable:
         eqn = step.eqn
         ins = [x if not isinstance(x, Buffer) else self._array_of(x, arrays, arena)
                for x in step.inputs]
-        outs = eqn.primitive.impl(*ins, **eqn.params)
+        if step.driver is not None:  # control flow around compiled bodies
+            outs = step.driver(*ins)
+        else:
+            outs = eqn.primitive.impl(*ins, **eqn.params)
         if not eqn.primitive.multiple_results:
             outs = [outs]
         for b, o in zip(step.outputs, outs):

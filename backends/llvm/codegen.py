@@ -39,6 +39,7 @@ from functrans.backends.llvm import exprs as E
 from functrans.backends.llvm import cache, linker, scalar_ops, thread_pool
 from functrans.backends.llvm.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep
+from functrans.backends.llvm.along_axis import CumulativeStep
 from functrans.backends.llvm.indexing import ScatterStep
 from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel, unique_buffers)
@@ -477,7 +478,7 @@ class ModuleBuilder:
         for step in steps:
             if isinstance(step, DotKernel):
                 self.emit_dot(b, step, pointer)
-            elif isinstance(step, (ControlStep, ScatterStep)):
+            elif isinstance(step, (ControlStep, ScatterStep, CumulativeStep)):
                 step.emit(self, b, pointer, table)
             else:
                 self.call_kernel(b, step, pointer)

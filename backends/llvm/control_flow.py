@@ -282,8 +282,9 @@ def _first(b, array):
 
 def lower_control_flow(program: Program, target) -> Program:
     """Replace fallback steps of ``program`` by native ones where possible (in place; returns
-    ``program``): control flow whose bodies compile natively, and scatters (see
-    :mod:`indexing`)."""
+    ``program``): control flow whose bodies compile natively, scatters (see :mod:`indexing`)
+    and cumulative reductions (see :mod:`along_axis`)."""
+    from functrans.backends.llvm.along_axis import CUMULATIVE, lower_cumulative
     from functrans.backends.llvm.indexing import lower_scatter
     output_ids = {b.id for b in program.outputs if isinstance(b, Buffer)}
     for index, step in enumerate(program.steps):
@@ -291,6 +292,8 @@ def lower_control_flow(program: Program, target) -> Program:
             continue
         if step.eqn.primitive.name in CONTROL_PRIMITIVES:
             native = _lower(step, program, target)
+        elif step.eqn.primitive.name in CUMULATIVE:
+            native = lower_cumulative(step, target)
         else:
             native = lower_scatter(step, program, target)
         if native is None:

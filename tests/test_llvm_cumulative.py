@@ -67,3 +67,82 @@ def test_a_loop_with_cumsum_is_one_native_loop():
     assert "numpy" not in description and "around compiled bodies" not in description
     for a, b in zip(functrans.jit(fun)(c, xs), functrans.jit(fun, backend="reference")(c, xs)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# ---- sort (backends/llvm/sorting.py) ---------------------------------------------------------
+
+SORT_DTYPES = [np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.uint32, np.bool_]
+
+
+@st.composite
+def _sort_cases(draw):
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(0, 9), min_size=rank, max_size=rank)))
+    dimension = draw(st.integers(0, rank - 1))
+    n_operands = draw(st.integers(1, 3))
+    num_keys = draw(st.integers(1, n_operands))
+    dtypes = [np.dtype(draw(st.sampled_from(SORT_DTYPES))) for _ in range(n_operands)]
+    ties = draw(st.booleans())  # few distinct values: stability decides the order
+    seed = draw(st.integers(0, 2 ** 16))
+    return shape, dimension, num_keys, dtypes, ties, seed
+
+
+def _sort_operand(shape, dtype, ties, rng):
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if ties:
+        return rng.integers(0, 3, size=shape).astype(dtype)
+    return _operand(shape, dtype, int(rng.integers(0, 2 ** 16)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_sort_cases())
+def test_sort_matches_the_reference_exactly(case):
+    shape, dimension, num_keys, dtypes, ties, seed = case
+    rng = np.random.default_rng(seed)
+    with x64():
+        operands = [_sort_operand(shape, d, ties, rng) for d in dtypes]
+
+        def fun(*ops):  # in a loop body, where the sort is native
+            def body(i, ops):
+                return tuple(lax.sort(ops, dimension=dimension, num_keys=num_keys))
+            return functrans.lax.fori_loop(0, 1, body, ops)
+        compiled = functrans.jit(fun).lower(*operands).compile()
+        assert "numpy" not in compiled._executable.description
+        assert "around compiled bodies" not in compiled._executable.description
+        got = compiled(*operands)
+        expected = functrans.jit(fun, backend="reference")(*operands)
+    for g, e in zip(got, expected):
+        g, e = np.asarray(g), np.asarray(e)
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_array_equal(g, e)
+
+
+def _in_loop(f):
+    return lambda v: functrans.lax.fori_loop(0, 1, lambda i, v: f(v), v)
+
+
+def test_sort_special_floats_and_gradients():
+    x = np.array([3.0, np.nan, -0.0, 0.0, -np.inf, np.inf, -1.0, np.nan, 2.0], np.float32)
+    for f in (_in_loop(jnp.sort), lambda v: jnp.argsort(_in_loop(jnp.sort)(v)),
+              _in_loop(lambda v: jnp.sort(v)[::-1])):
+        np.testing.assert_array_equal(np.asarray(functrans.jit(f)(x)),
+                                      np.asarray(functrans.jit(f, backend="reference")(x)))
+    np.testing.assert_array_equal(np.signbit(np.asarray(functrans.jit(_in_loop(jnp.sort))(x))[2:4]),
+                                  [True, False])  # -0.0 sorts before 0.0
+    y = np.random.default_rng(2).standard_normal((4, 30)).astype(np.float32)
+    grad = functrans.jit(functrans.grad(
+        lambda v: jnp.sum(_in_loop(lambda w: jnp.sort(w, axis=1))(v)[:, -3:] ** 2)))
+    np.testing.assert_allclose(np.asarray(grad(y)), np.asarray(
+        functrans.grad(lambda v: jnp.sum(jnp.sort(v, axis=1)[:, -3:] ** 2))(y)), rtol=1e-6)
+
+
+def test_a_loop_with_sort_is_one_native_loop():
+    fun = lambda c, xs: functrans.lax.scan(  # noqa: E731
+        lambda c, x: (jnp.sort(c * x, axis=0), jnp.argsort(x)[0]), c, xs)
+    c = np.random.default_rng(3).standard_normal(7).astype(np.float32)
+    xs = np.random.default_rng(4).standard_normal((5, 7)).astype(np.float32)
+    description = functrans.jit(fun).lower(c, xs).compile()._executable.description
+    assert "numpy" not in description and "around compiled bodies" not in description
+    for a, b in zip(functrans.jit(fun)(c, xs), functrans.jit(fun, backend="reference")(c, xs)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -41,6 +41,7 @@ from functrans.backends.llvm.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep
 from functrans.backends.llvm.along_axis import CumulativeStep
 from functrans.backends.llvm.indexing import ScatterStep
+from functrans.backends.llvm.sorting import SortStep
 from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel, unique_buffers)
 from functrans.backends.llvm.scalar_ops import ScalarContext, constant, mem_type, reg_type
@@ -478,7 +479,7 @@ class ModuleBuilder:
         for step in steps:
             if isinstance(step, DotKernel):
                 self.emit_dot(b, step, pointer)
-            elif isinstance(step, (ControlStep, ScatterStep, CumulativeStep)):
+            elif isinstance(step, (ControlStep, ScatterStep, CumulativeStep, SortStep)):
                 step.emit(self, b, pointer, table)
             else:
                 self.call_kernel(b, step, pointer)

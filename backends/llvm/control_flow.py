@@ -60,7 +60,7 @@ def compile_body(closed: ClosedJaxpr, target) -> Body | None:
     if not all(isinstance(v.aval, ShapedArray) for v in list(jaxpr.invars) + list(jaxpr.outvars)):
         return None
     program = fusion.normalize(fusion.plan_program(jaxpr, target, consts))
-    lower_control_flow(program, target)
+    lower_control_flow(program, target, in_body=True)
     if any(isinstance(s, FallbackStep) for s in program.steps):
         return None
     # literal outputs become constants, so every output is a buffer the body copies from
@@ -280,12 +280,15 @@ def _first(b, array):
 # =============================================================================================
 
 
-def lower_control_flow(program: Program, target) -> Program:
+def lower_control_flow(program: Program, target, in_body: bool = False) -> Program:
     """Replace fallback steps of ``program`` by native ones where possible (in place; returns
-    ``program``): control flow whose bodies compile natively, scatters (see :mod:`indexing`)
-    and cumulative reductions (see :mod:`along_axis`)."""
+    ``program``): control flow whose bodies compile natively, scatters (see :mod:`indexing`),
+    cumulative reductions (see :mod:`along_axis`) and, in a loop or branch body
+    (``in_body``), sorts (see :mod:`sorting`): at the top level NumPy's sort is faster, and
+    in a body a native sort keeps the whole loop native."""
     from functrans.backends.llvm.along_axis import CUMULATIVE, lower_cumulative
     from functrans.backends.llvm.indexing import lower_scatter
+    from functrans.backends.llvm.sorting import SortStep, lower_sort
     output_ids = {b.id for b in program.outputs if isinstance(b, Buffer)}
     for index, step in enumerate(program.steps):
         if not isinstance(step, FallbackStep):
@@ -294,11 +297,13 @@ def lower_control_flow(program: Program, target) -> Program:
             native = _lower(step, program, target)
         elif step.eqn.primitive.name in CUMULATIVE:
             native = lower_cumulative(step, target)
+        elif step.eqn.primitive.name == "sort":
+            native = lower_sort(step, program, target) if in_body else None
         else:
             native = lower_scatter(step, program, target)
         if native is None:
             continue
-        outputs = native.outputs if isinstance(native, ControlStep) else [native.out]
+        outputs = native.outputs if isinstance(native, (ControlStep, SortStep)) else [native.out]
         for k, out in enumerate(outputs):
             if out is None:  # a dropped result still needs memory to be written to
                 aval = step.eqn.outvars[k].aval

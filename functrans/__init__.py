@@ -36,6 +36,15 @@ from functrans import nn  # noqa: F401
 from functrans import optim  # noqa: F401
 from functrans._disable_jit import disable_jit  # noqa: F401
 from functrans._api_extra import *  # noqa: F401,F403
+from functrans._api_more import (copy_to_host_async, custom_gradient, debug_infs,  # noqa: F401
+                                 debug_nans, host_count, host_id, host_ids, live_arrays,
+                                 process_indices)
+from functrans._devices import Device  # noqa: F401
+from functrans._dtypes import float0  # noqa: F401
+from functrans import custom_batching  # noqa: F401
+from functrans import errors  # noqa: F401
+from functrans import version  # noqa: F401
+from functrans.version import __version_info__  # noqa: F401
 
 from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,  # noqa: F401
                             TracerIntegerConversionError, UnexpectedTracerError)
@@ -43,7 +52,7 @@ from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,
 
 # Imported on first use (``functrans.scipy.special``, ``functrans.tree.map``, ...), as a
 # program that never touches them should not pay for importing them.
-_LAZY_MODULES = ("scipy", "tree", "flatten_util", "dtypes", "image")
+_LAZY_MODULES = ("scipy", "tree", "flatten_util", "dtypes", "image", "ops", "typing", "dlpack")
 
 
 def __getattr__(name):

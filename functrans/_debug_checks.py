@@ -37,30 +37,52 @@ def check_eager_outputs(primitive, outputs) -> None:
 
 def check_compiled_outputs(closed, args, outputs) -> None:
     """After a compiled call: on a NaN/inf output, re-run the program op by op with the
-    reference implementations and name the first primitive that produced one."""
+    reference implementations and name the first primitive that produced one (looking inside
+    nested ``jit`` / ``custom_jvp`` / ``custom_vjp`` / ``remat`` calls for the innermost)."""
     if not any(_bad_kind(np.asarray(getattr(o, "_value", o))) for o in outputs):
         return
-    from functrans.core import Literal, to_numpy
+    from functrans.core import to_numpy
+    found = _first_bad_equation(closed.jaxpr, [to_numpy(c) for c in closed.consts],
+                                [to_numpy(a) for a in args])
+    if found is None:
+        raise FloatingPointError("invalid value (NaN/inf) in the output of a compiled function; "
+                                 "the reference re-run did not reproduce it")
+    eqn, kind = found
+    info = eqn.source_info
+    where = f" at {info.filename}:{info.lineno} ({info.function})" if info else ""
+    raise FloatingPointError(
+        f"invalid value ({kind}) encountered in primitive '{eqn.primitive.name}'{where} "
+        "(found by re-running the compiled program op by op)")
+
+
+def _first_bad_equation(jaxpr, consts, args):
+    """The first equation of ``jaxpr`` (run op by op on NumPy values) whose output holds a
+    NaN/inf, with the kind found; inside a call-like equation, the innermost one."""
+    from functrans.core import Literal
+    from functrans.interpreters.inline import INLINABLE
     env = {}
-    for v, c in zip(closed.jaxpr.constvars, closed.consts):
-        env[id(v)] = to_numpy(c)
-    for v, a in zip(closed.jaxpr.invars, args):
-        env[id(v)] = to_numpy(a)
+    for v, c in zip(jaxpr.constvars, consts):
+        env[id(v)] = c
+    for v, a in zip(jaxpr.invars, args):
+        env[id(v)] = a
 
     def read(v):
         return np.asarray(v.val, v.aval.dtype) if isinstance(v, Literal) else env[id(v)]
 
-    for eqn in closed.jaxpr.eqns:
-        outs = eqn.primitive.impl(*[read(v) for v in eqn.invars], **eqn.params)
+    for eqn in jaxpr.eqns:
+        ins = [read(v) for v in eqn.invars]
+        outs = eqn.primitive.impl(*ins, **eqn.params)
         outs = outs if eqn.primitive.multiple_results else [outs]
         for v, o in zip(eqn.outvars, outs):
             env[id(v)] = np.asarray(o)
-            kind = _bad_kind(np.asarray(o))
-            if kind is not None:
-                where = f" at {eqn.source_info.filename}:{eqn.source_info.lineno} " \
-                        f"({eqn.source_info.function})" if eqn.source_info else ""
-                raise FloatingPointError(
-                    f"invalid value ({kind}) encountered in primitive '{eqn.primitive.name}'"
-                    f"{where} (found by re-running the compiled program op by op)")
-    raise FloatingPointError("invalid value (NaN/inf) in the output of a compiled function; "
-                             "the reference re-run did not reproduce it")
+        kind = next((k for k in (_bad_kind(np.asarray(o)) for o in outs) if k), None)
+        if kind is None:
+            continue
+        body_key = INLINABLE.get(eqn.primitive.name)
+        if body_key is not None:
+            body = eqn.params[body_key]
+            inner = _first_bad_equation(body.jaxpr, [np.asarray(c) for c in body.consts], ins)
+            if inner is not None:
+                return inner
+        return eqn, kind
+    return None

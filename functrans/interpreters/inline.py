@@ -9,7 +9,7 @@ from __future__ import annotations
 from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, Var
 
 INLINABLE = {"jit": "jaxpr", "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
-             "remat": "jaxpr"}
+             "custom_vmap_call": "call_jaxpr", "remat": "jaxpr"}
 
 
 def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:

@@ -1,0 +1,15 @@
+"""The functrans version, as ``jax.version``: ``__version__`` (a string) and
+``__version_info__`` (a tuple of ints).
+
+    >>> import functrans
+    >>> functrans.version.__version__ == functrans.__version__
+    True
+"""
+from __future__ import annotations
+
+from functrans import __version__
+
+__version_info__ = tuple(int(part) for part in __version__.split(".") if part.isdigit())
+_version = __version__
+
+__all__ = ["__version__", "__version_info__"]

@@ -47,6 +47,7 @@ from functrans import version  # noqa: F401
 from functrans.version import __version_info__  # noqa: F401
 
 from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,  # noqa: F401
+                            TracerBoolConversionError,
                             TracerIntegerConversionError, UnexpectedTracerError)
 
 

@@ -468,12 +468,16 @@ def trace_stack() -> list[MainTrace]:
     return list(_state.stack)
 
 
-class UnexpectedTracerError(Exception):
+class UnexpectedTracerError(TypeError):
     pass
 
 
 class ConcretizationTypeError(TypeError):
     pass
+
+
+class TracerBoolConversionError(ConcretizationTypeError):
+    """``bool()`` of a traced value (a Python ``if``/``while``/``and``/``assert`` on it)."""
 
 
 class TracerArrayConversionError(TypeError):
@@ -577,10 +581,10 @@ class Tracer:
     def __len__(self):
         return len(self.aval)
 
-    def _concrete_or_error(self, what: str, fix: str):
+    def _concrete_or_error(self, what: str, fix: str, error=None):
         value = self.to_concrete_value()
         if value is None:
-            raise ConcretizationTypeError(
+            raise (error or ConcretizationTypeError)(
                 f"{what} of a traced value ({self.aval.str_short()}, traced by "
                 f"{self._trace.main.name}): its value is not known while the function is "
                 f"being transformed. {fix}")
@@ -591,7 +595,8 @@ class Tracer:
             "bool() (a Python `if`, `while`, `and`/`or` or `assert`)",
             "Use functrans.lax.cond / lax.select / jnp.where for value-dependent branches, "
             "lax.while_loop for loops, or mark the argument static with "
-            "jit(f, static_argnums=...) if it is a configuration value.")
+            "jit(f, static_argnums=...) if it is a configuration value.",
+            TracerBoolConversionError)
         return bool(np.asarray(value))
 
     def _scalar_conversion(self, kind):

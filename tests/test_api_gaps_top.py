@@ -361,6 +361,10 @@ def test_errors_module_catches_what_functrans_raises():
         functrans.jit(lambda x: 1.0 if x > 0 else 0.0)(F32(1.0))
     with pytest.raises(errors.TracerBoolConversionError):
         functrans.jit(lambda x: 1.0 if x > 0 else 0.0)(F32(1.0))
+    with pytest.raises(errors.ConcretizationTypeError) as raised:  # not a bool() conversion
+        functrans.jit(lambda x: float(x))(F32(1.0))
+    assert not isinstance(raised.value, errors.TracerBoolConversionError)
+    assert issubclass(errors.UnexpectedTracerError, TypeError)
     with pytest.raises(errors.TracerArrayConversionError):
         functrans.jit(lambda x: np.asarray(x))(F32(1.0))
     with pytest.raises(errors.TracerIntegerConversionError):

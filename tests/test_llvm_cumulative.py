@@ -146,3 +146,36 @@ def test_a_loop_with_sort_is_one_native_loop():
     assert "numpy" not in description and "around compiled bodies" not in description
     for a, b in zip(functrans.jit(fun)(c, xs), functrans.jit(fun, backend="reference")(c, xs)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("n", [256, 257, 1000, 4099])
+@pytest.mark.parametrize("dtypes,num_keys", [
+    ((np.float32,), 1), ((np.float64, np.int32), 1), ((np.int8, np.float32, np.uint8), 2),
+    ((np.uint32, np.int64), 2), ((np.bool_, np.int32), 1)])
+def test_long_lines_radix_sort_bit_for_bit(n, dtypes, num_keys):
+    """Lines of 256 and more take the radix path: the same results, bit for bit."""
+    rng = np.random.default_rng(n)
+    with x64():
+        operands = [_sort_operand((3, n), np.dtype(d), ties=(k == 0 and n % 2 == 1), rng=rng)
+                    for k, d in enumerate(dtypes)]
+        for op in operands:
+            if op.dtype.kind == "f":
+                op[:, ::13] = -0.0
+                op[:, 1::17] = 0.0
+        fun = lambda *ops: functrans.lax.fori_loop(  # noqa: E731
+            0, 1, lambda i, ops: tuple(lax.sort(ops, dimension=1, num_keys=num_keys)), ops)
+        got = functrans.jit(fun)(*operands)
+        expected = functrans.jit(fun, backend="reference")(*operands)
+    for g, e in zip(got, expected):
+        g, e = np.asarray(g), np.asarray(e)
+        np.testing.assert_array_equal(g.view(np.uint8), e.view(np.uint8))
+
+
+def test_top_level_sorts_are_native_for_long_lines_only():
+    x = np.random.default_rng(5).standard_normal((3, 600)).astype(np.float32)
+    long_ = functrans.jit(lambda v: jnp.sort(v, axis=1)).lower(x).compile()
+    short = functrans.jit(lambda v: jnp.sort(v, axis=0)).lower(x).compile()
+    assert "numpy" not in long_._executable.description
+    assert "numpy sort" in short._executable.description  # NumPy sorts short lines as fast
+    np.testing.assert_array_equal(np.asarray(long_(x)), np.sort(x, axis=1))
+    np.testing.assert_array_equal(np.asarray(functrans.jit(jnp.argsort)(x)), np.argsort(x, kind="stable"))

@@ -283,9 +283,9 @@ def _first(b, array):
 def lower_control_flow(program: Program, target, in_body: bool = False) -> Program:
     """Replace fallback steps of ``program`` by native ones where possible (in place; returns
     ``program``): control flow whose bodies compile natively, scatters (see :mod:`indexing`),
-    cumulative reductions (see :mod:`along_axis`) and, in a loop or branch body
-    (``in_body``), sorts (see :mod:`sorting`): at the top level NumPy's sort is faster, and
-    in a body a native sort keeps the whole loop native."""
+    cumulative reductions (see :mod:`along_axis`) and sorts (see :mod:`sorting`; short
+    lines only in a loop or branch body, ``in_body``, where a native sort keeps the whole loop
+    native: at the top level NumPy sorts them as fast)."""
     from functrans.backends.llvm.along_axis import CUMULATIVE, lower_cumulative
     from functrans.backends.llvm.indexing import lower_scatter
     from functrans.backends.llvm.sorting import SortStep, lower_sort
@@ -298,7 +298,7 @@ def lower_control_flow(program: Program, target, in_body: bool = False) -> Progr
         elif step.eqn.primitive.name in CUMULATIVE:
             native = lower_cumulative(step, target)
         elif step.eqn.primitive.name == "sort":
-            native = lower_sort(step, program, target) if in_body else None
+            native = lower_sort(step, program, target, short_lines=in_body)
         else:
             native = lower_scatter(step, program, target)
         if native is None:

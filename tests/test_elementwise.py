@@ -248,3 +248,18 @@ def test_integer_division_edge_cases():
     np.testing.assert_array_equal(lax.population_count(np.array([-1, 3], np.int8)), [8, 2])
     z = lax.complex(np.float16(1.5), np.float16(2.0))
     assert z.dtype == np.complex64 and complex(z) == 1.5 + 2j
+
+
+def test_lax_binary_functions_broadcast_scalars_and_size_one_axes():
+    """As in JAX: rank-0 operands and size-1 axes (at equal rank) broadcast; nothing else."""
+    import functrans.lax as lax
+    import functrans.numpy as jnp
+    np.testing.assert_array_equal(lax.add(jnp.float32(1), jnp.ones(3)), np.full(3, 2.0))
+    np.testing.assert_array_equal(lax.sub(jnp.ones((1, 3)), jnp.ones((2, 1))), np.zeros((2, 3)))
+    np.testing.assert_array_equal(lax.max(jnp.arange(3.0)[None], jnp.float32(1)), [[1, 1, 2]])
+    with pytest.raises(TypeError, match="same shape"):
+        lax.add(jnp.ones(3), jnp.ones((2, 3)))
+    with pytest.raises(TypeError):
+        lax.add(jnp.ones(3, jnp.int32), jnp.ones(3))
+    grad = functrans.grad(lambda a: jnp.sum(lax.mul(a, jnp.arange(6.0).reshape(2, 3))))
+    np.testing.assert_array_equal(grad(jnp.ones((1, 3))), [[3.0, 5.0, 7.0]])

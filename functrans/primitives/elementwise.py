@@ -355,12 +355,35 @@ def _unary_fn(p):
     return fn
 
 
+def _broadcast_pair(x, y):
+    """Operands of one shape, as ``jax.lax``'s binary functions take them: a rank-0 operand,
+    and size-1 axes of operands of equal rank, broadcast. Other shape mismatches are left
+    for the primitive's shape rule to report."""
+    xs, ys = get_aval(x).shape, get_aval(y).shape
+    if xs == ys:
+        return x, y
+    if not xs or not ys:
+        target = ys or xs
+    elif len(xs) == len(ys) and all(a == b or a == 1 or b == 1 for a, b in zip(xs, ys)):
+        target = tuple(b if a == 1 else a for a, b in zip(xs, ys))
+    else:
+        return x, y
+    from functrans.primitives import structural
+
+    def to_target(v, shape):
+        if shape == target:
+            return v
+        return structural.broadcast_in_dim(v, target, tuple(range(len(shape))) if shape else ())
+    return to_target(x, xs), to_target(y, ys)
+
+
 def _binary_fn(p):
     def fn(x, y):
-        x, y = _coerce_pair(x, y)
+        x, y = _broadcast_pair(*_coerce_pair(x, y))
         return p.bind(x, y)
     fn.__name__ = p.name
-    fn.__doc__ = f"Elementwise ``{p.name}`` of two arrays of one shape and dtype."
+    fn.__doc__ = (f"Elementwise ``{p.name}`` of two arrays of one dtype (a rank-0 operand and "
+                  f"size-1 axes broadcast).")
     return fn
 
 

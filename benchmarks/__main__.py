@@ -16,6 +16,7 @@ WORKLOADS = {
     "transformer": "transformer:transformer_train_step",
     "elementwise": "kernels:elementwise_chain",
     "logsumexp": "kernels:logsumexp_rows",
+    "sort": "kernels:sort_rows",
     "matmul": "kernels:matmul",
     "dispatch": "kernels:dispatch",
     "compile": "compile_time:compile_times",

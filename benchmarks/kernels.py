@@ -119,6 +119,27 @@ def logsumexp_rows(options: Options) -> list[Row]:
     return [row]
 
 
+def sort_fn(m, x):
+    """Sorted values and the stable sorting permutation of each row."""
+    return m.sort(x, axis=-1), m.argsort(x, axis=-1, stable=True)
+
+
+def torch_sort(torch, x):
+    values, order = torch.sort(x, dim=-1, stable=True)
+    return values, order
+
+
+def sort_rows(options: Options) -> list[Row]:
+    rows, n = (4, 1 << 14) if options.quick else (4, 1 << 18)
+    x = np.random.default_rng(3).standard_normal((rows, n)).astype(np.float32)
+    impls = _jitted(sort_fn, x)
+    impls["numpy"] = lambda: (np.sort(x, axis=-1, kind="stable"), np.argsort(x, axis=-1, kind="stable"))
+    impls.update(_torch(options, torch_sort, x))
+    row = compare("sort", f"sort + argsort of {rows} rows of {n >> 10}K f32", _ordered(impls, options),
+                  options, tol=0)
+    return [row]
+
+
 def matmul(options: Options) -> list[Row]:
     n = 512 if options.quick else 2048
     rng = np.random.default_rng(2)

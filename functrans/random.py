@@ -32,7 +32,8 @@ from functrans.core import Tracer, get_aval
 from functrans.primitives.random_bits import threefry2x32
 
 __all__ = [
-    "PRNGKey", "key", "key_data", "wrap_key_data", "clone", "split", "fold_in", "bits",
+    "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl", "key_dtype", "clone", "split",
+    "fold_in", "bits",
     "threefry_2x32", "uniform", "normal", "bernoulli", "categorical", "randint", "permutation",
     "choice", "truncated_normal", "exponential", "laplace", "logistic", "gumbel", "rademacher",
     "multivariate_normal",
@@ -189,6 +190,46 @@ def wrap_key_data(key_bits, *, impl=None):
     if impl not in (None, "threefry2x32"):
         raise NotImplementedError(f"PRNG implementation {impl!r}: only 'threefry2x32' exists")
     return _asarray(key_bits) if not isinstance(key_bits, Tracer) else key_bits
+
+
+# JAX's implementation names; only threefry2x32 exists here, the others are known by name
+# so that asking for one fails with "not implemented" rather than "unknown".
+_KNOWN_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg", "philox2x32", "philox4x32",
+                "threefry4x32")
+
+
+def key_impl(keys) -> str:
+    """The name of the PRNG implementation behind ``keys`` (a key or a batch of keys):
+    always ``"threefry2x32"`` in functrans.
+
+        >>> key_impl(PRNGKey(0))
+        'threefry2x32'
+    """
+    if not isinstance(keys, Tracer):
+        keys = _asarray(keys)
+    aval = get_aval(keys)
+    if aval.dtype != _UINT32 or aval.shape[-1:] != (2,):
+        raise TypeError(f"key_impl: a PRNG key is a uint32 array whose last axis has size 2 "
+                        f"(from PRNGKey, key or split), got {aval.str_short()}")
+    return "threefry2x32"
+
+
+def key_dtype(impl_spec=None):
+    """The dtype of key data for PRNG implementation ``impl_spec`` (default threefry2x32).
+
+    functrans keys are raw ``uint32[..., 2]`` arrays rather than JAX's typed key arrays, so
+    this is ``uint32``: a key of shape ``s`` is stored as data of shape ``s + (2,)``.
+
+        >>> key_dtype()
+        dtype('uint32')
+    """
+    if impl_spec not in (None, "threefry2x32"):
+        if impl_spec in _KNOWN_IMPLS:
+            raise NotImplementedError(f"key_dtype: PRNG implementation {impl_spec!r}: only "
+                                      f"'threefry2x32' exists in functrans")
+        raise ValueError(f"key_dtype: unrecognized PRNG implementation {impl_spec!r}; the "
+                         f"available one is 'threefry2x32'")
+    return np.dtype(np.uint32)
 
 
 def clone(key):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
 __all__ = [
     "PyTreeDef", "tree_flatten", "tree_unflatten", "tree_leaves", "tree_structure", "tree_map",
@@ -23,6 +23,10 @@ __all__ = [
     "register_pytree_node_class", "tree_flatten_with_path", "tree_leaves_with_path",
     "tree_map_with_path", "keystr", "DictKey", "SequenceKey", "GetAttrKey", "FlattenedIndexKey",
     "treedef_is_leaf", "all_leaves", "Partial",
+    "register_pytree_with_keys", "register_pytree_with_keys_class", "register_static",
+    "KeyEntry", "KeyPath", "default_registry", "treedef_children", "treedef_tuple",
+    "tree_broadcast", "flatten_one_level", "flatten_one_level_with_keys", "is_tree_node",
+    "tree_reduce_associative",
 ]
 
 
@@ -47,6 +51,55 @@ def register_pytree_node(nodetype: type, flatten_func, unflatten_func, flatten_w
 def register_pytree_node_class(cls):
     """Class decorator: ``cls.tree_flatten()`` and ``cls.tree_unflatten(aux, children)``."""
     register_pytree_node(cls, lambda x: x.tree_flatten(), cls.tree_unflatten)
+    return cls
+
+
+def register_pytree_with_keys(nodetype: type, flatten_with_keys, unflatten_func,
+                              flatten_func=None):
+    """Register ``nodetype`` as a container whose children have keys (for key paths).
+
+    ``flatten_with_keys(x) -> (((key, child), ...), aux)`` and ``unflatten_func(aux,
+    children) -> x``; ``flatten_func`` (children without keys) is derived when omitted.
+
+        >>> class Pair:
+        ...     def __init__(self, a, b): self.a, self.b = a, b
+        >>> _ = register_pytree_with_keys(
+        ...     Pair, lambda p: (((GetAttrKey("a"), p.a), (GetAttrKey("b"), p.b)), None),
+        ...     lambda aux, children: Pair(*children))
+        >>> [keystr(path) for path, _ in tree_flatten_with_path(Pair(1, [2]))[0]]
+        ['.a', '.b[0]']
+    """
+    if flatten_func is None:
+        def flatten_func(x):
+            keyed, aux = flatten_with_keys(x)
+            return [child for _, child in keyed], aux
+    return register_pytree_node(nodetype, flatten_func, unflatten_func, flatten_with_keys)
+
+
+def register_pytree_with_keys_class(cls):
+    """Class decorator: ``cls.tree_flatten_with_keys()`` gives ``(((key, child), ...), aux)``
+    and ``cls.tree_unflatten(aux, children)`` rebuilds; a ``tree_flatten`` method, if the
+    class has one, is used where keys are not needed."""
+    flatten = getattr(cls, "tree_flatten", None)
+    register_pytree_with_keys(cls, lambda x: x.tree_flatten_with_keys(), cls.tree_unflatten,
+                              (lambda x: x.tree_flatten()) if flatten is not None else None)
+    return cls
+
+
+def register_static(cls):
+    """Class decorator: instances of ``cls`` become part of the tree *structure* (a node with
+    no children whose auxiliary data is the instance), so they are never leaves and never
+    traced. Instances must be hashable and comparable, like ``jit`` static arguments.
+
+        >>> @register_static
+        ... class Tag:
+        ...     def __init__(self, name): self.name = name
+        ...     def __hash__(self): return hash(self.name)
+        ...     def __eq__(self, other): return isinstance(other, Tag) and other.name == self.name
+        >>> tree_leaves([Tag("x"), 1.0])
+        [1.0]
+    """
+    register_pytree_node(cls, lambda x: ((), x), lambda aux, _: aux, lambda x: ((), x))
     return cls
 
 
@@ -111,6 +164,12 @@ class FlattenedIndexKey:
 
     def __str__(self):
         return f"[<flat index {self.key}>]"
+
+
+# A key path is the tuple of keys from the root to a leaf; an entry is any hashable key
+# (the classes above for the built-in containers, anything a custom node chooses).
+KeyEntry = TypeVar("KeyEntry", bound=Any)
+KeyPath = tuple[KeyEntry, ...]
 
 
 def keystr(keys) -> str:
@@ -408,3 +467,167 @@ register_pytree_node(
     lambda p: ((p.args, p.keywords), p.func),
     lambda func, children: Partial(func, *children[0], **children[1]),
 )
+
+
+# ---- one level at a time, treedef surgery, broadcasting, balanced reduction ------------------
+
+def _one_level(tree, with_keys: bool):
+    """``(children, aux)`` or ``((key, child) pairs, aux)`` of the top node; None for a leaf."""
+    t = type(tree)
+    builtin = _builtin_node(tree)
+    if builtin is not None:
+        kind, children, aux, keys = builtin
+        if kind in ("tuple", "list"):
+            aux = None  # the length is implied by the children
+        elif kind == "none":
+            aux = None
+        if with_keys:
+            return list(zip(keys, children)), aux
+        if kind in ("tuple", "dict", "none"):
+            return tuple(children), aux
+        return list(children), aux
+    node = _registry.get(t)
+    if node is None:
+        return None
+    if with_keys:
+        if node.flatten_with_keys is not None:
+            keyed, aux = node.flatten_with_keys(tree)
+            return list(keyed), aux
+        children, aux = node.flatten(tree)
+        return [(FlattenedIndexKey(i), c) for i, c in enumerate(children)], aux
+    return node.flatten(tree)
+
+
+def flatten_one_level(tree):
+    """The children of the top node of ``tree`` and its auxiliary data (dict keys, the
+    namedtuple class, a registered node's aux); raises ValueError for a leaf.
+
+        >>> flatten_one_level({"b": 1, "a": [2, 3]})
+        (([2, 3], 1), ('a', 'b'))
+    """
+    out = _one_level(tree, with_keys=False)
+    if out is None:
+        raise ValueError(f"can't tree-flatten type: {type(tree)}")
+    return out
+
+
+def flatten_one_level_with_keys(tree):
+    """As :func:`flatten_one_level`, with each child paired with its key.
+
+        >>> flatten_one_level_with_keys([1, 2])
+        ([(SequenceKey(idx=0), 1), (SequenceKey(idx=1), 2)], None)
+    """
+    out = _one_level(tree, with_keys=True)
+    if out is None:
+        raise ValueError(f"can't tree-flatten type: {type(tree)}")
+    return out
+
+
+def is_tree_node(typ: type) -> bool:
+    """Whether values of type ``typ`` are containers (built-in or registered) rather than
+    leaves.
+
+        >>> is_tree_node(list), is_tree_node(int)
+        (True, False)
+    """
+    if not isinstance(typ, type):
+        raise TypeError(f"is_tree_node takes a type, got {typ!r}; use is_tree_node(type(x))")
+    if typ in (tuple, list, dict, type(None), collections.OrderedDict,
+               collections.defaultdict) or typ in _registry:
+        return True
+    return issubclass(typ, tuple) and hasattr(typ, "_fields")
+
+
+def treedef_children(treedef: PyTreeDef) -> list:
+    """The structures of the top node's children (empty for a leaf).
+
+        >>> treedef_children(tree_structure({"a": [1, 2], "b": 3}))
+        [PyTreeDef([*, *]), PyTreeDef(*)]
+    """
+    return list(treedef.children)
+
+
+def treedef_tuple(treedefs) -> PyTreeDef:
+    """The structure of a tuple whose elements have the given structures.
+
+        >>> treedef_tuple([tree_structure([1, 2]), tree_structure(3)])
+        PyTreeDef(([*, *], *))
+    """
+    children = tuple(treedefs)
+    for c in children:
+        if not isinstance(c, PyTreeDef):
+            raise TypeError(f"treedef_tuple expects PyTreeDefs, got {type(c).__name__}")
+    return PyTreeDef("tuple", len(children), children)
+
+
+def tree_broadcast(prefix_tree, full_tree, is_leaf=None):
+    """``prefix_tree`` expanded to the structure of ``full_tree``: each leaf of the prefix is
+    repeated at every leaf of the matching subtree of ``full_tree``.
+
+        >>> tree_broadcast([1, {"a": 2}], [(3, 4), {"a": [5, 6]}])
+        [(1, 1), {'a': [2, 2]}]
+    """
+    prefix_leaves, prefix_def = tree_flatten(prefix_tree, is_leaf)
+    subtrees = _flatten_up_to(prefix_def, full_tree)
+    leaves = []
+    for leaf, subtree in zip(prefix_leaves, subtrees):
+        leaves.extend([leaf] * len(tree_leaves(subtree, is_leaf)))
+    return tree_structure(full_tree, is_leaf).unflatten(leaves)
+
+
+def tree_reduce_associative(operation: Callable, tree, *, identity=..., is_leaf=None):
+    """Reduce the leaves of ``tree`` with an associative ``operation``, combining them in a
+    balanced binary tree (depth log n rather than n). ``identity`` is returned for a tree
+    without leaves (an error without it).
+
+        >>> tree_reduce_associative(lambda a, b: a + b, [1, 2, 3, 4, 5])
+        15
+    """
+    leaves = tree_leaves(tree, is_leaf)
+    if not leaves:
+        if identity is ...:
+            raise TypeError("tree_reduce_associative: the tree has no leaves; pass identity= "
+                            "for the result of an empty reduction")
+        return identity
+
+    def reduce(items):
+        if len(items) == 1:
+            return items[0]
+        half = len(items) // 2
+        return operation(reduce(items[:half]), reduce(items[half:]))
+
+    return reduce(leaves)
+
+
+class PyTreeRegistry:
+    """The table of container types that flattening consults (JAX's ``default_registry``):
+    a method-style face of this module's functions over the one global registry."""
+
+    def flatten(self, tree, leaf_predicate=None):
+        return tree_flatten(tree, leaf_predicate)
+
+    def flatten_with_path(self, tree, leaf_predicate=None):
+        return tree_flatten_with_path(tree, leaf_predicate)
+
+    def flatten_one_level(self, tree):
+        """``(children, aux)`` of the top node, or None for a leaf."""
+        return _one_level(tree, with_keys=False)
+
+    def flatten_one_level_with_keys(self, tree):
+        return _one_level(tree, with_keys=True)
+
+    def is_node(self, type):  # noqa: A002 (JAX's argument name)
+        return is_tree_node(type)
+
+    def register_node(self, type, to_iterable, from_iterable,  # noqa: A002
+                      to_iterable_with_keys=None):
+        register_pytree_node(type, to_iterable, from_iterable, to_iterable_with_keys)
+
+    def register_dataclass_node(self, type, data_fields, meta_fields, /):  # noqa: A002
+        register_dataclass(type, data_fields=data_fields, meta_fields=meta_fields)
+
+    def __repr__(self):
+        return "<functrans.tree_util default pytree registry>"
+
+
+default_registry = PyTreeRegistry()

@@ -1,5 +1,5 @@
 """More ``jax.nn`` functions: the sparse (piecewise quadratic) softplus and sigmoid,
-squareplus, mish, and ``logmeanexp``.
+squareplus, mish, ``logmeanexp`` and ``log1mexp``.
 
 Like the other activations, they take arrays or Python numbers and compute integer inputs
 in the default float dtype.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import functrans.numpy as jnp
 from functrans.nn._activations import _inexact, logsumexp, softplus
 
-__all__ = ["sparse_plus", "sparse_sigmoid", "squareplus", "mish", "logmeanexp"]
+__all__ = ["sparse_plus", "sparse_sigmoid", "squareplus", "mish", "logmeanexp", "log1mexp"]
 
 
 def sparse_plus(x):
@@ -79,3 +79,23 @@ def logmeanexp(x, axis=None, where=None, keepdims: bool = False):
     mask = jnp.broadcast_to(jnp.asarray(where, bool), x.shape)
     count = jnp.sum(mask, axis=axis, keepdims=keepdims, dtype=total.dtype)
     return total - jnp.log(count)
+
+
+def log1mexp(x):
+    """``log(1 - exp(-x))`` for ``x >= 0``, accurate at both ends (NaN for ``x < 0``).
+
+    Near 0, ``1 - exp(-x)`` cancels, so it is computed as ``log(-expm1(-x))``; for large
+    ``x``, ``exp(-x)`` is tiny, so ``log1p(-exp(-x))`` keeps its digits. The switch point
+    ``log(2)`` is where both forms lose the least (Maechler, 2012).
+
+        >>> import functrans.numpy as jnp
+        >>> log1mexp(jnp.array([1e-8, 1.0, 50.0]))
+        Array([-1.8420681e+01, -4.5867509e-01, -1.9287499e-22], dtype=float32)
+    """
+    x = _inexact("log1mexp", x)
+    log2 = jnp.log(jnp.asarray(2.0, x.dtype))
+    small = x < log2
+    # the large-x form sees only large x: at x = 0 its derivative is infinite, and a zero
+    # cotangent times that infinity would turn the gradient there into NaN
+    large_x = jnp.where(small, log2, x)
+    return jnp.where(small, jnp.log(-jnp.expm1(-x)), jnp.log1p(-jnp.exp(-large_x)))

@@ -69,6 +69,7 @@ from functrans.numpy._promotion import broadcast_shapes  # noqa: F401
 from functrans._dtypes import float0  # noqa: F401
 from functrans.numpy._array_methods import astype, view  # noqa: F401
 from functrans.numpy._more import *  # noqa: F401,F403
+from functrans.numpy._extras import *  # noqa: F401,F403
 
 pi = _np.pi
 e = _np.e

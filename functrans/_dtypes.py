@@ -163,6 +163,13 @@ def _join(nodes: tuple):
 def promote_types_weak(*typed: tuple) -> tuple[np.dtype, bool]:
     """Join of ``(dtype, weak_type)`` pairs: returns the result dtype and whether it is weak."""
     nodes = tuple(_lattice_node(np.dtype(d), w) for d, w in typed)
+    outside = [n for n in nodes if not isinstance(n, str) and n not in _LATTICE_EDGES]
+    if outside:  # ml_dtypes' narrow types (float8_*, int4...): no implicit promotion
+        strong = {n for n in nodes if not isinstance(n, str)}
+        if len(strong) == 1:
+            return strong.pop(), all(w for _, w in typed)
+        raise TypeError(f"no implicit promotion between {', '.join(sorted(d.name for d in strong))}"
+                        f"; convert explicitly with .astype(...)")
     result = _join(nodes)
     if result == _WEAK_INT:
         return default_int_dtype(), True

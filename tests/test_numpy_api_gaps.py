@@ -85,10 +85,11 @@ def test_ml_dtypes_create_and_convert(name):
                                   expected.astype(np.float32)[2:])
 
 
-def test_ml_dtypes_arithmetic_raises_instead_of_computing():
+def test_ml_dtypes_arithmetic_within_one_type():
     x = jnp.asarray(np.array([1.0, 2.0], np.float32), dtype=jnp.float8_e4m3fn)
-    with pytest.raises(Exception):
-        x + x
+    for y in (x + x, functrans.jit(lambda v: v + v)(x)):
+        assert y.dtype == jnp.float8_e4m3fn
+        np.testing.assert_array_equal(np.asarray(y).astype(np.float32), [2.0, 4.0])
 
 
 # =============================================================================================
@@ -842,3 +843,17 @@ def test_key_impl_and_key_dtype():
         random.key_dtype("rbg")
     with pytest.raises(ValueError):
         random.key_dtype("nonsense")
+
+
+def test_narrow_ml_dtypes_sort_and_refuse_implicit_promotion():
+    import ml_dtypes
+    ints = np.array([3, -2, 1, -8, 7], dtype=ml_dtypes.int4)
+    np.testing.assert_array_equal(np.asarray(jnp.sort(jnp.asarray(ints))).astype(np.int8),
+                                  [-8, -2, 1, 3, 7])
+    floats = np.array([3, -2, 0.5, -448, np.nan], dtype=ml_dtypes.float8_e4m3fn)
+    got = np.asarray(jnp.sort(jnp.asarray(floats))).astype(np.float32)
+    np.testing.assert_array_equal(got[:4], [-448, -2, 0.5, 3])
+    assert np.isnan(got[4])
+    with pytest.raises(TypeError, match="no implicit promotion"):
+        jnp.asarray(ints) + jnp.asarray(floats)
+    assert (jnp.asarray(ints) + 1).dtype == ml_dtypes.int4

@@ -23,6 +23,13 @@ def _total_order_key(x: np.ndarray) -> list:
         return [x.astype(np.int8)]
     if _dtypes.is_integer(x.dtype):
         return [x]
+    if x.dtype.kind == "V":  # ml_dtypes' narrow ints and floats (int4, float8_*...)
+        import ml_dtypes
+        try:
+            ml_dtypes.iinfo(x.dtype)
+            return [x.astype(np.int64)]  # exact
+        except ValueError:
+            x = x.astype(np.float32)  # exact for every narrow float format
     if x.dtype in (_dtypes.bfloat16, _dtypes.float16):
         x = x.astype(np.float32)
     width = x.dtype.itemsize * 8

@@ -41,6 +41,7 @@ from functrans.backends.llvm.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep
 from functrans.backends.llvm.along_axis import CumulativeStep
 from functrans.backends.llvm.indexing import ScatterStep
+from functrans.backends.llvm.lapack import CholeskyStep, TriangularSolveStep
 from functrans.backends.llvm.sorting import SortStep
 from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel, unique_buffers)
@@ -155,28 +156,36 @@ def array_data_offset() -> int:
 _blas_registered = False
 
 
+# BLAS and LAPACK routines generated code calls (as ``ft_<name>``), from SciPy's libraries
+BLAS_ROUTINES = ("sgemm", "dgemm", "strsm", "dtrsm")
+LAPACK_ROUTINES = ("spotrf", "dpotrf")
+
+
 def register_blas_symbols() -> None:
-    """Register ``ft_sgemm``/``ft_dgemm`` as the Fortran-ABI GEMMs of SciPy's BLAS. Done on
+    """Register ``ft_sgemm``/``ft_dgemm`` (and the other :data:`BLAS_ROUTINES` and
+    :data:`LAPACK_ROUTINES`) as the Fortran-ABI routines of SciPy's BLAS and LAPACK. Done on
     first need: importing scipy.linalg takes a noticeable part of a second."""
     global _blas_registered
     if _blas_registered:
         return
+    names = BLAS_ROUTINES + LAPACK_ROUTINES
     openblas = _scipy_openblas()
-    if openblas is not None and hasattr(openblas, "scipy_sgemm_") and hasattr(openblas, "scipy_dgemm_"):
+    if openblas is not None and all(hasattr(openblas, f"scipy_{n}_") for n in names):
         # the library behind SciPy's cython_blas, without importing it (and SciPy)
-        for name in ("sgemm", "dgemm"):
+        for name in names:
             address = ctypes.cast(getattr(openblas, f"scipy_{name}_"), ctypes.c_void_p).value
             linker.register_symbol(f"ft_{name}", address)
     else:
-        blas = _load_cython_blas()
         get_name = ctypes.pythonapi.PyCapsule_GetName
         get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
         get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
         get_pointer.restype, get_pointer.argtypes = (ctypes.c_void_p,
                                                      [ctypes.py_object, ctypes.c_char_p])
-        for name in ("sgemm", "dgemm"):
-            capsule = blas.__pyx_capi__[name]
-            linker.register_symbol(f"ft_{name}", get_pointer(capsule, get_name(capsule)))
+        for module, routines in ((_load_cython_module("cython_blas"), BLAS_ROUTINES),
+                                 (_load_cython_module("cython_lapack"), LAPACK_ROUTINES)):
+            for name in routines:
+                capsule = module.__pyx_capi__[name]
+                linker.register_symbol(f"ft_{name}", get_pointer(capsule, get_name(capsule)))
     _blas_registered = True
 
 
@@ -206,28 +215,28 @@ def _scipy_openblas():
     return _openblas_library[0]
 
 
-def _load_cython_blas():
-    """SciPy's ``cython_blas`` extension (its ``__pyx_capi__`` holds the BLAS pointers).
-    Loaded from its file when possible: importing it through ``scipy.linalg`` runs that
-    package's ``__init__``, which takes a large part of a second."""
+def _load_cython_module(name: str):
+    """SciPy's ``cython_blas`` or ``cython_lapack`` extension (its ``__pyx_capi__`` holds the
+    routines' pointers). Loaded from its file when possible: importing it through
+    ``scipy.linalg`` runs that package's ``__init__``, which takes a large part of a
+    second."""
     import glob
+    import importlib
     import importlib.machinery
     import importlib.util
     try:
         scipy_spec = importlib.util.find_spec("scipy")
         folder = os.path.join(os.path.dirname(scipy_spec.origin), "linalg")
         suffixes = importlib.machinery.EXTENSION_SUFFIXES
-        paths = [p for suffix in suffixes
-                 for p in glob.glob(os.path.join(folder, "cython_blas" + suffix))]
-        loader = importlib.machinery.ExtensionFileLoader("cython_blas", paths[0])
-        spec = importlib.util.spec_from_file_location("cython_blas", paths[0], loader=loader)
+        paths = [p for suffix in suffixes for p in glob.glob(os.path.join(folder, name + suffix))]
+        loader = importlib.machinery.ExtensionFileLoader(name, paths[0])
+        spec = importlib.util.spec_from_file_location(name, paths[0], loader=loader)
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
-        module.__pyx_capi__["sgemm"]  # noqa: B018 (the pointers we need are there)
+        module.__pyx_capi__  # noqa: B018 (the pointers we need are there)
         return module
     except Exception:  # noqa: BLE001 (any layout surprise: the ordinary import)
-        import scipy.linalg.cython_blas as blas
-        return blas
+        return importlib.import_module(f"scipy.linalg.{name}")
 
 
 _gemm_registered = False
@@ -300,8 +309,9 @@ def blas_threads(count: int):
 
 
 def needs_blas(object_code: bytes) -> bool:
-    """Whether compiled code calls the BLAS GEMMs (their names are in its symbol table)."""
-    return b"ft_sgemm" in object_code or b"ft_dgemm" in object_code
+    """Whether compiled code calls BLAS or LAPACK (their names are in its symbol table)."""
+    return any(f"ft_{name}".encode() in object_code
+               for name in BLAS_ROUTINES + LAPACK_ROUTINES)
 
 
 def splits_gemms(object_code: bytes) -> bool:
@@ -376,6 +386,11 @@ def split_segments(program: Program) -> list:
     if current:
         out.append(Segment(len([s for s in out if isinstance(s, Segment)]), current))
     return out
+
+
+# steps that emit their own code (``step.emit(module_builder, builder, pointer, table)``)
+NATIVE_STEPS = (ControlStep, ScatterStep, CumulativeStep, SortStep, CholeskyStep,
+                TriangularSolveStep)
 
 
 class ModuleBuilder:
@@ -479,7 +494,7 @@ class ModuleBuilder:
         for step in steps:
             if isinstance(step, DotKernel):
                 self.emit_dot(b, step, pointer)
-            elif isinstance(step, (ControlStep, ScatterStep, CumulativeStep, SortStep)):
+            elif isinstance(step, NATIVE_STEPS):
                 step.emit(self, b, pointer, table)
             else:
                 self.call_kernel(b, step, pointer)

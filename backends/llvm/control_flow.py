@@ -283,11 +283,14 @@ def _first(b, array):
 def lower_control_flow(program: Program, target, in_body: bool = False) -> Program:
     """Replace fallback steps of ``program`` by native ones where possible (in place; returns
     ``program``): control flow whose bodies compile natively, scatters (see :mod:`indexing`),
-    cumulative reductions (see :mod:`along_axis`) and sorts (see :mod:`sorting`; short
+    cumulative reductions (see :mod:`along_axis`), cholesky and triangular solves (see
+    :mod:`lapack`) and sorts (see :mod:`sorting`; short
     lines only in a loop or branch body, ``in_body``, where a native sort keeps the whole loop
     native: at the top level NumPy sorts them as fast)."""
     from functrans.backends.llvm.along_axis import CUMULATIVE, lower_cumulative
     from functrans.backends.llvm.indexing import lower_scatter
+    from functrans.backends.llvm.lapack import PRIMITIVES as LINALG
+    from functrans.backends.llvm.lapack import lower_linalg
     from functrans.backends.llvm.sorting import SortStep, lower_sort
     output_ids = {b.id for b in program.outputs if isinstance(b, Buffer)}
     for index, step in enumerate(program.steps):
@@ -299,6 +302,8 @@ def lower_control_flow(program: Program, target, in_body: bool = False) -> Progr
             native = lower_cumulative(step, target)
         elif step.eqn.primitive.name == "sort":
             native = lower_sort(step, program, target, short_lines=in_body)
+        elif step.eqn.primitive.name in LINALG:
+            native = lower_linalg(step)
         else:
             native = lower_scatter(step, program, target)
         if native is None:

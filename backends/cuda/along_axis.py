@@ -19,38 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.backends.cuda import scalar_ops
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Step
+from functrans.backends.llvm.fusion import AxisStep, Buffer, FallbackStep
 
 CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}
 ARG = {"argmax": ">", "argmin": "<"}
-
-
-class AxisStep(Step):
-    """``out = primitive(operand)`` along ``axis``, one thread per line."""
-
-    def __init__(self, name, operand: Buffer, out: Buffer, axis: int, reverse: bool = False):
-        self.prims = (name,)
-        self.name = name
-        self.operand, self.out = operand, out
-        self.axis, self.reverse = axis, reverse
-        shape = operand.shape
-        self.outer = int(np.prod(shape[:axis], dtype=np.int64))
-        self.n = shape[axis]
-        self.inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
-
-    @property
-    def lines(self) -> int:
-        return self.outer * self.inner
-
-    def reads(self):
-        return [self.operand]
-
-    def writes(self):
-        return [self.out]
-
-    def describe(self):
-        return (f"{self.name}[axis {self.axis}{', reverse' if self.reverse else ''}] "
-                f"{self.operand!r} -> {self.out!r}")
 
 
 def lower_along_axis(step: FallbackStep) -> AxisStep | None:

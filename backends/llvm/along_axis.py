@@ -17,34 +17,18 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import scalar_ops
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Step
+from functrans.backends.llvm.fusion import AxisStep, Buffer, FallbackStep
 
 CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}
 I64 = ir.IntType(64)
 
 
-class CumulativeStep(Step):
+class CumulativeStep(AxisStep):
     """``out = primitive(operand)`` along ``axis`` (from the end if ``reverse``)."""
 
     def __init__(self, name, operand: Buffer, out: Buffer, axis: int, reverse: bool):
-        self.prims = (name,)
+        super().__init__(name, operand, out, axis, reverse)
         self.monoid = CUMULATIVE[name]
-        self.operand, self.out = operand, out
-        self.axis, self.reverse = axis, reverse
-        shape = operand.shape
-        self.outer = int(np.prod(shape[:axis], dtype=np.int64))
-        self.n = shape[axis]
-        self.inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
-
-    def reads(self):
-        return [self.operand]
-
-    def writes(self):
-        return [self.out]
-
-    def describe(self):
-        return (f"{self.prims[0]}[axis {self.axis}{', reverse' if self.reverse else ''}] "
-                f"{self.operand!r} -> {self.out!r}")
 
     def emit(self, mb, b: ir.IRBuilder, pointer, table):
         if self.outer * self.n * self.inner == 0:

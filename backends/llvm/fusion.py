@@ -186,6 +186,36 @@ class DotKernel(Step):
                 f"{'+= ' if self.accumulate else ''}{scale}{self.out!r}")
 
 
+class AxisStep(Step):
+    """``out = primitive(operand)`` walking ``axis`` (from the end if ``reverse``): the
+    operand viewed as ``[outer, n, inner]`` with ``n`` the walked axis. Backends emit the
+    walk (cumulative ops, arg-extrema)."""
+
+    def __init__(self, name, operand: Buffer, out: Buffer, axis: int, reverse: bool = False):
+        self.prims = (name,)
+        self.name = name
+        self.operand, self.out = operand, out
+        self.axis, self.reverse = axis, reverse
+        shape = operand.shape
+        self.outer = int(np.prod(shape[:axis], dtype=np.int64))
+        self.n = shape[axis]
+        self.inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+
+    @property
+    def lines(self) -> int:
+        return self.outer * self.inner
+
+    def reads(self):
+        return [self.operand]
+
+    def writes(self):
+        return [self.out]
+
+    def describe(self):
+        return (f"{self.name}[axis {self.axis}{', reverse' if self.reverse else ''}] "
+                f"{self.operand!r} -> {self.out!r}")
+
+
 class FallbackStep(Step):
     """``eqn`` run by its primitive's reference implementation on NumPy arrays."""
 

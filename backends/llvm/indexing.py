@@ -21,7 +21,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, _move
+from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, _move, unique_buffers
 
 SCATTER_COMBINE = {"scatter": None, "scatter_add": "add", "scatter_mul": "mul",
                    "scatter_min": "min", "scatter_max": "max"}
@@ -97,12 +97,7 @@ class ScatterStep(Step):
         self.params = params
 
     def reads(self):
-        seen, out = set(), []
-        for b in (self.operand, self.indices, self.updates):
-            if b.id not in seen:
-                seen.add(b.id)
-                out.append(b)
-        return out
+        return unique_buffers([self.operand, self.indices, self.updates])
 
     def writes(self):
         return [self.out]

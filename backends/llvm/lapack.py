@@ -22,7 +22,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 import numpy as np
 
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Step
+from functrans.backends.llvm.fusion import Buffer, FallbackStep, Step, unique_buffers
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P, I32P = I8.as_pointer(), I32.as_pointer()
@@ -40,12 +40,7 @@ def _prefix(dtype):
 
 class _MatrixStep(Step):
     def reads(self):
-        seen, out = set(), []
-        for b in self.inputs:
-            if b.id not in seen:
-                seen.add(b.id)
-                out.append(b)
-        return out
+        return unique_buffers(self.inputs)
 
     def writes(self):
         return [self.out]

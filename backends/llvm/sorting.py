@@ -26,7 +26,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import scalar_ops
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step
+from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, unique_buffers
 
 I1, I64 = ir.IntType(1), ir.IntType(64)
 RADIX = 256  # one byte per counting pass
@@ -51,12 +51,7 @@ class SortStep(Step):
         self.inner = int(np.prod(shape[dimension + 1:], dtype=np.int64))
 
     def reads(self):
-        seen, out = set(), []
-        for b in self.operands:
-            if b.id not in seen:
-                seen.add(b.id)
-                out.append(b)
-        return out
+        return unique_buffers(self.operands)
 
     def writes(self):
         return list(self.outputs) + [self.scratch]

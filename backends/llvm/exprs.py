@@ -248,13 +248,55 @@ def clamp_index(x: IndexExpr, lo: int, hi: int) -> IndexExpr:
 
 
 def from_scalar(s: "ScalarExpr") -> IndexExpr:
-    """A runtime integer (an operand of the kernel) used as an index."""
+    """A runtime integer (an operand of the kernel) used as an index. An integer expression
+    of the loop indices (iotas, constants, sums and constant multiples, as computed window
+    positions are) becomes that index expression itself, so its loads stay affine."""
     if s.kind == "const":
         return const(int(np.asarray(s.args[0]).item()))
+    affine = _affine_value(s)
+    if affine is not None:
+        return affine
     info = np.iinfo(s.dtype) if s.dtype.kind in "iu" else None
     lo = max(int(info.min), _INT64_MIN) if info is not None else 0
     hi = min(int(info.max), _INT64_MAX) if info is not None else 1
     return _index_node("scalar", (s,), lo, hi)
+
+
+def _affine_value(s: "ScalarExpr"):
+    """``s`` as an index expression when it is integer arithmetic on iotas and constants
+    whose every value fits its dtype (so the integer arithmetic cannot have wrapped), else
+    None."""
+    if s.dtype.kind not in "iu":
+        return None
+    if s.kind == "const":
+        return const(int(np.asarray(s.args[0]).item()))
+    if s.kind == "iota":
+        x = s.args[0]
+    elif s.kind == "op" and s.args[0] in ("add", "sub", "mul", "neg", "convert_element_type"):
+        name, _, args = s.args
+        if any(a.dtype.kind not in "iu" for a in args):
+            return None
+        parts = [_affine_value(a) for a in args]
+        if any(p is None for p in parts):
+            return None
+        if name == "add":
+            x = add(*parts)
+        elif name == "sub":
+            x = add(parts[0], scale(parts[1], -1))
+        elif name == "neg":
+            x = scale(parts[0], -1)
+        elif name == "convert_element_type":
+            x = parts[0]
+        elif parts[0].kind == "const":
+            x = scale(parts[1], parts[0].args[0])
+        elif parts[1].kind == "const":
+            x = scale(parts[0], parts[1].args[0])
+        else:
+            return None
+    else:
+        return None
+    info = np.iinfo(s.dtype)
+    return x if info.min <= x.lo and x.hi <= info.max else None
 
 
 def linearize(indices, shape) -> IndexExpr:

@@ -171,7 +171,10 @@ def _gathered_windows(operand, fill, window_dimensions, window_strides, padding,
             continue  # every element is its own window along this axis
         axis = k + len(window_axes)
         out = max(0, (x.shape[axis] - ((w - 1) * d + 1)) // s + 1)
-        index = (np.arange(out)[:, None] * s + np.arange(w)[None, :] * d).astype(np.int32)
+        # positions out*s + w*d from iotas (not a constant array): the compiler sees the
+        # affine addresses and the gather becomes a strided copy
+        index = lax.add(lax.mul(lax.broadcasted_iota(np.int32, (out, w), 0), np.int32(s)),
+                        lax.mul(lax.broadcasted_iota(np.int32, (out, w), 1), np.int32(d)))
         x = jnp.take(x, index, axis=axis, mode="clip")
         window_axes.append(axis + 1)
     return x, tuple(window_axes)

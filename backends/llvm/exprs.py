@@ -272,6 +272,14 @@ def _affine_value(s: "ScalarExpr"):
         return const(int(np.asarray(s.args[0]).item()))
     if s.kind == "iota":
         x = s.args[0]
+    elif s.kind == "op" and s.args[0] == "select_n" and len(s.args[2]) == 3:
+        # a choice the bounds decide, as a negative-index wrap of a nonnegative index is
+        which = _decided(s.args[2][0])
+        if which is None:
+            return None
+        x = _affine_value(s.args[2][1 + which])
+        if x is None:
+            return None
     elif s.kind == "op" and s.args[0] in ("add", "sub", "mul", "neg", "convert_element_type"):
         name, _, args = s.args
         if any(a.dtype.kind not in "iu" for a in args):
@@ -297,6 +305,26 @@ def _affine_value(s: "ScalarExpr"):
         return None
     info = np.iinfo(s.dtype)
     return x if info.min <= x.lo and x.hi <= info.max else None
+
+
+def _decided(pred: "ScalarExpr"):
+    """The value (0 or 1) of a comparison of integer arithmetic on iotas that the bounds of
+    its operands decide, else None."""
+    if pred.kind == "const":
+        return int(bool(np.asarray(pred.args[0]).item()))
+    if pred.kind != "op" or pred.args[0] not in ("lt", "le", "gt", "ge"):
+        return None
+    a, b = (_affine_value(x) for x in pred.args[2])
+    if a is None or b is None:
+        return None
+    name = pred.args[0]
+    if name in ("gt", "ge"):  # a > b is b < a
+        a, b, name = b, a, "lt" if name == "gt" else "le"
+    if (a.hi < b.lo) if name == "lt" else (a.hi <= b.lo):
+        return 1
+    if (a.lo >= b.hi) if name == "lt" else (a.lo > b.hi):
+        return 0
+    return None
 
 
 def linearize(indices, shape) -> IndexExpr:

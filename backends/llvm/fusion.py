@@ -666,16 +666,24 @@ class _Planner:
         for i, e in enumerate(eqns):
             for v in e.outvars:
                 producer[v] = i
-        # forward: values made of data movement only (cheap to repeat anywhere)
+        # forward: values made of data movement only (cheap to repeat anywhere), and values
+        # computed from iotas and literals alone (no data: repeating them costs a few
+        # integer operations, and they stay visible as index arithmetic)
         cheap: dict = {}
+        data_free: dict = {}
         for i, e in enumerate(eqns):
-            if kinds[i] in ("fusible", "identity") and (e.primitive.name in _CHEAP or kinds[i] == "identity"):
-                cheap[e.outvars[0]] = all(
+            fusible = kinds[i] in ("fusible", "identity")
+            free = fusible and all(isinstance(x, Literal) or data_free.get(x, False)
+                                   for x in e.invars)
+            for v in e.outvars:
+                data_free[v] = free
+            if fusible and (e.primitive.name in _CHEAP or kinds[i] == "identity"):
+                cheap[e.outvars[0]] = free or all(
                     isinstance(x, Literal) or x not in producer or cheap.get(x, True)
                     for x in e.invars)
             else:
                 for v in e.outvars:
-                    cheap[v] = kinds[i] not in ("fusible",)
+                    cheap[v] = free or kinds[i] not in ("fusible",)
         consumers: dict = {}  # var -> list of (kernel id, repeat) or "buffer"
         self.materialized: set = set()
         self.live_eqns: set = set()
@@ -1059,13 +1067,58 @@ def fuse_dot_epilogues(program: Program) -> Program:
     return program
 
 
+def split_dims(shape, roots):
+    """Split each loop dimension that the expressions divide — ``i // d`` and ``i % d`` of
+    the loop index itself, for a chain of divisors of its extent — into one loop per
+    factor, so those divisions become plain loop indices (as when a reshape merges axes
+    that another expression reads apart). Returns (shape, roots)."""
+    variables = {E.ivar(k, n): k for k, n in enumerate(shape) if n > 1}
+    divisors: dict = {}
+    for node in E.postorder(roots):
+        if isinstance(node, E.IndexExpr) and node.kind in ("div", "mod") \
+                and node.args[0] in variables:
+            divisors.setdefault(variables[node.args[0]], set()).add(node.args[1])
+    if not divisors:
+        return tuple(shape), roots
+    new_shape, mapping = [], {}
+    for k, n in enumerate(shape):
+        chain = sorted(divisors.get(k, ()))
+        if not chain or any(n % d for d in chain) or any(b % a for a, b in zip(chain, chain[1:])):
+            new_shape.append(n)
+            continue
+        # n = (n / d_m) x (d_m / d_m-1) x ... x d_1: the factors, outermost first
+        bounds = [n] + chain[::-1]
+        factors = [bounds[j] // bounds[j + 1] for j in range(len(bounds) - 1)] + [chain[0]]
+        new_shape.extend(factors)
+        mapping[k] = factors
+    if not mapping:
+        return tuple(shape), roots
+    substitution, position = {}, 0
+    for k, n in enumerate(shape):
+        factors = mapping.get(k)
+        if factors is None:
+            if n > 1 and position != k:
+                substitution[E.ivar(k, n)] = E.ivar(position, n)
+            position += 1
+            continue
+        stride, terms = 1, []
+        for j in reversed(range(len(factors))):
+            terms.append(E.scale(E.ivar(position + j, factors[j]), stride))
+            stride *= factors[j]
+        substitution[E.ivar(k, n)] = E.add(*terms)
+        position += len(factors)
+    return tuple(new_shape), E.substitute(roots, substitution)
+
+
 def normalize(program: Program) -> Program:
-    """Collapse the loop dimensions of every kernel (see :func:`collapse_dims`)."""
+    """Split loop dimensions that expressions divide (see :func:`split_dims`), then collapse
+    the loop dimensions of every kernel (see :func:`collapse_dims`)."""
     with E.lock:
         for step in program.steps:
             if isinstance(step, LoopKernel):
                 roots = [o for _, o, _ in step.outputs] + [v for _, _, v in step.outputs]
-                shape, _, roots = collapse_dims(step.shape, [0] * len(step.shape), roots)
+                split_shape, roots = split_dims(step.shape, roots)
+                shape, _, roots = collapse_dims(split_shape, [0] * len(split_shape), roots)
                 n = len(step.outputs)
                 step.outputs = [(b, roots[i], roots[n + i]) for i, (b, _, _) in enumerate(step.outputs)]
                 step.shape = shape

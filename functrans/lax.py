@@ -27,6 +27,11 @@ from functrans.primitives.lax_extras import *  # noqa: F401,F403
 
 from functrans import _lax_linalg as linalg  # noqa: E402,F401
 
+# ``import functrans.lax.linalg`` (and ``from functrans.lax.linalg import ...``) as for
+# jax.lax.linalg, though this module is not a package
+import sys as _sys  # noqa: E402
+_sys.modules.setdefault(__name__ + ".linalg", linalg)
+
 # ---- accuracy= on transcendental functions ----------------------------------------------------
 
 

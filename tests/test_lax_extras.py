@@ -733,3 +733,12 @@ def test_primitive_exports_are_functrans_primitives():
     assert not hasattr(lax, "create_token_p")
     jaxpr = ft.make_jaxpr(lambda x, y: lax.mul(lax.add(x, y), y))(1.0, 2.0)
     assert [e.primitive for e in jaxpr.eqns] == [lax.add_p, lax.mul_p]
+
+
+def test_lax_linalg_is_importable_as_a_module():
+    import importlib
+    module = importlib.import_module("functrans.lax.linalg")
+    assert module is lax.linalg
+    from functrans.lax.linalg import cholesky
+    np.testing.assert_allclose(np.asarray(cholesky(np.eye(2, dtype=np.float32) * 4.0)),
+                               np.eye(2) * 2.0)

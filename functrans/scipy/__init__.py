@@ -8,6 +8,8 @@ them work under ``jit``, ``grad`` and ``vmap``::
     >>> special.logsumexp(jnp.array([0.0, 0.0]))
     Array(0.6931472, dtype=float32)
 """
-from functrans.scipy import linalg, special, stats  # noqa: F401
+from functrans.scipy import (cluster, fft, integrate, interpolate, linalg, ndimage,  # noqa: F401
+                             signal, special, stats)
 
-__all__ = ["linalg", "special", "stats"]
+__all__ = ["cluster", "fft", "integrate", "interpolate", "linalg", "ndimage", "signal",
+           "special", "stats"]

@@ -9,7 +9,7 @@ them work under ``jit``, ``grad`` and ``vmap``::
     Array(0.6931472, dtype=float32)
 """
 from functrans.scipy import (cluster, fft, integrate, interpolate, linalg, ndimage,  # noqa: F401
-                             signal, special, stats)
+                             optimize, signal, spatial, special, stats)
 
-__all__ = ["cluster", "fft", "integrate", "interpolate", "linalg", "ndimage", "signal",
-           "special", "stats"]
+__all__ = ["cluster", "fft", "integrate", "interpolate", "linalg", "ndimage", "optimize",
+           "signal", "spatial", "special", "stats"]

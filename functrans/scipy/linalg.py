@@ -416,3 +416,9 @@ def expm(A, *, upper_triangular: bool = False, max_squarings: int = 16):
 
     R = lax.fori_loop(0, int(max_squarings), square, R)
     return jnp.where((squarings > max_squarings)[..., None, None], np.nan, R)
+
+
+# matrix constructors and the functions built on the decompositions above
+from functrans.scipy.linalg_more import *  # noqa: E402,F401,F403
+from functrans.scipy import linalg_more as _linalg_more  # noqa: E402
+__all__ += _linalg_more.__all__

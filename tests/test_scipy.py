@@ -3,6 +3,7 @@ arguments in float32 and float64, numerical gradients, and jit/vmap against eage
 from __future__ import annotations
 
 import doctest
+import types
 
 import numpy as np
 import pytest
@@ -558,7 +559,8 @@ def test_unsupported_options_raise():
 
 def _modules():
     mods = [functrans.scipy, fsp, fla, fst]
-    mods += [getattr(fst, name) for name in fst.__all__]
+    mods += [getattr(fst, name) for name in fst.__all__
+             if isinstance(getattr(fst, name), types.ModuleType)]
     return mods
 
 

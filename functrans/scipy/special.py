@@ -695,3 +695,9 @@ def betainc(a, b, x):
     out = jnp.where(x <= 0, 0.0, jnp.where(x >= 1, 1.0, out))
     bad = (a <= 0) | (b <= 0) | (x < 0) | (x > 1) | jnp.isnan(a) | jnp.isnan(b) | jnp.isnan(x)
     return jnp.where(bad, np.nan, out).astype(a.dtype)
+
+
+# the less common functions (beta, zeta, hypergeometric, exponential integrals, ...)
+from functrans.scipy.special_more import *  # noqa: E402,F401,F403
+from functrans.scipy import special_more as _special_more  # noqa: E402
+__all__ += _special_more.__all__

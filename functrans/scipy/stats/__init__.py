@@ -9,9 +9,14 @@ parameters (``loc``, ``scale``, shapes) with SciPy's defaults::
     >>> norm.logpdf(jnp.float32(0.0))
     Array(-0.9189385, dtype=float32)
 """
-from functrans.scipy.stats import (bernoulli, beta, cauchy, chi2, expon, gamma, laplace,  # noqa: F401
-                                   logistic, multivariate_normal, norm, poisson, t, truncnorm,
-                                   uniform)
+from functrans.scipy.stats import (bernoulli, beta, betabinom, binom, cauchy, chi2,  # noqa: F401
+                                   dirichlet, expon, gamma, gennorm, geom, gumbel_l, gumbel_r,
+                                   laplace, logistic, multinomial, multivariate_normal, nbinom,
+                                   norm, pareto, poisson, t, truncnorm, uniform, vonmises,
+                                   wrapcauchy)
+from functrans.scipy.stats._descriptive import ModeResult, mode, rankdata, sem  # noqa: F401
 
-__all__ = ["bernoulli", "beta", "cauchy", "chi2", "expon", "gamma", "laplace", "logistic",
-           "multivariate_normal", "norm", "poisson", "t", "truncnorm", "uniform"]
+__all__ = ["bernoulli", "beta", "betabinom", "binom", "cauchy", "chi2", "dirichlet", "expon",
+           "gamma", "gennorm", "geom", "gumbel_l", "gumbel_r", "laplace", "logistic",
+           "multinomial", "multivariate_normal", "nbinom", "norm", "pareto", "poisson", "t",
+           "truncnorm", "uniform", "vonmises", "wrapcauchy", "mode", "rankdata", "sem"]

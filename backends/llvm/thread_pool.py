@@ -14,8 +14,8 @@ Design, and why:
   (after the job is done, or when a new job has started) fails the swap instead of running
   a chunk of the wrong job. The caller never waits for a worker that has not started; it
   waits only until every chunk has *finished*.
-* Workers spin briefly after a job (back-to-back kernels wake them for free), then sleep on
-  a condition variable. The caller spins briefly for the last chunks, then sleeps too.
+* Workers spin for about 2 ms after a job (the kernels of a program and the next call come
+  within that, and wake them for free), then sleep on a condition variable. The caller spins briefly for the last chunks, then sleeps too.
 * One job at a time: a second thread calling ``ft_parallel_for`` while the pool is busy (two
   Python threads in compiled code, or a chunk that itself contains a parallel loop) runs
   its chunks serially instead of waiting, so nothing can deadlock.

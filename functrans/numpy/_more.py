@@ -1,6 +1,6 @@
 """Less common ``jax.numpy`` functions: polynomial roots, block assembly, piecewise
 definitions, functional (out-of-place) writes, phase unwrapping, the Bessel function ``i0``,
-bit packing, float spacing, einsum paths and ``frompyfunc``.
+bit packing, float spacing and einsum paths (``frompyfunc`` is in ``_ufunc``).
 
 They are written with the public ``functrans.numpy`` functions, so every transform that
 works on those works here.
@@ -20,7 +20,7 @@ from functrans import _dtypes
 from functrans.core import Tracer
 
 __all__ = [
-    "block", "einsum_path", "fill_diagonal", "frompyfunc", "i0", "packbits", "piecewise",
+    "block", "einsum_path", "fill_diagonal", "i0", "packbits", "piecewise",
     "place", "put_along_axis", "roots", "spacing", "unpackbits", "unwrap",
 ]
 
@@ -497,7 +497,7 @@ def unpackbits(a, axis=None, count=None, bitorder: str = "big"):
 
 
 # =============================================================================================
-# einsum_path, frompyfunc
+# einsum_path
 # =============================================================================================
 
 def einsum_path(subscripts, *operands, optimize="greedy"):
@@ -518,114 +518,3 @@ def einsum_path(subscripts, *operands, optimize="greedy"):
     return np.einsum_path(subscripts, *stand_ins, optimize=optimize)
 
 
-class ufunc:
-    """A universal function made from a scalar Python function by :func:`frompyfunc`: calls
-    broadcast their arguments and apply the function element by element; binary ufuncs also
-    have ``reduce``, ``accumulate``, ``outer`` and ``at``."""
-
-    def __init__(self, func, nin: int, nout: int, identity=None):
-        self.func = func
-        self.nin = int(nin)
-        self.nout = int(nout)
-        self.identity = identity
-        self.__name__ = getattr(func, "__name__", "ufunc")
-        self._vectorized = jnp.vectorize(func)
-
-    def __repr__(self):
-        return f"<functrans.numpy.ufunc '{self.__name__}'>"
-
-    def __call__(self, *args):
-        if len(args) != self.nin:
-            raise TypeError(f"{self.__name__}: expected {self.nin} arguments, got {len(args)}")
-        return self._vectorized(*args)
-
-    def _binary(self, method):
-        if self.nin != 2 or self.nout != 1:
-            raise ValueError(f"{self.__name__}.{method} needs a function of 2 inputs and 1 "
-                             f"output, this one has {self.nin} and {self.nout}")
-
-    def outer(self, A, B):
-        """``out[i..., j...] = func(A[i...], B[j...])``."""
-        self._binary("outer")
-        A, B = jnp.asarray(A), jnp.asarray(B)
-        return self(jnp.reshape(A, A.shape + (1,) * B.ndim), B)
-
-    def reduce(self, a, axis=0, dtype=None, out=None, keepdims: bool = False, initial=None):
-        """Fold ``func`` over ``axis`` (from ``initial`` or ``identity`` when given, else from
-        the first element)."""
-        from functrans import lax
-        self._binary("reduce")
-        if out is not None:
-            raise NotImplementedError(f"{self.__name__}.reduce: the out argument is not "
-                                      f"supported (arrays are immutable)")
-        a = jnp.asarray(a, dtype=dtype)
-        if axis is None:
-            a, axis, shape = jnp.ravel(a), 0, (1,) * a.ndim
-        else:
-            axis = int(axis) % a.ndim
-            shape = a.shape[:axis] + (1,) + a.shape[axis + 1:]
-        xs = jnp.moveaxis(a, axis, 0)
-        start = initial if initial is not None else self.identity
-        if start is None:
-            if xs.shape[0] == 0:
-                raise ValueError(f"{self.__name__}.reduce of an empty axis needs an identity "
-                                 f"or initial value")
-            carry, xs = xs[0], xs[1:]
-        else:
-            carry = jnp.full(xs.shape[1:], start, a.dtype)
-        total, _ = lax.scan(lambda c, x: (jnp.asarray(self(c, x), a.dtype), None), carry, xs)
-        return jnp.reshape(total, shape) if keepdims else total
-
-    def accumulate(self, a, axis: int = 0, dtype=None, out=None):
-        """Running fold of ``func`` along ``axis`` (the first element unchanged)."""
-        from functrans import lax
-        self._binary("accumulate")
-        if out is not None:
-            raise NotImplementedError(f"{self.__name__}.accumulate: the out argument is not "
-                                      f"supported (arrays are immutable)")
-        a = jnp.asarray(a, dtype=dtype)
-        axis = int(axis) % a.ndim
-        xs = jnp.moveaxis(a, axis, 0)
-        if xs.shape[0] == 0:
-            return a
-
-        def step(c, x):
-            c = jnp.asarray(self(c, x), a.dtype)
-            return c, c
-
-        _, rest = lax.scan(step, xs[0], xs[1:])
-        return jnp.moveaxis(jnp.concatenate([xs[:1], rest], axis=0), 0, axis)
-
-    def at(self, a, indices, b=None, *, inplace: bool = True):
-        """A copy of ``a`` with ``a[indices] = func(a[indices], b)`` (``func(a[indices])`` for
-        unary functions). Repeated indices are applied once each, in order.
-        ``inplace=False`` is required."""
-        from functrans import lax
-        _require_not_inplace(f"{self.__name__}.at", inplace)
-        a = jnp.asarray(a)
-        if self.nin == 1:
-            return a.at[indices].set(jnp.asarray(self(a[indices]), a.dtype))
-        self._binary("at")
-        # apply one index at a time so repeated indices accumulate as in NumPy
-        positions = jnp.reshape(jnp.arange(a.size), a.shape)[indices]
-        flat_positions = jnp.ravel(positions)
-        values = jnp.ravel(jnp.broadcast_to(jnp.asarray(b, a.dtype), positions.shape))
-
-        def step(flat, pair):
-            i, v = pair
-            return flat.at[i].set(jnp.asarray(self(flat[i], v), a.dtype)), None
-
-        flat, _ = lax.scan(step, jnp.ravel(a), (flat_positions, values))
-        return jnp.reshape(flat, a.shape)
-
-
-def frompyfunc(func, /, nin: int, nout: int, *, identity=None):
-    """Make a :class:`ufunc` from ``func``, a function of ``nin`` scalars returning ``nout``
-    values; ``func`` must be written with ``functrans.numpy`` operations.
-
-        >>> import functrans.numpy as jnp
-        >>> add = jnp.frompyfunc(lambda x, y: x + y, 2, 1, identity=0)
-        >>> add.reduce(jnp.arange(4.0))
-        Array(6., dtype=float32)
-    """
-    return ufunc(func, nin, nout, identity=identity)

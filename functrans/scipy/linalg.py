@@ -422,3 +422,8 @@ def expm(A, *, upper_triangular: bool = False, max_squarings: int = 16):
 from functrans.scipy.linalg_more import *  # noqa: E402,F401,F403
 from functrans.scipy import linalg_more as _linalg_more  # noqa: E402
 __all__ += _linalg_more.__all__
+
+# Schur and Hessenberg forms, and the matrix functions built on the Schur form
+from functrans.scipy.linalg_schur import *  # noqa: E402,F401,F403
+from functrans.scipy import linalg_schur as _linalg_schur  # noqa: E402
+__all__ += _linalg_schur.__all__

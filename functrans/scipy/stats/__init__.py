@@ -15,8 +15,10 @@ from functrans.scipy.stats import (bernoulli, beta, betabinom, binom, cauchy, ch
                                    norm, pareto, poisson, t, truncnorm, uniform, vonmises,
                                    wrapcauchy)
 from functrans.scipy.stats._descriptive import ModeResult, mode, rankdata, sem  # noqa: F401
+from functrans.scipy.stats._kde import gaussian_kde  # noqa: F401
 
 __all__ = ["bernoulli", "beta", "betabinom", "binom", "cauchy", "chi2", "dirichlet", "expon",
            "gamma", "gennorm", "geom", "gumbel_l", "gumbel_r", "laplace", "logistic",
            "multinomial", "multivariate_normal", "nbinom", "norm", "pareto", "poisson", "t",
-           "truncnorm", "uniform", "vonmises", "wrapcauchy", "mode", "rankdata", "sem"]
+           "truncnorm", "uniform", "vonmises", "wrapcauchy", "gaussian_kde", "mode", "rankdata",
+           "sem"]

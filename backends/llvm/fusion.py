@@ -1006,9 +1006,9 @@ def _epilogue(step: LoopKernel, dot: DotKernel):
     if value.kind != "op" or value.args[0] not in ("add", "sub"):
         return None
     name, _, (a, b) = value.args
-    for rest, scaled, sign in ((a, b, 1.0 if name == "add" else -1.0), (b, a, 1.0)):
-        if name == "sub" and scaled is a:
-            break  # rest - product only; product - rest would need -rest
+    # rest + product either way round; rest - product (product - rest would need -rest)
+    candidates = ((a, b, 1.0), (b, a, 1.0)) if name == "add" else ((a, b, -1.0),)
+    for rest, scaled, sign in candidates:
         alpha = _scaled_load(scaled, dot.out, offset)
         if alpha is not None and all(n.args[0] is not dot.out for n in E.loads([rest])):
             return sign * alpha, rest

@@ -72,6 +72,7 @@ class SortStep(Step):
         halves = (scratch, b.gep(scratch, [_c(n)], inbounds=True))
         src_slot = mb.entry_alloca(b, I64.as_pointer())
         dst_slot = mb.entry_alloca(b, I64.as_pointer())
+        keys = list(zip(self.operands[:self.num_keys], ins[:self.num_keys]))  # (buffer, pointer)
 
         def line(idx):
             o, i = idx
@@ -83,20 +84,18 @@ class SortStep(Step):
             mb.loop(b, n, lambda p: b.store(p, b.gep(halves[0], [p], inbounds=True)), name="iota")
             b.store(halves[0], src_slot)
             b.store(halves[1], dst_slot)
-            keys = ins[:self.num_keys]
-            key_bufs = self.operands[:self.num_keys]
-            self._key_ptrs = keys
 
             def less(p, q):  # key(p) < key(q), lexicographically over the keys
                 result = ir.Constant(I1, 0)
-                for buf, ptr in reversed(list(zip(key_bufs, keys))):
-                    x, y = b.load(element(ptr, p)), b.load(element(ptr, q))
-                    lt, eq = _compare(b, buf.dtype, x, y)
+                for buf, ptr in reversed(keys):
+                    x = _unsigned_image(b, buf.dtype, b.load(element(ptr, p)), widen=False)
+                    y = _unsigned_image(b, buf.dtype, b.load(element(ptr, q)), widen=False)
+                    lt, eq = b.icmp_unsigned("<", x, y), b.icmp_unsigned("==", x, y)
                     result = b.or_(lt, b.and_(eq, result))
                 return result
 
             if n >= RADIX_MIN_LENGTH:
-                self._radix_passes(mb, b, scratch, element, src_slot, dst_slot)
+                self._radix_passes(mb, b, keys, scratch, element, src_slot, dst_slot)
             else:
                 self._merge_passes(mb, b, less, src_slot, dst_slot)
             perm = b.load(src_slot)
@@ -109,7 +108,7 @@ class SortStep(Step):
 
         mb.loop_nest(b, [self.outer, inner], line)
 
-    def _radix_passes(self, mb, b, scratch, element, src_slot, dst_slot):
+    def _radix_passes(self, mb, b, keys, scratch, element, src_slot, dst_slot):
         """Least-significant-digit radix sort of the permutation at ``*src_slot`` by the
         keys' order-preserving unsigned images, one byte per pass, last key first. Every
         pass is a stable counting sort, so the result is the stable lexicographic order. A
@@ -118,7 +117,7 @@ class SortStep(Step):
         keys_at = [b.gep(scratch, [_c(k * n)], inbounds=True) for k in (2, 3)]
         counts = b.gep(scratch, [_c(4 * n)], inbounds=True)
         key_src, key_dst = mb.entry_alloca(b, I64.as_pointer()), mb.entry_alloca(b, I64.as_pointer())
-        for buf, ptr in reversed(list(zip(self.operands[:self.num_keys], self._key_ptrs))):
+        for buf, ptr in reversed(keys):
             b.store(keys_at[0], key_src)
             b.store(keys_at[1], key_dst)
             perm = b.load(src_slot)
@@ -221,9 +220,10 @@ class SortStep(Step):
         b.position_at_end(done)
 
 
-def _unsigned_image(b, dtype, x):
-    """``x`` as an i64 whose unsigned order is the sort's order of ``dtype`` (floats: the
-    total order with every NaN largest)."""
+def _unsigned_image(b, dtype, x, widen: bool = True):
+    """``x`` as an integer whose unsigned order is the sort's order of ``dtype`` (floats: the
+    total order with every NaN largest): an i64 (the radix passes' digits), or with
+    ``widen=False`` an integer of ``x``'s own width (enough to compare two keys)."""
     dtype = np.dtype(dtype)
     width = dtype.itemsize * 8
     ity = ir.IntType(width)
@@ -237,33 +237,11 @@ def _unsigned_image(b, dtype, x):
         image = b.xor(x, top)
     else:
         image = x
-    return image if width == 64 else b.zext(image, I64)
+    return image if width == 64 or not widen else b.zext(image, I64)
 
 
 def _min(b, x, y):
     return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def _compare(b, dtype, x, y):
-    """(x < y, x == y) in the sort's total order."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        x, y = _ordered_bits(b, dtype, x), _ordered_bits(b, dtype, y)
-        return b.icmp_signed("<", x, y), b.icmp_signed("==", x, y)
-    if dtype.kind == "i":
-        return b.icmp_signed("<", x, y), b.icmp_signed("==", x, y)
-    return b.icmp_unsigned("<", x, y), b.icmp_unsigned("==", x, y)  # unsigned and bool
-
-
-def _ordered_bits(b, dtype, x):
-    """An integer whose signed order is the float total order (every NaN largest)."""
-    width = dtype.itemsize * 8
-    ity = ir.IntType(width)
-    bits = b.bitcast(x, ity)
-    flipped = b.xor(bits, ir.Constant(ity, (1 << (width - 1)) - 1))
-    ordered = b.select(b.icmp_signed("<", bits, ir.Constant(ity, 0)), flipped, bits)
-    is_nan = b.fcmp_unordered("uno", x, x)
-    return b.select(is_nan, ir.Constant(ity, (1 << (width - 1)) - 1), ordered)
 
 
 def lower_sort(step: FallbackStep, program: Program, target,

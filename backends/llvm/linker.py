@@ -94,7 +94,7 @@ _LIBC = None
 _PROCESS = None
 
 
-def _process_symbol(name: str):
+def process_symbol(name: str):
     """The address of ``name`` among the libraries this process has loaded, or None."""
     global _PROCESS
     if _PROCESS is None:
@@ -321,7 +321,7 @@ def _store(view, at: int, value: int, size: int, signed: bool = True) -> None:
 def _resolve(name: str, binding: int) -> int:
     address = _symbols.get(name)
     if address is None:
-        address = _process_symbol(name)
+        address = process_symbol(name)
     if address is None:
         if binding == _STB_WEAK:
             return 0

@@ -81,7 +81,10 @@ def num_threads() -> int:
 def _libc_symbol(name: str) -> int:
     # the process's own symbols first; searching for libraries spawns ldconfig, so it is
     # only done when that fails
-    for find in (lambda: None, lambda: ctypes.util.find_library("pthread"),
+    address = linker.process_symbol(name)
+    if address:
+        return address
+    for find in (lambda: ctypes.util.find_library("pthread"),
                  lambda: ctypes.util.find_library("c")):
         try:
             return ctypes.cast(getattr(ctypes.CDLL(find()), name), ctypes.c_void_p).value

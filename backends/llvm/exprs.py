@@ -318,13 +318,10 @@ def _decided(pred: "ScalarExpr"):
     if a is None or b is None:
         return None
     name = pred.args[0]
-    if name in ("gt", "ge"):  # a > b is b < a
-        a, b, name = b, a, "lt" if name == "gt" else "le"
-    if (a.hi < b.lo) if name == "lt" else (a.hi <= b.lo):
-        return 1
-    if (a.lo >= b.hi) if name == "lt" else (a.lo > b.hi):
-        return 0
-    return None
+    if name in ("le", "gt"):  # integers: a <= b is a < b + 1, a > b is a >= b + 1
+        b, name = add(b, 1), "lt" if name == "le" else "ge"
+    decided = compare(name, a, b)  # decides by the operands' bounds where it can
+    return int(bool(decided.args[0])) if decided.kind == "const" else None
 
 
 def linearize(indices, shape) -> IndexExpr:

@@ -82,31 +82,32 @@ def _matmul_dimensions(a, b, a_shape, b_shape):
     n = max(len(a_batch), len(b_batch))
     a_batch = (None,) * (n - len(a_batch)) + tuple(a_batch)
     b_batch = (None,) * (n - len(b_batch)) + tuple(b_batch)
-    a_squeeze, b_squeeze = [], []        # size-1 axes that broadcast: dropped
-    kinds = []                           # per output axis: "batch", "a" or "b"
+    # size-1 axes that broadcast, squeezed away (numbered as the result's batch axes)
+    a_dropped, b_dropped = [], []
+    kinds = []  # per result batch axis: "batch", "a" or "b"
     for i, (x, y) in enumerate(zip(a_batch, b_batch)):
-        a_axis = i - (n - len(a_shape) + 2)  # the axis in a (negative: a lacks it)
-        b_axis = i - (n - len(b_shape) + 2)
         if x is not None and y is not None and x == y:
             kinds.append("batch")
         elif y is None or y == 1:
             kinds.append("a")
             if y == 1:
-                b_squeeze.append(b_axis)
+                b_dropped.append(i)
         elif x is None or x == 1:
             kinds.append("b")
             if x == 1:
-                a_squeeze.append(a_axis)
+                a_dropped.append(i)
         else:
             raise ValueError(f"matmul: batch shapes {a_shape[:-2]} and {b_shape[:-2]} do not "
                              f"broadcast")
-    if a_squeeze:
-        a = structural.squeeze(a, tuple(a_squeeze))
-    if b_squeeze:
-        b = structural.squeeze(b, tuple(b_squeeze))
+    # result axis i is axis i - offset of an operand (which lacks it when that is negative)
+    a_offset, b_offset = n - (len(a_shape) - 2), n - (len(b_shape) - 2)
+    if a_dropped:
+        a = structural.squeeze(a, tuple(i - a_offset for i in a_dropped))
+    if b_dropped:
+        b = structural.squeeze(b, tuple(i - b_offset for i in b_dropped))
     # positions of the kept batch axes in the squeezed operands
-    a_pos = [i for i in range(n) if a_batch[i] is not None and i - (n - len(a_shape) + 2) not in a_squeeze]
-    b_pos = [i for i in range(n) if b_batch[i] is not None and i - (n - len(b_shape) + 2) not in b_squeeze]
+    a_pos = [i for i in range(n) if a_batch[i] is not None and i not in a_dropped]
+    b_pos = [i for i in range(n) if b_batch[i] is not None and i not in b_dropped]
     a_rank, b_rank = len(a_pos) + 2, len(b_pos) + 2
     dims = (((a_rank - 1,), (b_rank - 2,)),
             (tuple(a_pos.index(i) for i in range(n) if kinds[i] == "batch"),

@@ -225,8 +225,8 @@ class PyTreeDef:
         if kind == "leaf":
             self.num_leaves, self.num_nodes = 1, 1
         else:
-            self.num_leaves = sum(c.num_leaves for c in children)
-            self.num_nodes = 1 + sum(c.num_nodes for c in children)
+            self.num_leaves = sum([c.num_leaves for c in children])
+            self.num_nodes = 1 + sum([c.num_nodes for c in children])
         self._hash = None
 
     def _key(self):
@@ -314,10 +314,55 @@ def _flatten(x, leaves, is_leaf, with_path=None, path=()):
     return PyTreeDef(kind, aux, child_defs)
 
 
+_NONE = PyTreeDef("none", None, ())
+
+
+def _plain_leaf(x, t) -> bool:
+    """Whether ``x`` (of type ``t``, not a list, tuple, dict or None) is a leaf: cheaper than
+    :func:`_builtin_node` for the leaves that make up nearly every tree."""
+    return t not in _registry and t is not collections.OrderedDict \
+        and t is not collections.defaultdict and not isinstance(x, tuple)
+
+
+def _flatten_plain(x, leaves):
+    """:func:`_flatten` without ``is_leaf`` or paths: the common case (every jit call, tree
+    map and ``block_until_ready``), with lists, tuples and dicts handled inline."""
+    t = type(x)
+    if t is list or t is tuple:
+        return PyTreeDef("list" if t is list else "tuple", len(x),
+                         tuple([_flatten_plain(c, leaves) for c in x]))
+    if t is dict:
+        keys = _sorted_keys(x)
+        return PyTreeDef("dict", tuple(keys), tuple([_flatten_plain(x[k], leaves) for k in keys]))
+    if x is None:
+        return _NONE
+    if _plain_leaf(x, t):
+        leaves.append(x)
+        return _LEAF
+    return _flatten(x, leaves, None)
+
+
+def _leaves_plain(x, leaves) -> None:
+    """The leaves of ``x`` in :func:`_flatten_plain`'s order, without building its treedef."""
+    t = type(x)
+    if t is list or t is tuple:
+        for c in x:
+            _leaves_plain(c, leaves)
+    elif t is dict:
+        for k in _sorted_keys(x):
+            _leaves_plain(x[k], leaves)
+    elif x is None:
+        return
+    elif _plain_leaf(x, t):
+        leaves.append(x)
+    else:
+        _flatten(x, leaves, None)
+
+
 def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None):
     """Flatten ``tree`` to ``(leaves, treedef)``."""
     leaves: list = []
-    treedef = _flatten(tree, leaves, is_leaf)
+    treedef = _flatten_plain(tree, leaves) if is_leaf is None else _flatten(tree, leaves, is_leaf)
     return leaves, treedef
 
 
@@ -336,7 +381,7 @@ def _build(treedef: PyTreeDef, it):
     kind = treedef.kind
     if kind == "leaf":
         return next(it)
-    children = [_build(c, it) for c in treedef.children]
+    children = [next(it) if c.kind == "leaf" else _build(c, it) for c in treedef.children]
     if kind == "tuple":
         return tuple(children)
     if kind == "list":
@@ -366,7 +411,11 @@ def tree_unflatten(treedef: PyTreeDef, leaves):
 
 
 def tree_leaves(tree, is_leaf=None) -> list:
-    return tree_flatten(tree, is_leaf)[0]
+    if is_leaf is not None:
+        return tree_flatten(tree, is_leaf)[0]
+    leaves: list = []
+    _leaves_plain(tree, leaves)
+    return leaves
 
 
 def tree_structure(tree, is_leaf=None) -> PyTreeDef:

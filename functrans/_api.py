@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from functrans import _dtypes, core, tree_util
+from functrans._array import Array
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
@@ -649,6 +650,8 @@ def eval_shape(fun: Callable, *args, **kwargs):
 def block_until_ready(x):
     """Wait for every array in the pytree ``x`` to be computed; returns ``x``."""
     for leaf in tree_util.tree_leaves(x):
+        if type(leaf) is Array:  # a host array is computed when it exists
+            continue
         ready = getattr(leaf, "block_until_ready", None)
         if ready is not None:
             ready()

@@ -339,11 +339,11 @@ class JitWrapped:
     def __call__(self, *args, **kwargs):
         # Fast path: positional Array arguments whose signature ran before, at top level.
         if not kwargs and self._fast_eligible:
-            key = _fast_key(args)
-            if key is not None:
-                run = self._fast_cache.get(key)
+            signature = _fast_signature(args)
+            if signature is not None:
+                run = self._fast_cache.get(signature[0])
                 if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
-                    return run(args)
+                    return run(signature[1])
         if config.disable_jit:
             return self._fun(*args, **kwargs)
         statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)
@@ -362,9 +362,9 @@ class JitWrapped:
             if _debug_checks.enabled():
                 _debug_checks.check_compiled_outputs(closed, leaves, outs)
             if self._fast_eligible and not kwargs:
-                key = _fast_key(args)
-                if key is not None:
-                    self._fast_cache[key] = _fast_runner(entry)
+                signature = _fast_signature(args)
+                if signature is not None:
+                    self._fast_cache[signature[0]] = _fast_runner(entry)
             self._delete_donated(args, outs)
         else:
             outs = jit_p.bind(*leaves, jaxpr=closed, name=getattr(self._fun, "__name__", "fun"),
@@ -461,19 +461,42 @@ def _holds_code(value) -> bool:
 core.device_eval = _eval_on_device
 
 
-def _fast_key(args):
-    """The signature of positional Array arguments (on a CPU or a GPU), or None if any is
-    something else."""
-    key = []
-    for a in args:
-        if type(a) is Array:
+def _fast_signature(args):
+    """``(key, leaves)`` for positional arguments that are Arrays (on a CPU or a GPU), None,
+    or lists, tuples and dicts of them; None for anything else. ``key`` encodes the tree
+    in preorder (each container with its length or sorted keys, so it is unambiguous) and
+    each leaf's shape, dtype and weak type; ``leaves`` are in ``tree_flatten``'s order."""
+    key, leaves = [], []
+    return (tuple(key), leaves) if _signature_walk(args, key, leaves) else None
+
+
+def _signature_walk(items, key, leaves) -> bool:
+    for a in items:
+        t = type(a)
+        if t is Array:
             value = a._value
             key.append((value.shape, value.dtype, a.weak_type))
+            leaves.append(a)
+        elif t is list or t is tuple:
+            key.append((t, len(a)))
+            if not _signature_walk(a, key, leaves):
+                return False
+        elif t is dict:
+            try:
+                names = sorted(a)
+            except TypeError:
+                return False
+            key.append((dict, tuple(names)))
+            if not _signature_walk([a[k] for k in names], key, leaves):
+                return False
+        elif a is None:
+            key.append(None)
         elif getattr(a, "_platform", "cpu") == "gpu":
             key.append((a.shape, a.dtype, a.weak_type, "gpu"))
+            leaves.append(a)
         else:
-            return None
-    return tuple(key)
+            return False
+    return True
 
 
 def _exclusively_owned(leaf) -> bool:
@@ -520,7 +543,8 @@ def _slow_mode() -> bool:
 
 
 def _fast_runner(entry: _CacheEntry):
-    """A call of ``entry``'s executable on Array arguments, with outputs wrapped directly."""
+    """A call of ``entry``'s executable on the leaves of its arguments (see
+    :func:`_fast_signature`), with outputs wrapped directly."""
     executable = entry.executable
     out_weak = [a.weak_type for a in entry.closed.out_avals]
     new_array = Array._from_buffer
@@ -537,6 +561,13 @@ def _fast_runner(entry: _CacheEntry):
 
         return run_device
 
+    build = _output_builder_source(out_tree, out_weak)
+    if build is not None:  # straight-line code: a call returns in a few µs
+        namespace = {"executable": executable, "new": new_array}
+        exec(f"def run(args):\n    o = executable(*[a._value for a in args])\n"
+             f"    return {build}\n", namespace)
+        return namespace["run"]
+
     def run(args):
         outs = executable(*[a._value for a in args])
         if single:
@@ -544,6 +575,35 @@ def _fast_runner(entry: _CacheEntry):
         return out_tree.unflatten([new_array(o, w) for o, w in zip(outs, out_weak)])
 
     return run
+
+
+def _output_builder_source(out_tree, out_weak) -> str | None:
+    """A Python expression building the result tree ``out_tree`` from ``o`` (the list of
+    output buffers) with ``new(buffer, weak_type)``; None when the tree has a node other
+    than a list, tuple, dict with str or int keys, or None."""
+    counter = iter(range(len(out_weak)))
+
+    def build(node):
+        kind = node.kind
+        if kind == "leaf":
+            i = next(counter)
+            return f"new(o[{i}], {bool(out_weak[i])})"
+        if kind == "none":
+            return "None"
+        children = [build(c) for c in node.children]
+        if any(c is None for c in children):
+            return None
+        if kind == "list":
+            return "[" + ", ".join(children) + "]"
+        if kind == "tuple":
+            return "(" + "".join(c + ", " for c in children) + ")"
+        if kind == "dict" and all(type(k) in (str, int) for k in node.aux):
+            return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(node.aux, children)) + "}"
+        return None
+
+    if out_tree.num_leaves != len(out_weak) or out_tree.num_nodes > 1000:
+        return None
+    return build(out_tree)
 
 
 def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(), donate_argnums=(),

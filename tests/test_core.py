@@ -171,6 +171,67 @@ def test_pytrees_flatten_sorted_dicts_namedtuples_dataclasses():
     assert hash(treedef) == hash(tree_util.tree_structure(tree))
 
 
+def test_plain_flatten_agrees_with_the_general_walker():
+    """tree_flatten/tree_leaves without is_leaf take a shortcut for lists, tuples, dicts and
+    leaves; it must give the general walker's leaves and structure for every node kind."""
+    Point = collections.namedtuple("Point", "x y")
+
+    class Tup(tuple):  # a tuple subclass that is not a namedtuple: a leaf
+        pass
+
+    @functrans.tree_util.register_dataclass
+    @dataclasses.dataclass
+    class Params:
+        w: object
+        b: object
+
+    trees = [
+        None, 1, [], (), {}, [None], (1,), [1, [2, (3, {"b": 4, "a": None})]],
+        {"z": Point(1, [2, 3]), "a": collections.OrderedDict(q=1, p=2),
+         "m": collections.defaultdict(list, {"k": 5}), "t": Tup((6, 7)),
+         "d": Params(np.ones(2), [8, None])},
+        {1: "x", 0: ("y", 2.5)}, {"s": 1, 2: 3},  # unorderable keys sort by repr
+    ]
+    for t in trees:
+        leaves, treedef = tree_util.tree_flatten(t)
+        general_leaves: list = []
+        general = tree_util._flatten(t, general_leaves, None)
+        assert treedef == general and hash(treedef) == hash(general) and \
+            treedef.num_leaves == general.num_leaves and treedef.num_nodes == general.num_nodes
+        assert len(leaves) == len(general_leaves) and \
+            all(a is b for a, b in zip(leaves, general_leaves))
+        assert [x for x in tree_util.tree_leaves(t)] == leaves
+        assert all(a is b for a, b in zip(tree_util.tree_leaves(t), leaves))
+        rebuilt = tree_util.tree_unflatten(treedef, leaves)
+        assert tree_util.tree_structure(rebuilt) == treedef
+
+
+def test_jit_fast_path_keys_the_whole_argument_tree():
+    """Later calls with Array pytrees skip the slow signature; the key must tell apart
+    every structure, dict key set, shape, dtype and weak type."""
+    traces = []
+
+    def f(tree):
+        traces.append(tree_util.tree_structure(tree))
+        return tree_util.tree_reduce(lambda a, b: a + jnp.sum(b), tree, jnp.float32(0))
+
+    g = functrans.jit(f)
+    a, b = jnp.ones(3), jnp.full(3, 2.0)
+    calls = [([a, b], 9.0), ((a, b), 9.0), ({"x": a, "y": b}, 9.0), ({"x": a, "z": b}, 9.0),
+             ([a, [b]], 9.0), ([[a], b], 9.0), ([a, None, b], 9.0), ([a], 3.0),
+             ([a, jnp.ones(4)], 7.0), ([a, jnp.ones(3, jnp.int32)], 6.0),
+             ([a, jnp.asarray(2.0)], 5.0), ([a, jnp.asarray(np.float32(2.0))], 5.0)]
+    for round_ in range(3):
+        for arg, want in calls:
+            assert float(g(arg)) == want
+        assert len(traces) == len(calls)  # traced in the first round only
+    # a dict whose keys cannot be sorted, and tuples of other kinds, take the slow path
+    Point = collections.namedtuple("Point", "x y")
+    assert float(g(Point(a, b))) == 9.0 and float(g(Point(a, b))) == 9.0
+    assert float(g({"s": a, 2: b})) == 9.0 and float(g({"s": a, 2: b})) == 9.0
+    assert len(traces) == len(calls) + 2
+
+
 def test_tree_map_mismatch_shows_both_structures():
     with pytest.raises(ValueError, match=r"expected .*got"):
         tree_util.tree_map(lambda a, b: a + b, {"a": 1, "b": 2}, {"a": 1, "c": 2})

@@ -55,7 +55,7 @@ CHUNK_FN = thread_pool.CHUNK_FN
 # A loop is split across threads when it has at least this many elements, in chunks of
 # about CHUNK_ELEMENTS (many more chunks than threads, so uneven progress evens out). The
 # pool's dispatch costs a few microseconds, a loop this size tens of them.
-PARALLEL_MIN_ELEMENTS = 1 << 18
+PARALLEL_MIN_ELEMENTS = 1 << 16
 CHUNK_ELEMENTS = 1 << 14
 
 

@@ -48,6 +48,9 @@ def parse_args(argv):
                         help="comma-separated workloads: " + ",".join(WORKLOADS))
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--repeats", type=int, help="samples per implementation (default 15, quick 3)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds per workload: more rounds cancel more of a "
+                             "drifting machine's speed (default 3)")
     parser.add_argument("--impls", default="functrans,jax,numpy,torch",
                         help="implementations to run, among those importable")
     parser.add_argument("--single-thread", action="store_true",
@@ -77,6 +80,7 @@ def main(argv=None) -> int:
         quick=args.quick,
         repeats=args.repeats or (3 if args.quick else 15),
         min_time=0.05 if args.quick else 1.0,
+        rounds=args.rounds or 3,
         torch_compile=(not args.quick) if args.torch_compile is None else args.torch_compile,
         available=tuple(i for i in frameworks.available() if i in wanted),
     )

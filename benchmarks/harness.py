@@ -29,6 +29,7 @@ class Options:
     quick: bool = False
     repeats: int = 15
     min_time: float = 1.0          # seconds of samples per implementation, at least
+    rounds: int = 3                # interleaved rounds of blocks (see time_round_robin)
     torch_compile: bool = True
     available: tuple = ()           # implementations importable in this process
 
@@ -210,7 +211,8 @@ def compare(name: str, title: str, impls: dict[str, Callable[[], Any]], options:
             row.checks[impl] = f"disagrees: error {err:.2e} > {tol:.0e}"
     row.extra["max_error"] = errors
     stats = time_round_robin(timed, repeats or options.repeats,
-                             options.min_time if min_time is None else min_time)
+                             options.min_time if min_time is None else min_time,
+                             rounds=options.rounds)
     for impl in impls:
         row.times[impl] = stats[impl][0] if impl in stats else None
         if impl in stats:

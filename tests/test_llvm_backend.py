@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -672,6 +673,36 @@ def test_large_loops_run_in_parallel_chunks():
     text = functrans.jit(f, backend="llvm").lower(x).compile().as_text()
     assert codegen.PARALLEL_MIN_ELEMENTS <= x.size and "ft_parallel_for" in text
     _check_against_reference(f, x, rtol=2e-5, atol=1e-5)
+
+
+def test_mid_sized_loops_use_the_pool_only_beside_split_products(monkeypatch):
+    """A 64K-element loop runs on the pool in a program whose large product is split there
+    (the workers are awake anyway), and its unsplit products are single-threaded BLAS
+    calls; a program without split products keeps both to the calling thread and BLAS."""
+    monkeypatch.setenv("FUNCTRANS_NUM_THREADS", "2")
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(256, 256)).astype(np.float32)
+    small = rng.normal(size=(32, 256)).astype(np.float32)
+    a = rng.normal(size=(128, 784)).astype(np.float32)
+    w = rng.normal(size=(784, 512)).astype(np.float32)
+    assert codegen.POOLED_MIN_ELEMENTS <= x.size < codegen.PARALLEL_MIN_ELEMENTS
+
+    def with_split(x, small, a, w):
+        return jnp.tanh(x) * 2 + 1, jnp.dot(small, x), jnp.dot(a, w)
+
+    def without_split(x, small):
+        return jnp.tanh(x) * 2 + 1, jnp.dot(small, x)
+
+    pooled = functrans.jit(with_split, backend="llvm").lower(x, small, a, w).compile().as_text()
+    plain = functrans.jit(without_split, backend="llvm").lower(x, small).compile().as_text()
+    for name in (codegen.GEMM_FOR_SYMBOL, "ft_parallel_for", codegen.BLAS_THREADS_SYMBOL):
+        assert name in pooled, name
+    segment = re.search(r'define [^\n]*@"?ft_segment_0"?\(.*?\n}', pooled, re.S).group(0)
+    assert codegen.BLAS_THREADS_SYMBOL in segment  # around the unsplit product itself
+    for name in (codegen.GEMM_FOR_SYMBOL, "ft_parallel_for", codegen.BLAS_THREADS_SYMBOL):
+        assert name not in plain, name
+    _check_against_reference(with_split, x, small, a, w, rtol=2e-5, atol=2e-4)
+    _check_against_reference(without_split, x, small, rtol=2e-5, atol=1e-4)
 
 
 def test_parallel_loops_from_several_python_threads():

@@ -38,7 +38,7 @@ import numpy as np
 from functrans.backends.llvm import exprs as E
 from functrans.backends.llvm import cache, linker, scalar_ops, thread_pool
 from functrans.backends.llvm.buffers import BufferPlan
-from functrans.backends.llvm.control_flow import Body, ControlStep
+from functrans.backends.llvm.control_flow import Body, ControlStep, nested_programs
 from functrans.backends.llvm.along_axis import CumulativeStep
 from functrans.backends.llvm.indexing import ScatterStep
 from functrans.backends.llvm.lapack import CholeskyStep, TriangularSolveStep
@@ -54,8 +54,12 @@ CHUNK_FN = thread_pool.CHUNK_FN
 
 # A loop is split across threads when it has at least this many elements, in chunks of
 # about CHUNK_ELEMENTS (many more chunks than threads, so uneven progress evens out). The
-# pool's dispatch costs a few microseconds, a loop this size tens of them.
-PARALLEL_MIN_ELEMENTS = 1 << 16
+# pool's dispatch costs a few microseconds, a loop this size tens of them. In a program
+# whose matrix products run on the pool, its workers are awake anyway: loops from
+# POOLED_MIN_ELEMENTS up are split too. (Elsewhere they are not: workers spinning after a
+# small loop would take the cores from the BLAS threads of the next unsplit product.)
+PARALLEL_MIN_ELEMENTS = 1 << 18
+POOLED_MIN_ELEMENTS = 1 << 16
 CHUNK_ELEMENTS = 1 << 14
 
 
@@ -315,8 +319,9 @@ def needs_blas(object_code: bytes) -> bool:
 
 
 def splits_gemms(object_code: bytes) -> bool:
-    """Whether compiled code runs matrix products in chunks (see :func:`gemm_split`)."""
-    return GEMM_FOR_SYMBOL.encode() in object_code
+    """Whether compiled code runs matrix products in chunks (see :func:`gemm_split`) or sets
+    the BLAS thread count around a product."""
+    return GEMM_FOR_SYMBOL.encode() in object_code or BLAS_THREADS_SYMBOL.encode() in object_code
 
 
 def optimize_and_emit(ir_text: str, names: dict) -> tuple[bytes, str]:
@@ -409,6 +414,8 @@ class ModuleBuilder:
         self.prologues: dict = {}  # function name -> the builder of its entry block
         self.kernel_count = 0
         self.function_texts: dict = {}  # a function's IR with its name blanked -> function
+        # matrix products on the thread pool: its workers are busy (see POOLED_MIN_ELEMENTS)
+        self.pool_in_use = thread_pool.num_threads() > 1 and splits_products(program)
 
     def build(self) -> str:
         with E.lock:
@@ -593,7 +600,8 @@ class ModuleBuilder:
         kernel_fn, buffers = self.build_kernel(step)
         args = [pointer(buf) for buf in buffers]
         extent = step.shape[0] if step.shape else 1
-        chunks = parallel_chunks(step)
+        chunks = parallel_chunks(step, POOLED_MIN_ELEMENTS if self.pool_in_use
+                                 else PARALLEL_MIN_ELEMENTS)
         if chunks <= 1:
             b.call(kernel_fn, args + [ir.Constant(I64, 0), ir.Constant(I64, extent)])
             return
@@ -766,7 +774,14 @@ class ModuleBuilder:
         single-threaded BLAS call."""
         axis, chunks = gemm_split(step)
         if chunks <= 1:
+            # too small to split: one call; a single-threaded one in a program that keeps the
+            # pool busy (BLAS threads woken for it would compete with the pool's for the cores)
+            if self.pool_in_use:
+                threads = self.math.declare(BLAS_THREADS_SYMBOL, I32, [I32])
+                previous = b.call(threads, [ir.Constant(I32, 1)])
             self.gemm_calls(b, step, a_ptr, b_ptr, c_ptr, lambda ty, v: self.entry_alloca(b, ty))
+            if self.pool_in_use:
+                b.call(threads, [previous])
             return
         self.kernel_count += 1
         name = f"gemm{self.kernel_count}_chunk"
@@ -918,8 +933,16 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     return (axis, int(chunks)) if chunks >= 2 else (None, 1)
 
 
-def parallel_chunks(step) -> int:
-    """How many chunks of its outermost loop a kernel is split into (1: run it serially).
+def splits_products(program: Program) -> bool:
+    """Whether ``program`` (or a loop body in it) runs a matrix product on the thread pool."""
+    programs = [program] + [body.program for body in nested_programs(program)]
+    return any(isinstance(s, DotKernel) and s.out.dtype in (np.float32, np.float64)
+               and gemm_split(s)[1] > 1 for p in programs for s in p.steps)
+
+
+def parallel_chunks(step, min_elements: int = PARALLEL_MIN_ELEMENTS) -> int:
+    """How many chunks of its outermost loop a kernel is split into (1: run it serially):
+    none below ``min_elements``.
 
     Only loops whose chunks write disjoint outputs qualify: an elementwise loop, or a
     reduction whose outermost dimension is kept and whose reduced dimensions all come after
@@ -927,7 +950,7 @@ def parallel_chunks(step) -> int:
     if not step.shape or step.shape[0] < 2:
         return 1
     size = int(np.prod(step.shape, dtype=np.int64))
-    if size < PARALLEL_MIN_ELEMENTS:
+    if size < min_elements:
         return 1
     if isinstance(step, ReduceKernel):
         kept = [d for d, r in enumerate(step.reduced) if not r]

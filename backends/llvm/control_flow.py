@@ -59,7 +59,8 @@ def compile_body(closed: ClosedJaxpr, target) -> Body | None:
     jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
     if not all(isinstance(v.aval, ShapedArray) for v in list(jaxpr.invars) + list(jaxpr.outvars)):
         return None
-    program = fusion.normalize(fusion.plan_program(jaxpr, target, consts))
+    program = fusion.fuse_dot_epilogues(fusion.normalize(fusion.plan_program(jaxpr, target,
+                                                                             consts)))
     lower_control_flow(program, target, in_body=True)
     if any(isinstance(s, FallbackStep) for s in program.steps):
         return None

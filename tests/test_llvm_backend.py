@@ -564,6 +564,53 @@ def test_while_scan_cond_compile_to_one_native_segment():
         _check_against_reference(f, *args)
 
 
+def _control_steps(f, *args):
+    from functrans.backends.llvm import control_flow
+    program = functrans.jit(f, backend="llvm").lower(*args).compile()._executable.program
+    return [s for s in program.steps if isinstance(s, control_flow.ControlStep)]
+
+
+def test_carries_updated_in_place_only_when_nothing_else_reads_them():
+    """A carry that is passed through, rewritten element by element or accumulated onto by a
+    product keeps one buffer (no copy per iteration); one that is also a per-step output,
+    read after its update, swapped with another or read at other elements keeps two."""
+    rng = np.random.default_rng(13)
+    x, w = rng.normal(size=(6, 5)).astype(np.float32), rng.normal(size=(5, 5)).astype(np.float32)
+    xs = rng.normal(size=(7, 6, 5)).astype(np.float32)
+
+    def in_place(x, w, xs):
+        def step(carry, xi):
+            acc, h, fixed = carry
+            g = jnp.tanh(xi @ w + fixed)
+            return (acc - 0.5 * (xi.T @ g), h * 0.9 + g, fixed), jnp.sum(g)
+        zero = jnp.zeros_like(w)
+        out = lax.scan(step, (zero, x, x + 1.0), xs)
+        loop = lax.fori_loop(0, 5, lambda i, c: (c[0] * 0.5 + c[1], c[1]), (x, x * 2.0))
+        return out, loop
+
+    def kept(x, xs):
+        def step(carry, xi):
+            a, b, c, d = carry
+            a2 = a * 2.0 + xi
+            return (a2, c, b, jnp.roll(d, 1, axis=1) + xi), (a2, jnp.sum(d))
+        return lax.scan(step, (x, x + 1.0, x - 1.0, x * 3.0), xs)
+
+    scan, loop = _control_steps(in_place, x, w, xs)
+    assert scan.in_place == {0, 1, 2} and loop.in_place == {0, 1}
+    accumulating = [s for s in scan.body.program.steps if isinstance(s, fusion.DotKernel)
+                    and s.accumulate]
+    assert [d.out for d in accumulating] == [scan.body.program.inputs[scan.num_consts]]
+    _check_against_reference(in_place, x, w, xs, rtol=2e-5, atol=2e-5)
+    (scan,) = _control_steps(kept, x, xs)
+    assert scan.in_place == set()
+    _check_against_reference(kept, x, xs)
+    # reverse mode through the in-place scan (its transpose accumulates gradients in place)
+    loss = lambda w, x, xs: jnp.sum(in_place(x, w, xs)[0][0][0] ** 2)  # noqa: E731
+    gw = functrans.jit(functrans.grad(loss), backend="llvm")(w, x, xs)
+    gw_ref = functrans.jit(functrans.grad(loss), backend="reference")(w, x, xs)
+    assert_close(np.asarray(gw), np.asarray(gw_ref), rtol=1e-4, atol=1e-4)
+
+
 def test_empty_scan_and_loop_that_never_runs():
     x = np.arange(4, dtype=np.float32)
 

@@ -540,9 +540,10 @@ class ModuleBuilder:
 
         pointer = self.pointer_resolver(prologue, external, arena, body.plan)
         self.emit_steps(b, program.steps, pointer, table)
-        # outputs no kernel wrote in place: inputs passed through, constants, repeats
+        # outputs no kernel wrote in place: inputs passed through, constants, repeats (a
+        # carry updated in its input's buffer is already where the loop reads it)
         for k, buf in enumerate(program.outputs):
-            if position.get(buf.id) != body.n_in + k:
+            if position.get(buf.id) != body.n_in + k and k not in body.in_place:
                 self.memcpy(b, io_pointer(body.n_in + k), pointer(buf, I8), buf.nbytes)
         b.ret_void()
         prologue.branch(fn.basic_blocks[1])

@@ -11,7 +11,10 @@ where ``io`` holds the data pointers of the body's inputs, then of its outputs, 
 ``arena`` its scratch memory. The loop or branch around it is emitted in the caller; it
 never unrolls. Loop-carried values live in two copies (the body reads one and writes the
 other, then they swap), so a body never writes memory it reads, which is what lets its
-kernels assume their arguments do not alias.
+kernels assume their arguments do not alias. A carry the body can update in place (see
+:func:`run_carries_in_place`: passed through, or rewritten element by element, or
+accumulated onto by a matrix product) keeps one copy instead: the body reads and writes it
+through the same buffer, and no copy is made per iteration.
 
 The step's scratch (both carry copies, the condition's result, the bodies' arenas) is one
 ``temp`` buffer of the enclosing program, placed by the ordinary buffer plan.
@@ -23,9 +26,12 @@ from __future__ import annotations
 import llvmlite.ir as ir
 import numpy as np
 
+import copy
+
 from functrans.backends.llvm import buffers as buffer_planning
-from functrans.backends.llvm import fusion
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, unique_buffers
+from functrans.backends.llvm import donation, fusion
+from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
+                                            Step, unique_buffers)
 from functrans.core import ClosedJaxpr, ShapedArray
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -47,6 +53,7 @@ class Body:
         self.plan = plan
         self.n_in = len(program.inputs)
         self.n_out = len(program.outputs)
+        self.in_place = frozenset()  # outputs that are carries updated in their input's buffer
 
     def describe(self) -> str:
         inner = self.program.describe().replace("\n", "\n    ")
@@ -71,6 +78,56 @@ def compile_body(closed: ClosedJaxpr, target) -> Body | None:
                                              "const", np.asarray(out, order="C"))
             program.consts.append(program.outputs[k])
     return Body(program, buffer_planning.plan_buffers(program))
+
+
+def run_carries_in_place(body: Body, first: int, count: int) -> frozenset:
+    """Rewrite ``body`` so that carries it can update in place are written into their input
+    buffers (carry ``k`` is input ``first + k`` and output ``k``); returns their indices.
+
+    A carry qualifies when it is passed through unchanged, or when its output may share its
+    input's memory as a donated input's may (see :func:`donation.alias_candidates`: one
+    elementwise loop, or a loop and a matrix product accumulating onto it, writes it, reading
+    the input only at the element written, and nothing reads the input later), and no other
+    step reads the new value. Its writers
+    then write the input buffer itself, so every kernel reads and writes it through one
+    pointer, and a loop that only copied the input into the output disappears (a product
+    accumulates onto the carry directly)."""
+    program = body.program
+    candidates = donation.alias_candidates(program)
+    in_place = set()
+    for k in range(count):
+        inp, out = program.inputs[first + k], program.outputs[k]
+        if out is inp:
+            in_place.add(k)
+            continue
+        if not isinstance(out, Buffer) or out.kind != "output" or \
+                (first + k) not in candidates.get(out.id, ()):
+            continue
+        if any(b is out for step in program.steps for b in step.reads()
+               if not (isinstance(step, DotKernel) and step.accumulate and step.out is out)) \
+                or sum(o is out for o in program.outputs) > 1:
+            continue  # the new value is read in the body, or is also another output
+        steps = []
+        for step in program.steps:
+            if isinstance(step, LoopKernel) and any(b is out for b, _, _ in step.outputs):
+                outputs = [(inp if b is out else b, o, v) for b, o, v in step.outputs]
+                if len(outputs) == 1 and _loads_itself(outputs[0]):
+                    continue  # inp[i] = inp[i]
+                step = LoopKernel(step.shape, outputs, step.prims)
+            elif isinstance(step, DotKernel) and step.out is out:
+                step = copy.copy(step)
+                step.out = inp
+            steps.append(step)
+        program.steps = steps
+        program.outputs[k] = inp
+        in_place.add(k)
+    body.in_place = frozenset(in_place)
+    return body.in_place
+
+
+def _loads_itself(output) -> bool:
+    buffer, offset, value = output
+    return value.kind == "load" and value.args[0] is buffer and value.args[1] is offset
 
 
 def _new_buffer(program: Program, shape, dtype, kind, value=None) -> Buffer:
@@ -105,6 +162,7 @@ class ControlStep(Step):
         arena = max([b.plan.arena_size for b in self.bodies], default=0)
         self.scratch = None
         self.scratch_size = self.arena_offset + _round_up(arena)
+        self.in_place = frozenset()  # carries with one copy (see run_carries_in_place)
 
     def reads(self):
         return unique_buffers(b for b in self.inputs)
@@ -114,15 +172,22 @@ class ControlStep(Step):
 
     def describe(self):
         bodies = "\n  ".join(b.describe().replace("\n", "\n  ") for b in self.bodies)
-        return f"{self.prims[0]} {self.inputs} -> {self.outputs} scratch={self.scratch!r}\n  {bodies}"
+        in_place = f" in_place={sorted(self.in_place)}" if self.in_place else ""
+        return (f"{self.prims[0]} {self.inputs} -> {self.outputs} scratch={self.scratch!r}"
+                f"{in_place}\n  {bodies}")
 
     # ---- code generation helpers ------------------------------------------------------------
 
     def carry_pointers(self, b, scratch_ptr, parity):
-        """(current, next) carry pointers: copy A then B when ``parity`` is 0, else swapped."""
+        """(current, next) carry pointers: copy A then B when ``parity`` is 0, else swapped;
+        copy A for both when the body updates the carry in place."""
         current, following = [], []
-        for off in self.carry_offsets:
+        for k, off in enumerate(self.carry_offsets):
             a = b.gep(scratch_ptr, [ir.Constant(I64, off)], inbounds=True)
+            if k in self.in_place:
+                current.append(a)
+                following.append(a)
+                continue
             bb = b.gep(scratch_ptr, [ir.Constant(I64, off + self.carry_bytes)], inbounds=True)
             current.append(b.select(parity, bb, a))
             following.append(b.select(parity, a, bb))
@@ -141,6 +206,7 @@ class WhileStep(ControlStep):
         super().__init__("while", inputs, outputs, [cond, body], carry_avals, scratch_extra=1)
         self.cond, self.body = cond, body
         self.cond_nconsts, self.body_nconsts = cond_nconsts, body_nconsts
+        self.in_place = run_carries_in_place(body, body_nconsts, len(carry_avals))
 
     def emit(self, mb, b: ir.IRBuilder, pointer, table):
         cond_consts = self.inputs[:self.cond_nconsts]
@@ -185,6 +251,7 @@ class ScanStep(ControlStep):
         self.body = body
         self.num_consts, self.num_carry = num_consts, num_carry
         self.length, self.reverse = length, reverse
+        self.in_place = run_carries_in_place(body, num_consts, num_carry)
 
     def emit(self, mb, b: ir.IRBuilder, pointer, table):
         nc, nk = self.num_consts, self.num_carry

@@ -18,6 +18,7 @@ import numpy as np
 
 from functrans import _backends, _debug_checks, core, tree_util
 from functrans._array import Array
+from functrans._array import delete as _array_delete
 from functrans._config import config
 from functrans._traceback_util import api_boundary
 from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
@@ -253,8 +254,7 @@ class JitWrapped:
         self._backend = backend
         self._cache: dict = {}
         self._fast_cache: dict = {}
-        self._fast_eligible = (not self._static_argnums and not self._static_argnames
-                               and not self._donate_argnums)
+        self._fast_eligible = not self._static_argnums and not self._static_argnames
 
     def __get__(self, instance, owner):
         if instance is None:
@@ -364,12 +364,24 @@ class JitWrapped:
             if self._fast_eligible and not kwargs:
                 signature = _fast_signature(args)
                 if signature is not None:
-                    self._fast_cache[signature[0]] = _fast_runner(entry)
+                    run = _fast_runner(entry, self._donated_leaves(args))
+                    if run is not None:
+                        self._fast_cache[signature[0]] = run
             self._delete_donated(args, outs)
         else:
             outs = jit_p.bind(*leaves, jaxpr=closed, name=getattr(self._fun, "__name__", "fun"),
                               backend=entry.backend, donated_invars=())
         return entry.out_tree.unflatten(outs)
+
+    def _donated_leaves(self, args) -> list:
+        """Positions, among the leaves of ``args``, of the donated arguments' leaves."""
+        positions, position = [], 0
+        for i, arg in enumerate(args):
+            count = len(tree_util.tree_leaves(arg))
+            if i in self._donate_argnums:
+                positions.extend(range(position, position + count))
+            position += count
+        return positions
 
     def _delete_donated(self, args, outs) -> None:
         """Donated Array arguments are consumed by the call: mark them deleted (their
@@ -389,18 +401,16 @@ class JitWrapped:
         holds: a NumPy array owned by its Array alone (not a view, not obtained with
         ``np.asarray`` by the caller, not shared with another Array). Others are copied
         as usual by not being donated."""
-        donated = []
-        position = 0
+        positions, position = [], 0
         for i, arg in enumerate(args):
             count = len(tree_util.tree_leaves(arg))
             if i in self._donate_argnums and i not in self._static_argnums:
-                for k in range(position, position + count):
-                    if _exclusively_owned(leaves[k]):
-                        donated.append(k)
+                positions.extend(range(position, position + count))
             if i not in self._static_argnums:
                 position += count
+        donated = _donatable(leaves, positions)
         buffers = [core.to_numpy(x, a) for x, a in zip(leaves, avals)]
-        outs = executable.call_donating(buffers, frozenset(donated))
+        outs = executable.call_donating(buffers, donated)
         return [core.wrap_array(o, a) for o, a in zip(outs, out_avals)]
 
     def lower(self, *args, **kwargs) -> Lowered:
@@ -511,6 +521,15 @@ def _exclusively_owned(leaf) -> bool:
     return _references_to_buffer(leaf) <= _SOLE_OWNER_REFERENCES
 
 
+def _donatable(leaves, positions) -> frozenset:
+    """The donated leaf positions whose buffers a call may reuse: exclusively owned (see
+    :func:`_exclusively_owned`), and not also passed at another position (the program
+    would read it there while writing a result into it)."""
+    ids = [id(x._value) if type(x) is Array else id(x) for x in leaves]
+    return frozenset([k for k in positions
+                      if ids.count(ids[k]) == 1 and _exclusively_owned(leaves[k])])
+
+
 def _references_to_buffer(leaf) -> int:
     value = leaf._value
     return sys.getrefcount(value)
@@ -542,14 +561,32 @@ def _slow_mode() -> bool:
     return values["disable_jit"] or values["debug_nans"] or values["debug_infs"]
 
 
-def _fast_runner(entry: _CacheEntry):
+def _fast_runner(entry: _CacheEntry, donated=()):
     """A call of ``entry``'s executable on the leaves of its arguments (see
-    :func:`_fast_signature`), with outputs wrapped directly."""
+    :func:`_fast_signature`), with outputs wrapped directly; None when the call needs the
+    full path. ``donated``: positions of donated leaves, whose buffers the call may reuse
+    when nothing else holds them (see ``Jit._call_donating``); their Arrays are deleted."""
     executable = entry.executable
     out_weak = [a.weak_type for a in entry.closed.out_avals]
     new_array = Array._from_buffer
     out_tree = entry.out_tree
     single = out_tree.kind == "leaf"
+
+    if donated:
+        build = _output_builder_source(out_tree, out_weak)
+        if getattr(executable, "takes_device_buffers", False) or \
+                not hasattr(executable, "call_donating") or build is None:
+            return None
+        namespace = {"executable": executable, "new": new_array, "donated": tuple(donated),
+                     "donatable": _donatable, "Array": Array, "delete": _array_delete}
+        exec("def run(args):\n"
+             "    given = donatable(args, donated)\n"
+             "    o = executable.call_donating([a._value for a in args], given)\n"
+             "    for k in donated:\n"
+             "        if type(args[k]) is Array:\n"
+             "            delete(args[k])\n"
+             f"    return {build}\n", namespace)
+        return namespace["run"]
 
     if getattr(executable, "takes_device_buffers", False):
         wrap, out_avals = executable.wrap_outputs, entry.closed.out_avals

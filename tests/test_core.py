@@ -425,6 +425,36 @@ def test_donation_never_changes_results(name):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
 
 
+def test_a_donated_array_also_passed_elsewhere_is_not_reused():
+    """The same Array donated and passed again: the program reads it while writing results,
+    so its buffer must not take them (here it would be read transposed)."""
+    f = functrans.jit(lambda w, x: w - x.T * 2.0, donate_argnums=0)
+    make = functrans.jit(lambda v: v + 0.0)
+    for _ in range(3):  # the first call takes the full path, later ones the fast path
+        w = make(np.arange(16, dtype=np.float32).reshape(4, 4) * 1000)
+        expected = np.asarray(w) - np.asarray(w).T * 2.0
+        np.testing.assert_array_equal(np.asarray(f(w, w)), expected)
+        assert w.is_deleted()
+
+
+def test_donating_fast_path_reuses_pytree_buffers_and_deletes_donated_leaves():
+    step = functrans.jit(lambda p, g: {"w": p["w"] - 0.5 * g, "b": p["b"] * 2.0},
+                         donate_argnums=0)
+    g = jnp.ones((50, 20))
+    p = functrans.jit(lambda: {"w": jnp.zeros((50, 20)), "b": jnp.ones(20)})()
+    for k in range(1, 5):
+        addresses = {name: _data_pointer(leaf) for name, leaf in p.items()}
+        new = step(p, g)
+        assert all(leaf.is_deleted() for leaf in p.values()) and not g.is_deleted()
+        assert {name: _data_pointer(leaf) for name, leaf in new.items()} == addresses
+        np.testing.assert_array_equal(np.asarray(new["w"]), np.full((50, 20), -0.5 * k))
+        np.testing.assert_array_equal(np.asarray(new["b"]), np.full(20, 2.0 ** k))
+        p = new
+    step(p, g)
+    with pytest.raises(RuntimeError, match="donated"):  # its leaves were deleted
+        step(p, g)
+
+
 def test_donation_plan_of_an_update_step():
     from functrans.backends.llvm import donation
     params = {"w": jnp.ones((4, 3)), "b": jnp.ones(3)}

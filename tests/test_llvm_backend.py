@@ -611,6 +611,55 @@ def test_carries_updated_in_place_only_when_nothing_else_reads_them():
     assert_close(np.asarray(gw), np.asarray(gw_ref), rtol=1e-4, atol=1e-4)
 
 
+_CARRY_UPDATES = ["pass", "scale", "accumulate", "swap", "roll", "also_y", "read_after"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(_CARRY_UPDATES), min_size=1, max_size=4),
+       st.booleans(), st.integers(0, 2 ** 16))
+def test_random_scan_carries_match_reference(updates, use_while, seed):
+    """Scans and fori loops whose carries are passed through, rewritten, accumulated onto by
+    products, swapped, shifted, emitted and read after their update, in any mix: whichever
+    of them run in place, the numbers are the reference's."""
+    rng = np.random.default_rng(seed)
+    xs = rng.normal(size=(5, 3, 4)).astype(np.float32)
+    init = [rng.normal(size=(4, 4) if u == "accumulate" else (3, 4)).astype(np.float32)
+            for u in updates]
+
+    def step(carry, x):
+        new, ys = [], [jnp.sum(x)]
+        for k, (u, c) in enumerate(zip(updates, carry)):
+            if u == "pass":
+                new.append(c)
+            elif u == "scale":
+                new.append(c * 0.5 + x)
+            elif u == "accumulate":
+                new.append(c - 0.25 * (x.T @ jnp.tanh(x)))
+            elif u == "swap":  # takes the next carry of the same shape, if any
+                j = next((j for j in range(k + 1, len(carry)) if carry[j].shape == c.shape), k)
+                new.append(carry[j] + 0.0 if j == k else carry[j])
+            elif u == "roll":
+                new.append(jnp.roll(c, 1, axis=1) + x)
+            elif u == "also_y":
+                c2 = c * 1.5 - x
+                new.append(c2)
+                ys.append(jnp.sum(c2))
+            else:  # read_after: the old value is read after the new one exists
+                c2 = c + x
+                new.append(c2)
+                ys.append(jnp.sum(c2 * c))
+        return tuple(new), jnp.stack(ys)
+
+    def f(init, xs):
+        if use_while:
+            return lax.fori_loop(0, xs.shape[0], lambda i, c: step(c, xs[i])[0], tuple(init))
+        return lax.scan(step, tuple(init), xs)
+
+    ours, ref = run_both(f, init, xs)
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        assert_close(a, b, 1e-5, 1e-5, what=f"value {i} of {updates}")
+
+
 def test_empty_scan_and_loop_that_never_runs():
     x = np.arange(4, dtype=np.float32)
 

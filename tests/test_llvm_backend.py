@@ -822,6 +822,37 @@ def test_parallel_loops_from_several_python_threads():
     assert not any(t.is_alive() for t in threads) and not failures
 
 
+def test_pool_with_a_busy_thread_on_its_cores():
+    """A CPU-bound thread sharing the cores: workers that see it take their time sleep
+    between jobs instead of spinning against it (thread_pool's contention check); every
+    call still finishes with the same numbers."""
+    rng = np.random.default_rng(10)
+    x = rng.normal(size=(512, 512)).astype(np.float32)
+    w = rng.normal(size=(512, 512)).astype(np.float32)
+    f = functrans.jit(lambda x, w: (jnp.tanh(x) * 2.0 + 1.0, x @ w), backend="llvm")
+    expected = [np.asarray(a) for a in f(x, w)]
+    stop = threading.Event()
+
+    def hog():
+        if hasattr(os, "sched_setaffinity"):
+            try:
+                os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
+            except OSError:
+                pass
+        while not stop.is_set():
+            sum(range(1000))
+
+    thread = threading.Thread(target=hog, daemon=True)
+    thread.start()
+    try:
+        for _ in range(30):
+            got = [np.asarray(a) for a in f(x, w)]
+            assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
 _THREADS_SCRIPT = textwrap.dedent("""
     import numpy as np, functrans, functrans.numpy as jnp
     from functrans.backends.llvm import thread_pool

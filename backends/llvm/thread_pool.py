@@ -34,6 +34,7 @@ import ctypes.util
 import logging
 import os
 import threading
+import time
 
 import llvmlite.ir as ir
 
@@ -55,7 +56,18 @@ _NO_CHUNK = 0xFFFFFFFF  # the low half of the counter while a job is being publi
 # delays the next parallel loop by tens of microseconds. Counting ticks, not pause
 # instructions, keeps the spin the same length on CPUs whose pause takes 3 or 140 cycles.
 _WORKER_SPIN_TICKS = 5_000_000
+# ... unless it is not getting its core: a worker compares its thread's CPU time with the
+# time passed over each job it ran, and every _CONTENTION_CHECK_SPINS pauses of a spin, and
+# when another thread on its core took a quarter of it or more (over at least
+# _CONTENTION_MIN_NS) it sleeps at once. A sleeper is woken ahead of a CPU-bound thread; a
+# spinner keeps sharing its core with it.
+_CONTENTION_CHECK_SPINS = 1024
+_CONTENTION_MIN_NS = 20_000
 _CALLER_SPINS = 200000  # the caller waits for the last chunks a little longer
+
+# clock ids of clock_gettime (the platform's values, as Python's time module knows them)
+_THREAD_CPU_CLOCK = getattr(time, "CLOCK_THREAD_CPUTIME_ID", 3)
+_MONOTONIC_CLOCK = getattr(time, "CLOCK_MONOTONIC", 1)
 
 logger = logging.getLogger("functrans")
 _lock = threading.RLock()
@@ -127,6 +139,7 @@ def _build_module(triple: str) -> str:
     create = declare("ft_pthread_create", I32, [I64.as_pointer(), I8P, I8P, I8P])
     mutex_init = declare("ft_pthread_mutex_init", I32, [I8P, I8P])
     cond_init = declare("ft_pthread_cond_init", I32, [I8P, I8P])
+    clock = declare("ft_clock_gettime", I32, [I32, I64.as_pointer()])
     pause = declare("llvm.x86.sse2.pause", VOID, []) if triple.startswith(("x86_64", "i686")) \
         else None
     ticks = declare("llvm.readcyclecounter", I64, [])
@@ -196,13 +209,26 @@ def _build_module(triple: str) -> str:
     worker.linkage = "internal"
     b = ir.IRBuilder(worker.append_basic_block("entry"))
     seen_slot = b.alloca(I32)
+    timespec = b.alloca(ir.ArrayType(I64, 2))
+    spins_slot, cpu_slot, wall_slot = b.alloca(I64), b.alloca(I64), b.alloca(I64)
     b.store(b.load_atomic(generation, "acquire", 4), seen_slot)
-    top, spin, spin_next, sleep, sleep_check, work = (worker.append_basic_block(n) for n in
-                                                      ("top", "spin", "spin_next", "sleep",
-                                                       "sleep_check", "work"))
+    top, spin, spin_next, check, sleep, sleep_check, work = (
+        worker.append_basic_block(n) for n in
+        ("top", "spin", "spin_next", "check", "sleep", "sleep_check", "work"))
+
+    def nanoseconds(clock_id):
+        ts = b.bitcast(timespec, I64.as_pointer())
+        b.call(clock, [ir.Constant(I32, clock_id), ts])
+        seconds = b.load(ts)
+        nanos = b.load(b.gep(ts, [ir.Constant(I32, 1)]))
+        return b.add(b.mul(seconds, ir.Constant(I64, 1_000_000_000)), nanos)
+
     b.branch(top)
     b.position_at_end(top)
     started = b.call(ticks, [])
+    b.store(ir.Constant(I64, 0), spins_slot)
+    b.store(nanoseconds(_THREAD_CPU_CLOCK), cpu_slot)
+    b.store(nanoseconds(_MONOTONIC_CLOCK), wall_slot)
     b.branch(spin)
     b.position_at_end(spin)
     new = b.icmp_unsigned("!=", b.load_atomic(generation, "acquire", 4), b.load(seen_slot))
@@ -210,7 +236,22 @@ def _build_module(triple: str) -> str:
     b.position_at_end(spin_next)
     relax(b)
     elapsed = b.sub(b.call(ticks, []), started)
-    b.cbranch(b.icmp_unsigned("<", elapsed, ir.Constant(I64, _WORKER_SPIN_TICKS)), spin, sleep)
+    spins = b.add(b.load(spins_slot), ir.Constant(I64, 1))
+    b.store(spins, spins_slot)
+    due = b.icmp_unsigned("==", b.and_(spins, ir.Constant(I64, _CONTENTION_CHECK_SPINS - 1)),
+                          ir.Constant(I64, 0))
+    within = b.icmp_unsigned("<", elapsed, ir.Constant(I64, _WORKER_SPIN_TICKS))
+    keep = worker.append_basic_block("keep_spinning")
+    b.cbranch(within, keep, sleep)
+    b.position_at_end(keep)
+    b.cbranch(due, check, spin)
+    b.position_at_end(check)  # sleep now if the spin is losing its core to another thread
+    cpu = b.sub(nanoseconds(_THREAD_CPU_CLOCK), b.load(cpu_slot))
+    wall = b.sub(nanoseconds(_MONOTONIC_CLOCK), b.load(wall_slot))
+    contended = b.and_(b.icmp_signed(">", wall, ir.Constant(I64, _CONTENTION_MIN_NS)),
+                       b.icmp_signed("<", b.mul(cpu, ir.Constant(I64, 5)),
+                                     b.mul(wall, ir.Constant(I64, 3))))
+    b.cbranch(contended, sleep, spin)
     b.position_at_end(sleep)
     b.call(lock, [ptr(b, mutex)])
     b.branch(sleep_check)
@@ -228,8 +269,16 @@ def _build_module(triple: str) -> str:
     b.position_at_end(work)
     g = b.load_atomic(generation, "acquire", 4)
     b.store(g, seen_slot)
+    work_cpu, work_wall = nanoseconds(_THREAD_CPU_CLOCK), nanoseconds(_MONOTONIC_CLOCK)
     b.call(run, [g])
-    b.branch(top)
+    # a job that did not get its core (another thread on it took a quarter of the time or
+    # more): sleep right away rather than spin against that thread
+    cpu = b.sub(nanoseconds(_THREAD_CPU_CLOCK), work_cpu)
+    wall = b.sub(nanoseconds(_MONOTONIC_CLOCK), work_wall)
+    starved = b.and_(b.icmp_signed(">", wall, ir.Constant(I64, _CONTENTION_MIN_NS)),
+                     b.icmp_signed("<", b.mul(cpu, ir.Constant(I64, 5)),
+                                   b.mul(wall, ir.Constant(I64, 3))))
+    b.cbranch(starved, sleep, top)
 
     # ---- ft_parallel_for(fn, ctx, n) ----------------------------------------------------------
     pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=SYMBOL)
@@ -386,7 +435,7 @@ def ensure_started() -> None:
         try:
             for name in ("pthread_mutex_init", "pthread_cond_init", "pthread_mutex_lock",
                          "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_broadcast",
-                         "pthread_create"):
+                         "pthread_create", "clock_gettime"):
                 linker.register_symbol(f"ft_{name}", _libc_symbol(name))
             build = _build_module
         except RuntimeError as err:  # no POSIX threads here: parallel loops run serially

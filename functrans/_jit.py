@@ -374,9 +374,12 @@ class JitWrapped:
         return entry.out_tree.unflatten(outs)
 
     def _donated_leaves(self, args) -> list:
-        """Positions, among the leaves of ``args``, of the donated arguments' leaves."""
+        """Positions, among the leaves of the non-static ``args``, of the donated
+        arguments' leaves."""
         positions, position = [], 0
         for i, arg in enumerate(args):
+            if i in self._static_argnums:
+                continue
             count = len(tree_util.tree_leaves(arg))
             if i in self._donate_argnums:
                 positions.extend(range(position, position + count))
@@ -401,14 +404,7 @@ class JitWrapped:
         holds: a NumPy array owned by its Array alone (not a view, not obtained with
         ``np.asarray`` by the caller, not shared with another Array). Others are copied
         as usual by not being donated."""
-        positions, position = [], 0
-        for i, arg in enumerate(args):
-            count = len(tree_util.tree_leaves(arg))
-            if i in self._donate_argnums and i not in self._static_argnums:
-                positions.extend(range(position, position + count))
-            if i not in self._static_argnums:
-                position += count
-        donated = _donatable(leaves, positions)
+        donated = _donatable(leaves, self._donated_leaves(args))
         buffers = [core.to_numpy(x, a) for x, a in zip(leaves, avals)]
         outs = executable.call_donating(buffers, donated)
         return [core.wrap_array(o, a) for o, a in zip(outs, out_avals)]
@@ -565,7 +561,8 @@ def _fast_runner(entry: _CacheEntry, donated=()):
     """A call of ``entry``'s executable on the leaves of its arguments (see
     :func:`_fast_signature`), with outputs wrapped directly; None when the call needs the
     full path. ``donated``: positions of donated leaves, whose buffers the call may reuse
-    when nothing else holds them (see ``Jit._call_donating``); their Arrays are deleted."""
+    when nothing else holds them (see ``JitWrapped._call_donating``); their Arrays are
+    deleted."""
     executable = entry.executable
     out_weak = [a.weak_type for a in entry.closed.out_avals]
     new_array = Array._from_buffer

@@ -23,10 +23,10 @@ The step's scratch (both carry copies, the condition's result, the bodies' arena
 """
 from __future__ import annotations
 
+import copy
+
 import llvmlite.ir as ir
 import numpy as np
-
-import copy
 
 from functrans.backends.llvm import buffers as buffer_planning
 from functrans.backends.llvm import donation, fusion

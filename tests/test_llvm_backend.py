@@ -374,6 +374,7 @@ SPLIT_GEMMS = [
     ("m", (200, 700), (200, 130), "ji,jk->ik"),        # rows of C, A transposed
     ("m", (515, 257), (257, 300), "ij,jk->ik"),        # an uneven last chunk
     ("batch", (8, 128, 160), (8, 160, 128), "bij,bjk->bik"),
+    ("n", (32, 256), (256, 256), "ij,jk->ik"),          # GEMM_SPLIT_MIN_FLOPS: two chunks
 ]
 
 
@@ -390,6 +391,10 @@ def test_split_matrix_products(dtype, x64):
         expected = np.einsum(spec, lhs.astype(np.float64), rhs.astype(np.float64)).astype(dtype)
         tol = 1e-4 if dtype == "float32" else 1e-10
         assert_close(np.asarray(fn(lhs, rhs)), expected, tol, tol * ls[-1], what=spec)
+    small = fusion.DotKernel(None, None, None, 1, 16, 256, 256, False, False)  # 2 MFLOP
+    assert codegen.gemm_split(small, threads=2) == (None, 1)
+    batched = fusion.DotKernel(None, None, None, 4, 32, 64, 256, False, False)  # 4 MFLOP
+    assert codegen.gemm_split(batched, threads=2) == (None, 1)
 
 
 def test_dot_with_fused_operands_and_grad():
@@ -778,7 +783,7 @@ def test_mid_sized_loops_use_the_pool_only_beside_split_products(monkeypatch):
     monkeypatch.setenv("FUNCTRANS_NUM_THREADS", "2")
     rng = np.random.default_rng(12)
     x = rng.normal(size=(256, 256)).astype(np.float32)
-    small = rng.normal(size=(32, 256)).astype(np.float32)
+    small = rng.normal(size=(16, 256)).astype(np.float32)  # a product too small to split
     a = rng.normal(size=(128, 784)).astype(np.float32)
     w = rng.normal(size=(784, 512)).astype(np.float32)
     assert codegen.POOLED_MIN_ELEMENTS <= x.size < codegen.PARALLEL_MIN_ELEMENTS

@@ -775,13 +775,14 @@ class ModuleBuilder:
         single-threaded BLAS call."""
         axis, chunks = gemm_split(step)
         if chunks <= 1:
-            # too small to split: one call; a single-threaded one in a program that keeps the
-            # pool busy (BLAS threads woken for it would compete with the pool's for the cores)
-            if self.pool_in_use:
+            # not split: one call; a single-threaded one in a program that keeps the pool
+            # busy (BLAS threads woken for it would compete with the pool's for the cores)
+            single = self.pool_in_use
+            if single:
                 threads = self.math.declare(BLAS_THREADS_SYMBOL, I32, [I32])
                 previous = b.call(threads, [ir.Constant(I32, 1)])
             self.gemm_calls(b, step, a_ptr, b_ptr, c_ptr, lambda ty, v: self.entry_alloca(b, ty))
-            if self.pool_in_use:
+            if single:
                 b.call(threads, [previous])
             return
         self.kernel_count += 1
@@ -898,13 +899,14 @@ class ModuleBuilder:
 
 
 # A matrix product is split across the thread pool (each chunk a single-threaded BLAS call,
-# claimed dynamically, so a preempted thread delays one chunk, not half the product) when it
-# has at least two chunks of GEMM_CHUNK_FLOPS. A batch of products is split into as many
+# claimed dynamically, so a preempted thread delays one chunk, not half the product). A
+# batch of products with at least two chunks of GEMM_CHUNK_FLOPS is split into as many
 # chunks. A split of rows or columns re-packs the operand the chunks share once per chunk,
-# so it gets one chunk per thread, and more (a multiple of the threads, for balance) only
-# beyond GEMM_THREAD_FLOPS per thread; each chunk keeps at least GEMM_CHUNK_EXTENT rows or
-# columns.
+# so it gets one chunk per thread from GEMM_SPLIT_MIN_FLOPS up (smaller products are one
+# call), and more (a multiple of the threads, for balance) only beyond GEMM_THREAD_FLOPS per
+# thread; each chunk keeps at least GEMM_CHUNK_EXTENT rows or columns.
 GEMM_CHUNK_FLOPS = 1 << 23
+GEMM_SPLIT_MIN_FLOPS = 1 << 22
 GEMM_THREAD_FLOPS = 1 << 28
 GEMM_CHUNK_EXTENT = 128
 GEMM_MAX_CHUNKS = 16
@@ -920,12 +922,12 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     threads = thread_pool.num_threads() if threads is None else threads
     flops = 2 * step.batch * step.m * step.n * step.k
     by_flops = min(flops // GEMM_CHUNK_FLOPS, GEMM_MAX_CHUNKS)
-    if threads < 2 or by_flops < 2:
+    if threads < 2 or flops < GEMM_SPLIT_MIN_FLOPS:
         return None, 1
     if step.batch > 1:  # nothing is re-packed: small chunks balance best
-        return "batch", int(min(step.batch, by_flops))
+        return ("batch", int(min(step.batch, by_flops))) if by_flops >= 2 else (None, 1)
     rounds = max(1, round(flops / (threads * GEMM_THREAD_FLOPS)))
-    wanted = min(threads * rounds, by_flops)
+    wanted = min(threads * rounds, max(by_flops, threads))
     axis, extent, other = ("n", step.n, step.m) if step.n >= step.m else ("m", step.m, step.n)
     # each chunk re-packs the other operand (other x k): wider chunks when it is large
     chunks = min(extent // max(GEMM_CHUNK_EXTENT, other // 4), wanted)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import os
 import threading
@@ -96,8 +95,9 @@ def _libc_symbol(name: str) -> int:
     address = linker.process_symbol(name)
     if address:
         return address
-    for find in (lambda: ctypes.util.find_library("pthread"),
-                 lambda: ctypes.util.find_library("c")):
+    from ctypes.util import find_library  # only here: importing it costs milliseconds
+
+    for find in (lambda: find_library("pthread"), lambda: find_library("c")):
         try:
             return ctypes.cast(getattr(ctypes.CDLL(find()), name), ctypes.c_void_p).value
         except (OSError, AttributeError, TypeError):

@@ -17,7 +17,6 @@ Taylor series were fitted for minimal relative error by
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import math
 
 import llvmlite.ir as ir
@@ -92,7 +91,8 @@ def _libm():
             return ctypes.CDLL(name)
         except OSError:
             continue
-    return ctypes.CDLL(ctypes.util.find_library("m"))
+    from ctypes.util import find_library
+    return ctypes.CDLL(find_library("m"))
 
 
 def register_libm_symbols() -> None:

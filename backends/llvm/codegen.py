@@ -89,16 +89,16 @@ def initialize() -> None:
             _initialized = True
 
 
-def create_target_machine():
+def create_target_machine(opt: int = 3):
     """A new target machine for the host: its CPU name and features decide the vector width.
     (A JIT engine takes ownership of the target machine it is given, so each engine gets
-    its own.)"""
+    its own.) ``opt`` is the code generator's optimization level."""
     import llvmlite.binding as llvm
     initialize()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-        opt=3, reloc="pic", codemodel="default")
+        opt=opt, reloc="pic", codemodel="default")
 
 
 def target_machine():

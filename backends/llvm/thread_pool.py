@@ -470,8 +470,10 @@ def _pool_object(build) -> bytes:
     if entry is not None:
         return entry[0]["object"]
     import llvmlite.binding as llvm
-    tm = codegen.target_machine()
     with codegen._llvm_lock:
+        # straight-line waiting and claiming code: the unoptimizing code generator emits it
+        # in a quarter of the time (a first compile waits for this)
+        tm = codegen.create_target_machine(opt=0)
         mod = llvm.parse_assembly(build(tm.triple))
         mod.verify()
         obj = tm.emit_object(mod)

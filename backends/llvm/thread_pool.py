@@ -57,11 +57,12 @@ _NO_CHUNK = 0xFFFFFFFF  # the low half of the counter while a job is being publi
 _WORKER_SPIN_TICKS = 5_000_000
 # ... unless it is not getting its core: a worker compares its thread's CPU time with the
 # time passed over each job it ran, and every _CONTENTION_CHECK_SPINS pauses of a spin, and
-# when another thread on its core took a quarter of it or more (over at least
-# _CONTENTION_MIN_NS) it sleeps at once. A sleeper is woken ahead of a CPU-bound thread; a
-# spinner keeps sharing its core with it.
+# when it got less than _CONTENTION_SHARE of it (over at least _CONTENTION_MIN_NS: another
+# thread shares its core) it sleeps at once. A sleeper is woken ahead of a CPU-bound
+# thread; a spinner keeps sharing its core with it.
 _CONTENTION_CHECK_SPINS = 1024
 _CONTENTION_MIN_NS = 20_000
+_CONTENTION_SHARE = (3, 5)  # 60%, as a fraction
 _CALLER_SPINS = 200000  # the caller waits for the last chunks a little longer
 
 # clock ids of clock_gettime (the platform's values, as Python's time module knows them)
@@ -223,6 +224,16 @@ def _build_module(triple: str) -> str:
         nanos = b.load(b.gep(ts, [ir.Constant(I32, 1)]))
         return b.add(b.mul(seconds, ir.Constant(I64, 1_000_000_000)), nanos)
 
+    def starved(cpu_start, wall_start):
+        """Whether this thread got less than _CONTENTION_SHARE of the time since the two
+        clock readings (an i1 value)."""
+        cpu = b.sub(nanoseconds(_THREAD_CPU_CLOCK), cpu_start)
+        wall = b.sub(nanoseconds(_MONOTONIC_CLOCK), wall_start)
+        part, whole = _CONTENTION_SHARE
+        return b.and_(b.icmp_signed(">", wall, ir.Constant(I64, _CONTENTION_MIN_NS)),
+                      b.icmp_signed("<", b.mul(cpu, ir.Constant(I64, whole)),
+                                    b.mul(wall, ir.Constant(I64, part))))
+
     b.branch(top)
     b.position_at_end(top)
     started = b.call(ticks, [])
@@ -246,12 +257,7 @@ def _build_module(triple: str) -> str:
     b.position_at_end(keep)
     b.cbranch(due, check, spin)
     b.position_at_end(check)  # sleep now if the spin is losing its core to another thread
-    cpu = b.sub(nanoseconds(_THREAD_CPU_CLOCK), b.load(cpu_slot))
-    wall = b.sub(nanoseconds(_MONOTONIC_CLOCK), b.load(wall_slot))
-    contended = b.and_(b.icmp_signed(">", wall, ir.Constant(I64, _CONTENTION_MIN_NS)),
-                       b.icmp_signed("<", b.mul(cpu, ir.Constant(I64, 5)),
-                                     b.mul(wall, ir.Constant(I64, 3))))
-    b.cbranch(contended, sleep, spin)
+    b.cbranch(starved(b.load(cpu_slot), b.load(wall_slot)), sleep, spin)
     b.position_at_end(sleep)
     b.call(lock, [ptr(b, mutex)])
     b.branch(sleep_check)
@@ -271,14 +277,9 @@ def _build_module(triple: str) -> str:
     b.store(g, seen_slot)
     work_cpu, work_wall = nanoseconds(_THREAD_CPU_CLOCK), nanoseconds(_MONOTONIC_CLOCK)
     b.call(run, [g])
-    # a job that did not get its core (another thread on it took a quarter of the time or
-    # more): sleep right away rather than spin against that thread
-    cpu = b.sub(nanoseconds(_THREAD_CPU_CLOCK), work_cpu)
-    wall = b.sub(nanoseconds(_MONOTONIC_CLOCK), work_wall)
-    starved = b.and_(b.icmp_signed(">", wall, ir.Constant(I64, _CONTENTION_MIN_NS)),
-                     b.icmp_signed("<", b.mul(cpu, ir.Constant(I64, 5)),
-                                   b.mul(wall, ir.Constant(I64, 3))))
-    b.cbranch(starved, sleep, top)
+    # a job that did not get its core: sleep right away rather than spin against the thread
+    # that took it
+    b.cbranch(starved(work_cpu, work_wall), sleep, top)
 
     # ---- ft_parallel_for(fn, ctx, n) ----------------------------------------------------------
     pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=SYMBOL)

@@ -569,23 +569,12 @@ def _fast_runner(entry: _CacheEntry, donated=()):
     out_tree = entry.out_tree
     single = out_tree.kind == "leaf"
 
-    if donated:
-        build = _output_builder_source(out_tree, out_weak)
-        if getattr(executable, "takes_device_buffers", False) or \
-                not hasattr(executable, "call_donating") or build is None:
-            return None
-        namespace = {"executable": executable, "new": new_array, "donated": tuple(donated),
-                     "donatable": _donatable, "Array": Array, "delete": _array_delete}
-        exec("def run(args):\n"
-             "    given = donatable(args, donated)\n"
-             "    o = executable.call_donating([a._value for a in args], given)\n"
-             "    for k in donated:\n"
-             "        if type(args[k]) is Array:\n"
-             "            delete(args[k])\n"
-             f"    return {build}\n", namespace)
-        return namespace["run"]
+    device = getattr(executable, "takes_device_buffers", False)
+    build = _output_builder_source(out_tree, out_weak)
+    if donated and (device or not hasattr(executable, "call_donating") or build is None):
+        return None
 
-    if getattr(executable, "takes_device_buffers", False):
+    if device:
         wrap, out_avals = executable.wrap_outputs, entry.closed.out_avals
 
         def run_device(args):
@@ -595,11 +584,18 @@ def _fast_runner(entry: _CacheEntry, donated=()):
 
         return run_device
 
-    build = _output_builder_source(out_tree, out_weak)
     if build is not None:  # straight-line code: a call returns in a few µs
-        namespace = {"executable": executable, "new": new_array}
-        exec(f"def run(args):\n    o = executable(*[a._value for a in args])\n"
-             f"    return {build}\n", namespace)
+        namespace = {"executable": executable, "new": new_array, "donated": tuple(donated),
+                     "donatable": _donatable, "Array": Array, "delete": _array_delete}
+        if donated:  # ownership is judged before the list of buffers adds references
+            body = ("    given = donatable(args, donated)\n"
+                    "    o = executable.call_donating([a._value for a in args], given)\n"
+                    "    for k in donated:\n"
+                    "        if type(args[k]) is Array:\n"
+                    "            delete(args[k])\n")
+        else:
+            body = "    o = executable(*[a._value for a in args])\n"
+        exec(f"def run(args):\n{body}    return {build}\n", namespace)
         return namespace["run"]
 
     def run(args):

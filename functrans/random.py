@@ -109,15 +109,17 @@ def _convert(x, dtype):
 # Keys
 # =============================================================================================
 
-def _check_key(name: str, key):
-    """``key`` as a ``uint32[2]`` array, with an error that says what went wrong."""
+def _check_key(name: str, key, single: bool = True):
+    """``key`` as a ``uint32[2]`` array (or, unless ``single``, a batch of them), with an
+    error that says what went wrong."""
     if not isinstance(key, Tracer):
         key = _asarray(key)
     aval = get_aval(key)
     if aval.dtype != _UINT32 or aval.shape[-1:] != (2,):
-        raise TypeError(f"{name}: a PRNG key is a uint32[2] array (from PRNGKey or split), "
-                        f"got {aval.str_short()}")
-    if aval.shape != (2,):
+        what = ("a uint32[2] array (from PRNGKey or split)" if single else
+                "a uint32 array whose last axis has size 2 (from PRNGKey, key or split)")
+        raise TypeError(f"{name}: a PRNG key is {what}, got {aval.str_short()}")
+    if single and aval.shape != (2,):
         raise ValueError(f"{name} takes a single key, got a batch of keys of shape "
                          f"{aval.shape[:-1]}; use functrans.vmap to map over keys")
     return key
@@ -205,12 +207,7 @@ def key_impl(keys) -> str:
         >>> key_impl(PRNGKey(0))
         'threefry2x32'
     """
-    if not isinstance(keys, Tracer):
-        keys = _asarray(keys)
-    aval = get_aval(keys)
-    if aval.dtype != _UINT32 or aval.shape[-1:] != (2,):
-        raise TypeError(f"key_impl: a PRNG key is a uint32 array whose last axis has size 2 "
-                        f"(from PRNGKey, key or split), got {aval.str_short()}")
+    _check_key("key_impl", keys, single=False)
     return "threefry2x32"
 
 

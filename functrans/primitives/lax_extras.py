@@ -552,6 +552,14 @@ def _to_layout(canonical, spec):
     return tuple(out)
 
 
+def _canonical_conv_shapes(lhs_shape, rhs_shape, dimension_numbers):
+    """The operand shapes in (N, C, spatial...) and (O, I, spatial...) order, and the output
+    layout's spec."""
+    lhs_spec, rhs_spec, out_spec = _conv_specs(len(lhs_shape), dimension_numbers)
+    return (tuple(lhs_shape[a] for a in lhs_spec), tuple(rhs_shape[a] for a in rhs_spec),
+            out_spec)
+
+
 def conv_general_shape_tuple(lhs_shape, rhs_shape, window_strides, padding, dimension_numbers):
     """Output shape of :func:`conv_general_dilated` (no dilation) for the given layouts.
 
@@ -559,9 +567,7 @@ def conv_general_shape_tuple(lhs_shape, rhs_shape, window_strides, padding, dime
         ...                          ("NHWC", "HWIO", "NHWC"))
         (1, 5, 5, 8)
     """
-    lhs_spec, rhs_spec, out_spec = _conv_specs(len(lhs_shape), dimension_numbers)
-    lhs_nc = tuple(lhs_shape[a] for a in lhs_spec)
-    rhs_oi = tuple(rhs_shape[a] for a in rhs_spec)
+    lhs_nc, rhs_oi, out_spec = _canonical_conv_shapes(lhs_shape, rhs_shape, dimension_numbers)
     out = conv_shape_tuple(lhs_nc, rhs_oi, window_strides, padding)
     return _to_layout(out, out_spec)
 
@@ -575,9 +581,7 @@ def conv_transpose_shape_tuple(lhs_shape, rhs_shape, window_strides, padding,
         (1, 10, 10, 8)
     """
     from functrans.primitives.implicit import _conv_transpose_padding
-    lhs_spec, rhs_spec, out_spec = _conv_specs(len(lhs_shape), dimension_numbers)
-    lhs_nc = tuple(lhs_shape[a] for a in lhs_spec)
-    rhs_oi = tuple(rhs_shape[a] for a in rhs_spec)
+    lhs_nc, rhs_oi, out_spec = _canonical_conv_shapes(lhs_shape, rhs_shape, dimension_numbers)
     if isinstance(padding, str):
         padding = [_conv_transpose_padding(k, s, padding.upper())
                    for k, s in zip(rhs_oi[2:], window_strides)]

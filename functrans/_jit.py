@@ -202,10 +202,12 @@ class _HashableStatic:
 class Lowered:
     """The result of ``jitted.lower(*args)``: the staged program, ready to compile."""
 
-    def __init__(self, closed: ClosedJaxpr, out_tree, backend):
+    def __init__(self, closed: ClosedJaxpr, in_tree, out_tree, backend, arg_names=()):
         self.closed = closed
+        self.in_tree = in_tree  # of (dynamic positional arguments, keyword arguments)
         self.out_tree = out_tree
         self.backend = backend
+        self._arg_names = arg_names
 
     def as_text(self, dialect: str | None = None) -> str:
         text = "# jaxpr\n" + self.closed.pretty_print()
@@ -216,27 +218,92 @@ class Lowered:
         return text
 
     def compile(self) -> "Compiled":
-        return Compiled(compile_closed(self.closed, self.backend), self.out_tree, self.closed)
+        return Compiled(compile_closed(self.closed, self.backend), self.in_tree, self.out_tree,
+                        self.closed, self._arg_names)
 
     def jaxpr(self) -> ClosedJaxpr:
         return self.closed
 
 
 class Compiled:
-    def __init__(self, executable, out_tree, closed):
+    """A compiled program for one argument signature: ``jitted.lower(*args).compile()``.
+    It is called with the lowered function's non-static arguments; their pytree structure,
+    shapes and dtypes must be the lowered ones (a Python scalar may stand for an array of
+    shape ``()`` of its kind), else it raises ``TypeError`` as JAX does."""
+
+    def __init__(self, executable, in_tree, out_tree, closed, arg_names=()):
         self._executable = executable
+        self.in_tree = in_tree
         self.out_tree = out_tree
         self.closed = closed
+        self._arg_names = arg_names
 
-    def __call__(self, *args):
-        leaves = tree_util.tree_leaves(args)
-        outs = self._executable(*[core.to_numpy(x) for x in leaves])
-        return self.out_tree.unflatten(
-            core.wrap_array(o, a) for o, a in zip(outs, self.closed.out_avals))
+    @property
+    def in_avals(self):
+        return tree_util.tree_unflatten(self.in_tree, self.closed.in_avals)
+
+    @property
+    def out_avals(self):
+        return tree_util.tree_unflatten(self.out_tree, self.closed.out_avals)
+
+    def __call__(self, *args, **kwargs):
+        leaves, in_tree = tree_util.tree_flatten((list(args), kwargs))
+        if in_tree != self.in_tree:
+            raise TypeError("Function compiled with input pytree does not match the input "
+                            f"pytree it was called with: compiled for {self.in_tree}, "
+                            f"called with {in_tree}")
+        buffers = _checked_arguments(leaves, self.closed.in_avals, self.in_tree,
+                                     self._arg_names)
+        outs = _call_executable(self._executable, buffers, self.closed.in_avals,
+                                self.closed.out_avals)
+        return self.out_tree.unflatten(outs)
 
     def as_text(self) -> str:
         extra = getattr(self._executable, "as_text", None)
         return extra() if extra else str(self.closed)
+
+
+def _checked_arguments(leaves, avals, in_tree, arg_names) -> list:
+    """``leaves`` as buffers for a program compiled for ``avals``; ``TypeError`` listing
+    every argument whose shape or dtype differs (each named by its pytree path)."""
+    buffers, mismatches = [], []
+    for k, (x, aval) in enumerate(zip(leaves, avals)):
+        if isinstance(x, np.ndarray) and not x.dtype.isnative:
+            x = x.astype(x.dtype.newbyteorder("="))  # same values, in this machine's order
+        try:
+            given = get_aval(x)
+        except TypeError:
+            given = None
+        if given is None or given.shape != aval.shape or given.dtype != aval.dtype:
+            mismatches.append((k, given))
+        buffers.append(x)
+    if mismatches:
+        names = _argument_names(in_tree, arg_names)
+        lines = [f"Argument '{names[k]}' compiled with {avals[k].str_short()} and called with "
+                 + (given.str_short() if given is not None else f"a {type(leaves[k]).__name__}")
+                 for k, given in mismatches]
+        raise TypeError("Argument types differ from the types for which this computation was "
+                        "compiled. Perhaps you are calling the compiled executable with a "
+                        "different enable_x64 mode than when it was AOT compiled? The "
+                        "mismatches are:\n" + "\n".join(lines))
+    return buffers
+
+
+def _argument_names(in_tree, arg_names) -> list[str]:
+    """A name per leaf of ``in_tree`` (an (args, kwargs) tree): the parameter's name, or
+    ``args[i]`` past the named ones, followed by the path inside the argument."""
+    args_tree = tree_util.tree_unflatten(in_tree, [None] * in_tree.num_leaves)
+    names = []
+    for path, _ in tree_util.tree_flatten_with_path(
+            args_tree, is_leaf=lambda x: x is None)[0]:
+        head, rest = path[1], path[2:]
+        if getattr(path[0], "idx", 1) == 0:  # positional
+            i = head.idx
+            name = arg_names[i] if i < len(arg_names) else f"args[{i}]"
+        else:
+            name = str(head.key)
+        names.append(name + tree_util.keystr(rest))
+    return names
 
 
 class JitWrapped:
@@ -413,7 +480,9 @@ class JitWrapped:
         statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)
         backend = self._backend_for(leaves)
         entry = self._get_entry(statics, dyn_args, dyn_kwargs, in_tree, avals, backend)
-        return Lowered(entry.closed, entry.out_tree, backend)
+        names = [self._positional[i] if i < len(self._positional) else f"args[{i}]"
+                 for i in range(len(args)) if i not in self._static_argnums]
+        return Lowered(entry.closed, in_tree, entry.out_tree, backend, names)
 
     def eval_shape(self, *args, **kwargs):
         from functrans._api import eval_shape

@@ -212,6 +212,9 @@ class CudaExecutable:
     def call_device(self, *args) -> list:
         """Run on the GPU and return CuPy arrays (bfloat16 as uint16 bit patterns)."""
         cp = cupy_module()
+        if len(args) != len(self.program.inputs):
+            raise TypeError(f"compiled program takes {len(self.program.inputs)} arguments, "
+                            f"got {len(args)}")
         device_id = self.device_id
         if device_id is None:  # where the arguments are, else CuPy's current device
             device_id = next((int(a.device.id) for a in args if isinstance(a, cp.ndarray)),
@@ -237,6 +240,12 @@ class CudaExecutable:
 
     def _device_input(self, cp, arg, buf: Buffer):
         dtype = storage_dtype(buf.dtype)
+        # kernels index inputs by the compiled shape, unchecked: a same-size array of
+        # another shape (a transpose) must not be reshaped into it silently
+        if tuple(getattr(arg, "shape", np.shape(arg))) != buf.shape:
+            raise TypeError(f"compiled program: an argument must be an array of type "
+                            f"{buf.dtype.name}[{','.join(map(str, buf.shape))}], got one of "
+                            f"shape {tuple(getattr(arg, 'shape', np.shape(arg)))}")
         if isinstance(arg, cp.ndarray):
             array = arg
         elif not isinstance(arg, np.ndarray) and (hasattr(arg, "__cuda_array_interface__")

@@ -50,10 +50,13 @@ class Executable:
         self._const_arrays = {b.id: np.asarray(b.value, dtype=b.dtype, order="C")
                               for b in program.consts}
         # The per-call plan, precomputed so that a call is a few short loops:
-        # inputs as (position, slot or None, dtype or None for non-arrays),
+        # inputs as (position, slot or None, dtype or None for non-arrays, buffer id),
         self._inputs = [(i, slots.get(b.id) if b.is_array else None,
                          b.dtype if b.is_array else None, b.id)
                         for i, b in enumerate(program.inputs)]
+        # the shape of each array input: native code indexes it without bounds checks, so a
+        # call checks every array against it before the pointer table is filled
+        self._input_shapes = [b.shape if b.is_array else None for b in program.inputs]
         # constants as (slot, array), outputs to allocate as (slot, shape, dtype, buffer id),
         self._consts = [(slots[b.id], self._const_arrays[b.id]) for b in program.consts
                         if b.id in slots] + list(nested_consts)
@@ -93,7 +96,8 @@ class Executable:
         # call for a small program.
         if self._native_only is not None and len(self._native_only) == 1 \
                 and self._simple_results and all(d is not None for _, _, d, _ in self._inputs):
-            self._fast_inputs = [(i, slot or 0, dtype) for i, slot, dtype, _ in self._inputs]
+            self._fast_inputs = [(i, slot or 0, dtype, self._input_shapes[i])
+                                 for i, slot, dtype, _ in self._inputs]
             self._fast_outputs = [(slot, shape, dtype) for slot, shape, dtype, _ in self._outputs]
             self._fast_order = None if [k for _, k in self._results] == list(
                 range(len(self._outputs))) else [k for _, k in self._results]
@@ -122,12 +126,14 @@ class Executable:
             raise TypeError(f"compiled program takes {self._num_inputs} arguments, "
                             f"got {len(args)}")
         converted = None  # keeps converted inputs alive until the native code returns
-        for i, slot, dtype in self._fast_inputs:
+        for i, slot, dtype, shape in self._fast_inputs:
             a = args[i]
             if type(a) is not np.ndarray or (a.dtype is not dtype and a.dtype != dtype) \
                     or not a.flags.c_contiguous:
                 a = np.asarray(a, dtype=dtype, order="C")
                 converted = (converted or []) + [a]
+            if a.shape != shape:
+                _raise_shape_mismatch(i, shape, dtype, a)
             view[slot] = id(a)
         outputs = []
         for slot, shape, dtype in self._fast_outputs:
@@ -157,6 +163,8 @@ class Executable:
             if dtype is not None:
                 if type(a) is not np.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
                     a = inputs[i] = np.asarray(a, dtype=dtype, order="C")
+                if a.shape != self._input_shapes[i]:
+                    _raise_shape_mismatch(i, self._input_shapes[i], dtype, a)
                 if slot is not None:
                     table[slot] = id(a)
         outputs = []
@@ -229,6 +237,10 @@ class Executable:
             o = np.asarray(o)
             if o.dtype != b.dtype or not o.flags.c_contiguous:
                 o = np.asarray(o, dtype=b.dtype, order="C")
+            if o.shape != b.shape:  # native steps after this one index it by b.shape
+                raise RuntimeError(f"llvm backend: the NumPy step for "
+                                   f"'{eqn.primitive.name}' returned shape {o.shape}, its "
+                                   f"shape rule says {b.shape}")
             if np.may_share_memory(o, arena):
                 o = o.copy()  # the arena is reused by later steps
             arrays[b.id] = o
@@ -247,6 +259,12 @@ class Executable:
     def __repr__(self):
         n = sum(1 for kind, _ in self._schedule if kind == "native")
         return f"<llvm Executable: {len(self.program.steps)} steps, {n} native segment(s)>"
+
+
+def _raise_shape_mismatch(position: int, shape, dtype, given) -> None:
+    expected = f"{dtype.name}[{','.join(map(str, shape))}]"
+    raise TypeError(f"compiled program: argument {position} must be an array of type "
+                    f"{expected}, got one of shape {np.shape(given)}")
 
 
 class _SingleSegmentExecutable(Executable):

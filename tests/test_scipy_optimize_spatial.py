@@ -94,13 +94,15 @@ def test_minimize_rosenbrock_float32():
 
 
 def test_minimize_jit_matches_eager():
-    x0 = jnp.array([-1.2, 1.0, 0.5])
-    eager = fopt.minimize(_rosen, x0, method="BFGS")
-    staged = functrans.jit(lambda x: fopt.minimize(_rosen, x, method="BFGS"))(x0)
-    _close(staged.x, eager.x, rtol=0, atol=1e-5)
+    # In float64: in float32 the last line searches run at the rounding level, where the
+    # compiled arithmetic (fused multiply-adds) and NumPy's can differ in whether a search
+    # succeeds (status 3 on some CPUs), which is not what this test is about.
+    with x64():
+        x0 = jnp.array([-1.2, 1.0, 0.5])
+        eager = fopt.minimize(_rosen, x0, method="BFGS")
+        staged = functrans.jit(lambda x: fopt.minimize(_rosen, x, method="BFGS"))(x0)
+    _close(staged.x, eager.x, rtol=0, atol=1e-9)
     assert int(staged.status) == int(eager.status) == 0
-    # compiled float32 arithmetic rounds differently (fused multiply-adds), which can move
-    # the gradient test across gtol one iteration earlier or later
     assert abs(int(staged.nit) - int(eager.nit)) <= 2
 
 

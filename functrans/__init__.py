@@ -37,8 +37,8 @@ from functrans import optim  # noqa: F401
 from functrans._disable_jit import disable_jit  # noqa: F401
 from functrans._api_extra import *  # noqa: F401,F403
 from functrans._api_more import (copy_to_host_async, custom_gradient, debug_infs,  # noqa: F401
-                                 debug_nans, host_count, host_id, host_ids, live_arrays,
-                                 process_indices)
+                                 debug_nans, enable_x64, explain_cache_misses, host_count,
+                                 host_id, host_ids, live_arrays, log_compiles, process_indices)
 from functrans._devices import Device  # noqa: F401
 from functrans._dtypes import float0  # noqa: F401
 from functrans import custom_batching  # noqa: F401

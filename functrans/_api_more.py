@@ -166,6 +166,27 @@ debug_infs = _FlagState(
     "debug_infs",
     """As :data:`debug_nans`, for infinities: ``with functrans.debug_infs(True): ...``.""")
 
+enable_x64 = _FlagState(
+    "enable_x64",
+    """While set, 64-bit types are available (Python floats become float64, ints int64):
+    ``with functrans.enable_x64(True): ...``; ``functrans.enable_x64.value`` reads it.
+
+        >>> import functrans, functrans.numpy as jnp
+        >>> with functrans.enable_x64(True):
+        ...     print(jnp.zeros(1).dtype)
+        float64
+    """)
+
+log_compiles = _FlagState(
+    "log_compiles",
+    """While set, each trace and compilation of a jitted function is logged (at warning
+    level, logger ``functrans``): ``with functrans.log_compiles(True): ...``.""")
+
+explain_cache_misses = _FlagState(
+    "explain_cache_misses",
+    """While set, a jitted function that traces again logs why (which argument's shape,
+    dtype or structure changed): ``with functrans.explain_cache_misses(True): ...``.""")
+
 
 # =============================================================================================
 # Processes, hosts and arrays

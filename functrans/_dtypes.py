@@ -7,6 +7,7 @@ so ``float32_array * 2.0`` stays float32 and ``int8_array + 1`` stays int8.
 from __future__ import annotations
 
 import functools
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -35,6 +36,22 @@ def canonicalize_dtype(dtype) -> np.dtype:
     if not x64_enabled():
         return _CANONICAL_32.get(dtype, dtype)
     return dtype
+
+
+def check_user_dtype(dtype, fname: str | None = None) -> np.dtype:
+    """``dtype`` as a user asked for it in ``fname``: canonicalized as
+    :func:`canonicalize_dtype`, with JAX's ``UserWarning`` when a 64-bit type is asked for
+    while x64 is off (Python's ``int``/``float``/``complex`` mean the default types and
+    never warn)."""
+    result = canonicalize_dtype(dtype)
+    builtin = any(dtype is t for t in (int, float, complex, bool))  # np.dtype(float) == float
+    if not builtin and result != np.dtype(dtype):
+        where = f" requested in {fname}" if fname else ""
+        warnings.warn(f"Explicitly requested dtype {np.dtype(dtype).name}{where} is not "
+                      f"available, and will be truncated to dtype {result.name}. To enable "
+                      "more dtypes, set the jax_enable_x64 configuration option or the "
+                      "JAX_ENABLE_X64 shell environment variable.", UserWarning, stacklevel=3)
+    return result
 
 
 def default_int_dtype() -> np.dtype:

@@ -705,17 +705,59 @@ def _output_builder_source(out_tree, out_weak) -> str | None:
     return build(out_tree)
 
 
-def jit(fun: Callable | None = None, *, static_argnums=(), static_argnames=(), donate_argnums=(),
-        backend: str | None = None, inline: bool = False, **unused):
+def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None,
+        static_argnums=None, static_argnames=None, donate_argnums=None, donate_argnames=None,
+        keep_unused: bool = False, device=None, backend: str | None = None,
+        inline: bool = False, compiler_options: dict | None = None):
     """Compile ``fun``: trace it once per argument signature (pytree structure, shapes,
     dtypes, static argument values) and run the compiled program on later calls.
+
+    ``device`` or ``backend`` pick where it runs (by default where its arguments are);
+    ``donate_argnums``/``donate_argnames`` let the program reuse those arguments' buffers;
+    ``keep_unused`` and ``inline`` are accepted (unused arguments are always kept, and a
+    jitted function called under another ``jit`` is one equation either way). Sharded
+    placements (``in_shardings``/``out_shardings``) and compiler options are refused with
+    an error: functrans's compiler has neither.
 
         >>> import functrans, functrans.numpy as jnp
         >>> f = functrans.jit(lambda x: jnp.sin(x) * 2)
         >>> f(jnp.zeros(3))
         Array([0., 0., 0.], dtype=float32)
     """
+    options = dict(in_shardings=in_shardings, out_shardings=out_shardings,
+                   static_argnums=static_argnums, static_argnames=static_argnames,
+                   donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+                   keep_unused=keep_unused, device=device, backend=backend, inline=inline,
+                   compiler_options=compiler_options)
     if fun is None:
-        return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
-                                 donate_argnums=donate_argnums, backend=backend, inline=inline)
-    return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, backend)
+        return functools.partial(jit, **options)
+    for name in ("in_shardings", "out_shardings"):
+        if options[name] is not None:
+            raise NotImplementedError(f"jit: {name} is not supported: functrans has no sharded "
+                                      "placements; remove it (the program runs on one device)")
+    if compiler_options:
+        raise ValueError(f"jit: functrans's compiler takes no compiler_options, got "
+                         f"{sorted(compiler_options)}")
+    if device is not None:
+        if backend is not None:
+            raise ValueError("jit: pass device or backend, not both")
+        backend = "cuda" if getattr(device, "platform", "cpu") == "gpu" else "cpu"
+    donate_argnums = _donated_positions(fun, donate_argnums, donate_argnames)
+    return JitWrapped(fun, () if static_argnums is None else static_argnums,
+                      () if static_argnames is None else static_argnames, donate_argnums, backend)
+
+
+def _donated_positions(fun, donate_argnums, donate_argnames) -> tuple:
+    """``donate_argnums`` with the positions of the parameters named in ``donate_argnames``."""
+    if isinstance(donate_argnums, int):
+        donate_argnums = (donate_argnums,)
+    positions = tuple(donate_argnums or ())
+    if donate_argnames:
+        names = (donate_argnames,) if isinstance(donate_argnames, str) else tuple(donate_argnames)
+        _, _, positional = _normalize_argnums(fun, (), ())
+        for name in names:
+            if name not in positional:
+                raise ValueError(f"jit: donate_argnames names {name!r}, which is not a "
+                                 f"positional parameter of {getattr(fun, '__name__', fun)}")
+            positions += (positional.index(name),)
+    return positions

@@ -10,6 +10,7 @@ orders them.
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Sequence
@@ -82,6 +83,19 @@ def get_aval(x) -> ShapedArray:
     if hasattr(x, "__jax_array__"):
         return get_aval(x.__jax_array__())
     raise TypeError(f"value of type {type(x).__name__} is not a valid array: {x!r}")
+
+
+def canonicalize_shape(shape) -> tuple[int, ...]:
+    """``shape`` (a dimension or a sequence of them) as a tuple of Python ints. A traced
+    dimension raises ``TypeError``: shapes are fixed while a function is traced."""
+    dims = shape if isinstance(shape, (tuple, list)) or np.ndim(shape) == 1 else (shape,)
+    try:
+        return tuple(operator.index(d) for d in dims)
+    except TypeError:
+        pass
+    raise TypeError(f"Shapes must be 1D sequences of concrete values of integer type, got "
+                    f"{tuple(dims)!r}. If using `jit`, try using `static_argnums` or applying "
+                    "`jit` to smaller subfunctions.")
 
 
 def valid_jaxtype(x) -> bool:
@@ -468,11 +482,15 @@ def trace_stack() -> list[MainTrace]:
     return list(_state.stack)
 
 
-class UnexpectedTracerError(TypeError):
+class JAXTypeError(TypeError):
+    """The base of the tracer-misuse errors (``jax.errors.JAXTypeError``)."""
+
+
+class UnexpectedTracerError(JAXTypeError):
     pass
 
 
-class ConcretizationTypeError(TypeError):
+class ConcretizationTypeError(JAXTypeError):
     pass
 
 
@@ -480,11 +498,11 @@ class TracerBoolConversionError(ConcretizationTypeError):
     """``bool()`` of a traced value (a Python ``if``/``while``/``and``/``assert`` on it)."""
 
 
-class TracerArrayConversionError(TypeError):
+class TracerArrayConversionError(JAXTypeError):
     pass
 
 
-class TracerIntegerConversionError(TypeError):
+class TracerIntegerConversionError(JAXTypeError):
     pass
 
 

@@ -11,18 +11,29 @@
 ``JaxRuntimeError`` is broader here than in JAX: it is :class:`RuntimeError`, as compiled
 programs, devices and collectives report run-time failures as ``RuntimeError`` subclasses.
 
-JAX's ``KeyReuseError`` (from its opt-in key-reuse checker), ``NonConcreteBooleanIndexError``
-(functrans raises a plain ``IndexError``) and the ``JAXTypeError`` / ``JAXIndexError`` bases
-have no functrans counterpart and are not defined.
+JAX's ``KeyReuseError`` (from its opt-in key-reuse checker, which functrans does not have)
+is not defined.
 """
 from __future__ import annotations
 
-from functrans.core import (ConcretizationTypeError, JaxprTypeError,  # noqa: F401
-                            TracerArrayConversionError, TracerBoolConversionError,
-                            TracerIntegerConversionError, UnexpectedTracerError)
+from functrans.core import (ConcretizationTypeError, JAXTypeError,  # noqa: F401
+                            JaxprTypeError, TracerArrayConversionError,
+                            TracerBoolConversionError, TracerIntegerConversionError,
+                            UnexpectedTracerError)
 
 JaxRuntimeError = RuntimeError
 
-__all__ = ["ConcretizationTypeError", "JaxRuntimeError", "JaxprTypeError",
-           "TracerArrayConversionError", "TracerBoolConversionError",
-           "TracerIntegerConversionError", "UnexpectedTracerError"]
+
+class JAXIndexError(IndexError):
+    """The base of functrans's indexing errors (``jax.errors.JAXIndexError``)."""
+
+
+class NonConcreteBooleanIndexError(JAXIndexError):
+    """A boolean mask whose value is not known while tracing (under ``jit``, ``vmap``, ...)
+    used as an index: the result's shape would depend on the mask's values. Use
+    ``jnp.where(mask, x, other)``, or the ``size=`` argument of ``jnp.nonzero``."""
+
+
+__all__ = ["ConcretizationTypeError", "JAXIndexError", "JAXTypeError", "JaxRuntimeError",
+           "JaxprTypeError", "NonConcreteBooleanIndexError", "TracerArrayConversionError",
+           "TracerBoolConversionError", "TracerIntegerConversionError", "UnexpectedTracerError"]

@@ -180,10 +180,12 @@ def keystr(keys) -> str:
 # ---- built-in containers ----------------------------------------------------------------------
 
 def _sorted_keys(d):
+    # a dict's children are in sorted key order, so its keys must be mutually comparable
     try:
         return sorted(d)
-    except TypeError:
-        return sorted(d, key=repr)
+    except TypeError as err:
+        raise ValueError("Comparator raised exception while sorting pytree dictionary keys: "
+                         f"{sorted(map(repr, d))} ({err})") from None
 
 
 def _is_namedtuple(x) -> bool:

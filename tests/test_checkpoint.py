@@ -61,7 +61,7 @@ def test_round_trip_with_target_keeps_namedtuples_and_types(tmp_path):
 
 def test_round_trip_without_target_rebuilds_containers(tmp_path):
     state = _train_state()
-    state[3] = [np.float32(1.5), (True, 2.5)]
+    state["extra"] = {3: [np.float32(1.5), (True, 2.5)]}  # int keys (not mixed with str ones)
     path = tmp_path / "state.safetensors"
     ckpt.save(path, state)
     restored = ckpt.restore(path)
@@ -69,7 +69,7 @@ def test_round_trip_without_target_rebuilds_containers(tmp_path):
     opt = restored["opt_state"][0]
     assert opt._fields == ("count", "mu", "nu") and int(opt.count) == 7
     assert restored["opt_state"][1] is None
-    assert restored[3][1] == (True, 2.5)
+    assert restored["extra"][3][1] == (True, 2.5)
     np.testing.assert_array_equal(restored["key"], [0, 42])
     _assert_trees_equal(restored["params"], state["params"])
 

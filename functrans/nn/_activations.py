@@ -122,14 +122,17 @@ def sigmoid(x):
 
 
 def softplus(x):
-    """``log(1 + exp(x))``, computed without overflow as ``max(x, 0) + log1p(exp(-|x|))``.
+    """``log(1 + exp(x))``, computed without overflow as
+    ``max(x, 0) + log1p(exp(min(x, 0) - max(x, 0)))`` (whose derivative at 0 is 1/2).
 
         >>> import functrans.numpy as jnp
         >>> softplus(jnp.array([0.0]))
         Array([0.6931472], dtype=float32)
     """
     x = _inexact("softplus", x)
-    return lax.add(lax.max(x, _full_like(x, 0)), lax.log1p(lax.exp(lax.neg(lax.abs(x)))))
+    zero = _full_like(x, 0)
+    high = lax.max(x, zero)
+    return lax.add(high, lax.log1p(lax.exp(lax.sub(lax.min(x, zero), high))))
 
 
 def log_sigmoid(x):

@@ -16,7 +16,8 @@ def astype(x, dtype, /, *, copy=False, device=None):
         >>> astype(array([1.7, -1.7]), int32)
         Array([ 1, -1], dtype=int32)
     """
-    dtype = _dtypes.canonicalize_dtype(_as_dtype_or_kind(dtype))
+    builtin = any(dtype is t for t in (int, float, complex, bool))
+    dtype = _dtypes.check_user_dtype(dtype if builtin else _as_dtype_or_kind(dtype), "astype")
     return lax.convert_element_type(to_array(x), dtype)
 
 

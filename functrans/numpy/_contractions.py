@@ -54,8 +54,9 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
         b = structural.reshape(b, b_aval.shape + (1,))
     a_shape, b_shape = get_aval(a).shape, get_aval(b).shape
     if a_shape[-1] != b_shape[-2]:
-        raise ValueError(f"matmul: contracting dimensions differ: {a_aval.shape} @ "
-                         f"{b_aval.shape} ({a_shape[-1]} != {b_shape[-2]})")
+        raise TypeError(f"dot_general requires contracting dimensions to have the same shape, "
+                        f"got ({a_shape[-1]},) and ({b_shape[-2]},): matmul of shapes "
+                        f"{a_aval.shape} and {b_aval.shape}")
     a, b, dims, perm, batch = _matmul_dimensions(a, b, a_shape, b_shape)
     out = dot_general(a, b, dims, precision, preferred_element_type)
     if perm != tuple(range(len(perm))):
@@ -136,7 +137,9 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
         return multiply(a, b)
     b_axis = 0 if b_aval.ndim == 1 else b_aval.ndim - 2
     if a_aval.shape[-1] != b_aval.shape[b_axis]:
-        raise ValueError(f"dot: shapes {a_aval.shape} and {b_aval.shape} are not aligned")
+        raise TypeError(f"dot_general requires contracting dimensions to have the same shape, "
+                        f"got ({a_aval.shape[-1]},) and ({b_aval.shape[b_axis]},): dot of "
+                        f"shapes {a_aval.shape} and {b_aval.shape}")
     dims = (((a_aval.ndim - 1,), (b_axis,)), ((), ()))
     return dot_general(a, b, dims, precision, preferred_element_type)
 

@@ -6,20 +6,20 @@ import numpy as np
 
 from functrans import _dtypes
 from functrans._array import Array
-from functrans.core import Tracer, get_aval
+from functrans.core import ConcretizationTypeError, Tracer, canonicalize_shape, get_aval
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axis,
                                         concrete_value, has_lax_fn, lax_fn, operator_index,
                                         promote_dtypes_inexact, to_array)
 from functrans.primitives import elementwise, structural
 
 
-def _canonical(dtype):
-    return None if dtype is None else _dtypes.canonicalize_dtype(dtype)
+def _canonical(dtype, fname: str):
+    return None if dtype is None else _dtypes.check_user_dtype(dtype, fname)
 
 
 def asarray(a, dtype=None, order=None, copy=None):
     """Convert ``a`` (array, scalar, nested lists) to an Array; no copy if already one."""
-    dtype = _canonical(dtype)
+    dtype = _canonical(dtype, "asarray")
     if isinstance(a, (Array, Tracer)):
         return a if dtype is None else elementwise.convert_element_type(a, dtype, False)
     if _dtypes.is_python_scalar(a):
@@ -75,7 +75,7 @@ def _to_nested_numpy(a):
 
 def array(object, dtype=None, copy=True, order=None, ndmin=0):  # noqa: A002
     """Create an Array (as ``jnp.array``)."""
-    out = asarray(object, dtype)
+    out = asarray(object, _canonical(dtype, "array"))
     if isinstance(out, Array) and copy and out is object:
         out = out.copy()
     if ndmin > out.ndim:
@@ -83,15 +83,9 @@ def array(object, dtype=None, copy=True, order=None, ndmin=0):  # noqa: A002
     return out
 
 
-def _shape_tuple(shape):
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
-    return tuple(int(s) for s in shape)
-
-
 def full(shape, fill_value, dtype=None):
-    dtype = _canonical(dtype)
-    shape = _shape_tuple(shape)
+    dtype = _canonical(dtype, "full")
+    shape = canonicalize_shape(shape)
     if dtype is None:
         dtype, weak = _dtypes.dtype_and_weak(fill_value)
     else:
@@ -105,35 +99,35 @@ def full(shape, fill_value, dtype=None):
 
 
 def zeros(shape, dtype=None):
-    return structural.full(_shape_tuple(shape), 0, _canonical(dtype) or _dtypes.default_float_dtype())
+    return structural.full(canonicalize_shape(shape), 0, _canonical(dtype, "zeros") or _dtypes.default_float_dtype())
 
 
 def ones(shape, dtype=None):
-    return structural.full(_shape_tuple(shape), 1, _canonical(dtype) or _dtypes.default_float_dtype())
+    return structural.full(canonicalize_shape(shape), 1, _canonical(dtype, "ones") or _dtypes.default_float_dtype())
 
 
 def empty(shape, dtype=None):
     return zeros(shape, dtype)
 
 
-def _like(a, dtype, shape):
+def _like(a, dtype, shape, fname: str):
     aval = get_aval(asarray(a) if not isinstance(a, (Array, Tracer)) else a)
-    return (aval.shape if shape is None else _shape_tuple(shape),
-            _canonical(dtype) or aval.dtype, aval.weak_type and dtype is None)
+    return (aval.shape if shape is None else canonicalize_shape(shape),
+            _canonical(dtype, fname) or aval.dtype, aval.weak_type and dtype is None)
 
 
 def zeros_like(a, dtype=None, shape=None):
-    shape, dtype, weak = _like(a, dtype, shape)
+    shape, dtype, weak = _like(a, dtype, shape, "zeros_like")
     return structural.full(shape, 0, dtype, weak_type=weak)
 
 
 def ones_like(a, dtype=None, shape=None):
-    shape, dtype, weak = _like(a, dtype, shape)
+    shape, dtype, weak = _like(a, dtype, shape, "ones_like")
     return structural.full(shape, 1, dtype, weak_type=weak)
 
 
 def full_like(a, fill_value, dtype=None, shape=None):
-    shape, dtype, weak = _like(a, dtype, shape)
+    shape, dtype, weak = _like(a, dtype, shape, "full_like")
     return structural.full(shape, fill_value, dtype)
 
 
@@ -152,7 +146,7 @@ def iota(dtype, shape, dimension: int = 0):
     """Indices along ``dimension`` broadcast to ``shape`` (``lax.broadcasted_iota``); a
     constant when the build has no iota primitive."""
     dtype = _dtypes.canonicalize_dtype(dtype)
-    shape = _shape_tuple(shape)
+    shape = canonicalize_shape(shape)
     if has_lax_fn("broadcasted_iota"):
         return lax_fn("broadcasted_iota")(dtype, shape, dimension)
     ramp = np.arange(shape[dimension], dtype=dtype).reshape(
@@ -162,9 +156,14 @@ def iota(dtype, shape, dimension: int = 0):
 
 def _static_scalar(x, fname: str, what: str):
     value = concrete_value(x)
-    if value is None or np.ndim(value) != 0:
-        raise TypeError(f"{fname}: {what} must be a static scalar (its value decides the "
-                        f"output shape), got {x!r}")
+    if value is None:  # a traced value: as JAX, the error of a concrete value needed
+        raise ConcretizationTypeError(
+            f"Abstract tracer value encountered where concrete value is expected: {fname}: "
+            f"{what} must be a static scalar (its value decides the output shape), got {x!r}. "
+            "If it is an argument of a jitted function, mark it static with `static_argnums`.")
+    if np.ndim(value) != 0:
+        raise TypeError(f"{fname}: {what} must be a scalar, got an array of shape "
+                        f"{np.shape(value)}")
     return value.item() if isinstance(value, np.ndarray) else value
 
 
@@ -207,7 +206,7 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     num = operator_index(num, "linspace: num")
     if num < 0:
         raise ValueError(f"linspace: number of samples, {num}, must be non-negative")
-    out_dtype = _canonical(dtype)
+    out_dtype = _canonical(dtype, "linspace")
     start, stop = promote_dtypes_inexact(start, stop)
     compute = get_aval(start).dtype
     if out_dtype is None:
@@ -310,7 +309,7 @@ def eye(N, M=None, k=0, dtype=None):
     N = operator_index(N, "eye: N")
     M = N if M is None else operator_index(M, "eye: M")
     k = operator_index(k, "eye: k")
-    dtype = _canonical(dtype) or _dtypes.default_float_dtype()
+    dtype = _canonical(dtype, "eye") or _dtypes.default_float_dtype()
     rows = iota(_dtypes.int32, (N, M), 0)
     cols = iota(_dtypes.int32, (N, M), 1)
     mask = elementwise.eq(elementwise.add(rows, int(k)), cols)
@@ -331,7 +330,7 @@ def tri(N, M=None, k=0, dtype=None):
     """
     N = operator_index(N, "tri: N")
     M = N if M is None else operator_index(M, "tri: M")
-    dtype = _canonical(dtype) or _dtypes.default_float_dtype()
+    dtype = _canonical(dtype, "tri") or _dtypes.default_float_dtype()
     return elementwise.convert_element_type(_tri_mask(N, M, operator_index(k, "tri: k")), dtype)
 
 
@@ -432,8 +431,8 @@ def indices(dimensions, dtype=None, sparse=False):
         Array([[0, 0],
                [1, 1]], dtype=int32)
     """
-    dimensions = _shape_tuple(dimensions)
-    dtype = _canonical(dtype) or _dtypes.default_int_dtype()
+    dimensions = canonicalize_shape(dimensions)
+    dtype = _canonical(dtype, "indices") or _dtypes.default_int_dtype()
     grids = []
     for i, n in enumerate(dimensions):
         if sparse:
@@ -463,8 +462,8 @@ def ix_(*args):
 
 def fromfunction(function, shape, *, dtype=float, **kwargs):
     """``function(*indices(shape))`` (as ``np.fromfunction``)."""
-    dtype = _canonical(dtype)
-    grids = [iota(dtype, _shape_tuple(shape), i) for i in range(len(_shape_tuple(shape)))]
+    dtype = _canonical(dtype, "fromfunction")
+    grids = [iota(dtype, canonicalize_shape(shape), i) for i in range(len(canonicalize_shape(shape)))]
     return function(*grids, **kwargs)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from functrans import _dtypes
 from functrans._array import Array
 from functrans.core import Tracer, get_aval
+from functrans.errors import NonConcreteBooleanIndexError
 from functrans.numpy._promotion import broadcast_to_shape, to_array
 from functrans.primitives import elementwise, indexing, structural
 
@@ -112,8 +113,9 @@ def _classify(item):
     if _dtypes.is_bool(aval.dtype):
         value = _concrete(item)
         if value is None:
-            raise IndexError(
-                f"boolean index of type {aval.str_short()} is traced, so the number of "
+            raise NonConcreteBooleanIndexError(
+                f"Array boolean indices must be concrete; got {aval.str_short()}: the mask is "
+                "traced, so the number of "
                 "selected elements (the result's shape) is unknown while tracing. Use "
                 "jnp.where(mask, x, other) to select values, or pass a concrete mask.")
         return ("bool", bool(value)) if value.ndim == 0 else ("mask", value)

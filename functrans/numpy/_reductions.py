@@ -25,8 +25,8 @@ from functrans.primitives import structural
 _LOW_PRECISION = (_dtypes.float16, _dtypes.bfloat16)
 
 
-def _canonical(dtype):
-    return None if dtype is None else _dtypes.canonicalize_dtype(dtype)
+def _canonical(dtype, fname: str):
+    return None if dtype is None else _dtypes.check_user_dtype(dtype, fname)
 
 
 def _no_out(fname, out):
@@ -36,6 +36,13 @@ def _no_out(fname, out):
 
 def _reduced_shape(shape, axes):
     return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+def _operand(fname: str, a):
+    """The array ``a`` given to the reduction ``fname``: arrays and scalars only, as in JAX
+    (a list raises ``TypeError``; convert it with ``jnp.asarray``)."""
+    check_arraylike(fname, a)
+    return to_array(a)
 
 
 def _keep(x, axes, keepdims):
@@ -94,8 +101,8 @@ def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=
         Array([3, 5, 7], dtype=int32)
     """
     _no_out("sum", out)
-    a = to_array(a)
-    result = _canonical(dtype) or _accumulation_dtype(get_aval(a).dtype, promote_integers)
+    a = _operand("sum", a)
+    result = _canonical(dtype, "sum") or _accumulation_dtype(get_aval(a).dtype, promote_integers)
     return _generic_reduce("sum", a, axis, keepdims, where, initial, 0,
                            lax_reductions.reduce_sum, result, combine=lax.add)
 
@@ -108,8 +115,8 @@ def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where
         Array(24, dtype=int32)
     """
     _no_out("prod", out)
-    a = to_array(a)
-    result = _canonical(dtype) or _accumulation_dtype(get_aval(a).dtype, promote_integers)
+    a = _operand("prod", a)
+    result = _canonical(dtype, "prod") or _accumulation_dtype(get_aval(a).dtype, promote_integers)
     return _generic_reduce("prod", a, axis, keepdims, where, initial, 1,
                            lambda x, axes: lax_fn("reduce_prod")(x, axes), result,
                            combine=lax.mul)
@@ -140,7 +147,7 @@ def max(a, axis=None, out=None, keepdims=False, initial=None, where=None):  # no
         Array(3., dtype=float32)
     """
     _no_out("max", out)
-    a = to_array(a)
+    a = _operand("max", a)
     dtype = get_aval(a).dtype
     return _generic_reduce("max", a, axis, keepdims, where, initial,
                            _lowest if initial is not None else None,
@@ -151,7 +158,7 @@ def max(a, axis=None, out=None, keepdims=False, initial=None, where=None):  # no
 def min(a, axis=None, out=None, keepdims=False, initial=None, where=None):  # noqa: A001
     """Smallest element over ``axis`` (NaN if any is NaN)."""
     _no_out("min", out)
-    a = to_array(a)
+    a = _operand("min", a)
     dtype = get_aval(a).dtype
     return _generic_reduce("min", a, axis, keepdims, where, initial,
                            _highest if initial is not None else None,
@@ -179,7 +186,7 @@ def _reduce_and(x, axes):
 def any(a, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
     """Whether any element over ``axis`` is true (non-zero)."""
     _no_out("any", out)
-    a = uf._to_bool(to_array(a))
+    a = uf._to_bool(_operand("any", a))
     return _generic_reduce("any", a, axis, keepdims, where, None, False, _reduce_or,
                            _dtypes.bool_)
 
@@ -191,7 +198,7 @@ def all(a, axis=None, out=None, keepdims=False, *, where=None):  # noqa: A001
         Array(False, dtype=bool)
     """
     _no_out("all", out)
-    a = uf._to_bool(to_array(a))
+    a = uf._to_bool(_operand("all", a))
     return _generic_reduce("all", a, axis, keepdims, where, None, True, _reduce_and,
                            _dtypes.bool_)
 
@@ -225,11 +232,10 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
         Array(2.5, dtype=float32)
     """
     _no_out("mean", out)
-    check_arraylike("mean", a)
-    a = to_array(a)
+    a = _operand("mean", a)
     aval = get_aval(a)
     axes = canonicalize_axes(axis, aval.ndim)
-    result = _canonical(dtype) or _inexact_dtype(aval.dtype)
+    result = _canonical(dtype, "mean") or _inexact_dtype(aval.dtype)
     compute = _dtypes.float32 if result in _LOW_PRECISION else _inexact_dtype(result)
     total = sum(a, axis=axes, dtype=compute, where=where)
     out_ = _divide_by_count(total, a, axes, where)
@@ -248,11 +254,11 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Non
     _no_out("var", out)
     if correction is not None:
         ddof = correction
-    a = to_array(a)
+    a = _operand("var", a)
     aval = get_aval(a)
     axes = canonicalize_axes(axis, aval.ndim)
     in_dtype = _inexact_dtype(aval.dtype)
-    result = _canonical(dtype) or in_dtype
+    result = _canonical(dtype, "var") or in_dtype
     if _dtypes.is_complex(result):
         result = _real_dtype(result)
     compute = _dtypes.float32 if in_dtype in _LOW_PRECISION else in_dtype
@@ -287,14 +293,14 @@ def count_nonzero(a, axis=None, keepdims=False):
         >>> count_nonzero(array([0, 1, 2, 0]))
         Array(2, dtype=int32)
     """
-    a = to_array(a)
+    a = _operand("count_nonzero", a)
     return sum(uf._to_bool(a), axis=axis, dtype=_dtypes.default_int_dtype(), keepdims=keepdims)
 
 
 # ---- argmax / argmin -------------------------------------------------------------------------
 
 def _arg_reduce(fname, a, axis, keepdims):
-    a = to_array(a)
+    a = _operand(fname, a)
     aval = get_aval(a)
     if axis is None:
         if aval.size == 0:
@@ -338,7 +344,7 @@ def nanargmin(a, axis=None, out=None, keepdims=None):
 
 
 def _nan_arg(fname, a, axis, keepdims, fill):
-    a = to_array(a)
+    a = _operand(fname, a)
     if not _dtypes.is_inexact(get_aval(a).dtype):
         return _arg_reduce(fname, a, axis, bool(keepdims))
     nans = uf.isnan(a)
@@ -374,7 +380,7 @@ def _not_nan(a, where):
 def nanmax(a, axis=None, out=None, keepdims=False, initial=None, where=None):
     """:func:`max` ignoring NaNs (NaN where every element is NaN)."""
     _no_out("nanmax", out)
-    a = to_array(a)
+    a = _operand("nanmax", a)
     if not _dtypes.is_inexact(get_aval(a).dtype):
         return max(a, axis, None, keepdims, initial, where)
     out_ = max(_nan_replaced(a, -np.inf), axis, None, keepdims, initial, where)
@@ -384,7 +390,7 @@ def nanmax(a, axis=None, out=None, keepdims=False, initial=None, where=None):
 def nanmin(a, axis=None, out=None, keepdims=False, initial=None, where=None):
     """:func:`min` ignoring NaNs (NaN where every element is NaN)."""
     _no_out("nanmin", out)
-    a = to_array(a)
+    a = _operand("nanmin", a)
     if not _dtypes.is_inexact(get_aval(a).dtype):
         return min(a, axis, None, keepdims, initial, where)
     out_ = min(_nan_replaced(a, np.inf), axis, None, keepdims, initial, where)
@@ -397,7 +403,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
         >>> nanmean(array([1.0, nan, 3.0]))
         Array(2., dtype=float32)
     """
-    a = to_array(a)
+    a = _operand("nanmean", a)
     if not _dtypes.is_inexact(get_aval(a).dtype):
         return mean(a, axis, dtype, out, keepdims, where=where)
     return mean(a, axis, dtype, out, keepdims, where=_not_nan(a, where))
@@ -405,7 +411,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
 
 def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None):
     """:func:`var` of the non-NaN elements."""
-    a = to_array(a)
+    a = _operand("nanvar", a)
     if not _dtypes.is_inexact(get_aval(a).dtype):
         return var(a, axis, dtype, out, ddof, keepdims, where=where)
     return var(_nan_replaced(a, 0), axis, dtype, out, ddof, keepdims, where=_not_nan(a, where))
@@ -422,7 +428,7 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
         >>> average(array([1.0, 2.0]), weights=array([3.0, 1.0]))
         Array(1.25, dtype=float32)
     """
-    a = to_array(a)
+    a = _operand("average", a)
     aval = get_aval(a)
     if weights is None:
         avg = mean(a, axis, keepdims=keepdims)
@@ -575,14 +581,14 @@ def _quantile(a, q, axis, method, keepdims, squash_nans):
 # ---- cumulative operations -------------------------------------------------------------------
 
 def _cumulative(fname, lax_name, a, axis, dtype, promote=True):
-    a = to_array(a)
+    a = _operand(fname, a)
     aval = get_aval(a)
     if axis is None:
         a = structural.reshape(a, (aval.size,))
         axis = 0
     axis = canonicalize_axis(axis, get_aval(a).ndim)
     if dtype is not None:
-        result = _canonical(dtype)
+        result = _canonical(dtype, fname)
     elif promote:
         result = _accumulation_dtype(aval.dtype)
     else:
@@ -637,7 +643,7 @@ def _with_initial(out, axis, value, include_initial):
 
 
 def _array_api_cumulative(name, accumulate, initial, x, axis, dtype, include_initial):
-    x = to_array(x)
+    x = _operand(name, x)
     if axis is None:
         if get_aval(x).ndim > 1:
             raise ValueError(f"{name}: axis must be given for arrays of more than one "

@@ -13,7 +13,7 @@ import builtins
 import numpy as np
 
 from functrans import _dtypes
-from functrans.core import Tracer, get_aval
+from functrans.core import Tracer, canonicalize_shape, get_aval
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axes,
                                         canonicalize_axis, check_arraylike, concrete_value,
                                         lax_fn, operator_index, promote_dtypes, to_array)
@@ -24,10 +24,7 @@ from functrans.primitives import structural
 
 
 def _shape_arg(newshape):
-    if isinstance(newshape, (int, np.integer)) or (
-            hasattr(newshape, "__index__") and not isinstance(newshape, (tuple, list))):
-        return [operator_index(newshape, "reshape: shape")]
-    return [operator_index(s, "reshape: shape") for s in newshape]
+    return list(canonicalize_shape(newshape))
 
 
 def _resolve_shape(newshape, size, fname="reshape"):
@@ -183,9 +180,7 @@ def broadcast_to(array, shape):
         >>> broadcast_to(arange(3), (2, 3)).shape
         (2, 3)
     """
-    shape = (operator_index(shape, "shape"),) if not isinstance(shape, (tuple, list)) \
-        else tuple(operator_index(s, "shape") for s in shape)
-    return broadcast_to_shape(to_array(array), shape)
+    return broadcast_to_shape(to_array(array), canonicalize_shape(shape))
 
 
 def broadcast_arrays(*args):
@@ -551,8 +546,7 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None):
 def resize(a, new_shape):
     """A new array of ``new_shape`` filled with ``a``'s elements repeated in order."""
     a = ravel(to_array(a))
-    new_shape = (operator_index(new_shape, "shape"),) if np.ndim(new_shape) == 0 \
-        else tuple(operator_index(s, "shape") for s in new_shape)
+    new_shape = canonicalize_shape(new_shape)
     size = int(np.prod(new_shape, dtype=np.int64))
     n = get_aval(a).size
     if n == 0:

@@ -402,11 +402,15 @@ def logaddexp(x1, x2, /):
         Array(0.6931472, dtype=float32, weak_type=True)
     """
     x1, x2 = promote_args_inexact("logaddexp", x1, x2)
-    amax = lax.max(x1, x2)
-    delta = lax.sub(x1, x2)
-    # equal infinities give NaN in delta; x1 + x2 is then the right answer (inf or -inf)
-    return lax.select(isnan(delta), lax.add(x1, x2),
-                      lax.add(amax, lax.log1p(lax.exp(lax.neg(lax.abs(delta))))))
+    amax, amin = lax.max(x1, x2), lax.min(x1, x2)
+    # min - max rather than -|x1 - x2|: at x1 == x2 the derivative is then 1/2 for each
+    # operand (max and min split ties), not decided by the kink of abs
+    delta = lax.sub(amin, amax)
+    # equal infinities give NaN in delta; x1 + x2 is then the right answer (inf or -inf).
+    # The other branch gets a finite delta, so its (unused) derivative is no NaN either.
+    infinities = isnan(delta)
+    delta = lax.select(infinities, _const(delta, 0), delta)
+    return lax.select(infinities, lax.add(x1, x2), lax.add(amax, lax.log1p(lax.exp(delta))))
 
 
 def logaddexp2(x1, x2, /):

@@ -654,13 +654,17 @@ ad.defjvp(digamma_p, lambda g, x: mul(g, polygamma(_const(x, 1), x)))
 ad.defjvp(polygamma_p, None, lambda g, m, x: mul(g, polygamma(add(m, _const(m, 1)), x)))
 
 
-def _abs_jvp(g, x):
+def _abs_jvp(g, ans, x):
     if _dtypes.is_complex(get_aval(x).dtype):
-        raise NotImplementedError("differentiation of abs for complex inputs is not supported")
-    return mul(g, sign(x))
+        # d|z| = Re(conj(z) dz) / |z|, taken as 0 at z = 0 (|z| is replaced by 1 there)
+        magnitude = convert_element_type(ans, get_aval(x).dtype)
+        safe = select(eq(magnitude, _const(magnitude, 0)), _const(magnitude, 1), magnitude)
+        return real(mul(g, div(conj(x), safe)))
+    # the kink at 0 takes the right-hand slope (+1, also at -0.0), as JAX does
+    return select(ge(x, _const(x, 0)), g, neg(g))
 
 
-ad.defjvp(abs_p, _abs_jvp)
+ad.defjvp2(abs_p, _abs_jvp)
 ad.deflinear(real_p, lambda ct: [complex(ct, _const(ct, 0))])
 ad.deflinear(imag_p, lambda ct: [complex(_const(ct, 0), neg(ct))])
 ad.deflinear(conj_p, lambda ct: [conj(ct)])

@@ -14,7 +14,7 @@ import numpy as np
 
 from functrans import _dtypes
 from functrans import core
-from functrans.core import Primitive, ShapedArray, Tracer, get_aval
+from functrans.core import Primitive, ShapedArray, Tracer, canonicalize_shape, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
 
@@ -80,7 +80,7 @@ broadcast_in_dim_p.batch = _broadcast_in_dim_batch
 def broadcast_in_dim(operand, shape, broadcast_dimensions):
     """Broadcast ``operand`` to ``shape``; its axis ``i`` becomes result axis
     ``broadcast_dimensions[i]``."""
-    shape = tuple(int(s) for s in shape)
+    shape = canonicalize_shape(shape)
     broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
     aval = get_aval(operand)
     if aval.shape == shape and broadcast_dimensions == tuple(range(len(shape))) \
@@ -159,7 +159,7 @@ reshape_p.batch = _reshape_batch
 
 def reshape(operand, new_sizes, dimensions=None):
     """Reshape (row-major); with ``dimensions``, transpose by it first."""
-    new_sizes = tuple(int(s) for s in new_sizes)
+    new_sizes = canonicalize_shape(new_sizes)
     if dimensions is not None and tuple(dimensions) != tuple(range(len(dimensions))):
         operand = transpose(operand, tuple(dimensions))
     if get_aval(operand).shape == new_sizes and not _dtypes.is_python_scalar(operand):

@@ -380,7 +380,6 @@ class Primitive:
         self.batch: Callable | None = None
         self.partial_eval: Callable | None = None
         self.dce: Callable | None = None
-        self.lowerings: dict[str, Callable] = {}
         self.effectful = False
 
     def __repr__(self):
@@ -414,12 +413,6 @@ class Primitive:
     def def_batch(self, f):
         self.batch = f
         return f
-
-    def def_lowering(self, backend: str):
-        def register(f):
-            self.lowerings[backend] = f
-            return f
-        return register
 
     def abstract_eval_many(self, avals, params) -> list:
         """Run the shape rule and always return a list of output avals."""

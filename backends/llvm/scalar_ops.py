@@ -384,10 +384,6 @@ def _clamp(ctx, args, in_dtypes, out_dtype, params):
     return mn(ctx, [mx(ctx, [x, lo], [d, d], d, {}), hi], [d, d], d, {})
 
 
-def _logical_and(ctx, args, in_dtypes, out_dtype, params):
-    return ctx.b.and_(*args)
-
-
 EMITTERS = {
     "neg": _neg, "sign": _sign, "floor": _unary_intrinsic("llvm.floor"),
     "ceil": _unary_intrinsic("llvm.ceil"), "round": _round, "is_finite": _is_finite,

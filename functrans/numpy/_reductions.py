@@ -34,10 +34,6 @@ def _no_out(fname, out):
         raise ValueError(f"{fname}: the `out` argument is not supported (arrays are immutable)")
 
 
-def _reduced_shape(shape, axes):
-    return tuple(s for i, s in enumerate(shape) if i not in axes)
-
-
 def _operand(fname: str, a):
     """The array ``a`` given to the reduction ``fname``: arrays and scalars only, as in JAX
     (a list raises ``TypeError``; convert it with ``jnp.asarray``)."""

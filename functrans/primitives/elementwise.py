@@ -324,13 +324,6 @@ ELEMENTWISE_BINARY = dict(_BINARY)
 # =============================================================================================
 
 
-def _scalar_like(value, other_aval) -> object:
-    """A Python scalar operand takes the dtype of the array it meets (as in jax.lax)."""
-    arr = np.asarray(value, dtype=other_aval.dtype)
-    from functrans.primitives import structural
-    return structural.full(other_aval.shape, arr[()], other_aval.dtype, weak_type=other_aval.weak_type)
-
-
 def _coerce_pair(x, y):
     x_scalar, y_scalar = _dtypes.is_python_scalar(x), _dtypes.is_python_scalar(y)
     if x_scalar and not y_scalar:

@@ -740,16 +740,6 @@ def _diagonal(x):
     return reductions.reduce_sum(_masked(x, np.eye(n)), (get_aval(x).ndim - 1,))
 
 
-def _diag_matrix(d, n_rows=None):
-    """[..., n] -> [..., n, n] with ``d`` on the diagonal."""
-    from functrans.primitives import elementwise as ew
-    from functrans.primitives import structural
-    aval = get_aval(d)
-    n = aval.shape[-1]
-    full = structural.broadcast_in_dim(d, aval.shape + (n,), tuple(range(aval.ndim)))
-    return ew.mul(full, _const_matrix(np.eye(n), full))
-
-
 def _row_scale(x, d):
     """``x * d[..., None, :]`` (scale the columns of each matrix)."""
     from functrans.primitives import elementwise as ew

@@ -14,14 +14,19 @@ with MPI (Allreduce for psum/pmax/pmin, Allgather for the rest).
     >>> functrans.device_count()                  # doctest: +SKIP
     4
 
-Every MPI operation waits at most :func:`collective_timeout` seconds
-(``FUNCTRANS_COLLECTIVE_TIMEOUT``, default 300, or ``initialize(timeout=...)``), so a process
-that died or took another path makes the others fail with :class:`DistributedTimeoutError`
-instead of hanging.
+A process that fails ends the whole job within seconds: an uncaught exception (in any
+thread) or ``sys.exit`` with a non-zero status makes it call ``MPI_Abort`` on ``COMM_WORLD``
+after printing what went wrong with its rank (``initialize(abort_on_failure=False)`` or
+``FUNCTRANS_ABORT_ON_FAILURE=0`` turns this off). Every MPI operation also waits at most
+:func:`collective_timeout` seconds (``FUNCTRANS_COLLECTIVE_TIMEOUT``, default 300, or
+``initialize(timeout=...)``), so a process that hangs, exits with status 0 early, or takes
+another path makes the others fail with :class:`DistributedTimeoutError` instead of hanging.
 """
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 import threading
 import time
 
@@ -70,7 +75,7 @@ def _mpi():
 
 def initialize(coordinator_address=None, num_processes: int | None = None,
                process_id: int | None = None, local_device_ids=None, *,
-               timeout: float | None = None) -> None:
+               timeout: float | None = None, abort_on_failure: bool | None = None) -> None:
     """Join the processes of an MPI launch (``mpiexec -n N python prog.py``).
 
     Call it once, at the start of the program, before any device is used. The arguments of
@@ -78,6 +83,17 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
     ranks, so ``num_processes``/``process_id`` are only checked against it.
     ``coordinator_address`` and ``local_device_ids`` are ignored. Every process must have
     the same number of CPU devices (``FUNCTRANS_CPU_DEVICES``).
+
+    ``timeout`` sets :func:`collective_timeout`. With ``abort_on_failure`` (the default;
+    ``FUNCTRANS_ABORT_ON_FAILURE=0`` changes it) and more than one process, a process that
+    fails takes the whole job down at once instead of leaving the others waiting in their
+    next collective until the timeout: an exception that reaches ``sys.excepthook`` or
+    ``threading.excepthook``, or ``sys.exit(n)`` with ``n != 0`` that ends the program,
+    prints the process's rank (and the traceback) and calls ``MPI_Abort`` on ``COMM_WORLD``
+    with the exit status (1 for an exception), so every process exits with a non-zero
+    status. Exceptions the program catches, ``sys.exit(0)`` and a normal end change nothing.
+    The hooks chain to the ones installed before; a hook installed later should call the
+    one it replaces. See docs/pmap.md, "When a process fails".
 
         >>> import functrans
         >>> functrans.distributed.initialize()     # doctest: +SKIP
@@ -104,10 +120,16 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
                          f"(FUNCTRANS_CPU_DEVICES); the processes have {counts}")
     _state.update(process_index=rank, process_count=size, comm=comm)
     _devices._reset_cpu_devices()
+    if abort_on_failure is None:
+        abort_on_failure = _env_abort_on_failure()
+    # (one process alone has nobody waiting for it)
+    if abort_on_failure and size > 1:
+        _failure_guard.install()
 
 
 def shutdown() -> None:
     """Leave the multi-process run (this process then acts alone again)."""
+    _failure_guard.uninstall()
     comm = _state["comm"]
     if comm is not None:
         try:
@@ -117,6 +139,158 @@ def shutdown() -> None:
     _state.update(process_index=0, process_count=1, comm=None)
     from functrans import _devices
     _devices._reset_cpu_devices()
+
+
+# =============================================================================================
+# One failing process ends the job
+# =============================================================================================
+#
+# Without this, a process that raises prints its traceback and then blocks in MPI_Finalize
+# (mpi4py calls it at exit) until the others finalize too, while they wait for it in their
+# next collective: the job ends only when their collective timeout passes. MPI_Abort instead
+# makes the launcher kill every process at once. (A process killed by a signal never reaches
+# MPI_Finalize, and the launcher already ends the job when it sees that.)
+
+
+def _env_abort_on_failure() -> bool:
+    value = os.environ.get("FUNCTRANS_ABORT_ON_FAILURE", "").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
+def _exit_status(code) -> int:
+    """The status a process exits with for ``SystemExit(code)``, as the interpreter computes it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1        # the interpreter prints a non-integer code and exits with 1
+
+
+class _FailureGuard:
+    """The hooks that turn this process's uncaught failure into ``MPI_Abort`` of the job."""
+
+    def __init__(self):
+        self.installed = False
+        self._aborting = False
+        self._previous_excepthook = None
+        self._previous_threading_excepthook = None
+        self._previous_exit = None
+
+    def install(self) -> None:
+        self._aborting = False
+        self._previous_excepthook, sys.excepthook = sys.excepthook, self._excepthook
+        self._previous_threading_excepthook = threading.excepthook
+        threading.excepthook = self._threading_excepthook
+        self._previous_exit, sys.exit = sys.exit, self._exit
+        atexit.register(self._at_exit)
+        self.installed = True
+
+    def uninstall(self) -> None:
+        if not self.installed:
+            return
+        self.installed = False
+        # Put back only what is still ours: a hook installed later stays (and, chaining to
+        # ours, reaches the previous one through it).
+        if sys.excepthook == self._excepthook:
+            sys.excepthook = self._previous_excepthook
+        if threading.excepthook == self._threading_excepthook:
+            threading.excepthook = self._previous_threading_excepthook
+        if sys.exit == self._exit:
+            sys.exit = self._previous_exit
+        atexit.unregister(self._at_exit)
+
+    def _excepthook(self, exc_type, exc, tb) -> None:
+        """An uncaught exception in the main thread: the program is ending."""
+        if not self.installed:
+            return self._previous_excepthook(exc_type, exc, tb)
+        _announce_abort(f"stopped by an uncaught {exc_type.__name__}")
+        try:
+            self._previous_excepthook(exc_type, exc, tb)
+        finally:
+            self._abort_at_exit(130 if issubclass(exc_type, KeyboardInterrupt) else 1)
+
+    def _threading_excepthook(self, args) -> None:
+        """An uncaught exception in another thread. The main thread goes on (and may wait
+        forever for that thread's work), so the job is aborted now."""
+        if not self.installed or issubclass(args.exc_type, SystemExit):
+            # (SystemExit ends only its thread, and the default hook ignores it)
+            return self._previous_threading_excepthook(args)
+        thread = args.thread.name if args.thread is not None else "a thread"
+        _announce_abort(f"had an uncaught {args.exc_type.__name__} in thread {thread!r}")
+        try:
+            self._previous_threading_excepthook(args)
+        finally:
+            _flush_std_streams()
+            _mpi().COMM_WORLD.Abort(1)
+
+    def _exit(self, status=None):
+        """``sys.exit`` while the guard is installed: the same exit, watched so that a
+        non-zero status that ends the program aborts the job."""
+        try:
+            self._previous_exit(status)
+        except SystemExit as request:
+            if self.installed and threading.current_thread() is threading.main_thread():
+                request.__dict__["_functrans_exit_watch"] = _ExitWatch(
+                    self, _exit_status(request.code))
+            raise
+
+    def _exiting_with(self, status: int) -> None:
+        if self.installed and status != 0 and not self._aborting:
+            _announce_abort(f"is exiting with status {status}")
+            self._abort_at_exit(status)
+
+    def _at_exit(self) -> None:
+        # A hook installed after ours that does not chain to it still leaves the uncaught
+        # exception in sys.last_value.
+        if self.installed and not self._aborting and getattr(sys, "last_value", None) is not None:
+            _announce_abort(f"stopped by an uncaught {type(sys.last_value).__name__}")
+            self._abort_at_exit(1)
+
+    def _abort_at_exit(self, status: int) -> None:
+        """Have mpi4py call MPI_Abort instead of MPI_Finalize as the process exits, after the
+        atexit handlers have run (``mpi4py.run.set_abort_status``)."""
+        self._aborting = True
+        from mpi4py import run
+        run.set_abort_status(status)
+
+
+class _ExitWatch:
+    """Rides on the ``SystemExit`` raised by ``sys.exit`` in the main thread and is freed with
+    it. A handler that catches the exception frees it inside one of its frames; the
+    interpreter, when the exception ends the program, frees it with no Python frame left."""
+
+    __slots__ = ("guard", "status")
+    # Held by the class: a watch freed while the interpreter tears modules down may find
+    # this module's globals already cleared.
+    _is_finalizing = staticmethod(sys.is_finalizing)
+    _getframe = staticmethod(sys._getframe)
+
+    def __init__(self, guard: _FailureGuard, status: int):
+        self.guard, self.status = guard, status
+
+    def __del__(self):
+        if not self._is_finalizing() and self._getframe(0).f_back is None:
+            self.guard._exiting_with(self.status)
+
+
+def _flush_std_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:   # a closed or replaced stream must not stop the abort
+            pass
+
+
+def _announce_abort(what: str) -> None:
+    rank, count = process_index(), process_count()
+    _flush_std_streams()
+    if sys.stderr is not None:
+        sys.stderr.write(f"functrans.distributed: process {rank} of {count} {what}; aborting "
+                         f"all {count} processes (MPI_Abort)\n")
+        _flush_std_streams()
+
+
+_failure_guard = _FailureGuard()
 
 
 # =============================================================================================

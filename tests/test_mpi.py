@@ -1,7 +1,9 @@
-"""pmap across processes under a real ``mpiexec -n 2`` on loopback.
+"""pmap across processes under a real ``mpiexec -n 2`` on loopback, and how one failing
+process ends the job.
 
-Each test launches processes with 2 CPU devices each (4 devices in all). Skipped only when no
-MPI launcher and library can be found or installed (``pip install mpich``).
+Each mpiexec test launches processes with 2 CPU devices each (4 devices in all). Skipped only
+when no MPI launcher and library can be found or installed (``pip install mpich``); the last
+two tests need no MPI.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -180,3 +183,153 @@ def test_mismatched_shapes_across_processes_are_rejected(mpiexec, tmp_path):
     run = _launch(mpiexec, script, timeout=60)
     assert run.stdout.count("rejected:") == 2, run.stdout + run.stderr
     assert "different programs or argument shapes" in run.stdout
+
+
+# One failing process ends the job: rank 1 fails before the collective that rank 0 is waiting
+# in. The collective timeout is 60 s, so a job ended by it (and not by MPI_Abort) shows rank 0's
+# DistributedTimeoutError, which these tests reject; 120 s only guards against a hang.
+FAILING_RANK_SCRIPT = textwrap.dedent('''
+    import os, signal, sys, threading, time
+    import numpy as np
+    import functrans
+    from functrans import lax, distributed
+    mode = sys.argv[1]
+    if mode == "opted_out":
+        distributed.initialize(timeout=60, abort_on_failure=False)
+    else:
+        distributed.initialize(timeout=60)         # aborting on failure is the default
+    rank = distributed.process_index()
+    if rank == 1:
+        time.sleep(0.5)                    # rank 0 is in the psum by now
+        if mode in ("raise", "opted_out"):
+            raise ValueError("rank 1 failed before the psum")
+        if mode == "exit":
+            sys.exit(3)
+        if mode == "thread":
+            worker = threading.Thread(target=lambda: 1 / 0, name="loader")
+            worker.start()
+            worker.join()
+            time.sleep(60)                 # the main thread would go on waiting
+        if mode == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(60)
+        if mode == "caught":
+            try:
+                raise ValueError("handled")
+            except ValueError:
+                pass
+            try:
+                sys.exit(3)
+            except SystemExit:
+                pass
+    out = functrans.pmap(lambda v: lax.psum(v, "i"), axis_name="i")(np.ones((2, 2), np.float32))
+    print(f"rank {rank} done", float(np.asarray(out).sum()), flush=True)
+''')
+
+
+def _run_failing_rank(mpiexec, tmp_path, mode):
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING_RANK_SCRIPT)
+    return _launch(mpiexec, script, mode, timeout=120)
+
+
+@pytest.mark.parametrize("mode, report", [
+    ("raise", "process 1 of 2 stopped by an uncaught ValueError"),
+    ("exit", "process 1 of 2 is exiting with status 3"),
+    ("thread", "process 1 of 2 had an uncaught ZeroDivisionError in thread 'loader'"),
+    # a signal never reaches MPI_Finalize: the launcher ends the job by itself
+    ("sigterm", None),
+])
+def test_a_failing_process_aborts_the_job(mpiexec, tmp_path, mode, report):
+    run = _run_failing_rank(mpiexec, tmp_path, mode)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, output
+    assert "waited more than" not in output, output      # rank 0 did not sit out its timeout
+    assert "rank 0 done" not in output, output
+    if report is not None:
+        assert report + "; aborting all 2 processes (MPI_Abort)" in run.stderr, output
+    if mode == "raise":
+        assert 'raise ValueError("rank 1 failed before the psum")' in run.stderr, output
+    if mode == "thread":
+        assert "ZeroDivisionError: division by zero" in run.stderr, output
+
+
+def test_caught_failures_and_a_normal_end_do_not_abort(mpiexec, tmp_path):
+    run = _run_failing_rank(mpiexec, tmp_path, "caught")
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    assert "rank 0 done 16.0" in run.stdout and "rank 1 done 16.0" in run.stdout, output
+    assert "MPI_Abort" not in output, output
+
+
+def test_abort_on_failure_false_leaves_the_collective_timeout(mpiexec, tmp_path):
+    script = tmp_path / "opted_out.py"
+    script.write_text(FAILING_RANK_SCRIPT.replace("timeout=60", "timeout=2"))
+    run = _launch(mpiexec, script, "opted_out", timeout=120)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, output
+    assert "MPI_Abort" not in output, output
+    assert "waited more than 2 s" in output, output
+
+
+EXIT_WATCH_SCRIPT = textwrap.dedent('''
+    import sys
+    from functrans import distributed
+    guard = distributed._failure_guard
+    guard._abort_at_exit = lambda status: print("abort with status", status, flush=True)
+    guard.install()
+    try:
+        sys.exit(3)
+    except SystemExit:
+        pass
+    kept = []
+    try:
+        sys.exit(4)
+    except SystemExit as request:
+        kept.append(request)                # caught, and still alive at exit
+    print("still running", flush=True)
+    def main():
+        try:
+            sys.exit(5)
+        finally:
+            print("cleanup ran", flush=True)
+    main()
+''')
+
+
+def test_only_an_exit_status_that_ends_the_program_aborts():
+    # No MPI needed: the guard's abort is replaced by a print.
+    run = subprocess.run([sys.executable, "-c", EXIT_WATCH_SCRIPT], capture_output=True,
+                         text=True, timeout=60, cwd=str(ROOT),
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 5, run.stdout + run.stderr
+    assert run.stdout.splitlines() == ["still running", "cleanup ran", "abort with status 5"]
+    assert "process 0 of 1 is exiting with status 5" in run.stderr
+
+
+def test_the_guard_chains_to_and_restores_the_hooks():
+    from functrans import distributed
+    guard = distributed._failure_guard
+    saved = sys.excepthook, threading.excepthook, sys.exit
+    seen = []
+
+    def user_hook(exc_type, exc, tb):
+        seen.append(exc_type)
+
+    def later_thread_hook(args):
+        pass
+
+    sys.excepthook = user_hook
+    try:
+        guard.install()
+        guard._abort_at_exit = seen.append
+        sys.excepthook(KeyError, KeyError("k"), None)
+        assert seen == [KeyError, 1]              # the user's hook ran, then the abort
+        threading.excepthook = later_thread_hook
+        guard.uninstall()
+        assert sys.excepthook is user_hook and sys.exit is saved[2]
+        assert threading.excepthook is later_thread_hook   # installed after the guard: kept
+    finally:
+        guard.uninstall()
+        guard.__dict__.pop("_abort_at_exit", None)
+        sys.excepthook, threading.excepthook, sys.exit = saved

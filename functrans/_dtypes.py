@@ -231,6 +231,12 @@ def dtype_of(x) -> np.dtype:
     return dtype_and_weak(x)[0]
 
 
+def long_name(dtype) -> str:
+    """The name JAX prints in types and errors: float32, int8, bfloat16, bool, float0."""
+    dtype = np.dtype(dtype)
+    return "float0" if dtype == float0 else dtype.name
+
+
 def short_name(dtype) -> str:
     """Compact name used in IR printing: f32, i32, bf16, bool, ..."""
     dtype = np.dtype(dtype)

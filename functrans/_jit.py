@@ -279,8 +279,9 @@ def _checked_arguments(leaves, avals, in_tree, arg_names) -> list:
         buffers.append(x)
     if mismatches:
         names = _argument_names(in_tree, arg_names)
-        lines = [f"Argument '{names[k]}' compiled with {avals[k].str_short()} and called with "
-                 + (given.str_short() if given is not None else f"a {type(leaves[k]).__name__}")
+        lines = [f"Argument '{names[k]}' compiled with {avals[k].strip_weak_type().str_short()}"
+                 " and called with " + (given.strip_weak_type().str_short() if given is not None
+                                        else f"a {type(leaves[k]).__name__}")
                  for k, given in mismatches]
         raise TypeError("Argument types differ from the types for which this computation was "
                         "compiled. Perhaps you are calling the compiled executable with a "

@@ -47,12 +47,17 @@ class ShapedArray:
     def strip_weak_type(self) -> "ShapedArray":
         return self.update(weak_type=False) if self.weak_type else self
 
-    def str_short(self) -> str:
-        return f"{_dtypes.short_name(self.dtype)}[{','.join(str(d) for d in self.shape)}]"
+    def str_short(self, short_dtypes: bool = False) -> str:
+        """The type as JAX prints it, ``float32[3,4]`` (``~`` marks a weak type);
+        ``short_dtypes``: ``f32[3,4]``, as printed jaxprs show it."""
+        dims = ",".join(str(d) for d in self.shape)
+        if short_dtypes:
+            return f"{_dtypes.short_name(self.dtype)}[{dims}]"
+        return f"{'~' if self.weak_type else ''}{_dtypes.long_name(self.dtype)}[{dims}]"
 
     def __repr__(self):
         weak = ", weak_type=True" if self.weak_type else ""
-        return f"ShapedArray({self.str_short()}{weak})"
+        return f"ShapedArray({_dtypes.long_name(self.dtype)}[{','.join(map(str, self.shape))}]{weak})"
 
     __str__ = str_short
 
@@ -124,7 +129,7 @@ class Var:
         self.suffix = suffix
 
     def __repr__(self):
-        return f"Var({self.count}:{self.aval.str_short()})"
+        return f"Var({self.count}:{self.aval.str_short(short_dtypes=True)})"
 
 
 class Literal:
@@ -270,7 +275,8 @@ def _pp_param(value, namer, indent, source_info) -> str:
 
 
 def _pp_eqn(eqn: Eqn, namer, indent: int, source_info: bool) -> str:
-    outs = " ".join(f"{namer(v)}:{v.aval.str_short()}" for v in eqn.outvars) or "()"
+    outs = " ".join(f"{namer(v)}:{v.aval.str_short(short_dtypes=True)}"
+                    for v in eqn.outvars) or "()"
     params = ""
     shown = {k: v for k, v in eqn.params.items() if v is not None or k == "axes"}
     if shown:
@@ -285,7 +291,7 @@ def _pp_eqn(eqn: Eqn, namer, indent: int, source_info: bool) -> str:
 
 def _pp_jaxpr(jaxpr: Jaxpr, namer, indent: int, source_info: bool) -> str:
     def binders(vs):
-        return " ".join(f"{namer(v)}:{v.aval.str_short()}" for v in vs)
+        return " ".join(f"{namer(v)}:{v.aval.str_short(short_dtypes=True)}" for v in vs)
 
     pad = " " * indent
     head = "{ lambda " + binders(jaxpr.constvars) + ("; " if jaxpr.constvars else "; ") \

@@ -271,13 +271,17 @@ class PyTreeDef:
             return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
         if self.kind == "list":
             return "[" + ", ".join(inner) + "]"
-        if self.kind in ("dict", "odict"):
+        if self.kind == "dict":
             return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(self.aux, inner)) + "}"
+        # the other nodes as JAX prints them: CustomNode(type[auxiliary data], [children])
+        children = "[" + ", ".join(inner) + "]"
+        if self.kind == "odict":
+            return f"CustomNode(OrderedDict[{self.aux!r}], {children})"
         if self.kind == "ddict":
-            return "defaultdict({" + ", ".join(f"{k!r}: {v}" for k, v in zip(self.aux[1], inner)) + "})"
+            return f"CustomNode(defaultdict[{self.aux!r}], {children})"
         if self.kind == "namedtuple":
-            return f"{self.aux.__name__}(" + ", ".join(f"{f}={v}" for f, v in zip(self.aux._fields, inner)) + ")"
-        return f"CustomNode({self.aux[0].__name__}[{self.aux[1]!r}], [" + ", ".join(inner) + "])"
+            return f"CustomNode(namedtuple[{self.aux.__name__}], {children})"
+        return f"CustomNode({self.aux[0].__name__}[{self.aux[1]}], {children})"
 
 
 def _hashable(aux):

@@ -101,22 +101,30 @@ def _convert(a, dtype, weak):
     return elementwise.convert_element_type(to_array(a), dtype, weak)
 
 
-def promote_shapes(*args):
+def promote_shapes(*args, fname: str | None = None):
+    """``args`` broadcast to one shape. Shapes that do not broadcast raise ``ValueError``,
+    or, for the operands of the jnp function ``fname``, JAX's ``TypeError``."""
     shapes = [get_aval(a).shape for a in args]
     if len(set(shapes)) <= 1:
         return list(args)
-    shape = broadcast_shapes(*shapes)
+    try:
+        shape = broadcast_shapes(*shapes)
+    except ValueError:
+        if fname is None:
+            raise
+        raise TypeError(f"{fname} got incompatible shapes for broadcasting: "
+                        f"{', '.join(str(tuple(s)) for s in shapes)}.") from None
     return [broadcast_to_shape(a, shape) for a in args]
 
 
 def promote_args(fname: str, *args):
     check_arraylike(fname, *args)
-    return promote_shapes(*promote_dtypes(*args))
+    return promote_shapes(*promote_dtypes(*args), fname=fname)
 
 
 def promote_args_inexact(fname: str, *args):
     check_arraylike(fname, *args)
-    return promote_shapes(*promote_dtypes_inexact(*args))
+    return promote_shapes(*promote_dtypes_inexact(*args), fname=fname)
 
 
 def promote_args_numeric(fname: str, *args):
@@ -125,7 +133,7 @@ def promote_args_numeric(fname: str, *args):
     arrays = promote_dtypes(*args)
     if arrays and _dtypes.is_bool(get_aval(arrays[0]).dtype):
         arrays = [elementwise.convert_element_type(a, _dtypes.default_int_dtype()) for a in arrays]
-    return promote_shapes(*arrays)
+    return promote_shapes(*arrays, fname=fname)
 
 
 # ---- axes ------------------------------------------------------------------------------------

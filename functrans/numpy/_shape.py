@@ -30,16 +30,18 @@ def _shape_arg(newshape):
 def _resolve_shape(newshape, size, fname="reshape"):
     newshape = _shape_arg(newshape)
     if newshape.count(-1) > 1:
-        raise ValueError(f"{fname}: can only specify one unknown dimension (-1)")
+        raise TypeError(f"{fname}: can only specify one unknown dimension (-1), got "
+                        f"{tuple(newshape)}")
     if -1 in newshape:
         known = int(np.prod([s for s in newshape if s != -1], dtype=np.int64))
         if known == 0 or size % known:
-            raise ValueError(f"{fname}: cannot reshape an array of size {size} into shape "
-                             f"{tuple(newshape)}")
+            raise TypeError(f"{fname}: cannot reshape an array of size {size} into shape "
+                            f"{tuple(newshape)}: the product of the given sizes ({known}) "
+                            f"does not evenly divide {size}")
         newshape[newshape.index(-1)] = size // known
     if int(np.prod(newshape, dtype=np.int64)) != size:
-        raise ValueError(f"{fname}: cannot reshape an array of size {size} into shape "
-                         f"{tuple(newshape)}")
+        raise TypeError(f"{fname}: cannot reshape an array of size {size} into shape "
+                        f"{tuple(newshape)} (size {int(np.prod(newshape, dtype=np.int64))})")
     return tuple(newshape)
 
 

@@ -30,8 +30,11 @@ def x64_enabled() -> bool:
 
 
 def canonicalize_dtype(dtype) -> np.dtype:
-    """The dtype a value of ``dtype`` is stored as: 64-bit types narrow unless x64 is on."""
+    """The dtype a value of ``dtype`` is stored as: native byte order, and 64-bit types narrow
+    unless x64 is on."""
     dtype = np.dtype(dtype)
+    if not dtype.isnative:  # big-endian host data is stored (and computed on) as native
+        dtype = dtype.newbyteorder("=")
     if not x64_enabled():
         return _CANONICAL_32.get(dtype, dtype)
     return dtype

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from functrans import _dtypes
-from functrans._array import Array
+from functrans import _dtypes, core
+from functrans._array import Array, host_to_array
 from functrans.core import Tracer, get_aval
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axis,
                                         concrete_value, has_lax_fn, lax_fn, operator_index,
@@ -18,14 +18,19 @@ def _canonical(dtype):
 
 
 def asarray(a, dtype=None, order=None, copy=None):
-    """Convert ``a`` (array, scalar, nested lists) to an Array; no copy if already one."""
+    """Convert ``a`` (array, scalar, nested lists) to an Array; no copy if already one.
+    Host data (NumPy arrays) is copied, in native byte order.
+
+        >>> asarray([1, 2])
+        Array([1, 2], dtype=int32)
+    """
     dtype = _canonical(dtype)
     if isinstance(a, (Array, Tracer)):
         return a if dtype is None else elementwise.convert_element_type(a, dtype, False)
     if _dtypes.is_python_scalar(a):
         weak = dtype is None and type(a) is not bool
         dt = dtype or _dtypes.python_scalar_dtype(a)
-        return Array(np.asarray(a, dtype=dt), weak_type=weak)
+        return Array._from_buffer(np.asarray(a, dtype=dt), weak)
     if hasattr(a, "__jax_array__"):
         return asarray(a.__jax_array__(), dtype)
     if isinstance(a, (list, tuple)):
@@ -35,7 +40,12 @@ def asarray(a, dtype=None, order=None, copy=None):
             return stack([asarray(x, dtype) for x in a])
         if any(isinstance(x, Array) for x in leaves):
             a = _to_nested_numpy(a)
-    if isinstance(a, (np.ndarray, np.generic)) or isinstance(a, (list, tuple)):
+    if isinstance(a, (np.ndarray, np.generic)):
+        if a.dtype == object:
+            raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)")
+        return host_to_array(a) if dtype is None else \
+            Array._from_buffer(core.host_copy(np.asarray(a), dtype))
+    if isinstance(a, (list, tuple)):
         value = np.asarray(a)
         if value.dtype == object:
             raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)")
@@ -43,9 +53,9 @@ def asarray(a, dtype=None, order=None, copy=None):
             if isinstance(a, (list, tuple)) and value.dtype.kind in "iufcb" and _python_only(a):
                 dtype, weak = _dtypes.result_type(*_nested_leaves(a), return_weak_type_flag=True) \
                     if _nested_leaves(a) else (_dtypes.default_float_dtype(), False)
-                return Array(np.array(value, dtype=dtype), weak_type=False)
+                return Array._from_buffer(np.array(value, dtype=dtype))
             dtype = _dtypes.canonicalize_dtype(value.dtype)
-        return Array(np.array(value, dtype=dtype, copy=True))
+        return Array._from_buffer(np.array(value, dtype=dtype))
     try:
         value = np.asarray(a)
     except Exception as err:  # noqa: BLE001
@@ -157,7 +167,7 @@ def iota(dtype, shape, dimension: int = 0):
         return lax_fn("broadcasted_iota")(dtype, shape, dimension)
     ramp = np.arange(shape[dimension], dtype=dtype).reshape(
         [-1 if i == dimension else 1 for i in range(len(shape))])
-    return Array(np.ascontiguousarray(np.broadcast_to(ramp, shape)))
+    return Array._from_buffer(np.ascontiguousarray(np.broadcast_to(ramp, shape)))
 
 
 def _static_scalar(x, fname: str, what: str):
@@ -193,7 +203,7 @@ def arange(start, stop=None, step=None, dtype=None):
     start_v = values[0] if stop is not None else 0
     stop_v = values[1] if stop is not None else values[0]
     step_v = values[-1] if step is not None else 1
-    return Array(np.arange(start_v, stop_v, step_v).astype(dtype))
+    return Array._from_buffer(np.arange(start_v, stop_v, step_v).astype(dtype))
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
@@ -471,18 +481,18 @@ def fromfunction(function, shape, *, dtype=float, **kwargs):
 def tril_indices(n, k=0, m=None):
     """Row and column indices of the lower triangle of an ``(n, m)`` array."""
     rows, cols = np.tril_indices(operator_index(n, "n"), k, m)
-    return (Array(rows.astype(_dtypes.default_int_dtype())),
-            Array(cols.astype(_dtypes.default_int_dtype())))
+    return (Array._from_buffer(rows.astype(_dtypes.default_int_dtype())),
+            Array._from_buffer(cols.astype(_dtypes.default_int_dtype())))
 
 
 def triu_indices(n, k=0, m=None):
     """Row and column indices of the upper triangle of an ``(n, m)`` array."""
     rows, cols = np.triu_indices(operator_index(n, "n"), k, m)
-    return (Array(rows.astype(_dtypes.default_int_dtype())),
-            Array(cols.astype(_dtypes.default_int_dtype())))
+    return (Array._from_buffer(rows.astype(_dtypes.default_int_dtype())),
+            Array._from_buffer(cols.astype(_dtypes.default_int_dtype())))
 
 
 def diag_indices(n, ndim=2):
     """Indices of the main diagonal of an ``n x ... x n`` array."""
-    idx = Array(np.arange(operator_index(n, "n"), dtype=_dtypes.default_int_dtype()))
+    idx = Array._from_buffer(np.arange(operator_index(n, "n"), dtype=_dtypes.default_int_dtype()))
     return (idx,) * ndim

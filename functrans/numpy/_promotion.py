@@ -54,16 +54,13 @@ def broadcast_to_shape(x, shape):
 
 def to_array(x):
     """A Python scalar, NumPy value or list becomes an Array (weak for Python scalars)."""
-    from functrans._array import Array
+    from functrans._array import Array, host_to_array
     if isinstance(x, (Array, Tracer)):
         return x
-    if _dtypes.is_python_scalar(x):
-        dtype = _dtypes.python_scalar_dtype(x)
-        return Array(np.asarray(x, dtype=dtype), weak_type=type(x) is not bool)
     if hasattr(x, "__jax_array__"):
         return to_array(x.__jax_array__())
-    if isinstance(x, (np.ndarray, np.generic)):
-        return Array(np.asarray(x, dtype=_dtypes.canonicalize_dtype(x.dtype)))
+    if _dtypes.is_python_scalar(x) or isinstance(x, (np.ndarray, np.generic)):
+        return host_to_array(x)
     from functrans.numpy._creation import asarray
     return asarray(x)
 

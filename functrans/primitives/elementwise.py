@@ -593,7 +593,8 @@ def convert_element_type(x, new_dtype, weak_type: bool = False):
     becomes 0)."""
     new_dtype = _dtypes.canonicalize_dtype(new_dtype)
     aval = get_aval(x)
-    if aval.dtype == new_dtype and aval.weak_type == weak_type and not _dtypes.is_python_scalar(x):
+    if aval.dtype == new_dtype and aval.weak_type == weak_type and not _dtypes.is_python_scalar(x) \
+            and not isinstance(x, (np.ndarray, np.generic)):  # host data becomes an Array
         return x
     return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
 

@@ -75,8 +75,8 @@ def get_aval(x) -> ShapedArray:
     aval = getattr(x, "aval", None)
     if aval is not None:
         return aval
-    if _dtypes.is_python_scalar(x):
-        return ShapedArray((), _dtypes.python_scalar_dtype(x), weak_type=type(x) is not bool)
+    if _dtypes.is_python_scalar(x):  # a Python int must fit its dtype (else OverflowError)
+        return ShapedArray((), _dtypes.weak_scalar_dtype(x), weak_type=type(x) is not bool)
     if isinstance(x, (np.ndarray, np.generic)):
         return ShapedArray(np.shape(x), _dtypes.canonicalize_dtype(x.dtype))
     if hasattr(x, "__jax_array__"):
@@ -691,6 +691,8 @@ def to_numpy(x, aval=None) -> np.ndarray:
         aval = get_aval(x)
     if isinstance(x, np.ndarray):
         return host_copy(x, aval.dtype)
+    if type(x) is int:
+        return _dtypes.python_scalar_to_numpy(x, aval.dtype)
     return np.asarray(x, dtype=aval.dtype)
 
 

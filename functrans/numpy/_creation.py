@@ -8,8 +8,8 @@ from functrans import _dtypes, core
 from functrans._array import Array, host_to_array
 from functrans.core import Tracer, get_aval
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axis,
-                                        concrete_value, has_lax_fn, lax_fn, operator_index,
-                                        promote_dtypes_inexact, to_array)
+                                        concrete_value, has_lax_fn, is_arraylike, lax_fn,
+                                        operator_index, promote_dtypes_inexact, to_array)
 from functrans.primitives import elementwise, structural
 
 
@@ -19,48 +19,70 @@ def _canonical(dtype):
 
 def asarray(a, dtype=None, order=None, copy=None):
     """Convert ``a`` (array, scalar, nested lists) to an Array; no copy if already one.
-    Host data (NumPy arrays) is copied, in native byte order.
+
+    Host data (NumPy arrays) is copied, in native byte order. A Python int must fit the
+    dtype it becomes (``OverflowError`` otherwise): its own default integer type, ``dtype``
+    when given, or in a list the dtype the list's elements promote to.
 
         >>> asarray([1, 2])
         Array([1, 2], dtype=int32)
+        >>> asarray(2 ** 31, dtype=np.uint32)
+        Array(2147483648, dtype=uint32)
     """
     dtype = _canonical(dtype)
     if isinstance(a, (Array, Tracer)):
         return a if dtype is None else elementwise.convert_element_type(a, dtype, False)
     if _dtypes.is_python_scalar(a):
-        weak = dtype is None and type(a) is not bool
-        dt = dtype or _dtypes.python_scalar_dtype(a)
-        return Array._from_buffer(np.asarray(a, dtype=dt), weak)
+        if dtype is None:
+            return host_to_array(a)
+        return Array._from_buffer(_dtypes.python_scalar_to_numpy(a, dtype))
     if hasattr(a, "__jax_array__"):
         return asarray(a.__jax_array__(), dtype)
     if isinstance(a, (list, tuple)):
-        leaves = _nested_leaves(a)
-        if any(isinstance(x, Tracer) for x in leaves):
-            from functrans.numpy._shape import stack
-            return stack([asarray(x, dtype) for x in a])
-        if any(isinstance(x, Array) for x in leaves):
-            a = _to_nested_numpy(a)
+        return _sequence_to_array(a, dtype)
     if isinstance(a, (np.ndarray, np.generic)):
         if a.dtype == object:
             raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)")
         return host_to_array(a) if dtype is None else \
             Array._from_buffer(core.host_copy(np.asarray(a), dtype))
-    if isinstance(a, (list, tuple)):
-        value = np.asarray(a)
-        if value.dtype == object:
-            raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)")
-        if dtype is None:
-            if isinstance(a, (list, tuple)) and value.dtype.kind in "iufcb" and _python_only(a):
-                dtype, weak = _dtypes.result_type(*_nested_leaves(a), return_weak_type_flag=True) \
-                    if _nested_leaves(a) else (_dtypes.default_float_dtype(), False)
-                return Array._from_buffer(np.array(value, dtype=dtype))
-            dtype = _dtypes.canonicalize_dtype(value.dtype)
-        return Array._from_buffer(np.array(value, dtype=dtype))
     try:
         value = np.asarray(a)
     except Exception as err:  # noqa: BLE001
         raise TypeError(f"cannot convert {type(a).__name__} to an array") from err
     return asarray(value, dtype)
+
+
+def _sequence_to_array(a, dtype):
+    """A nested list or tuple as an Array of ``dtype``, by default the type its elements
+    promote to (Python scalars weakly, as in ``jnp.asarray([np.int8(1), 2])``: int8)."""
+    leaves = _nested_leaves(a)
+    if dtype is None:
+        dtype = _sequence_dtype(a, leaves)
+    if any(isinstance(x, Tracer) for x in leaves):
+        from functrans.numpy._shape import stack
+        return stack([asarray(x, dtype) for x in a])
+    for x in leaves:
+        if type(x) is int:
+            _dtypes.check_python_int(x, dtype)
+    if any(isinstance(x, Array) for x in leaves):
+        a = _to_nested_numpy(a)
+    try:
+        value = np.array(a, dtype=dtype)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)") from err
+    return Array._from_buffer(value)
+
+
+def _sequence_dtype(a, leaves):
+    if not leaves:
+        return _dtypes.default_float_dtype()
+    if not all(is_arraylike(x) for x in leaves):
+        raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)")
+    try:
+        dtype, _ = _dtypes.result_type(*leaves, return_weak_type_flag=True)
+    except TypeError:
+        raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)") from None
+    return dtype
 
 
 def _nested_leaves(a):
@@ -71,10 +93,6 @@ def _nested_leaves(a):
         else:
             out.append(x)
     return out
-
-
-def _python_only(a) -> bool:
-    return all(_dtypes.is_python_scalar(x) for x in _nested_leaves(a))
 
 
 def _to_nested_numpy(a):
@@ -100,18 +118,31 @@ def _shape_tuple(shape):
 
 
 def full(shape, fill_value, dtype=None):
+    """An array of ``shape`` filled with ``fill_value`` (a scalar, or an array that broadcasts
+    to ``shape``).
+
+    A scalar converts to ``dtype`` as ``lax.convert_element_type`` converts it (as in JAX,
+    ``full(2, 300, dtype=uint8)`` is ``[44, 44]``).
+
+        >>> full(2, 7)
+        Array([7, 7], dtype=int32, weak_type=True)
+    """
     dtype = _canonical(dtype)
     shape = _shape_tuple(shape)
+    if not _is_scalar(fill_value):
+        return broadcast_to_shape(asarray(fill_value, dtype), shape)
     if dtype is None:
         dtype, weak = _dtypes.dtype_and_weak(fill_value)
     else:
         weak = False
-    fill = asarray(fill_value)
-    if get_aval(fill).ndim:
-        from functrans.numpy._promotion import broadcast_to_shape
-        return broadcast_to_shape(elementwise.convert_element_type(fill, dtype, False), shape)
-    return structural.full(shape, fill_value if not isinstance(fill_value, Tracer) else fill,
-                           dtype, weak_type=weak and _dtypes.is_python_scalar(fill_value))
+    return structural.full(shape, fill_value, dtype, weak_type=weak)
+
+
+def _is_scalar(value) -> bool:
+    """Whether ``value`` has no axes (a Python scalar's value is not checked here)."""
+    if _dtypes.is_python_scalar(value):
+        return True
+    return not isinstance(value, (list, tuple)) and get_aval(value).ndim == 0
 
 
 def zeros(shape, dtype=None):
@@ -127,9 +158,15 @@ def empty(shape, dtype=None):
 
 
 def _like(a, dtype, shape):
-    aval = get_aval(asarray(a) if not isinstance(a, (Array, Tracer)) else a)
-    return (aval.shape if shape is None else _shape_tuple(shape),
-            _canonical(dtype) or aval.dtype, aval.weak_type and dtype is None)
+    """The shape, dtype and weak type of an array like ``a`` (only its type is read: a
+    Python int out of its dtype's range is no error here, as in JAX)."""
+    if _dtypes.is_python_scalar(a):
+        a_shape, (a_dtype, a_weak) = (), _dtypes.dtype_and_weak(a)
+    else:
+        aval = get_aval(a if isinstance(a, (Array, Tracer, np.ndarray, np.generic)) else asarray(a))
+        a_shape, a_dtype, a_weak = aval.shape, aval.dtype, aval.weak_type
+    return (a_shape if shape is None else _shape_tuple(shape),
+            _canonical(dtype) or a_dtype, a_weak and dtype is None)
 
 
 def zeros_like(a, dtype=None, shape=None):
@@ -144,7 +181,7 @@ def ones_like(a, dtype=None, shape=None):
 
 def full_like(a, fill_value, dtype=None, shape=None):
     shape, dtype, weak = _like(a, dtype, shape)
-    return structural.full(shape, fill_value, dtype)
+    return structural.full(shape, fill_value, dtype, weak_type=weak)
 
 
 def empty_like(a, dtype=None, shape=None):

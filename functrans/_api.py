@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from functrans import _dtypes, core, tree_util
-from functrans._array import Array
+from functrans._array import Array, host_to_array
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
@@ -670,9 +670,8 @@ def device_put(x, device=None):
         placer = getattr(target, "put", None)
         if placer is not None:
             return placer(leaf)
-        if isinstance(leaf, Array):
-            return Array(leaf._value, leaf.weak_type, target)
-        aval = get_aval(leaf)
-        return Array(np.array(leaf, dtype=aval.dtype), aval.weak_type, target)
+        if isinstance(leaf, Array):  # its buffer is immutable: the new Array shares it
+            return Array._from_buffer(leaf._value, leaf.weak_type, target)
+        return host_to_array(leaf, device=target)  # host data is copied, never aliased
 
     return tree_map(put, x)

@@ -29,24 +29,22 @@ class Array:
     _platform = "cpu"  # where the buffer lives (a GPU array says "gpu")
 
     def __init__(self, value: np.ndarray, weak_type: bool = False, device=None):
-        if not isinstance(value, np.ndarray):
-            value = np.asarray(value)
-        if value.flags.writeable:
-            if value.base is not None or not value.flags.owndata:
-                value = value.view()
-            value.flags.writeable = False
-        self._value = value
+        # Host data is copied (in native byte order): the caller's array stays writeable,
+        # and writing to it (or to the array it views) never changes this Array.
+        self._value = core.host_copy(np.asarray(value))
         self.weak_type = weak_type
         self._device = device
 
     @classmethod
-    def _from_buffer(cls, value: np.ndarray, weak_type: bool = False) -> "Array":
-        """Wrap a fresh buffer the library just computed (no copy, no checks)."""
+    def _from_buffer(cls, value: np.ndarray, weak_type: bool = False, device=None) -> "Array":
+        """Wrap a fresh buffer the library just computed, or a view of other Arrays' buffers:
+        memory nobody else can write (no copy, no checks). Host data goes through
+        ``Array(value)`` instead, which copies it."""
         obj = object.__new__(cls)
         value.flags.writeable = False
         obj._value = value
         obj.weak_type = weak_type
-        obj._device = None
+        obj._device = device
         return obj
 
     @property
@@ -140,7 +138,7 @@ class Array:
         return self._value.tolist()
 
     def copy(self) -> "Array":
-        return Array(self._value.copy(), self.weak_type, self._device)
+        return Array._from_buffer(self._value.copy(), self.weak_type, self._device)
 
     def __copy__(self):
         return self
@@ -193,6 +191,26 @@ class _DeletedBuffer:
 
 
 _DELETED = _DeletedBuffer()
+
+
+def host_to_array(x, aval=None, device=None) -> Array:
+    """Host data (a NumPy array or scalar, a Python scalar) as an Array of its canonical
+    dtype: a private copy in native byte order (:func:`functrans.core.to_numpy`; a Python
+    int must fit its dtype). The caller's array is left as it was.
+
+        >>> import numpy as np
+        >>> h = np.ones(2, np.float32)
+        >>> x = host_to_array(h)
+        >>> h[0] = 5.0  # h stays writeable, and x keeps its values
+        >>> x
+        Array([1., 1.], dtype=float32)
+    """
+    if aval is None:
+        if type(x) is np.ndarray:  # the common case, without building an aval
+            return Array._from_buffer(core.host_copy(x, _dtypes.canonicalize_dtype(x.dtype)),
+                                      False, device)
+        aval = core.get_aval(x)
+    return Array._from_buffer(core.to_numpy(x, aval), aval.weak_type, device)
 
 
 def delete(array: "Array") -> None:

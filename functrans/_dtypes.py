@@ -31,8 +31,11 @@ def x64_enabled() -> bool:
 
 
 def canonicalize_dtype(dtype) -> np.dtype:
-    """The dtype a value of ``dtype`` is stored as: 64-bit types narrow unless x64 is on."""
+    """The dtype a value of ``dtype`` is stored as: native byte order, and 64-bit types narrow
+    unless x64 is on."""
     dtype = np.dtype(dtype)
+    if not dtype.isnative:  # big-endian host data is stored (and computed on) as native
+        dtype = dtype.newbyteorder("=")
     if not x64_enabled():
         return _CANONICAL_32.get(dtype, dtype)
     return dtype
@@ -122,6 +125,56 @@ def python_scalar_dtype(value) -> np.dtype:
 
 def is_python_scalar(value) -> bool:
     return type(value) in (bool, int, float, complex)
+
+
+_INT_BOUNDS = {d: (int(np.iinfo(d).min), int(np.iinfo(d).max))
+               for d in (int8, int16, int32, int64, uint8, uint16, uint32, uint64)}
+
+
+def check_python_int(value: int, dtype) -> None:
+    """Raise ``OverflowError`` unless the Python int ``value`` fits in the integer ``dtype``.
+
+    The one check made wherever a Python int becomes an array value (an argument, a literal,
+    an operand of an arithmetic operator, an element of a list): outside its dtype's range it
+    is an error, as in JAX, never a silent wrap-around. Non-integer dtypes take any int.
+
+        >>> check_python_int(2 ** 31, np.dtype("uint32"))  # fits: no error
+        >>> check_python_int(2 ** 31, np.dtype("int32"))  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        OverflowError: Python int 2147483648 too large to convert to int32
+    """
+    bounds = _INT_BOUNDS.get(np.dtype(dtype))
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise OverflowError(f"Python int {value} too large to convert to {np.dtype(dtype).name}"
+                            f"{_overflow_hint(np.dtype(dtype))}")
+
+
+def _overflow_hint(dtype: np.dtype) -> str:
+    if dtype == int32 and not x64_enabled():
+        return (" (the default integer type while 64-bit types are off: enable them with "
+                "functrans.config.update('jax_enable_x64', True), or write the value as a "
+                "float)")
+    return " (convert it to an array of a wider dtype, or write it as a float)"
+
+
+def weak_scalar_dtype(value) -> np.dtype:
+    """The dtype the Python scalar ``value`` takes as an array value (:func:`python_scalar_dtype`),
+    after checking that a Python int fits in it (:func:`check_python_int`)."""
+    dtype = python_scalar_dtype(value)
+    if type(value) is int:
+        check_python_int(value, dtype)
+    return dtype
+
+
+def python_scalar_to_numpy(value, dtype=None) -> np.ndarray:
+    """The Python scalar ``value`` as a 0-d NumPy array of ``dtype`` (default: the weak dtype
+    it takes). A Python int must fit in the dtype (:func:`check_python_int`); a float or
+    complex value converts as NumPy converts it (a float too large becomes inf)."""
+    if dtype is None:
+        dtype = weak_scalar_dtype(value)
+    elif type(value) is int:
+        check_python_int(value, dtype)
+    return np.asarray(value, dtype=dtype)
 
 
 # The lattice. Nodes are dtypes plus the weak kinds "i*", "f*", "c*".

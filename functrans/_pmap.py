@@ -124,7 +124,8 @@ class ShardedArray(Array):
         return set(self._shard_devices)
 
     def _shard_array(self, s, device) -> Array:
-        return s if _is_device_array(s) else Array(s, self.weak_type, device)
+        # a shard is a buffer pmap or a device_put made (host data was copied on the way in)
+        return s if _is_device_array(s) else Array._from_buffer(s, self.weak_type, device)
 
     @property
     def device_buffers(self) -> list:
@@ -945,13 +946,14 @@ class PmapFunction:
                 # (on a GPU, a GpuArray on devices[0]).
                 first = column[0]
                 results.append(first if _is_device_array(first)
-                               else Array(np.asarray(first, aval.dtype), aval.weak_type))
+                               else Array._from_buffer(np.asarray(first, aval.dtype),
+                                                       aval.weak_type))
             elif o == 0:
                 results.append(ShardedArray(column, aval, devices, aval.weak_type))
             else:
                 # Mapped along another axis: joined on the host (a host Array).
                 hosts = [program.to_host(m, c) for m, c in enumerate(column)]
-                results.append(Array(np.stack(hosts, axis=o), aval.weak_type))
+                results.append(Array._from_buffer(np.stack(hosts, axis=o), aval.weak_type))
         return tree_util.tree_unflatten(out_tree, results)
 
     def _build(self, statics, in_tree, avals, global_size, key):

@@ -360,7 +360,7 @@ def _finish_leaf(value: np.ndarray, python_type):
     from functrans._array import Array
     canonical = _dtypes.canonicalize_dtype(value.dtype)
     # a private copy: the file's buffer is not kept alive by the restored array
-    return Array(np.array(value, dtype=canonical, copy=True))
+    return Array._from_buffer(np.array(value, dtype=canonical, copy=True))
 
 
 def restore(path, target=None):

@@ -81,8 +81,8 @@ def get_aval(x) -> ShapedArray:
     aval = getattr(x, "aval", None)
     if aval is not None:
         return aval
-    if _dtypes.is_python_scalar(x):
-        return ShapedArray((), _dtypes.python_scalar_dtype(x), weak_type=type(x) is not bool)
+    if _dtypes.is_python_scalar(x):  # a Python int must fit its dtype (else OverflowError)
+        return ShapedArray((), _dtypes.weak_scalar_dtype(x), weak_type=type(x) is not bool)
     if isinstance(x, (np.ndarray, np.generic)):
         return ShapedArray(np.shape(x), _dtypes.canonicalize_dtype(x.dtype))
     if hasattr(x, "__jax_array__"):
@@ -696,13 +696,50 @@ _state = _TraceState()
 
 
 def to_numpy(x, aval=None) -> np.ndarray:
-    """The NumPy value behind an eager value (Array, NumPy array or Python scalar)."""
+    """The NumPy value behind an eager value (Array, NumPy array or Python scalar).
+
+    An Array gives its own (immutable) buffer; host data gives a private copy
+    (:func:`host_copy`), so nothing computed from it (a result that views its input, a
+    compiled program's output that is its input) can alias memory the caller may change."""
     value = getattr(x, "_value", None)
     if value is not None:
         return value
     if aval is None:
         aval = get_aval(x)
+    if isinstance(x, np.ndarray):
+        return host_copy(x, aval.dtype)
+    if type(x) is int:
+        return _dtypes.python_scalar_to_numpy(x, aval.dtype)
     return np.asarray(x, dtype=aval.dtype)
+
+
+def constant_value(value, aval):
+    """``value`` as a constant a staged program closes over: a NumPy array becomes an Array
+    holding a copy (:func:`host_copy`), so the program keeps the values it was traced with
+    whatever the caller later writes to that array or to its base (and running the program
+    copies nothing more); Arrays (immutable) and scalars as they are."""
+    if isinstance(value, np.ndarray):
+        return wrap_array(host_copy(value, aval.dtype), aval)
+    return value
+
+
+def host_copy(value, dtype=None) -> np.ndarray:
+    """A private, read-only copy of the host array ``value`` as ``dtype`` (default: its own)
+    in native byte order: the buffer host data becomes when it enters the library (as JAX
+    copies it to a device). The caller's array is left as it was (still writeable), and later
+    writes to it, or to the array it is a view of, never reach the copy.
+
+        >>> h = np.ones(2, ">f4")
+        >>> c = host_copy(h)
+        >>> c.dtype.isnative, c.flags.writeable, h.flags.writeable
+        (True, False, True)
+    """
+    dtype = np.dtype(value.dtype if dtype is None else dtype)
+    if not dtype.isnative:
+        dtype = dtype.newbyteorder("=")
+    copy = np.array(value, dtype=dtype, copy=True, order="C")
+    copy.flags.writeable = False
+    return copy
 
 
 def _note_user_line(err: Exception, primitive) -> None:
@@ -757,7 +794,9 @@ def wrap_array(value, aval):
     if value.shape != aval.shape:
         raise AssertionError(f"reference implementation returned shape {value.shape}, "
                              f"shape rule says {aval.shape}")
-    return Array(value, weak_type=aval.weak_type)
+    # no copy: a result is fresh, or views its inputs, which are Arrays' buffers or private
+    # copies of host data (to_numpy)
+    return Array._from_buffer(value, aval.weak_type)
 
 
 # =============================================================================================

@@ -75,8 +75,8 @@ def from_dlpack(external_array, device=None, copy: bool | None = None):
         if dtype != host.dtype:
             raise ValueError(f"from_dlpack(copy=False): the {host.dtype} data must be converted "
                              f"to {dtype} (enable_x64 is off), which needs a copy")
-        value = host
+        value = host  # shared, as asked: the one place an Array views memory it was given
     else:
         value = np.array(host, dtype=dtype, copy=True)
-    out = Array(value)
+    out = Array._from_buffer(value)
     return device_put(out, device) if device is not None else out

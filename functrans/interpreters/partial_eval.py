@@ -191,7 +191,7 @@ def tracers_to_jaxpr(tracers_in, tracers_out) -> tuple[Jaxpr, list]:
             if var is None:
                 var = const_ids[id(value)] = Var(get_aval(value))
                 constvars.append(var)
-                constvar_to_val[id(var)] = value
+                constvar_to_val[id(var)] = core.constant_value(value, var.aval)
             tracer_to_var[id(t)] = var
         elif isinstance(recipe, EqnRecipe):
             if id(recipe) in processed_eqns:

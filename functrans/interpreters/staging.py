@@ -56,7 +56,7 @@ class JaxprBuilder:
         else:
             var = self.add_var(tracer)
             self.constvars.append(var)
-            self.constvar_values[id(var)] = value
+            self.constvar_values[id(var)] = core.constant_value(value, aval)
         self.const_tracers[key] = tracer
         # keep the constant alive so its id is not reused while staging
         self.tracers.append(value)

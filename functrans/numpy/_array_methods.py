@@ -36,4 +36,4 @@ def view(x, dtype=None, type=None):  # noqa: A002
     if value is None:
         raise NotImplementedError("view: reinterpreting the bits of a traced array as another "
                                   "dtype needs a bitcast primitive, which is not available")
-    return Array(np.ascontiguousarray(value).view(dtype))
+    return Array._from_buffer(np.ascontiguousarray(value).view(dtype))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from functrans import _dtypes
-from functrans._array import Array
+from functrans import _dtypes, core
+from functrans._array import Array, host_to_array
 from functrans.core import ConcretizationTypeError, Tracer, canonicalize_shape, get_aval
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axis,
-                                        concrete_value, has_lax_fn, lax_fn, operator_index,
-                                        promote_dtypes_inexact, to_array)
+                                        concrete_value, has_lax_fn, is_arraylike, lax_fn,
+                                        operator_index, promote_dtypes_inexact, to_array)
 from functrans.primitives import elementwise, structural
 
 
@@ -18,39 +18,71 @@ def _canonical(dtype, fname: str):
 
 
 def asarray(a, dtype=None, order=None, copy=None):
-    """Convert ``a`` (array, scalar, nested lists) to an Array; no copy if already one."""
+    """Convert ``a`` (array, scalar, nested lists) to an Array; no copy if already one.
+
+    Host data (NumPy arrays) is copied, in native byte order. A Python int must fit the
+    dtype it becomes (``OverflowError`` otherwise): its own default integer type, ``dtype``
+    when given, or in a list the dtype the list's elements promote to.
+
+        >>> asarray([1, 2])
+        Array([1, 2], dtype=int32)
+        >>> asarray(2 ** 31, dtype=np.uint32)
+        Array(2147483648, dtype=uint32)
+    """
     dtype = _canonical(dtype, "asarray")
     if isinstance(a, (Array, Tracer)):
         return a if dtype is None else elementwise.convert_element_type(a, dtype, False)
     if _dtypes.is_python_scalar(a):
-        weak = dtype is None and type(a) is not bool
-        dt = dtype or _dtypes.python_scalar_dtype(a)
-        return Array(np.asarray(a, dtype=dt), weak_type=weak)
+        if dtype is None:
+            return host_to_array(a)
+        return Array._from_buffer(_dtypes.python_scalar_to_numpy(a, dtype))
     if hasattr(a, "__jax_array__"):
         return asarray(a.__jax_array__(), dtype)
     if isinstance(a, (list, tuple)):
-        leaves = _nested_leaves(a)
-        if any(isinstance(x, Tracer) for x in leaves):
-            from functrans.numpy._shape import stack
-            return stack([asarray(x, dtype) for x in a])
-        if any(isinstance(x, Array) for x in leaves):
-            a = _to_nested_numpy(a)
-    if isinstance(a, (np.ndarray, np.generic)) or isinstance(a, (list, tuple)):
-        value = np.asarray(a)
-        if value.dtype == object:
+        return _sequence_to_array(a, dtype)
+    if isinstance(a, (np.ndarray, np.generic)):
+        if a.dtype == object:
             raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)")
-        if dtype is None:
-            if isinstance(a, (list, tuple)) and value.dtype.kind in "iufcb" and _python_only(a):
-                dtype, weak = _dtypes.result_type(*_nested_leaves(a), return_weak_type_flag=True) \
-                    if _nested_leaves(a) else (_dtypes.default_float_dtype(), False)
-                return Array(np.array(value, dtype=dtype), weak_type=False)
-            dtype = _dtypes.canonicalize_dtype(value.dtype)
-        return Array(np.array(value, dtype=dtype, copy=True))
+        return host_to_array(a) if dtype is None else \
+            Array._from_buffer(core.host_copy(np.asarray(a), dtype))
     try:
         value = np.asarray(a)
     except Exception as err:  # noqa: BLE001
         raise TypeError(f"cannot convert {type(a).__name__} to an array") from err
     return asarray(value, dtype)
+
+
+def _sequence_to_array(a, dtype):
+    """A nested list or tuple as an Array of ``dtype``, by default the type its elements
+    promote to (Python scalars weakly, as in ``jnp.asarray([np.int8(1), 2])``: int8)."""
+    leaves = _nested_leaves(a)
+    if dtype is None:
+        dtype = _sequence_dtype(a, leaves)
+    if any(isinstance(x, Tracer) for x in leaves):
+        from functrans.numpy._shape import stack
+        return stack([asarray(x, dtype) for x in a])
+    for x in leaves:
+        if type(x) is int:
+            _dtypes.check_python_int(x, dtype)
+    if any(isinstance(x, Array) for x in leaves):
+        a = _to_nested_numpy(a)
+    try:
+        value = np.array(a, dtype=dtype)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)") from err
+    return Array._from_buffer(value)
+
+
+def _sequence_dtype(a, leaves):
+    if not leaves:
+        return _dtypes.default_float_dtype()
+    if not all(is_arraylike(x) for x in leaves):
+        raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)")
+    try:
+        dtype, _ = _dtypes.result_type(*leaves, return_weak_type_flag=True)
+    except TypeError:
+        raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)") from None
+    return dtype
 
 
 def _nested_leaves(a):
@@ -61,10 +93,6 @@ def _nested_leaves(a):
         else:
             out.append(x)
     return out
-
-
-def _python_only(a) -> bool:
-    return all(_dtypes.is_python_scalar(x) for x in _nested_leaves(a))
 
 
 def _to_nested_numpy(a):
@@ -84,18 +112,31 @@ def array(object, dtype=None, copy=True, order=None, ndmin=0):  # noqa: A002
 
 
 def full(shape, fill_value, dtype=None):
+    """An array of ``shape`` filled with ``fill_value`` (a scalar, or an array that broadcasts
+    to ``shape``).
+
+    A scalar converts to ``dtype`` as ``lax.convert_element_type`` converts it (as in JAX,
+    ``full(2, 300, dtype=uint8)`` is ``[44, 44]``).
+
+        >>> full(2, 7)
+        Array([7, 7], dtype=int32, weak_type=True)
+    """
     dtype = _canonical(dtype, "full")
     shape = canonicalize_shape(shape)
+    if not _is_scalar(fill_value):
+        return broadcast_to_shape(asarray(fill_value, dtype), shape)
     if dtype is None:
         dtype, weak = _dtypes.dtype_and_weak(fill_value)
     else:
         weak = False
-    fill = asarray(fill_value)
-    if get_aval(fill).ndim:
-        from functrans.numpy._promotion import broadcast_to_shape
-        return broadcast_to_shape(elementwise.convert_element_type(fill, dtype, False), shape)
-    return structural.full(shape, fill_value if not isinstance(fill_value, Tracer) else fill,
-                           dtype, weak_type=weak and _dtypes.is_python_scalar(fill_value))
+    return structural.full(shape, fill_value, dtype, weak_type=weak)
+
+
+def _is_scalar(value) -> bool:
+    """Whether ``value`` has no axes (a Python scalar's value is not checked here)."""
+    if _dtypes.is_python_scalar(value):
+        return True
+    return not isinstance(value, (list, tuple)) and get_aval(value).ndim == 0
 
 
 def zeros(shape, dtype=None):
@@ -111,9 +152,15 @@ def empty(shape, dtype=None):
 
 
 def _like(a, dtype, shape, fname: str):
-    aval = get_aval(asarray(a) if not isinstance(a, (Array, Tracer)) else a)
-    return (aval.shape if shape is None else canonicalize_shape(shape),
-            _canonical(dtype, fname) or aval.dtype, aval.weak_type and dtype is None)
+    """The shape, dtype and weak type of an array like ``a`` (only its type is read: a
+    Python int out of its dtype's range is no error here, as in JAX)."""
+    if _dtypes.is_python_scalar(a):
+        a_shape, (a_dtype, a_weak) = (), _dtypes.dtype_and_weak(a)
+    else:
+        aval = get_aval(a if isinstance(a, (Array, Tracer, np.ndarray, np.generic)) else asarray(a))
+        a_shape, a_dtype, a_weak = aval.shape, aval.dtype, aval.weak_type
+    return (a_shape if shape is None else canonicalize_shape(shape),
+            _canonical(dtype, fname) or a_dtype, a_weak and dtype is None)
 
 
 def zeros_like(a, dtype=None, shape=None):
@@ -128,7 +175,7 @@ def ones_like(a, dtype=None, shape=None):
 
 def full_like(a, fill_value, dtype=None, shape=None):
     shape, dtype, weak = _like(a, dtype, shape, "full_like")
-    return structural.full(shape, fill_value, dtype)
+    return structural.full(shape, fill_value, dtype, weak_type=weak)
 
 
 def empty_like(a, dtype=None, shape=None):
@@ -151,7 +198,7 @@ def iota(dtype, shape, dimension: int = 0):
         return lax_fn("broadcasted_iota")(dtype, shape, dimension)
     ramp = np.arange(shape[dimension], dtype=dtype).reshape(
         [-1 if i == dimension else 1 for i in range(len(shape))])
-    return Array(np.ascontiguousarray(np.broadcast_to(ramp, shape)))
+    return Array._from_buffer(np.ascontiguousarray(np.broadcast_to(ramp, shape)))
 
 
 def _static_scalar(x, fname: str, what: str):
@@ -192,7 +239,7 @@ def arange(start, stop=None, step=None, dtype=None):
     start_v = values[0] if stop is not None else 0
     stop_v = values[1] if stop is not None else values[0]
     step_v = values[-1] if step is not None else 1
-    return Array(np.arange(start_v, stop_v, step_v).astype(dtype))
+    return Array._from_buffer(np.arange(start_v, stop_v, step_v).astype(dtype))
 
 
 def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
@@ -470,18 +517,18 @@ def fromfunction(function, shape, *, dtype=float, **kwargs):
 def tril_indices(n, k=0, m=None):
     """Row and column indices of the lower triangle of an ``(n, m)`` array."""
     rows, cols = np.tril_indices(operator_index(n, "n"), k, m)
-    return (Array(rows.astype(_dtypes.default_int_dtype())),
-            Array(cols.astype(_dtypes.default_int_dtype())))
+    return (Array._from_buffer(rows.astype(_dtypes.default_int_dtype())),
+            Array._from_buffer(cols.astype(_dtypes.default_int_dtype())))
 
 
 def triu_indices(n, k=0, m=None):
     """Row and column indices of the upper triangle of an ``(n, m)`` array."""
     rows, cols = np.triu_indices(operator_index(n, "n"), k, m)
-    return (Array(rows.astype(_dtypes.default_int_dtype())),
-            Array(cols.astype(_dtypes.default_int_dtype())))
+    return (Array._from_buffer(rows.astype(_dtypes.default_int_dtype())),
+            Array._from_buffer(cols.astype(_dtypes.default_int_dtype())))
 
 
 def diag_indices(n, ndim=2):
     """Indices of the main diagonal of an ``n x ... x n`` array."""
-    idx = Array(np.arange(operator_index(n, "n"), dtype=_dtypes.default_int_dtype()))
+    idx = Array._from_buffer(np.arange(operator_index(n, "n"), dtype=_dtypes.default_int_dtype()))
     return (idx,) * ndim

@@ -103,6 +103,8 @@ def _classify(item):
     if isinstance(item, (bool, np.bool_)):
         return ("bool", bool(item))
     if isinstance(item, (int, np.integer)):
+        if type(item) is int:  # an index is an array value: it must fit the default int type
+            _dtypes.weak_scalar_dtype(item)
         return ("int", int(item))
     if isinstance(item, (list, tuple)):
         item = _as_index_array(item)

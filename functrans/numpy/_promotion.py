@@ -11,12 +11,13 @@ from functrans.primitives import elementwise, structural
 
 def check_arraylike(fname: str, *args) -> None:
     for i, a in enumerate(args):
-        if not _is_arraylike(a):
+        if not is_arraylike(a):
             raise TypeError(f"{fname} requires ndarray or scalar arguments, got "
                             f"{type(a).__name__} at position {i}")
 
 
-def _is_arraylike(x) -> bool:
+def is_arraylike(x) -> bool:
+    """Whether ``x`` is an array or a scalar (what jnp functions take as an array)."""
     from functrans._array import Array
     return isinstance(x, (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
         or hasattr(x, "__jax_array__")
@@ -54,16 +55,13 @@ def broadcast_to_shape(x, shape):
 
 def to_array(x):
     """A Python scalar, NumPy value or list becomes an Array (weak for Python scalars)."""
-    from functrans._array import Array
+    from functrans._array import Array, host_to_array
     if isinstance(x, (Array, Tracer)):
         return x
-    if _dtypes.is_python_scalar(x):
-        dtype = _dtypes.python_scalar_dtype(x)
-        return Array(np.asarray(x, dtype=dtype), weak_type=type(x) is not bool)
     if hasattr(x, "__jax_array__"):
         return to_array(x.__jax_array__())
-    if isinstance(x, (np.ndarray, np.generic)):
-        return Array(np.asarray(x, dtype=_dtypes.canonicalize_dtype(x.dtype)))
+    if _dtypes.is_python_scalar(x) or isinstance(x, (np.ndarray, np.generic)):
+        return host_to_array(x)
     from functrans.numpy._creation import asarray
     return asarray(x)
 
@@ -95,9 +93,11 @@ def promote_dtypes_inexact(*args):
 
 def _convert(a, dtype, weak):
     """``a`` as ``dtype``; a Python scalar becomes a constant of that dtype directly (an
-    inline literal when staged) instead of a conversion of a weak constant."""
+    inline literal when staged) instead of a conversion of a weak constant. A Python int
+    must fit its own weak dtype (int32, or int64 with x64), as in JAX, and then converts as
+    that value would (``int8_array + 300`` adds 300 as int8, 44)."""
     if _dtypes.is_python_scalar(a) and not weak:
-        return to_array(np.asarray(a).astype(dtype)[()])
+        return to_array(_dtypes.python_scalar_to_numpy(a).astype(dtype)[()])
     return elementwise.convert_element_type(to_array(a), dtype, weak)
 
 

@@ -28,7 +28,7 @@ _SIZE_HINT = ("Pass size= (a static int) and optionally fill_value= so the resul
 
 
 def _int_array(value) -> Array:
-    return Array(np.asarray(value).astype(_dtypes.default_int_dtype()))
+    return Array._from_buffer(np.asarray(value).astype(_dtypes.default_int_dtype()))
 
 
 def _needs_size(fname, x, size):
@@ -400,8 +400,8 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
         res = np.unique(value, return_index=return_index, return_inverse=return_inverse,
                         return_counts=return_counts, axis=axis, equal_nan=equal_nan)
         if not (return_index or return_inverse or return_counts):
-            return Array(np.asarray(res).astype(get_aval(ar).dtype))
-        outs = [Array(np.asarray(res[0]).astype(get_aval(ar).dtype))]
+            return Array._from_buffer(np.asarray(res).astype(get_aval(ar).dtype))
+        outs = [Array._from_buffer(np.asarray(res[0]).astype(get_aval(ar).dtype))]
         for r in res[1:]:
             outs.append(_int_array(r))
         if return_inverse:
@@ -500,7 +500,8 @@ def _set_result(fname, values, mask, size, fill_value):
         vals = concrete_value(values)
         if vals is None:
             raise AssertionError("values are concrete when the mask is")
-        return Array(np.asarray(vals)[np.asarray(concrete_mask)].astype(get_aval(values).dtype))
+        return Array._from_buffer(
+            np.asarray(vals)[np.asarray(concrete_mask)].astype(get_aval(values).dtype))
     return _gather_valid(values, mask, size, fill_value)
 
 

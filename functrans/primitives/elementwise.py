@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from functrans import _dtypes
+from functrans import _dtypes, core
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
@@ -213,7 +213,20 @@ def _integer_pow_impl(x, *, y):
     if y == 0:
         return np.ones_like(x)
     if _dtypes.is_integer(x.dtype):
-        return np.power(x, y, dtype=x.dtype)
+        if y < 0:
+            raise ValueError(f"integer_pow: integers to negative integer powers are not "
+                             f"allowed, got {x.dtype.name} ** {y}")
+        # square and multiply in x's dtype, wrapping around as the compiled code does: the
+        # exponent is a static int of any size (2 ** 40 does not fit an int32 array)
+        acc, base, n = np.ones_like(x), np.asarray(x), y
+        with np.errstate(over="ignore"):
+            while n:
+                if n & 1:
+                    acc = np.multiply(acc, base, dtype=x.dtype)
+                n >>= 1
+                if n:
+                    base = np.multiply(base, base, dtype=x.dtype)
+        return np.asarray(acc, dtype=x.dtype)
     return np.power(x, np.array(y, dtype=x.dtype)).astype(x.dtype)
 
 
@@ -325,13 +338,16 @@ ELEMENTWISE_BINARY = dict(_BINARY)
 
 
 def _coerce_pair(x, y):
+    """A Python scalar operand takes the other operand's dtype (as in jax.lax), once it is
+    known to fit its own weak dtype (a Python int too large for int32 without x64 is an
+    OverflowError, not a wrapped-around value)."""
     x_scalar, y_scalar = _dtypes.is_python_scalar(x), _dtypes.is_python_scalar(y)
     if x_scalar and not y_scalar:
-        yv = get_aval(y)
-        return _weak_full(x, yv), y
+        _dtypes.weak_scalar_dtype(x)
+        return _weak_full(x, get_aval(y)), y
     if y_scalar and not x_scalar:
-        xv = get_aval(x)
-        return x, _weak_full(y, xv)
+        _dtypes.weak_scalar_dtype(y)
+        return x, _weak_full(y, get_aval(x))
     return x, y
 
 
@@ -585,8 +601,14 @@ def convert_element_type(x, new_dtype, weak_type: bool = False):
     """Cast ``x`` to ``new_dtype`` (float to int truncates toward zero and saturates; NaN
     becomes 0)."""
     new_dtype = _dtypes.canonicalize_dtype(new_dtype)
+    if type(x) is int and new_dtype != _dtypes.float0:
+        # a Python int converts straight to new_dtype, as NumPy converts it (as in JAX): it
+        # need not fit int32 first (convert_element_type(2 ** 40, float32) is exact)
+        return core.wrap_array(np.asarray(x).astype(new_dtype),
+                               ShapedArray((), new_dtype, bool(weak_type)))
     aval = get_aval(x)
-    if aval.dtype == new_dtype and aval.weak_type == weak_type and not _dtypes.is_python_scalar(x):
+    if aval.dtype == new_dtype and aval.weak_type == weak_type and not _dtypes.is_python_scalar(x) \
+            and not isinstance(x, (np.ndarray, np.generic)):  # host data becomes an Array
         return x
     return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
 

@@ -120,7 +120,8 @@ def full(shape, fill_value, dtype=None, weak_type: bool = False):
         # a concrete scalar: an Array now, an inline literal when staged
         from functrans._array import Array
         aval = get_aval(scalar)
-        return Array(np.asarray(core.to_numpy(scalar, aval)).astype(dtype), weak_type=aval.weak_type)
+        return Array._from_buffer(np.asarray(core.to_numpy(scalar, aval)).astype(dtype),
+                                  aval.weak_type)
     return broadcast_in_dim_p.bind(scalar, shape=shape, broadcast_dimensions=())
 
 

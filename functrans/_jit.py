@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from functrans import _backends, _debug_checks, core, tree_util
+from functrans._api import ShapeDtypeStruct
 from functrans._array import Array
 from functrans._array import delete as _array_delete
 from functrans._config import config
@@ -199,15 +200,91 @@ class _HashableStatic:
         return type(self.value) is type(other.value) and self.value == other.value
 
 
-class Lowered:
-    """The result of ``jitted.lower(*args)``: the staged program, ready to compile."""
+class ArgInfo:
+    """One argument of a staged function: its type, and whether it is donated (as
+    ``jax.stages.ArgInfo``)."""
 
-    def __init__(self, closed: ClosedJaxpr, in_tree, out_tree, backend, arg_names=()):
+    __slots__ = ("_aval", "donated")
+
+    def __init__(self, aval, donated: bool):
+        self._aval = aval
+        self.donated = donated
+
+    shape = property(lambda self: self._aval.shape)
+    dtype = property(lambda self: self._aval.dtype)
+
+    def __repr__(self):
+        return f"ArgInfo(_aval={self._aval!r}, donated={self.donated})"
+
+
+class _Stage:
+    """What every stage of a jitted function knows: its signature (``in_tree`` of
+    (positional, keyword) non-static arguments), the staged program and the names and
+    donation of its arguments."""
+
+    def __init__(self, closed: ClosedJaxpr, in_tree, out_tree, backend, arg_names=(),
+                 donated=frozenset()):
         self.closed = closed
-        self.in_tree = in_tree  # of (dynamic positional arguments, keyword arguments)
+        self.in_tree = in_tree
         self.out_tree = out_tree
         self.backend = backend
         self._arg_names = arg_names
+        self._donated = donated  # positions among the argument leaves
+
+    @property
+    def in_avals(self):
+        return tree_util.tree_unflatten(self.in_tree, self.closed.in_avals)
+
+    @property
+    def out_avals(self):
+        return tree_util.tree_unflatten(self.out_tree, self.closed.out_avals)
+
+    @property
+    def args_info(self):
+        return tree_util.tree_unflatten(self.in_tree, [
+            ArgInfo(a, k in self._donated) for k, a in enumerate(self.closed.in_avals)])
+
+    @property
+    def out_info(self):
+        return tree_util.tree_unflatten(self.out_tree, [
+            ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in self.closed.out_avals])
+
+    @property
+    def donate_argnums(self) -> tuple:
+        positions = {_leaf_position(self.in_tree, k) for k in self._donated}
+        return tuple(sorted(p for p in positions if p is not None))
+
+
+def _leaf_position(in_tree, leaf: int):
+    """The positional argument (index) that leaf ``leaf`` of an (args, kwargs) tree is in;
+    None for a keyword argument."""
+    args_tree = tree_util.tree_unflatten(in_tree, list(range(in_tree.num_leaves)))
+    for i, arg in enumerate(args_tree[0]):
+        if leaf in tree_util.tree_leaves(arg):
+            return i
+    return None
+
+
+class Traced(_Stage):
+    """The result of ``jitted.trace(*args)``: the function staged to a program (``.jaxpr``)
+    for those arguments' types, ready to lower."""
+
+    def __init__(self, closed, in_tree, out_tree, backend, arg_names=(), donated=frozenset(),
+                 fun_name="fun"):
+        super().__init__(closed, in_tree, out_tree, backend, arg_names, donated)
+        self.fun_name = fun_name
+
+    @property
+    def jaxpr(self) -> ClosedJaxpr:
+        return self.closed
+
+    def lower(self) -> "Lowered":
+        return Lowered(self.closed, self.in_tree, self.out_tree, self.backend, self._arg_names,
+                       self._donated)
+
+
+class Lowered(_Stage):
+    """The result of ``jitted.lower(*args)``: the staged program, ready to compile."""
 
     def as_text(self, dialect: str | None = None) -> str:
         text = "# jaxpr\n" + self.closed.pretty_print()
@@ -219,32 +296,22 @@ class Lowered:
 
     def compile(self) -> "Compiled":
         return Compiled(compile_closed(self.closed, self.backend), self.in_tree, self.out_tree,
-                        self.closed, self._arg_names)
+                        self.closed, self._arg_names, self._donated, self.backend)
 
     def jaxpr(self) -> ClosedJaxpr:
         return self.closed
 
 
-class Compiled:
+class Compiled(_Stage):
     """A compiled program for one argument signature: ``jitted.lower(*args).compile()``.
     It is called with the lowered function's non-static arguments; their pytree structure,
     shapes and dtypes must be the lowered ones (a Python scalar may stand for an array of
     shape ``()`` of its kind), else it raises ``TypeError`` as JAX does."""
 
-    def __init__(self, executable, in_tree, out_tree, closed, arg_names=()):
+    def __init__(self, executable, in_tree, out_tree, closed, arg_names=(),
+                 donated=frozenset(), backend=None):
+        super().__init__(closed, in_tree, out_tree, backend, arg_names, donated)
         self._executable = executable
-        self.in_tree = in_tree
-        self.out_tree = out_tree
-        self.closed = closed
-        self._arg_names = arg_names
-
-    @property
-    def in_avals(self):
-        return tree_util.tree_unflatten(self.in_tree, self.closed.in_avals)
-
-    @property
-    def out_avals(self):
-        return tree_util.tree_unflatten(self.out_tree, self.closed.out_avals)
 
     def __call__(self, *args, **kwargs):
         leaves, in_tree = tree_util.tree_flatten((list(args), kwargs))
@@ -257,6 +324,8 @@ class Compiled:
         outs = _call_executable(self._executable, buffers, self.closed.in_avals,
                                 self.closed.out_avals)
         return self.out_tree.unflatten(outs)
+
+    call = __call__
 
     def as_text(self) -> str:
         extra = getattr(self._executable, "as_text", None)
@@ -477,13 +546,21 @@ class JitWrapped:
         outs = executable.call_donating(buffers, donated)
         return [core.wrap_array(o, a) for o, a in zip(outs, out_avals)]
 
-    def lower(self, *args, **kwargs) -> Lowered:
+    def trace(self, *args, **kwargs) -> Traced:
+        """Stage the function for these arguments' types (``jitted.trace(x).jaxpr``);
+        ``.lower()`` and ``.lower().compile()`` go on from there."""
+        if config.disable_jit:
+            raise ValueError("jit(...).trace is not available while jit is disabled")
         statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)
         backend = self._backend_for(leaves)
         entry = self._get_entry(statics, dyn_args, dyn_kwargs, in_tree, avals, backend)
         names = [self._positional[i] if i < len(self._positional) else f"args[{i}]"
                  for i in range(len(args)) if i not in self._static_argnums]
-        return Lowered(entry.closed, in_tree, entry.out_tree, backend, names)
+        return Traced(entry.closed, in_tree, entry.out_tree, backend, names,
+                      frozenset(self._donated_leaves(args)), getattr(self._fun, "__name__", "fun"))
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        return self.trace(*args, **kwargs).lower()
 
     def eval_shape(self, *args, **kwargs):
         from functrans._api import eval_shape

@@ -216,3 +216,25 @@ def test_random_wrong_arguments_raise_or_compute_the_right_answer(name, shape, k
     expected = _PROGRAMS[name](good, np.ascontiguousarray(bad, dtype=np.float32))
     np.testing.assert_allclose(np.asarray(c(good, bad)), np.asarray(expected), rtol=1e-5,
                                atol=1e-5)
+
+
+# ---- the stages: trace, lower, compile ------------------------------------------------------
+
+
+def test_trace_lower_compile_describe_the_signature():
+    from functrans import stages
+    f = functrans.jit(lambda x, y, n: x * y * n, static_argnums=2, donate_argnums=0)
+    traced = f.trace(np.ones(3, np.float32), 2.0, 4)
+    assert isinstance(traced, stages.Traced) and traced.fun_name == "<lambda>"
+    assert [str(v.aval) for v in traced.jaxpr.jaxpr.invars] == ["float32[3]", "~float32[]"]
+    (x_info, y_info), kwargs = traced.args_info
+    assert kwargs == {} and x_info.donated and not y_info.donated
+    assert x_info.shape == (3,) and y_info.dtype == np.float32
+    assert traced.donate_argnums == (0,)
+    assert traced.out_info.shape == (3,) and traced.out_info.dtype == np.float32
+    lowered = traced.lower()
+    assert isinstance(lowered, stages.Lowered) and lowered.out_info.shape == (3,)
+    compiled = lowered.compile()
+    assert isinstance(compiled, stages.Compiled)
+    np.testing.assert_array_equal(compiled.call(np.ones(3, np.float32), 2.0), [8, 8, 8])
+    assert isinstance(f, stages.Wrapped)

@@ -324,6 +324,29 @@ def splits_gemms(object_code: bytes) -> bool:
     return GEMM_FOR_SYMBOL.encode() in object_code or BLAS_THREADS_SYMBOL.encode() in object_code
 
 
+def support_object(label: str, build) -> bytes:
+    """The machine code of a runtime support module (the thread pool) whose IR is
+    ``build(triple)``: from the on-disk compilation cache when an earlier process compiled
+    it (the module's text is then not even built: this backend's source, in the key,
+    determines it)."""
+    import hashlib
+    key = hashlib.sha256("\n".join([label, cache.source_digest(), target_description(),
+                                     build.__name__]).encode()).hexdigest()
+    entry = cache.load(key)
+    if entry is not None:
+        return entry[0]["object"]
+    import llvmlite.binding as llvm
+    with _llvm_lock:
+        # straight-line waiting and claiming code: the unoptimizing code generator emits it
+        # in a quarter of the time (a first compile waits for this)
+        tm = create_target_machine(opt=0)
+        mod = llvm.parse_assembly(build(tm.triple))
+        mod.verify()
+        obj = tm.emit_object(mod)
+    cache.store(key, {"object": obj}, {})
+    return obj
+
+
 def optimize_and_emit(ir_text: str, names: dict) -> tuple[bytes, str]:
     """Parse, verify, optimize (O2, loop and SLP vectorization) and compile ``ir_text`` to
     an object file. Returns (object bytes, optimized IR)."""

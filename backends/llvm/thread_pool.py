@@ -442,7 +442,8 @@ def ensure_started() -> None:
         except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
             logger.warning("functrans: %s; compiled loops run on one thread", err)
             build = _build_serial_module
-        loaded = linker.load(_pool_object(build))
+        from functrans.backends.llvm import codegen
+        loaded = linker.load(codegen.support_object("functrans-thread-pool", build))
         # The workers run this code until the process exits: it must never be freed (not
         # even by interpreter shutdown).
         loaded.keep()
@@ -455,31 +456,6 @@ def ensure_started() -> None:
         _state["workers"] = start(num_threads() - 1)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_restart_after_fork)
-
-
-def _pool_object(build) -> bytes:
-    """The machine code of the pool module ``build(triple)``: from the on-disk compilation
-    cache when an earlier process compiled it (the module's text is then not even built:
-    this file's source, in the key, determines it)."""
-    import hashlib
-
-    from functrans.backends.llvm import cache, codegen
-    key = hashlib.sha256("\n".join(["functrans-thread-pool", cache.source_digest(),
-                                     codegen.target_description(), build.__name__]
-                                    ).encode()).hexdigest()
-    entry = cache.load(key)
-    if entry is not None:
-        return entry[0]["object"]
-    import llvmlite.binding as llvm
-    with codegen._llvm_lock:
-        # straight-line waiting and claiming code: the unoptimizing code generator emits it
-        # in a quarter of the time (a first compile waits for this)
-        tm = codegen.create_target_machine(opt=0)
-        mod = llvm.parse_assembly(build(tm.triple))
-        mod.verify()
-        obj = tm.emit_object(mod)
-    cache.store(key, {"object": obj}, {})
-    return obj
 
 
 def helper_address(name: str) -> int:

@@ -166,6 +166,12 @@ _CHILD = textwrap.dedent("""
         signal.signal(signal.SIGINT, signal.default_int_handler)
         interrupted("default handler again", lambda: fori(x, ENDLESS))
         check_short("handler", fori(x, 4), 4)
+        # an event loop sets a handler of its own for its run, then the default again
+        import asyncio
+        async def nothing():
+            await asyncio.sleep(0.05)
+        asyncio.run(nothing())
+        interrupted("after an event loop", lambda: fori(x, ENDLESS))
 
     def donation():
         def scale(p, n):

@@ -466,7 +466,7 @@ def ensure_started() -> None:
         except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
             logger.warning("functrans: %s; compiled loops run on one thread", err)
             build = _build_serial_module
-        from functrans.backends.llvm import codegen
+        from functrans.backends.llvm import codegen  # here: codegen imports this module
         interrupts.ensure_loaded()  # the pool's claiming loop reads the SIGINT counter
         loaded = linker.load(codegen.support_object("functrans-thread-pool", build))
         # The workers run this code until the process exits: it must never be freed (not

@@ -10,6 +10,7 @@ import functools
 import inspect
 import logging
 import sys
+import textwrap
 import time
 import weakref
 from typing import Callable
@@ -543,7 +544,13 @@ class JitWrapped:
         as usual by not being donated."""
         donated = _donatable(leaves, self._donated_leaves(args))
         buffers = [core.to_numpy(x, a) for x, a in zip(leaves, avals)]
-        outs = executable.call_donating(buffers, donated)
+        try:
+            outs = executable.call_donating(buffers, donated)
+        except KeyboardInterrupt:
+            # Ctrl-C stopped it part-way: a donated buffer may hold part of a result, so the
+            # donated Arrays are consumed as by a call that finished
+            self._delete_donated(args, None)
+            raise
         return [core.wrap_array(o, a) for o, a in zip(outs, out_avals)]
 
     def trace(self, *args, **kwargs) -> Traced:
@@ -735,11 +742,15 @@ def _fast_runner(entry: _CacheEntry, donated=()):
         namespace = {"executable": executable, "new": new_array, "donated": tuple(donated),
                      "donatable": _donatable, "Array": Array, "delete": _array_delete}
         if donated:  # ownership is judged before the list of buffers adds references
+            # the donated Arrays are deleted, also after a call that Ctrl-C stopped part-way
+            # (a donated buffer may then hold part of a result)
+            delete = "for k in donated:\n    if type(args[k]) is Array:\n        delete(args[k])\n"
             body = ("    given = donatable(args, donated)\n"
-                    "    o = executable.call_donating([a._value for a in args], given)\n"
-                    "    for k in donated:\n"
-                    "        if type(args[k]) is Array:\n"
-                    "            delete(args[k])\n")
+                    "    try:\n"
+                    "        o = executable.call_donating([a._value for a in args], given)\n"
+                    "    except KeyboardInterrupt:\n"
+                    + textwrap.indent(delete, " " * 8) + "        raise\n"
+                    + textwrap.indent(delete, " " * 4))
         else:
             body = "    o = executable(*[a._value for a in args])\n"
         exec(f"def run(args):\n{body}    return {build}\n", namespace)

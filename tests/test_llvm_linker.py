@@ -222,8 +222,8 @@ _WARM_SCRIPT = textwrap.dedent("""
 
 
 def test_a_warm_process_never_loads_llvm(tmp_path):
-    """The second process finds the program (and the thread pool) in the cache: it links
-    them itself, and never imports llvmlite.binding."""
+    """The second process finds the program (and the thread pool and the SIGINT handler) in
+    the cache: it links them itself, and never imports llvmlite.binding."""
     env = dict(os.environ, FUNCTRANS_CACHE_DIR=str(tmp_path), FUNCTRANS_DEFAULT_BACKEND="",
                FUNCTRANS_NUM_THREADS="2")
     runs = []
@@ -238,4 +238,5 @@ def test_a_warm_process_never_loads_llvm(tmp_path):
     assert first["out"] == second["out"]
     if linker.supported_host():
         assert not second["llvm_loaded"]
-        assert second["linked"] == {"linked": 2, "llvm": 0}  # the program and the thread pool
+        # the program, the thread pool and the SIGINT handler
+        assert second["linked"] == {"linked": 3, "llvm": 0}

@@ -6,9 +6,10 @@ around compiled bodies; scatters through :mod:`indexing`, which also fuses ``gat
 :mod:`buffers` (liveness-based arena planning), :mod:`codegen` (one LLVM module per
 program; scalar code from :mod:`scalar_ops`, inline math from :mod:`vector_math`, BLAS for
 matmul, large loops split into chunks for the native :mod:`thread_pool`), :mod:`runtime`
-(the executable, called once per native segment with the GIL released) and :mod:`cache`
-(machine code on disk). The driver is :mod:`pipeline`. ``FUNCTRANS_NUM_THREADS`` sets how
-many threads run a parallel loop (default: the CPUs this process may use).
+(the executable, called once per native segment with the GIL released; its loops stop
+early on Ctrl-C, see :mod:`interrupts`) and :mod:`cache` (machine code on disk). The driver
+is :mod:`pipeline`. ``FUNCTRANS_NUM_THREADS`` sets how many threads run a parallel loop
+(default: the CPUs this process may use).
 
     >>> import functrans, functrans.numpy as jnp
     >>> functrans.jit(lambda x: jnp.exp(x) + 1, backend="llvm")(jnp.zeros(2))

@@ -29,6 +29,10 @@ logger = logging.getLogger("functrans")
 
 MAGIC = b"FTLLVM02"
 _DIGEST = 32
+# The calling convention of the code in an entry, in every key: entries made for another
+# are never loaded. 2: a segment returns an i32 status (1: a SIGINT stopped it early, see
+# interrupts.py) and polls ``ft_interrupt_epoch``; 1: segments returned nothing.
+CODE_ABI = 2
 
 
 def cache_dir() -> pathlib.Path:
@@ -72,7 +76,8 @@ def cache_key(closed: ClosedJaxpr, target: str) -> str:
     import llvmlite  # its version fixes the LLVM it is built with
 
     import functrans
-    parts = ["functrans-llvm", functrans.__version__, llvmlite.__version__, source_digest(), target,
+    parts = ["functrans-llvm", str(CODE_ABI), functrans.__version__, llvmlite.__version__,
+             source_digest(), target,
              closed.jaxpr.pretty_print(),
              repr([(v.aval.shape, str(v.aval.dtype)) for v in closed.jaxpr.constvars])]
     _describe_params(closed.jaxpr, parts)

@@ -6,10 +6,12 @@ Layout of the module:
   (``k3_exp_mul_add``), whose buffer arguments are ``noalias`` pointers: the buffer plan
   guarantees a kernel never writes memory it reads through another argument, and telling
   LLVM so lets it vectorize without runtime overlap checks;
-* one exported *segment* function ``void ft_segment_<i>(i8** table)`` per run of native
+* one exported *segment* function ``i32 ft_segment_<i>(i8** table)`` per run of native
   steps between NumPy fallbacks (usually exactly one). ``table[0]`` is the scratch arena;
   ``table[slot]`` is the NumPy array object (its address) of each input, constant, output
-  or fallback-produced array; the segment reads the arrays' data pointers itself;
+  or fallback-produced array; the segment reads the arrays' data pointers itself. It
+  returns 0, or a status for the runtime if its code polls for SIGINT (see
+  :mod:`interrupts`);
 * a kernel's function takes the bounds of its outermost loop; a large kernel is called
   through ``ft_parallel_for`` (see :mod:`thread_pool`) with a small ``_chunk`` wrapper that
   runs one chunk of rows;
@@ -36,7 +38,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm import cache, linker, scalar_ops, thread_pool
+from functrans.backends.llvm import cache, interrupts, linker, scalar_ops, thread_pool
 from functrans.backends.llvm.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep, nested_programs
 from functrans.backends.llvm.along_axis import CumulativeStep
@@ -324,6 +326,30 @@ def splits_gemms(object_code: bytes) -> bool:
     return GEMM_FOR_SYMBOL.encode() in object_code or BLAS_THREADS_SYMBOL.encode() in object_code
 
 
+def support_object(label: str, build) -> bytes:
+    """The machine code of a runtime support module (the thread pool, the SIGINT handler)
+    whose IR is ``build(triple)``: from the on-disk compilation cache when an earlier
+    process compiled it (the module's text is then not even built: this backend's source,
+    in the key, determines it)."""
+    import hashlib
+    key = hashlib.sha256("\n".join([label, cache.source_digest(), str(cache.CODE_ABI),
+                                     target_description(), build.__name__]
+                                    ).encode()).hexdigest()
+    entry = cache.load(key)
+    if entry is not None:
+        return entry[0]["object"]
+    import llvmlite.binding as llvm
+    with _llvm_lock:
+        # straight-line waiting and claiming code: the unoptimizing code generator emits it
+        # in a quarter of the time (a first compile waits for this)
+        tm = create_target_machine(opt=0)
+        mod = llvm.parse_assembly(build(tm.triple))
+        mod.verify()
+        obj = tm.emit_object(mod)
+    cache.store(key, {"object": obj}, {})
+    return obj
+
+
 def optimize_and_emit(ir_text: str, names: dict) -> tuple[bytes, str]:
     """Parse, verify, optimize (O2, loop and SLP vectorization) and compile ``ir_text`` to
     an object file. Returns (object bytes, optimized IR)."""
@@ -414,6 +440,11 @@ class ModuleBuilder:
         self.prologues: dict = {}  # function name -> the builder of its entry block
         self.kernel_count = 0
         self.function_texts: dict = {}  # a function's IR with its name blanked -> function
+        # per function, the SIGINT counter's value when the running segment started (see
+        # interrupts.py): read in a segment's prologue, a parameter of a body; only functions
+        # that poll ask for it (a segment that never does returns 0 without reading it)
+        self.baselines: dict = {}
+        self.baseline_sources: dict = {}
         # matrix products on the thread pool: its workers are busy (see POOLED_MIN_ELEMENTS)
         self.pool_in_use = thread_pool.num_threads() > 1 and splits_products(program)
 
@@ -440,10 +471,10 @@ class ModuleBuilder:
     # ---- segments ---------------------------------------------------------------------------
 
     def build_segment(self, segment: Segment):
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I8P.as_pointer()]),
-                         name=segment.name)
+        fn = ir.Function(self.module, ir.FunctionType(I32, [I8P.as_pointer()]), name=segment.name)
         fn.attributes.add("nounwind")
         prologue, b = self.prologue_and_body(fn)
+        self.baseline_sources[fn.name] = lambda: self.epoch(prologue)
         table = fn.args[0]
         arena = self.array_data(prologue, table, 0)
         arena.name = "arena"
@@ -451,9 +482,83 @@ class ModuleBuilder:
             prologue, lambda buf: self.array_data(prologue, table, self.slots[buf.id]), arena,
             self.plan)
         self.emit_steps(b, segment.steps, pointer, table)
-        b.ret_void()
-        prologue.branch(b.function.basic_blocks[1])
+        b.ret(self.interrupt_status(b))
+        start = b.function.basic_blocks[1]
+        if fn.name in self.baselines:
+            self.check_handler_when_due(prologue, start)
+        else:
+            prologue.branch(start)
         self.names[segment.name] = "a program segment"
+
+    # ---- interrupts (see interrupts.py) -----------------------------------------------------
+
+    def interrupt_word(self, b: ir.IRBuilder, index: int):
+        """A pointer to word ``index`` of the interrupt state block (see interrupts.py)."""
+        state = self.module.globals.get(interrupts.STATE_SYMBOL)
+        if state is None:
+            state = ir.GlobalVariable(self.module, interrupts.STATE_TYPE, interrupts.STATE_SYMBOL)
+        return b.gep(state, [ir.Constant(I32, 0), ir.Constant(I32, index)], inbounds=True)
+
+    def epoch(self, b: ir.IRBuilder, ordering: str = "monotonic"):
+        """The SIGINT counter, read at ``b`` (an atomic load: never hoisted out of a loop)."""
+        return b.load_atomic(self.interrupt_word(b, interrupts.EPOCH), ordering, 8)
+
+    def baseline(self, b: ir.IRBuilder):
+        """The counter's value when the segment running ``b``'s function started."""
+        name = b.function.name
+        if name not in self.baselines:
+            self.baselines[name] = self.baseline_sources[name]()
+        return self.baselines[name]
+
+    def interrupted(self, b: ir.IRBuilder):
+        """Whether a SIGINT has come since the segment started (an i1): what loops poll at
+        their back-edge, a load and a branch that is not taken."""
+        return b.icmp_unsigned("!=", self.epoch(b), self.baseline(b))
+
+    def interrupt_status(self, b: ir.IRBuilder):
+        """A segment's return value: 1 when a SIGINT came while it ran (its loops may have
+        stopped early: its results are not to be used), else 0."""
+        if b.function.name not in self.baselines:
+            return ir.Constant(I32, 0)  # nothing in it polls
+        changed = b.icmp_unsigned("!=", self.epoch(b, "acquire"), self.baseline(b))
+        return b.select(changed, ir.Constant(I32, interrupts.INTERRUPTED), ir.Constant(I32, 0))
+
+    def check_handler_when_due(self, prologue: ir.IRBuilder, start):
+        """End a polling segment's prologue: once every ``interrupts.CHECK_TICKS``, return
+        ``CHECK_HANDLER`` before doing anything (the runtime checks that the SIGINT handler
+        is in place, then calls again); else go on to ``start``."""
+        fn = prologue.function
+        now = prologue.call(self.math.declare("llvm.readcyclecounter", I64, []), [])
+        last = self.interrupt_word(prologue, interrupts.LAST_CHECK)
+        since = prologue.sub(now, prologue.load_atomic(last, "monotonic", 8))
+        due = prologue.icmp_unsigned(">=", since, ir.Constant(I64, interrupts.CHECK_TICKS))
+        check = fn.append_basic_block("check_handler")
+        prologue.cbranch(due, check, start)
+        b = ir.IRBuilder(check)
+        b.store_atomic(now, last, "monotonic", 8)  # one thread asks; the others go on
+        b.ret(ir.Constant(I32, interrupts.CHECK_HANDLER))
+
+    def skip_chunk_if_interrupted(self, cb: ir.IRBuilder, ctx, index: int):
+        """At the start of a chunk function: return at once when a SIGINT came since the
+        segment started (its value is the pointer ``ctx[index]``); leaves ``cb`` where the
+        chunk's work goes."""
+        fn = cb.function
+        run, stop = fn.append_basic_block("run"), fn.append_basic_block("interrupted")
+        start = cb.ptrtoint(cb.load(cb.gep(ctx, [ir.Constant(I64, index)], inbounds=True)), I64)
+        cb.cbranch(cb.icmp_unsigned("!=", self.epoch(cb), start), stop, run)
+        cb.position_at_end(stop)
+        cb.ret_void()
+        cb.position_at_end(run)
+
+    def chunk_context(self, b: ir.IRBuilder, pointers):
+        """The array (on this thread's stack) through which a chunk function gets
+        ``pointers``, then the segment's start value of the SIGINT counter."""
+        ctx_array = self.entry_alloca(b, ir.ArrayType(I8P, len(pointers) + 1))
+        values = [b.bitcast(p, I8P) for p in pointers] + [b.inttoptr(self.baseline(b), I8P)]
+        for k, value in enumerate(values):
+            b.store(value, b.gep(ctx_array, [ir.Constant(I32, 0), ir.Constant(I32, k)],
+                                 inbounds=True))
+        return b.bitcast(ctx_array, I8P)
 
     def prologue_and_body(self, fn):
         """Builders for a function's prologue (the entry block, where pointers and stack
@@ -506,8 +611,15 @@ class ModuleBuilder:
             else:
                 self.call_kernel(b, step, pointer)
 
+    def call_body(self, b: ir.IRBuilder, body: Body, table, io, arena):
+        """Call ``body``'s function, with the segment's SIGINT baseline when it polls."""
+        fn = self.body_function(body)
+        start = self.baseline(b) if fn.name in self.baselines else ir.Constant(I64, 0)
+        b.call(fn, [table, io, arena, start])
+
     def body_function(self, body: Body) -> ir.Function:
-        """``void body(i8** table, i8** io, i8* arena)``: a control-flow body, built once."""
+        """``void body(i8** table, i8** io, i8* arena, i64 baseline)``: a control-flow body,
+        built once (``baseline``: see :meth:`baseline`)."""
         fn = self.bodies.get(id(body))
         if fn is not None:
             return fn
@@ -515,13 +627,14 @@ class ModuleBuilder:
         name = f"body{self.kernel_count}"
         self.names[name] = "a control-flow body"
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(),
-                                                                      I8P.as_pointer(), I8P]),
+                                                                      I8P.as_pointer(), I8P, I64]),
                          name=name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         self.bodies[id(body)] = fn
-        table, io, arena = fn.args
+        table, io, arena, _ = fn.args
         prologue, b = self.prologue_and_body(fn)
+        self.baseline_sources[name] = lambda: fn.args[3]
         program = body.program
         position = {}
         for k, buf in enumerate(program.inputs):
@@ -615,6 +728,7 @@ class ModuleBuilder:
         chunk_fn.attributes.add("nounwind")
         cb = ir.IRBuilder(chunk_fn.append_basic_block("entry"))
         ctx = cb.bitcast(chunk_fn.args[0], I8P.as_pointer())
+        self.skip_chunk_if_interrupted(cb, ctx, len(args))  # the rest of the job is dropped
         loaded = [cb.bitcast(cb.load(cb.gep(ctx, [ir.Constant(I64, k)], inbounds=True)), a.type)
                   for k, a in enumerate(args)]
         start = cb.mul(chunk_fn.args[1], ir.Constant(I64, rows), flags=["nuw", "nsw"])
@@ -625,13 +739,9 @@ class ModuleBuilder:
         cb.ret_void()
         chunk_fn = self.shared(chunk_fn)
         # the pointers travel to the workers in an array on this thread's stack
-        ctx_array = self.entry_alloca(b, ir.ArrayType(I8P, len(args)))
-        for k, a in enumerate(args):
-            b.store(b.bitcast(a, I8P), b.gep(ctx_array, [ir.Constant(I32, 0), ir.Constant(I32, k)],
-                                             inbounds=True))
+        ctx = self.chunk_context(b, args)
         parallel_for = self.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
-        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), b.bitcast(ctx_array, I8P),
-                              ir.Constant(I64, chunks)])
+        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, ir.Constant(I64, chunks)])
 
     def entry_alloca(self, b: ir.IRBuilder, ty):
         """A stack slot allocated in the prologue of ``b``'s function (once, even if the code
@@ -796,6 +906,9 @@ class ModuleBuilder:
         fn.attributes.add("nounwind")
         cb = ir.IRBuilder(fn.append_basic_block("entry"))
         ctx = cb.bitcast(fn.args[0], I8P.as_pointer())
+        stack = ir.IRBuilder(fn.entry_basic_block)
+        stack.position_at_start(fn.entry_basic_block)
+        self.skip_chunk_if_interrupted(cb, ctx, 3)
         ptrs = [cb.bitcast(cb.load(cb.gep(ctx, [ir.Constant(I64, k)], inbounds=True)), p.type)
                 for k, p in enumerate((a_ptr, b_ptr, c_ptr))]
         start = cb.mul(fn.args[1], ir.Constant(I64, rows), flags=["nuw", "nsw"])
@@ -805,17 +918,14 @@ class ModuleBuilder:
         # each chunk is one thread's work: BLAS must not start threads of its own
         threads = self.math.declare(BLAS_THREADS_SYMBOL, I32, [I32])
         previous = cb.call(threads, [ir.Constant(I32, 1)])
-        slot = lambda ty, v: cb.alloca(ty)  # noqa: E731 (straight-line entry block)
+        slot = lambda ty, v: stack.alloca(ty)  # noqa: E731 (stack slots in the entry block)
         self.gemm_calls(cb, step, *ptrs, slot, split=(axis, start, end))
         cb.call(threads, [previous])
         cb.ret_void()
         fn = self.shared(fn)
-        ctx_array = self.entry_alloca(b, ir.ArrayType(I8P, 3))
-        for k, p in enumerate((a_ptr, b_ptr, c_ptr)):
-            b.store(b.bitcast(p, I8P), b.gep(ctx_array, [ir.Constant(I32, 0), ir.Constant(I32, k)],
-                                             inbounds=True))
+        ctx = self.chunk_context(b, (a_ptr, b_ptr, c_ptr))
         gemm_for = self.math.declare(GEMM_FOR_SYMBOL, ir.VoidType(), [I8P, I8P, I64])
-        b.call(gemm_for, [b.bitcast(fn, I8P), b.bitcast(ctx_array, I8P), ir.Constant(I64, chunks)])
+        b.call(gemm_for, [b.bitcast(fn, I8P), ctx, ir.Constant(I64, chunks)])
 
     def gemm_calls(self, b, step: DotKernel, a_ptr, b_ptr, c_ptr, new_slot, split=None):
         """The BLAS call(s) of ``step`` at ``b``: all of it, or with ``split = (axis, start,

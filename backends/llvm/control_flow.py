@@ -5,13 +5,15 @@ a step with a native one when every sub-jaxpr (loop body, condition, branch) com
 native code without fallbacks. Each sub-jaxpr becomes a *body*: a fused
 :class:`~fusion.Program` with its own buffer plan, emitted once as an internal function
 
-    void body(i8** table, i8** io, i8* arena)
+    void body(i8** table, i8** io, i8* arena, i64 baseline)
 
-where ``io`` holds the data pointers of the body's inputs, then of its outputs, and
-``arena`` its scratch memory. The loop or branch around it is emitted in the caller; it
-never unrolls. Loop-carried values live in two copies (the body reads one and writes the
-other, then they swap), so a body never writes memory it reads, which is what lets its
-kernels assume their arguments do not alias. A carry the body can update in place (see
+where ``io`` holds the data pointers of the body's inputs, then of its outputs, ``arena``
+its scratch memory and ``baseline`` the SIGINT counter's value when the segment started.
+The loop or branch around it is emitted in the caller; it never unrolls. Every loop polls
+that counter at its back-edge and stops early when it has moved (see :mod:`interrupts`).
+Loop-carried values live in two copies (the body reads one and writes the other, then they
+swap), so a body never writes memory it reads, which is what lets its kernels assume their
+arguments do not alias. A carry the body can update in place (see
 :func:`run_carries_in_place`: passed through, or rewritten element by element, or
 accumulated onto by a matrix product) keeps one copy instead: the body reads and writes it
 through the same buffer, and no copy is made per iteration.
@@ -218,7 +220,6 @@ class WhileStep(ControlStep):
             mb.memcpy(b, dst, pointer(src, I8), src.nbytes)
         pred = b.gep(scratch, [ir.Constant(I64, self.extra_offset)], inbounds=True)
         arena = self.arena(b, scratch)
-        cond_fn, body_fn = mb.body_function(self.cond), mb.body_function(self.body)
         cond_io = mb.entry_alloca(b, ir.ArrayType(I8P, max(1, self.cond.n_in + 1)))
         body_io = mb.entry_alloca(b, ir.ArrayType(I8P, max(1, self.body.n_in + self.body.n_out)))
         fn = b.function
@@ -232,11 +233,12 @@ class WhileStep(ControlStep):
         parity.add_incoming(ir.Constant(I1, 0), pre)
         current, following = self.carry_pointers(b, scratch, parity)
         _fill(b, cond_io, [pointer(x, I8) for x in cond_consts] + current + [pred])
-        b.call(cond_fn, [table, _first(b, cond_io), arena])
-        b.cbranch(b.icmp_unsigned("!=", b.load(pred), ir.Constant(I8, 0)), step, done)
+        mb.call_body(b, self.cond, table, _first(b, cond_io), arena)
+        go_on = b.icmp_unsigned("!=", b.load(pred), ir.Constant(I8, 0))
+        b.cbranch(b.and_(go_on, b.not_(mb.interrupted(b))), step, done)
         b.position_at_end(step)
         _fill(b, body_io, [pointer(x, I8) for x in body_consts] + current + following)
-        b.call(body_fn, [table, _first(b, body_io), arena])
+        mb.call_body(b, self.body, table, _first(b, body_io), arena)
         parity.add_incoming(b.not_(parity), b.block)
         b.branch(head)
         b.position_at_end(done)
@@ -262,7 +264,6 @@ class ScanStep(ControlStep):
         for dst, src in zip(first, carry_in):
             mb.memcpy(b, dst, pointer(src, I8), src.nbytes)
         arena = self.arena(b, scratch)
-        body_fn = mb.body_function(self.body)
         io = mb.entry_alloca(b, ir.ArrayType(I8P, max(1, self.body.n_in + self.body.n_out)))
         const_ptrs = [pointer(x, I8) for x in consts]
         xs_ptrs = [(pointer(x, I8), x.nbytes // max(self.length, 1)) for x in xs]
@@ -286,12 +287,13 @@ class ScanStep(ControlStep):
                 return [b.gep(p, [b.mul(i, ir.Constant(I64, size))], inbounds=True)
                         for p, size in ptrs]
             _fill(b, io, const_ptrs + current + sliced(xs_ptrs) + following + sliced(ys_ptrs))
-            b.call(body_fn, [table, _first(b, io), arena])
+            mb.call_body(b, self.body, table, _first(b, io), arena)
             k_next = b.add(k, ir.Constant(I64, 1))
             flipped = b.not_(parity)
             k.add_incoming(k_next, b.block)
             parity.add_incoming(flipped, b.block)
-            b.cbranch(b.icmp_signed("<", k_next, ir.Constant(I64, self.length)), head, done)
+            go_on = b.icmp_signed("<", k_next, ir.Constant(I64, self.length))
+            b.cbranch(b.and_(go_on, b.not_(mb.interrupted(b))), head, done)
             b.position_at_end(done)
             final, _ = self.carry_pointers(b, scratch, flipped)
         for out, src in zip(carry_out, final):
@@ -328,7 +330,7 @@ class CondStep(ControlStep):
             switch.add_case(ir.Constant(I64, k), blocks[k])
         for block, body in zip(blocks, self.branches):
             b.position_at_end(block)
-            b.call(mb.body_function(body), [table, _first(b, io), arena])
+            mb.call_body(b, body, table, _first(b, io), arena)
             b.branch(done)
         b.position_at_end(done)
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm import (buffers, cache, codegen, control_flow, donation, fusion,
-                                     host_loops, indexing, linker, scalar_ops, vector_math)
+                                     host_loops, indexing, interrupts, linker, scalar_ops,
+                                     vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.interpreters.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -121,6 +122,8 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
 def _load_object(obj: bytes, names):
     """Link an object file into this process (see :mod:`linker`); return what keeps it
     mapped, with the named entry points."""
+    if interrupts.STATE_SYMBOL.encode() in obj:
+        interrupts.ensure_loaded()  # its loops poll the SIGINT counter
     if b"ft_libm_" in obj:
         vector_math.register_libm_symbols()
     if codegen.needs_blas(obj):

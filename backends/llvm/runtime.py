@@ -4,7 +4,9 @@ A call converts the arguments to C-contiguous arrays of the declared dtypes, all
 outputs with NumPy, fills a table of pointers (slot 0 is this thread's scratch arena) and
 calls each native segment once through ctypes. ctypes drops the GIL for the duration of a
 foreign call, so compiled code runs in parallel with other Python threads, and two threads
-may call one executable at once (each has its own arena and pointer table).
+may call one executable at once (each has its own arena and pointer table). A segment
+returns a status, almost always 0: when Ctrl-C stopped its loops early the call raises
+KeyboardInterrupt, and nothing needs resetting before the next one (see :mod:`interrupts`).
 
     >>> exe = functrans.backends.llvm.compile_jaxpr(closed)   # doctest: +SKIP
     >>> outs = exe(np.ones(3, np.float32))                     # doctest: +SKIP
@@ -16,11 +18,12 @@ import threading
 
 import numpy as np
 
+from functrans.backends.llvm import interrupts
 from functrans.backends.llvm.buffers import BufferPlan
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program
 
-_SEGMENT_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_SEGMENT_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)  # a status: see interrupts.py
 
 
 class _ThreadState(threading.local):
@@ -140,7 +143,9 @@ class Executable:
             out = np.empty(shape, dtype)
             outputs.append(out)
             view[slot] = id(out)
-        self._native_only[0](state.address)
+        status = self._native_only[0](state.address)
+        if status:  # see interrupts.py
+            interrupts.settle(status, self._native_only[0], state.address)
         if self._fast_order is None:
             return outputs
         return [outputs[k] for k in self._fast_order]
@@ -184,14 +189,18 @@ class Executable:
         if self._native_only is not None:
             address = self._state.address
             for fn in self._native_only:
-                fn(address)
+                status = fn(address)
+                if status:
+                    interrupts.settle(status, fn, address)
             arrays = None
         else:
             arrays = {bid: inputs[i] for i, _, _, bid in self._inputs}
             arrays.update((bid, out) for (_, _, _, bid), out in zip(self._outputs, outputs))
             for kind, item in self._schedule:
                 if kind == "native":
-                    item(self._state.address)
+                    status = item(self._state.address)
+                    if status:
+                        interrupts.settle(status, item, self._state.address)
                 else:
                     self._run_fallback(item, arrays, table, arena)
         if self._simple_results:

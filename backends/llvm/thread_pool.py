@@ -16,6 +16,10 @@ Design, and why:
   waits only until every chunk has *finished*.
 * Workers spin for about 2 ms after a job (the kernels of a program and the next call come
   within that, and wake them for free), then sleep on a condition variable. The caller spins briefly for the last chunks, then sleeps too.
+* A SIGINT drops the rest of a job: before each claim a thread compares the SIGINT counter
+  (see :mod:`interrupts`) with its value when the job was published, and when it has moved
+  it claims every remaining chunk at once, with one compare-and-swap, and counts them as
+  finished. Chunks already running finish; the caller returns as soon as they have.
 * One job at a time: a second thread calling ``ft_parallel_for`` while the pool is busy (two
   Python threads in compiled code, or a chunk that itself contains a parallel loop) runs
   its chunks serially instead of waiting, so nothing can deadlock.
@@ -37,7 +41,7 @@ import time
 
 import llvmlite.ir as ir
 
-from functrans.backends.llvm import linker
+from functrans.backends.llvm import interrupts, linker
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
@@ -124,6 +128,8 @@ def _build_module(triple: str) -> str:
     job_ctx = global_("job_ctx", I8P)
     job_n = global_("job_n", I64)
     generation = global_("generation", I32)
+    job_epoch = global_("job_epoch", I64)  # the SIGINT counter when the job was published
+    interrupt_state = ir.GlobalVariable(m, interrupts.STATE_TYPE, interrupts.STATE_SYMBOL)
     busy = global_("busy", I32)
     workers = global_("workers", I32)
     # room for a pthread_mutex_t / pthread_cond_t on any platform; ft_pool_start initializes
@@ -147,6 +153,12 @@ def _build_module(triple: str) -> str:
 
     def ptr(b, g):
         return b.bitcast(g, I8P)
+
+    def sigint_count(b):
+        """The SIGINT counter (defined in interrupts.py)."""
+        word = b.gep(interrupt_state, [ir.Constant(I32, 0), ir.Constant(I32, interrupts.EPOCH)],
+                     inbounds=True)
+        return b.load_atomic(word, "monotonic", 8)
 
     def relax(b):
         if pause is not None:
@@ -173,8 +185,9 @@ def _build_module(triple: str) -> str:
     run = ir.Function(m, ir.FunctionType(VOID, [I32]), name="run_chunks")
     run.linkage = "internal"
     b = ir.IRBuilder(run.append_basic_block("entry"))
-    head, claim, body, finished, out = (run.append_basic_block(n) for n in
-                                        ("head", "claim", "body", "finished", "out"))
+    head, claim, check, body, finished, out = (run.append_basic_block(n) for n in
+                                               ("head", "claim", "check", "body", "finished",
+                                                "out"))
     b.branch(head)
     b.position_at_end(head)
     v = b.load_atomic(counter, "acquire", 8)
@@ -187,8 +200,18 @@ def _build_module(triple: str) -> str:
     fn_p = b.load_atomic(job_fn, "monotonic", 8)
     ctx = b.load_atomic(job_ctx, "monotonic", 8)
     has_chunk = b.icmp_unsigned("<", c, n)
-    swap = run.append_basic_block("swap")
-    b.cbranch(has_chunk, swap, out)
+    swap, drop, dropped = (run.append_basic_block(name) for name in ("swap", "drop", "dropped"))
+    b.cbranch(has_chunk, check, out)
+    b.position_at_end(check)
+    interrupted = b.icmp_unsigned("!=", sigint_count(b), b.load_atomic(job_epoch, "monotonic", 8))
+    b.cbranch(interrupted, drop, swap)
+    b.position_at_end(drop)  # claim chunks c..n-1 at once, and count them as finished
+    remaining = b.sub(n, c)
+    result = b.cmpxchg(counter, v, b.add(v, remaining), "acq_rel", "acquire")
+    b.cbranch(b.extract_value(result, 1), dropped, head)
+    b.position_at_end(dropped)
+    finished_count = b.add(b.atomic_rmw("add", done, remaining, "acq_rel"), remaining)
+    b.cbranch(b.icmp_unsigned("==", finished_count, n), finished, out)
     b.position_at_end(swap)
     result = b.cmpxchg(counter, v, b.add(v, ir.Constant(I64, 1)), "acq_rel", "acquire")
     b.cbranch(b.extract_value(result, 1), body, head)  # lost the race: look again
@@ -308,6 +331,7 @@ def _build_module(triple: str) -> str:
     b.store_atomic(ctx_arg, job_ctx, "monotonic", 8)
     b.store_atomic(n_arg, job_n, "monotonic", 8)
     b.store_atomic(ir.Constant(I64, 0), done, "monotonic", 8)
+    b.store_atomic(sigint_count(b), job_epoch, "monotonic", 8)
     b.store_atomic(gen_high, counter, "seq_cst", 8)  # chunks are claimable from here
     b.call(lock, [ptr(b, mutex)])
     b.store_atomic(gen, generation, "seq_cst", 4)
@@ -442,7 +466,9 @@ def ensure_started() -> None:
         except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
             logger.warning("functrans: %s; compiled loops run on one thread", err)
             build = _build_serial_module
-        loaded = linker.load(_pool_object(build))
+        from functrans.backends.llvm import codegen  # here: codegen imports this module
+        interrupts.ensure_loaded()  # the pool's claiming loop reads the SIGINT counter
+        loaded = linker.load(codegen.support_object("functrans-thread-pool", build))
         # The workers run this code until the process exits: it must never be freed (not
         # even by interpreter shutdown).
         loaded.keep()
@@ -455,31 +481,6 @@ def ensure_started() -> None:
         _state["workers"] = start(num_threads() - 1)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_restart_after_fork)
-
-
-def _pool_object(build) -> bytes:
-    """The machine code of the pool module ``build(triple)``: from the on-disk compilation
-    cache when an earlier process compiled it (the module's text is then not even built:
-    this file's source, in the key, determines it)."""
-    import hashlib
-
-    from functrans.backends.llvm import cache, codegen
-    key = hashlib.sha256("\n".join(["functrans-thread-pool", cache.source_digest(),
-                                     codegen.target_description(), build.__name__]
-                                    ).encode()).hexdigest()
-    entry = cache.load(key)
-    if entry is not None:
-        return entry[0]["object"]
-    import llvmlite.binding as llvm
-    with codegen._llvm_lock:
-        # straight-line waiting and claiming code: the unoptimizing code generator emits it
-        # in a quarter of the time (a first compile waits for this)
-        tm = codegen.create_target_machine(opt=0)
-        mod = llvm.parse_assembly(build(tm.triple))
-        mod.verify()
-        obj = tm.emit_object(mod)
-    cache.store(key, {"object": obj}, {})
-    return obj
 
 
 def helper_address(name: str) -> int:

@@ -18,6 +18,7 @@ pytest.importorskip("llvmlite")
 import functrans  # noqa: E402
 import functrans.lax as lax  # noqa: E402
 import functrans.numpy as jnp  # noqa: E402
+from functrans import test_util  # noqa: E402
 from functrans.backends.llvm import cache, linker, pipeline, thread_pool  # noqa: E402
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -116,8 +117,9 @@ def sample_object(tmp_path_factory):
     old = functrans.config.cache_dir
     functrans.config.update("cache_dir", str(tmp_path_factory.mktemp("sample")))
     try:
-        return _object_of(lambda a, b: jnp.sin((a @ b).astype(jnp.float64)) * 0.5,
-                          np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))
+        with test_util.x64():  # a float64 part for real (with x64 off, astype would warn)
+            return _object_of(lambda a, b: jnp.sin((a @ b).astype(jnp.float64)) * 0.5,
+                              np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))
     finally:
         functrans.config.update("cache_dir", old)
 

@@ -53,7 +53,8 @@ from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,
 
 # Imported on first use (``functrans.scipy.special``, ``functrans.tree.map``, ...), as a
 # program that never touches them should not pay for importing them.
-_LAZY_MODULES = ("scipy", "tree", "flatten_util", "dtypes", "image", "ops", "typing", "dlpack")
+_LAZY_MODULES = ("scipy", "tree", "flatten_util", "dtypes", "image", "ops", "typing", "dlpack",
+                 "custom_derivatives", "ad_checkpoint")
 
 
 def __getattr__(name):

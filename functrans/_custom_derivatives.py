@@ -30,8 +30,11 @@ from typing import Any, Callable, Sequence
 
 from functrans import _dtypes, core, tree_util
 from functrans._api import _as_array
-from functrans.core import ClosedJaxpr, Primitive, Tracer, UnexpectedTracerError, get_aval
+from functrans._jit import jit_p
+from functrans.core import (ClosedJaxpr, Jaxpr, Primitive, Tracer, UnexpectedTracerError, Var,
+                            get_aval)
 from functrans.interpreters import ad, batching
+from functrans.interpreters.staging import trace_to_closed_jaxpr
 from functrans.tree_util import keystr, tree_flatten, tree_leaves, tree_unflatten
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "zero_from_primal", "CustomVJPPrimal",
@@ -594,14 +597,15 @@ class _VJPCall:
             trees["res"], trees["out"] = res_tree, out_tree
             return list(res_leaves) + list(out_leaves)
 
-        from functrans.interpreters.staging import closed_over_consts_as_args, trace_to_closed_jaxpr
-        fwd_jaxpr, consts = closed_over_consts_as_args(trace_to_closed_jaxpr(fwd_leaves, avals))
-        fun_jaxpr, fun_consts = closed_over_consts_as_args(
-            trace_to_closed_jaxpr(self.flat_fun, avals))
+        fwd = trace_to_closed_jaxpr(fwd_leaves, avals)
+        fun = trace_to_closed_jaxpr(self.flat_fun, avals)
+        # both programs take every constant, then the arguments (each ignores the other's)
+        fwd_consts, fun_consts = [get_aval(c) for c in fwd.consts], [get_aval(c) for c in fun.consts]
         num_res = trees["res"].num_leaves
-        outs = custom_vjp_fwd_p.bind(*consts, *fun_consts, *flat, fwd_jaxpr=fwd_jaxpr,
-                                     fun_jaxpr=fun_jaxpr, num_fwd_consts=len(consts),
-                                     num_fun_consts=len(fun_consts), num_res=num_res)
+        outs = custom_vjp_fwd_p.bind(
+            *fwd.consts, *fun.consts, *flat, fwd_jaxpr=_taking_consts(fwd, [], fun_consts),
+            fun_jaxpr=_taking_consts(fun, fwd_consts, []),
+            num_consts=len(fwd_consts) + len(fun_consts), num_res=num_res)
         self.out_tree = trees["out"]
         return outs[num_res:], outs[:num_res], trees["res"], trees["out"]
 
@@ -725,58 +729,48 @@ def custom_vjp_jvp(fwd, bwd, primals, tangents, params):
 custom_vjp_fwd_p = Primitive("custom_vjp_fwd", multiple_results=True)
 
 
-def _split_fwd_args(args, num_fwd_consts, num_fun_consts):
-    k = num_fwd_consts + num_fun_consts
-    return args[:num_fwd_consts], args[num_fwd_consts:k], args[k:]
+def _taking_consts(closed: ClosedJaxpr, before, after) -> ClosedJaxpr:
+    """``closed`` as a program without constants taking ``before`` (unused inputs of these
+    types), its constants, ``after`` (unused), then its arguments."""
+    j = closed.jaxpr
+    pre, post = [Var(a) for a in before], [Var(a) for a in after]
+    return ClosedJaxpr(Jaxpr([], pre + j.constvars + post + j.invars, j.outvars, j.eqns), [])
 
 
 @custom_vjp_fwd_p.def_abstract_eval
-def _custom_vjp_fwd_abstract_eval(*avals, fwd_jaxpr, fun_jaxpr, num_fwd_consts, num_fun_consts,
-                                  num_res):
+def _custom_vjp_fwd_abstract_eval(*avals, fwd_jaxpr, fun_jaxpr, num_consts, num_res):
     return fwd_jaxpr.out_avals
 
 
 @custom_vjp_fwd_p.def_impl
-def _custom_vjp_fwd_impl(*args, fwd_jaxpr, fun_jaxpr, num_fwd_consts, num_fun_consts, num_res):
+def _custom_vjp_fwd_impl(*args, fwd_jaxpr, fun_jaxpr, num_consts, num_res):
     from functrans.backends.reference.interpreter import eval_jaxpr_numpy
-    consts, _, xs = _split_fwd_args(args, num_fwd_consts, num_fun_consts)
-    return eval_jaxpr_numpy(fwd_jaxpr.jaxpr, [], list(consts) + list(xs))
+    return eval_jaxpr_numpy(fwd_jaxpr.jaxpr, [], args)
 
 
-def _custom_vjp_fwd_jvp(primals, tangents, *, fwd_jaxpr, num_fwd_consts, num_fun_consts,
-                        **params):
+def _custom_vjp_fwd_jvp(primals, tangents, *, fwd_jaxpr, **params):
     # Differentiating the forward rule itself (higher-order AD) differentiates its program.
-    consts, _, xs = _split_fwd_args(primals, num_fwd_consts, num_fun_consts)
-    t_consts, _, t_xs = _split_fwd_args(tangents, num_fwd_consts, num_fun_consts)
-    return ad.jvp_flat(lambda *a: core.eval_jaxpr(fwd_jaxpr.jaxpr, [], *a),
-                       list(consts) + list(xs), list(t_consts) + list(t_xs))
+    return ad.jvp_flat(lambda *a: core.eval_jaxpr(fwd_jaxpr.jaxpr, [], *a), primals, tangents)
 
 
-def _custom_vjp_fwd_batch(vals, dims, *, fwd_jaxpr, fun_jaxpr, num_fwd_consts, num_fun_consts,
-                          num_res):
+def _custom_vjp_fwd_batch(vals, dims, *, fwd_jaxpr, fun_jaxpr, num_consts, num_res):
     size = batching.batch_size_of(vals, dims)
     vals = [batching.bdim_at_front(v, d, size) for v, d in zip(vals, dims)]
-    consts, fun_consts, xs = _split_fwd_args(vals, num_fwd_consts, num_fun_consts)
-    fwd_b, _ = batching.batch_jaxpr(fwd_jaxpr, size, [0] * (len(consts) + len(xs)), True)
-    fun_b, _ = batching.batch_jaxpr(fun_jaxpr, size, [0] * (len(fun_consts) + len(xs)), True)
-    outs = custom_vjp_fwd_p.bind(*vals, fwd_jaxpr=fwd_b, fun_jaxpr=fun_b,
-                                 num_fwd_consts=num_fwd_consts, num_fun_consts=num_fun_consts,
+    fwd_b, _ = batching.batch_jaxpr(fwd_jaxpr, size, [0] * len(vals), True)
+    fun_b, _ = batching.batch_jaxpr(fun_jaxpr, size, [0] * len(vals), True)
+    outs = custom_vjp_fwd_p.bind(*vals, fwd_jaxpr=fwd_b, fun_jaxpr=fun_b, num_consts=num_consts,
                                  num_res=num_res)
     return outs, [0] * len(outs)
 
 
 def _custom_vjp_fwd_dce(eqn, used_outputs):
     """With no residual read, compute the outputs with the function instead of ``fwd``."""
-    p = eqn.params
-    num_res = p["num_res"]
+    num_res = eqn.params["num_res"]
     if any(used_outputs[:num_res]):
         return eqn
-    from functrans._jit import jit_p
-    _, fun_consts, xs = _split_fwd_args(eqn.invars, p["num_fwd_consts"], p["num_fun_consts"])
-    return eqn.replace(primitive=jit_p, invars=list(fun_consts) + list(xs),
-                       outvars=eqn.outvars[num_res:],
-                       params=dict(jaxpr=p["fun_jaxpr"], name="custom_vjp_fun", backend=None,
-                                   donated_invars=()))
+    return eqn.replace(primitive=jit_p, outvars=eqn.outvars[num_res:],
+                       params=dict(jaxpr=eqn.params["fun_jaxpr"], name="custom_vjp_fun",
+                                   backend=None, donated_invars=()))
 
 
 custom_vjp_fwd_p.jvp = _custom_vjp_fwd_jvp

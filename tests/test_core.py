@@ -340,6 +340,25 @@ def test_nested_calls_are_inlined_for_the_compiler():
     np.testing.assert_array_equal(out, [9.0, 9.0, 9.0])
 
 
+def test_transforms_of_a_staged_program_keep_the_users_source_lines():
+    import inspect
+
+    def f(x):
+        return lax.sin(lax.sin(x))
+
+    # checkpoint stages f; differentiating the staged program re-evaluates it, and the
+    # equations the jvp rule adds (cos) keep the line of the sin they differentiate
+    jaxpr = functrans.make_jaxpr(functrans.grad(functrans.checkpoint(f)))(0.5)
+    lines, first = inspect.getsourcelines(f)
+    line = next(first + k for k, text in enumerate(lines) if "lax.sin(lax.sin(x))" in text)
+    cosines = [e.source_info for e in jaxpr.eqns if e.primitive.name == "cos"]
+    assert cosines and all(info.lineno == line and info.function == "f" for info in cosines)
+    text = lines[line - first]
+    # the column of each call expression: lax.sin(lax.sin(x)) and the inner lax.sin(x)
+    assert {info.column for info in cosines} == {text.index("lax.sin(lax"),
+                                                 text.index("lax.sin(x)")}
+
+
 def test_array_methods_forward_to_jnp():
     x = jnp.arange(6).reshape(2, 3)
     np.testing.assert_array_equal(x.flatten(), np.arange(6))

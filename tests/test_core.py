@@ -359,6 +359,19 @@ def test_transforms_of_a_staged_program_keep_the_users_source_lines():
                                                  text.index("lax.sin(x)")}
 
 
+def test_calls_inside_loop_bodies_are_inlined_for_the_compiler():
+    from functrans.interpreters.inline import inline_calls
+
+    body = functrans.checkpoint(lambda c, x: (c * lax.sin(x), c))
+    jaxpr = functrans.make_jaxpr(lambda xs: lax.scan(body, 1.0, xs))(np.ones(3, np.float32))
+    scan_eqn = jaxpr.eqns[-1]
+    assert [e.primitive.name for e in scan_eqn.params["jaxpr"].eqns] == ["remat"]
+    inlined = inline_calls(jaxpr).eqns[-1].params["jaxpr"]
+    assert [e.primitive.name for e in inlined.eqns] == ["sin", "mul"]
+    carry, ys = functrans.jit(lambda xs: lax.scan(body, 1.0, xs))(np.full(3, 0.5, np.float32))
+    np.testing.assert_allclose(carry, np.sin(0.5) ** 3, rtol=1e-6)
+
+
 def test_array_methods_forward_to_jnp():
     x = jnp.arange(6).reshape(2, 3)
     np.testing.assert_array_equal(x.flatten(), np.arange(6))

@@ -781,14 +781,29 @@ custom_vjp_fwd_p.dce = _custom_vjp_fwd_dce
 # ---- batching ---------------------------------------------------------------------------------
 
 
-def _batched(fun, dims, size):
-    """``fun`` (flat in, flat out) batched over inputs with ``dims``; outputs at axis 0."""
+def _batch_call(main, fun, args, size):
+    """``fun`` (flat in, flat out) on ``args`` batched at axis 0; outputs at axis 0.
+
+    While the vmap ``main`` that met the custom call runs, and ``args`` come from below it,
+    ``fun`` runs under it again, so values of that vmap the function or its rules close over
+    are its own values (and its axis name reaches collectives inside). Otherwise (a rule
+    kept for later in a staged program, a backward rule run by transposition after the vmap
+    ended, a function being staged above it) it runs under a fresh vmap."""
+    if not main.alive or any(isinstance(x, Tracer) and x._trace.level >= main.level
+                             for x in args):
+        return batching.batch_fun(fun, list(args), [0] * len(args), size, lambda m: [0] * m)
+    trace = batching.BatchTrace(main)
+    outs = [trace.full_raise(o) for o in fun(*[batching.BatchTracer(trace, x, 0) for x in args])]
+    return [batching.matchaxis(size, t.batch_dim, 0, t.val) for t in outs]
+
+
+def _batched(main, fun, size):
     def batched(*args):
-        return batching.batch_fun(fun, list(args), dims, size, lambda n: [0] * n)
+        return _batch_call(main, fun, args, size)
     return batched
 
 
-def _batch_with_zeros(fun, args, zeros_in, size):
+def _batch_with_zeros(main, fun, args, zeros_in, size):
     """Batch ``fun`` over ``args`` (all at axis 0) where positions ``zeros_in`` of its inputs
     are symbolic zeros (``ad.Zero`` of the per-example type, not passed in). Zero outputs
     stay symbolic (whether an output is zero does not depend on the example). Returns the
@@ -802,7 +817,7 @@ def _batch_with_zeros(fun, args, zeros_in, size):
         out_zero_avals[:] = [o.aval if isinstance(o, ad.Zero) else None for o in outs]
         return [o for o in outs if not isinstance(o, ad.Zero)]
 
-    nonzero = batching.batch_fun(flat, list(args), [0] * len(args), size, lambda m: [0] * m)
+    nonzero = _batch_call(main, flat, args, size)
     it = iter(nonzero)
     return [ad.Zero(a.update(shape=(size,) + a.shape)) if a is not None else next(it)
             for a in out_zero_avals]
@@ -816,7 +831,7 @@ def _per_example_zero(t, size):
 def batch_custom_jvp(trace, primitive, fun, jvp, vals, dims, params):
     size = batching.batch_size_of(vals, dims)
     vals = [batching.bdim_at_front(v, d, size) for v, d in zip(vals, dims)]
-    fun_b = _batched(fun, [0] * len(vals), size)
+    fun_b = _batched(trace.main, fun, size)
 
     def jvp_b(primals, tangents):
         n = len(primals)
@@ -828,7 +843,7 @@ def batch_custom_jvp(trace, primitive, fun, jvp, vals, dims, params):
             return list(p_out) + list(t_out)
 
         args = list(primals) + [t for t in tangents if not isinstance(t, ad.Zero)]
-        outs = _batch_with_zeros(flat, args, zeros_in, size)
+        outs = _batch_with_zeros(trace.main, flat, args, zeros_in, size)
         half = len(outs) // 2
         return outs[:half], outs[half:]
 
@@ -839,7 +854,7 @@ def batch_custom_jvp(trace, primitive, fun, jvp, vals, dims, params):
 def batch_custom_vjp(trace, primitive, fun, fwd, bwd, vals, dims, params):
     size = batching.batch_size_of(vals, dims)
     vals = [batching.bdim_at_front(v, d, size) for v, d in zip(vals, dims)]
-    fun_b = _batched(fun, [0] * len(vals), size)
+    fun_b = _batched(trace.main, fun, size)
     trees = {}
 
     def fwd_b(perturbed, *primals):
@@ -849,7 +864,7 @@ def batch_custom_vjp(trace, primitive, fun, fwd, bwd, vals, dims, params):
             trees["num_out"] = len(out_leaves)
             return list(out_leaves) + list(res_leaves)
 
-        outs = batching.batch_fun(flat, list(primals), [0] * len(primals), size, lambda m: [0] * m)
+        outs = _batch_call(trace.main, flat, primals, size)
         k = trees["num_out"]
         return outs[:k], outs[k:], trees["res_tree"], trees["out_tree"]
 
@@ -863,7 +878,7 @@ def batch_custom_vjp(trace, primitive, fun, fwd, bwd, vals, dims, params):
 
         # every output of the batched function is batched at axis 0, so are its cotangents
         args = list(res_leaves) + [c for c in ct_leaves if not isinstance(c, ad.Zero)]
-        return _batch_with_zeros(flat, args, zeros_in, size)
+        return _batch_with_zeros(trace.main, flat, args, zeros_in, size)
 
     bwd_b.symbolic_zeros = _symbolic_zeros_of(bwd)
     outs = primitive.bind_call(fun_b, (fwd_b, bwd_b), vals, params)
@@ -876,3 +891,4 @@ def _symbolic_zeros_of(bwd) -> bool:
     if isinstance(owner, _VJPCall):
         return owner.f.symbolic_zeros
     return getattr(bwd, "symbolic_zeros", False)
+

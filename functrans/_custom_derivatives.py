@@ -141,31 +141,48 @@ def _nondiff_argnums(fun, nondiff_argnums, nondiff_argnames) -> tuple[int, ...]:
     return tuple(sorted(nums))
 
 
-def _resolve_kwargs(fun, args, kwargs, kind: str) -> tuple:
-    """The call's arguments as positional arguments (defaults filled in), as JAX passes them
-    to the rules."""
-    try:
-        signature = inspect.signature(fun) if not isinstance(fun, functools.partial) else None
-    except (TypeError, ValueError):
-        signature = None
-    if signature is None:
-        if kwargs:
-            raise TypeError(f"The input arguments to the {kind}-decorated function "
-                            f"{_fun_name(fun)} could not be resolved to positional-only "
-                            f"arguments: its signature is unknown, so pass them positionally.")
-        return tuple(args)
-    try:
-        bound = signature.bind(*args, **kwargs)
-    except TypeError as err:
-        raise TypeError(f"The input arguments to the {kind}-decorated function "
-                        f"{_fun_name(fun)} could not be resolved to positional-only arguments. "
-                        f"Binding failed with the error:\n{err}") from err
-    bound.apply_defaults()
-    passed = [k for k in bound.kwargs if k in kwargs]
-    if passed:
-        raise TypeError("The following keyword arguments could not be resolved to positions: "
-                        f"{', '.join(passed)}")
-    return bound.args
+class _Arguments:
+    """How a decorated function's arguments become positional ones, as JAX passes them to
+    the rules (keywords resolved, defaults filled in). The signature is read once."""
+
+    def __init__(self, fun, kind: str):
+        self.fun, self.kind = fun, kind
+        try:
+            self.signature = (None if isinstance(fun, functools.partial) else
+                              inspect.signature(fun))
+        except (TypeError, ValueError):
+            self.signature = None
+        params = self.signature.parameters.values() if self.signature is not None else ()
+        positional = [p for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                      inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        self.num_positional = len(positional)
+        self.var_positional = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+        self.keyword_only = any(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params)
+
+    def resolve(self, args, kwargs) -> tuple:
+        if not kwargs and not self.keyword_only and (
+                len(args) == self.num_positional or
+                (self.var_positional and len(args) >= self.num_positional)):
+            return tuple(args)  # nothing to resolve or fill in
+        name = _fun_name(self.fun)
+        if self.signature is None:
+            if kwargs:
+                raise TypeError(f"The input arguments to the {self.kind}-decorated function "
+                                f"{name} could not be resolved to positional-only arguments: "
+                                f"its signature is unknown, so pass them positionally.")
+            return tuple(args)
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise TypeError(f"The input arguments to the {self.kind}-decorated function {name} "
+                            "could not be resolved to positional-only arguments. Binding failed "
+                            f"with the error:\n{err}") from err
+        bound.apply_defaults()
+        passed = [k for k in bound.kwargs if k in kwargs]
+        if passed:
+            raise TypeError("The following keyword arguments could not be resolved to "
+                            f"positions: {', '.join(passed)}")
+        return bound.args
 
 
 def _is_eager(args) -> bool:
@@ -326,6 +343,7 @@ class custom_jvp:  # noqa: N801 (JAX's name)
         self.nondiff_argnums = _nondiff_argnums(fun, nondiff_argnums, nondiff_argnames)
         self.jvp = None
         self.symbolic_zeros = False
+        self._arguments = None
 
     def __get__(self, instance, owner):
         if instance is None:
@@ -370,7 +388,9 @@ class custom_jvp:  # noqa: N801 (JAX's name)
         name = _fun_name(self.fun)
         if self.jvp is None:
             raise AttributeError(f"No JVP defined for custom_jvp function {name} using defjvp.")
-        args = _resolve_kwargs(self.fun, args, kwargs, "custom_jvp")
+        if self._arguments is None:
+            self._arguments = _Arguments(self.fun, "custom_jvp")
+        args = self._arguments.resolve(args, kwargs)
         if _is_eager(args):
             return self.fun(*args)
         nondiff = self.nondiff_argnums
@@ -494,6 +514,7 @@ class custom_vjp:  # noqa: N801 (JAX's name)
         self.bwd = None
         self.symbolic_zeros = False
         self.optimize_remat = False
+        self._arguments = None
 
     def __get__(self, instance, owner):
         if instance is None:
@@ -521,7 +542,9 @@ class custom_vjp:  # noqa: N801 (JAX's name)
         name = _fun_name(self.fun)
         if self.fwd is None or self.bwd is None:
             raise AttributeError(f"No VJP defined for custom_vjp function {name} using defvjp.")
-        args = _resolve_kwargs(self.fun, args, kwargs, "custom_vjp")
+        if self._arguments is None:
+            self._arguments = _Arguments(self.fun, "custom_vjp")
+        args = self._arguments.resolve(args, kwargs)
         nondiff = self.nondiff_argnums
         _check_argnums(nondiff, len(args), "custom_vjp")
         for i in nondiff:

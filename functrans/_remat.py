@@ -494,7 +494,9 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     backward pass instead of storing them (saving memory for compute). ``policy`` (one of
     ``checkpoint_policies``) names the values that may be kept; ``static_argnums`` /
     ``static_argnames`` are arguments fixed at trace time (Python values the function may
-    branch on).
+    branch on). ``prevent_cse`` (a bool, or one per argument) is accepted as in JAX, where it
+    keeps XLA's common-subexpression elimination from merging the recomputation back into
+    the forward pass; functrans's compilers have no pass that merges equations.
 
         >>> import functrans, functrans.numpy as jnp
         >>> f = functrans.checkpoint(lambda x: jnp.sin(jnp.sin(x)))

@@ -5,32 +5,196 @@ A call of a decorated function binds a *call primitive* through
 eager evaluation and partial evaluation run the function; the jvp trace applies the rule;
 the batching trace batches both the function and the rule; staging records one equation
 holding the function's jaxpr and the rule, so the rule is still found when the staged
-program is differentiated later.
+program is differentiated later. Outside every transform the call is just the function, so
+it returns exactly what the undecorated function returns.
+
+The rules are called as JAX calls them. With ``nondiff_argnums``, a jvp rule is called
+``rule(*nondiff_args, primals, tangents)``, a vjp ``fwd`` gets every argument in its place
+and ``bwd`` is called ``bwd(*nondiff_args, residuals, cotangent)``.
+
+Internally the transforms see flat rules over the leaves of the differentiable arguments:
+``jvp(primals, tangents) -> (primals_out, tangents_out)`` (tangents may be ``ad.Zero``),
+``fwd(perturbed, *primals) -> (outs, residuals, res_tree, out_tree)`` and
+``bwd(res_tree, out_tree, residuals, cotangents) -> cotangents_in``.
 
 Reverse mode through ``custom_vjp`` uses ``custom_lin``, a primitive linear in the tangents
-whose transpose calls the user's ``bwd``.
+whose transpose calls the user's ``bwd``; it cannot be evaluated, so forward mode of a
+``custom_vjp`` function is a ``TypeError`` as in JAX.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Callable, Sequence
+import inspect
+from typing import Any, Callable, Sequence
 
-from functrans import core, tree_util
+from functrans import _dtypes, core, tree_util
 from functrans._api import _as_array
-from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
+from functrans._jit import jit_p
+from functrans.core import (ClosedJaxpr, Jaxpr, Primitive, Tracer, UnexpectedTracerError, Var,
+                            get_aval)
 from functrans.interpreters import ad, batching
-from functrans.tree_util import tree_flatten, tree_unflatten
+from functrans.interpreters.staging import trace_to_closed_jaxpr
+from functrans.tree_util import keystr, tree_flatten, tree_leaves, tree_unflatten
 
-__all__ = ["custom_jvp", "custom_vjp"]
+__all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "zero_from_primal", "CustomVJPPrimal",
+           "custom_vjp_primal_tree_values"]
 
 
-def _resolve_nondiff(nondiff_argnums, args):
-    nondiff = tuple(sorted(nondiff_argnums))
-    for i in nondiff:
-        if i >= len(args):
-            raise TypeError(f"nondiff_argnums={nondiff_argnums} but only {len(args)} arguments")
-    diff_idx = [i for i in range(len(args)) if i not in nondiff]
-    return nondiff, diff_idx
+# =============================================================================================
+# Symbolic zeros as rules see them
+# =============================================================================================
+
+
+class SymbolicZero:
+    """A tangent or cotangent known to be zero, given to rules defined with
+    ``symbolic_zeros=True`` instead of an array of zeros (and accepted back from them).
+    ``shape``, ``dtype`` and ``aval`` describe the zero it stands for.
+
+        >>> import functrans
+        >>> from functrans.custom_derivatives import SymbolicZero
+        >>> SymbolicZero.from_primal_value(1.0).shape
+        ()
+    """
+
+    def __init__(self, aval):
+        self.aval = aval
+
+    shape = property(lambda self: self.aval.shape)
+    dtype = property(lambda self: self.aval.dtype)
+    ndim = property(lambda self: self.aval.ndim)
+    size = property(lambda self: self.aval.size)
+    weak_type = property(lambda self: self.aval.weak_type)
+
+    def __repr__(self):
+        return "SymbolicZero"
+
+    @staticmethod
+    def from_primal_value(val) -> "SymbolicZero":
+        return SymbolicZero(ad.tangent_aval(get_aval(val)))
+
+
+def zero_from_primal(val, symbolic_zeros: bool = False):
+    """Zero tangents for the pytree ``val``: :class:`SymbolicZero` objects, or arrays of zeros.
+
+        >>> from functrans.custom_derivatives import zero_from_primal
+        >>> zero_from_primal({'a': 1.0})
+        {'a': Array(0., dtype=float32, weak_type=True)}
+    """
+    def zero(x):
+        aval = ad.tangent_aval(get_aval(x))
+        return SymbolicZero(aval) if symbolic_zeros else ad.zeros_like_aval(aval)
+    return tree_util.tree_map(zero, val)
+
+
+@dataclasses.dataclass
+class CustomVJPPrimal:
+    """An argument leaf as a ``custom_vjp`` ``fwd`` rule defined with ``symbolic_zeros=True``
+    receives it: the value, and whether it is being differentiated."""
+    value: Any
+    perturbed: bool
+
+
+def custom_vjp_primal_tree_values(tree):
+    """The values of a tree of :class:`CustomVJPPrimal` leaves (what ``fwd`` receives with
+    ``symbolic_zeros=True``), as the plain argument tree.
+
+        >>> from functrans.custom_derivatives import CustomVJPPrimal, custom_vjp_primal_tree_values
+        >>> custom_vjp_primal_tree_values((CustomVJPPrimal(1.0, True),))
+        (1.0,)
+    """
+    def value(leaf):
+        if type(leaf) is not CustomVJPPrimal:
+            raise TypeError(f"unexpected leaf type {type(leaf)}")
+        return leaf.value
+    return tree_util.tree_map(value, tree)
+
+
+def _to_rule_tangent(t, symbolic_zeros: bool):
+    if isinstance(t, ad.Zero):
+        return SymbolicZero(t.aval) if symbolic_zeros else ad.instantiate_zeros(t)
+    return t
+
+
+def _from_rule_tangent(t):
+    return ad.Zero(t.aval) if isinstance(t, SymbolicZero) else t
+
+
+# =============================================================================================
+# Arguments: keywords, nondiff_argnums, eager calls
+# =============================================================================================
+
+
+def _fun_name(fun) -> str:
+    return getattr(fun, "__name__", None) or type(fun).__name__
+
+
+def _nondiff_argnums(fun, nondiff_argnums, nondiff_argnames) -> tuple[int, ...]:
+    nums = {int(i) for i in nondiff_argnums}
+    if nondiff_argnames:
+        names = [nondiff_argnames] if isinstance(nondiff_argnames, str) else nondiff_argnames
+        params = list(inspect.signature(fun).parameters)
+        for name in names:
+            if name not in params:
+                raise ValueError(f"nondiff_argnames: {fun!r} has no parameter named {name!r}")
+            nums.add(params.index(name))
+    return tuple(sorted(nums))
+
+
+class _Arguments:
+    """How a decorated function's arguments become positional ones, as JAX passes them to
+    the rules (keywords resolved, defaults filled in). The signature is read once."""
+
+    def __init__(self, fun, kind: str):
+        self.fun, self.kind = fun, kind
+        try:
+            self.signature = (None if isinstance(fun, functools.partial) else
+                              inspect.signature(fun))
+        except (TypeError, ValueError):
+            self.signature = None
+        params = self.signature.parameters.values() if self.signature is not None else ()
+        positional = [p for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                      inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        self.num_positional = len(positional)
+        self.var_positional = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+        self.keyword_only = any(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params)
+
+    def resolve(self, args, kwargs) -> tuple:
+        if not kwargs and not self.keyword_only and (
+                len(args) == self.num_positional or
+                (self.var_positional and len(args) >= self.num_positional)):
+            return tuple(args)  # nothing to resolve or fill in
+        name = _fun_name(self.fun)
+        if self.signature is None:
+            if kwargs:
+                raise TypeError(f"The input arguments to the {self.kind}-decorated function "
+                                f"{name} could not be resolved to positional-only arguments: "
+                                f"its signature is unknown, so pass them positionally.")
+            return tuple(args)
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise TypeError(f"The input arguments to the {self.kind}-decorated function {name} "
+                            "could not be resolved to positional-only arguments. Binding failed "
+                            f"with the error:\n{err}") from err
+        bound.apply_defaults()
+        passed = [k for k in bound.kwargs if k in kwargs]
+        if passed:
+            raise TypeError("The following keyword arguments could not be resolved to "
+                            f"positions: {', '.join(passed)}")
+        return bound.args
+
+
+def _is_eager(args) -> bool:
+    """No transform sees these arguments: no tracer among them and no staging trace open."""
+    return isinstance(core.find_top_trace(tree_leaves(args)), core.EvalTrace)
+
+
+def _check_argnums(argnums, num_args: int, kind: str):
+    for i in argnums:
+        if i >= num_args:
+            raise TypeError(f"{kind} function has nondiff_argnums={argnums} but was called with "
+                            f"only {num_args} positional arguments")
 
 
 def _merge(nondiff, nondiff_vals, diff_vals, n):
@@ -40,8 +204,39 @@ def _merge(nondiff, nondiff_vals, diff_vals, n):
     return out
 
 
+class _NondiffArgs:
+    """The nondiff arguments of one call. Leaves that are tracers (JAX allows them for
+    custom_jvp, with their derivative stopped) become hidden inputs of the call, so every
+    transform sees them as operands instead of as closed-over values."""
+
+    def __init__(self, values):
+        leaves, self.tree = tree_flatten(list(values))
+        self.leaves = leaves
+        self.traced = [isinstance(x, Tracer) for x in leaves]
+        self.traced_values = [_stop_gradient(x) for x, t in zip(leaves, self.traced) if t]
+
+    def rebuild(self, traced_values) -> list:
+        it = iter(traced_values)
+        leaves = [next(it) if t else x for x, t in zip(self.leaves, self.traced)]
+        return tree_unflatten(self.tree, leaves)
+
+
+def _stop_gradient(x):
+    from functrans.primitives.elementwise import stop_gradient
+    return stop_gradient(x)
+
+
+def _aval_tree_str(tree, avals) -> str:
+    return str(tree_unflatten(tree, [a.str_short() for a in avals])).replace("'", "")
+
+
+def _same_types(avals, expected) -> bool:
+    return len(avals) == len(expected) and all(
+        a.shape == b.shape and a.dtype == b.dtype for a, b in zip(avals, expected))
+
+
 # =============================================================================================
-# custom_jvp
+# The call primitives
 # =============================================================================================
 
 
@@ -68,8 +263,9 @@ class CustomCallPrimitive(Primitive):
     def bind(self, *args, call_jaxpr, num_consts, **params):
         consts, args = args[:num_consts], args[num_consts:]
         fun = _call_jaxpr_fun(call_jaxpr, consts)
+        _check_consts_not_differentiated(self.kind, consts)
         if self.kind == "jvp":
-            rule = _const_free_rule(params["jvp"], consts)
+            rule = params["jvp"]
         else:
             rule = (params["fwd"], params["bwd"])
         rest = {k: v for k, v in params.items() if k not in ("jvp", "fwd", "bwd")}
@@ -82,12 +278,21 @@ def _call_jaxpr_fun(call_jaxpr: ClosedJaxpr, consts):
     return fun
 
 
-def _const_free_rule(rule, consts):
-    if any(isinstance(c, ad.JVPTracer) for c in consts):
-        raise NotImplementedError(
-            "a custom_jvp function closes over a value that is being differentiated; pass that "
-            "value as an explicit argument instead")
-    return rule
+def _check_consts_not_differentiated(kind: str, consts):
+    """A staged custom call closed over these values; its rule knows nothing of their
+    derivatives, so differentiating with respect to them is an error (as in JAX)."""
+    if not any(isinstance(c, ad.JVPTracer) and not isinstance(c.tangent, ad.Zero) for c in consts):
+        return
+    if kind == "vjp":
+        raise TypeError(
+            "Detected differentiation of a custom_vjp function with respect to a closed-over "
+            "value. The custom VJP rule only says how to differentiate with respect to the "
+            "function's explicit arguments: pass the closed-over value as an argument (see "
+            "functrans.closure_convert) and give its cotangent in bwd.")
+    raise TypeError(
+        "Detected differentiation of a custom_jvp function with respect to a closed-over "
+        "value. The custom JVP rule only says how to differentiate with respect to the "
+        "function's explicit arguments: pass the closed-over value as an argument.")
 
 
 custom_jvp_call_p = CustomCallPrimitive("custom_jvp_call", "jvp")
@@ -108,9 +313,16 @@ for _p in (custom_jvp_call_p, custom_vjp_call_p):
     _p.def_impl(_custom_call_impl)
 
 
+# =============================================================================================
+# custom_jvp
+# =============================================================================================
+
+
 class custom_jvp:  # noqa: N801 (JAX's name)
     """A function with a custom forward-mode derivative rule (reverse mode follows by
-    transposition).
+    transposition). ``defjvp(rule)`` sets ``rule(primals, tangents) -> (primal_out,
+    tangent_out)``; with ``nondiff_argnums`` the rule is called
+    ``rule(*nondiff_args, primals, tangents)``.
 
         >>> import functrans, functrans.numpy as jnp
         >>> @functrans.custom_jvp
@@ -124,12 +336,14 @@ class custom_jvp:  # noqa: N801 (JAX's name)
         Array(2., dtype=float32, weak_type=True)
     """
 
-    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = (),
+                 nondiff_argnames: Sequence[str] = ()):
         functools.update_wrapper(self, fun)
         self.fun = fun
-        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.nondiff_argnums = _nondiff_argnums(fun, nondiff_argnums, nondiff_argnames)
         self.jvp = None
         self.symbolic_zeros = False
+        self._arguments = None
 
     def __get__(self, instance, owner):
         if instance is None:
@@ -137,87 +351,138 @@ class custom_jvp:  # noqa: N801 (JAX's name)
         return functools.partial(self, instance)
 
     def defjvp(self, jvp: Callable, symbolic_zeros: bool = False) -> Callable:
-        """Set the rule ``jvp(primals, tangents) -> (primal_out, tangent_out)``."""
+        """Set the rule ``jvp(primals, tangents) -> (primal_out, tangent_out)`` (with
+        ``nondiff_argnums``: ``jvp(*nondiff_args, primals, tangents)``). With
+        ``symbolic_zeros=True`` the tangents of arguments that are not differentiated arrive
+        as :class:`SymbolicZero` objects, and the rule may return them. Returns ``jvp``, so
+        it can be used as a decorator."""
         self.jvp = jvp
         self.symbolic_zeros = symbolic_zeros
         return jvp
 
     def defjvps(self, *tangent_fns) -> None:
-        """Set per-argument rules ``fn(tangent, primal_out, *primals) -> tangent_out`` (None
-        for arguments with no effect); the output tangent is their sum."""
+        """Set one rule per argument, ``fn(tangent, primal_out, *primals) -> tangent_out``
+        (None for an argument the output does not depend on); the output tangent is the sum.
+
+            >>> import functrans, functrans.numpy as jnp
+            >>> f = functrans.custom_jvp(lambda x, y: x * y)
+            >>> f.defjvps(lambda t, ans, x, y: t * y, None)
+            >>> functrans.grad(f)(2.0, 3.0)
+            Array(3., dtype=float32, weak_type=True)
+        """
+        if self.nondiff_argnums:
+            raise TypeError("Can't use ``defjvps`` with ``nondiff_argnums``.")
 
         def jvp(primals, tangents):
-            out = self(*primals)
-            total = None
-            for fn, t in zip(tangent_fns, tangents):
-                if fn is None:
-                    continue
-                contribution = fn(t, out, *primals)
-                total = contribution if total is None else tree_util.tree_map(
-                    lambda a, b: a + b, total, contribution)
-            if total is None:
-                total = tree_util.tree_map(lambda o: o * 0, out)
-            return out, total
+            primal_out = self(*primals)
+            zeros = zero_from_primal(primal_out)
+            terms = [fn(t, primal_out, *primals) if fn is not None else zeros
+                     for t, fn in zip(tangents, tangent_fns)]
+            total = tree_util.tree_map(lambda _, *ts: functools.reduce(ad.add_tangents, ts),
+                                       primal_out, *terms)
+            return primal_out, total
 
         self.defjvp(jvp)
 
     def __call__(self, *args, **kwargs):
-        if kwargs:
-            raise TypeError("custom_jvp functions take positional arguments only")
+        name = _fun_name(self.fun)
         if self.jvp is None:
-            raise AttributeError(f"No JVP defined for custom_jvp function "
-                                 f"{getattr(self.fun, '__name__', '?')} using defjvp.")
-        nondiff, diff_idx = _resolve_nondiff(self.nondiff_argnums, args)
-        nondiff_vals = [args[i] for i in nondiff]
-        for v in nondiff_vals:
-            for leaf in tree_util.tree_leaves(v):
-                if isinstance(leaf, Tracer):
-                    raise TypeError("custom_jvp nondiff_argnums must not be traced values; "
-                                    "make them ordinary arguments")
-        diff_args = [args[i] for i in diff_idx]
+            raise AttributeError(f"No JVP defined for custom_jvp function {name} using defjvp.")
+        if self._arguments is None:
+            self._arguments = _Arguments(self.fun, "custom_jvp")
+        args = self._arguments.resolve(args, kwargs)
+        if _is_eager(args):
+            return self.fun(*args)
+        nondiff = self.nondiff_argnums
+        _check_argnums(nondiff, len(args), "custom_jvp")
+        static = _NondiffArgs([args[i] for i in nondiff])
+        diff_args = tuple(args[i] for i in range(len(args)) if i not in nondiff)
         leaves, in_tree = tree_flatten(diff_args)
         leaves = [_as_array(x) for x in leaves]
-        out_tree_cell = []
-        n = len(args)
-        user_fun, user_jvp = self.fun, self.jvp
-
-        def flat_fun(*flat):
-            dargs = tree_unflatten(in_tree, flat)
-            out = user_fun(*_merge(nondiff, nondiff_vals, dargs, n))
-            out_leaves, out_tree = tree_flatten(out)
-            out_tree_cell.append(out_tree)
-            return out_leaves
-
-        def flat_jvp(primals, tangents):
-            dprimals = tree_unflatten(in_tree, list(primals))
-            tangents = [ad.instantiate_zeros(t) for t in tangents]
-            dtangents = tree_unflatten(in_tree, tangents)
-            primal_out, tangent_out = user_jvp(
-                tuple(nondiff_vals) + tuple(dprimals), tuple(dtangents)) if nondiff else \
-                user_jvp(tuple(dprimals), tuple(dtangents))
-            p_leaves, p_tree = tree_flatten(primal_out)
-            t_leaves, t_tree = tree_flatten(tangent_out)
-            if p_tree != t_tree:
-                raise TypeError(f"custom_jvp rule returned primal output structure {p_tree} and "
-                                f"tangent output structure {t_tree}; they must match")
-            out_tree_cell.append(p_tree)
-            fixed = []
-            for p, t in zip(p_leaves, t_leaves):
-                pa, ta = get_aval(p), get_aval(t)
-                if pa.shape != ta.shape:
-                    raise TypeError(f"custom_jvp rule: tangent of shape {ta.shape} for a primal "
-                                    f"output of shape {pa.shape}")
-                fixed.append(t if ta.dtype == ad.tangent_aval(pa).dtype else
-                             _convert(t, ad.tangent_aval(pa).dtype))
-            return p_leaves, fixed
-
-        outs = custom_jvp_call_p.bind_call(flat_fun, flat_jvp, leaves, {})
-        return tree_unflatten(out_tree_cell[-1], outs)
+        call = _JVPCall(self, name, nondiff, static, in_tree, len(leaves), len(args))
+        outs = custom_jvp_call_p.bind_call(call.flat_fun, call.flat_jvp,
+                                           leaves + static.traced_values, {})
+        return tree_unflatten(call.out_tree, outs)
 
 
-def _convert(x, dtype):
-    from functrans.primitives.elementwise import convert_element_type
-    return convert_element_type(x, dtype)
+class _JVPCall:
+    """One call of a custom_jvp function: its flat function and flat rule, and what they
+    learned about the output (its structure and types)."""
+
+    def __init__(self, f: custom_jvp, name, nondiff, static: _NondiffArgs, in_tree, num_diff,
+                 num_args):
+        self.f, self.name, self.nondiff, self.static = f, name, nondiff, static
+        self.in_tree, self.num_diff, self.num_args = in_tree, num_diff, num_args
+        self.fun_out = None   # (tree, avals) of the function's output, once it ran
+        self.out_tree = None
+
+    def _args(self, flat):
+        diff = tree_unflatten(self.in_tree, list(flat[:self.num_diff]))
+        static = self.static.rebuild(flat[self.num_diff:])
+        return diff, static
+
+    def flat_fun(self, *flat):
+        diff, static = self._args(flat)
+        out = self.f.fun(*_merge(self.nondiff, static, diff, self.num_args))
+        out_leaves, out_tree = tree_flatten(out)
+        self.fun_out = (out_tree, [get_aval(o) for o in out_leaves])
+        self.out_tree = out_tree
+        return out_leaves
+
+    def flat_jvp(self, primals, tangents):
+        diff, static = self._args(primals)
+        symbolic = self.f.symbolic_zeros
+        py_tangents = tree_unflatten(self.in_tree, [_to_rule_tangent(t, symbolic)
+                                                    for t in tangents[:self.num_diff]])
+        rule_name = _fun_name(self.f.jvp)
+        pair = self.f.jvp(*static, diff, py_tangents)
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise TypeError(f"Custom JVP rule {rule_name} for function {self.name} must return "
+                            "a pair (primal output, tangent output) as a tuple or list of "
+                            f"length two, but it returned {pair!r}.")
+        p_leaves, p_tree = tree_flatten(pair[0])
+        t_leaves, t_tree = tree_flatten(pair[1])
+        if p_tree != t_tree:
+            raise TypeError(f"Custom JVP rule {rule_name} for function {self.name} returned a "
+                            f"primal output of structure {p_tree} and a tangent output of "
+                            f"structure {t_tree}; the two pytree structures must be equal.")
+        p_avals = [get_aval(p) for p in p_leaves]
+        self._check_primal_out(rule_name, p_tree, p_avals)
+        _check_tangent_types(p_avals, [t.aval if isinstance(t, SymbolicZero) else get_aval(t)
+                                       for t in t_leaves])
+        self.out_tree = p_tree
+        return p_leaves, [_from_rule_tangent(t) for t in t_leaves]
+
+    def _check_primal_out(self, rule_name, p_tree, p_avals):
+        """The rule's primal output must look like the function's, when that already ran."""
+        if self.fun_out is None:
+            return
+        fun_tree, fun_avals = self.fun_out
+        if fun_tree == p_tree and _same_types(p_avals, fun_avals):
+            return
+        what = "pytree structure" if fun_tree != p_tree else "shapes/dtypes"
+        raise TypeError(
+            f"Custom JVP rule {rule_name} for function {self.name} returned a primal output "
+            f"whose {what} differs from the output of {self.name} itself (the first element of "
+            "the rule's pair is the function's output):\n"
+            f"    rule:     {_aval_tree_str(p_tree, p_avals)}\n"
+            f"    function: {_aval_tree_str(fun_tree, fun_avals)}")
+
+
+def _check_tangent_types(primal_avals, tangent_avals):
+    expected = [ad.tangent_aval(a.strip_weak_type()) for a in primal_avals]
+    if _same_types(tangent_avals, expected):
+        return
+    if len(expected) == 1:
+        raise TypeError(
+            f"Custom JVP rule returned a tangent of type {tangent_avals[0].str_short()} for a "
+            f"primal output of type {primal_avals[0].str_short()}, whose tangents have type "
+            f"{expected[0].str_short()}.")
+    bad = "\n".join(f"  primal {p.str_short()}: tangent {t.str_short()}, expected "
+                    f"{e.str_short()}" for p, e, t in zip(primal_avals, expected, tangent_avals)
+                    if not _same_types([t], [e]))
+    raise TypeError("Custom JVP rule returned tangents whose shapes/dtypes do not match its primal "
+                    f"outputs:\n{bad}")
 
 
 # =============================================================================================
@@ -227,7 +492,9 @@ def _convert(x, dtype):
 
 class custom_vjp:  # noqa: N801 (JAX's name)
     """A function with a custom reverse-mode rule: ``fwd(*args) -> (out, residuals)`` and
-    ``bwd(residuals, out_cotangent) -> tuple of argument cotangents``.
+    ``bwd(residuals, out_cotangent) -> tuple of argument cotangents`` (None for an argument
+    with no cotangent). With ``nondiff_argnums`` those arguments are passed to ``fwd`` in
+    their places and to ``bwd`` first: ``bwd(*nondiff_args, residuals, out_cotangent)``.
 
         >>> import functrans, functrans.numpy as jnp
         >>> @functrans.custom_vjp
@@ -238,105 +505,229 @@ class custom_vjp:  # noqa: N801 (JAX's name)
         Array(1., dtype=float32, weak_type=True)
     """
 
-    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = (),
+                 nondiff_argnames: Sequence[str] = ()):
         functools.update_wrapper(self, fun)
         self.fun = fun
-        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.nondiff_argnums = _nondiff_argnums(fun, nondiff_argnums, nondiff_argnames)
         self.fwd = None
         self.bwd = None
+        self.symbolic_zeros = False
+        self.optimize_remat = False
+        self._arguments = None
 
     def __get__(self, instance, owner):
         if instance is None:
             return self
         return functools.partial(self, instance)
 
-    def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False) -> None:
+    def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False,
+               optimize_remat: bool = False) -> None:
+        """Set the forward and backward rules.
+
+        ``symbolic_zeros=True``: ``fwd`` receives each argument leaf as a
+        :class:`CustomVJPPrimal` (``value``, ``perturbed``), and ``bwd`` receives a
+        :class:`SymbolicZero` for each output whose cotangent is zero.
+        ``optimize_remat=True``: under :func:`functrans.checkpoint`, the forward pass runs the
+        function itself instead of ``fwd`` when the residuals are recomputed later."""
+        if symbolic_zeros and optimize_remat:
+            raise NotImplementedError(
+                "remat optimization for custom_vjp does not support symbolic zeros")
         self.fwd = fwd
         self.bwd = bwd
+        self.symbolic_zeros = symbolic_zeros
+        self.optimize_remat = optimize_remat
 
     def __call__(self, *args, **kwargs):
-        if kwargs:
-            raise TypeError("custom_vjp functions take positional arguments only")
-        if self.fwd is None:
-            raise AttributeError(f"No VJP defined for custom_vjp function "
-                                 f"{getattr(self.fun, '__name__', '?')} using defvjp.")
-        nondiff, diff_idx = _resolve_nondiff(self.nondiff_argnums, args)
-        nondiff_vals = [args[i] for i in nondiff]
-        diff_args = [args[i] for i in diff_idx]
+        name = _fun_name(self.fun)
+        if self.fwd is None or self.bwd is None:
+            raise AttributeError(f"No VJP defined for custom_vjp function {name} using defvjp.")
+        if self._arguments is None:
+            self._arguments = _Arguments(self.fun, "custom_vjp")
+        args = self._arguments.resolve(args, kwargs)
+        nondiff = self.nondiff_argnums
+        _check_argnums(nondiff, len(args), "custom_vjp")
+        for i in nondiff:
+            _check_for_tracers(args[i])
+        if _is_eager(args):
+            return self.fun(*args)
+        diff_args = tuple(args[i] for i in range(len(args)) if i not in nondiff)
         leaves, in_tree = tree_flatten(diff_args)
         leaves = [_as_array(x) for x in leaves]
-        in_avals = [get_aval(x) for x in leaves]
-        n = len(args)
-        user_fun, user_fwd, user_bwd = self.fun, self.fwd, self.bwd
-        out_tree_cell = []
+        call = _VJPCall(self, name, nondiff, [args[i] for i in nondiff], in_tree,
+                        [get_aval(x) for x in leaves], len(args))
+        fwd = call.flat_fwd_optimized if self.optimize_remat else call.flat_fwd
+        outs = custom_vjp_call_p.bind_call(call.flat_fun, (fwd, call.flat_bwd), leaves, {})
+        return tree_unflatten(call.out_tree, outs)
 
-        def flat_fun(*flat):
-            out = user_fun(*_merge(nondiff, nondiff_vals, tree_unflatten(in_tree, flat), n))
-            out_leaves, out_tree = tree_flatten(out)
-            out_tree_cell.append(out_tree)
-            return out_leaves
 
-        def flat_fwd(*flat):
-            result = user_fwd(*_merge(nondiff, nondiff_vals, tree_unflatten(in_tree, flat), n))
-            if not (isinstance(result, (tuple, list)) and len(result) == 2):
-                raise TypeError("custom_vjp fwd must return a pair (output, residuals)")
-            out, res = result
-            out_leaves, out_tree = tree_flatten(out)
-            res_leaves, res_tree = tree_flatten(res)
-            out_tree_cell.append(out_tree)
-            return out_leaves, res_leaves, res_tree, out_tree
+def _check_for_tracers(x):
+    for leaf in tree_leaves(x):
+        if isinstance(leaf, Tracer):
+            raise UnexpectedTracerError(
+                "Found a traced value passed as an argument to a custom_vjp function in a "
+                "position indicated by nondiff_argnums as non-differentiable. Traced values "
+                "cannot be non-differentiable arguments of custom_vjp functions: nondiff_argnums "
+                "is for arguments that cannot be traced, such as functions. Make array-valued "
+                "arguments ordinary arguments (bwd may return None for them).")
 
-        def flat_bwd(res_tree, out_tree, res_leaves, ct_leaves):
-            res = tree_unflatten(res_tree, res_leaves)
-            ct = tree_unflatten(out_tree, ct_leaves)
-            cts = user_bwd(*nondiff_vals, res, ct)
-            if not isinstance(cts, (tuple, list)):
-                raise TypeError("custom_vjp bwd must return a tuple with one cotangent per "
-                                f"differentiable argument, got {type(cts).__name__}")
-            if len(cts) != len(diff_args):
-                raise TypeError(f"custom_vjp bwd returned {len(cts)} cotangents for "
-                                f"{len(diff_args)} differentiable arguments")
-            cts = [tree_util.tree_map(lambda _: None, d) if c is None else c
-                   for c, d in zip(cts, diff_args)]
-            ct_flat = tree_util.tree_leaves(tuple(cts), is_leaf=lambda x: x is None)
-            out = []
-            for c, aval in zip(ct_flat, in_avals):
-                if c is None:
-                    out.append(ad.Zero(ad.tangent_aval(aval)))
-                    continue
-                ca = get_aval(c)
-                if ca.shape != aval.shape:
-                    raise ValueError(f"custom_vjp bwd returned a cotangent of shape {ca.shape} "
-                                     f"for an argument of shape {aval.shape}")
-                out.append(c)
-            return out
 
-        outs = custom_vjp_call_p.bind_call(flat_fun, (flat_fwd, flat_bwd), leaves, {})
-        return tree_unflatten(out_tree_cell[-1], outs)
+class _VJPCall:
+    """One call of a custom_vjp function: its flat function, forward and backward rules."""
+
+    def __init__(self, f: custom_vjp, name, nondiff, static, in_tree, in_avals, num_args):
+        self.f, self.name, self.nondiff, self.static = f, name, nondiff, static
+        self.in_tree, self.in_avals, self.num_args = in_tree, in_avals, num_args
+        self.fun_out = None
+        self.out_tree = None
+
+    def _call(self, fn, diff_leaves):
+        diff = tree_unflatten(self.in_tree, list(diff_leaves))
+        return fn(*_merge(self.nondiff, self.static, diff, self.num_args))
+
+    def flat_fun(self, *flat):
+        out = self._call(self.f.fun, flat)
+        out_leaves, out_tree = tree_flatten(out)
+        self.fun_out = (out_tree, [get_aval(o) for o in out_leaves])
+        self.out_tree = out_tree
+        return out_leaves
+
+    def flat_fwd(self, perturbed, *flat):
+        fwd_name = _fun_name(self.f.fwd)
+        if self.f.symbolic_zeros:
+            flat = [CustomVJPPrimal(x, p) for x, p in zip(flat, perturbed)]
+        pair = self._call(self.f.fwd, flat)
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise TypeError(
+                f"Custom VJP fwd rule {fwd_name} for function {self.name} must return a pair "
+                f"(primal output, residuals) as a tuple or list of length two: the output of "
+                f"{self.name} and the values bwd reads. It returned {pair!r}.")
+        out, res = pair
+        out_leaves, out_tree = tree_flatten(out)
+        res_leaves, res_tree = tree_flatten(res)
+        self._check_primal_out(fwd_name, out_tree, [get_aval(o) for o in out_leaves])
+        self.out_tree = out_tree
+        return out_leaves, res_leaves, res_tree, out_tree
+
+    def flat_fwd_optimized(self, perturbed, *flat):
+        """``flat_fwd`` as one ``custom_vjp_fwd`` equation, which dead-code elimination turns
+        into the function itself when nothing reads the residuals (under checkpoint)."""
+        avals = [get_aval(x) for x in flat]
+        trees = {}
+
+        def fwd_leaves(*xs):
+            out_leaves, res_leaves, res_tree, out_tree = self.flat_fwd(perturbed, *xs)
+            trees["res"], trees["out"] = res_tree, out_tree
+            return list(res_leaves) + list(out_leaves)
+
+        fwd = trace_to_closed_jaxpr(fwd_leaves, avals)
+        fun = trace_to_closed_jaxpr(self.flat_fun, avals)
+        # both programs take every constant, then the arguments (each ignores the other's)
+        fwd_consts, fun_consts = [get_aval(c) for c in fwd.consts], [get_aval(c) for c in fun.consts]
+        num_res = trees["res"].num_leaves
+        outs = custom_vjp_fwd_p.bind(
+            *fwd.consts, *fun.consts, *flat, fwd_jaxpr=_taking_consts(fwd, [], fun_consts),
+            fun_jaxpr=_taking_consts(fun, fwd_consts, []),
+            num_consts=len(fwd_consts) + len(fun_consts), num_res=num_res)
+        self.out_tree = trees["out"]
+        return outs[num_res:], outs[:num_res], trees["res"], trees["out"]
+
+    def _check_primal_out(self, fwd_name, out_tree, avals):
+        if self.fun_out is None:
+            return
+        fun_tree, fun_avals = self.fun_out
+        if fun_tree == out_tree and _same_types(avals, fun_avals):
+            return
+        what = "pytree structure" if fun_tree != out_tree else "shapes/dtypes"
+        raise TypeError(
+            f"Custom VJP fwd rule {fwd_name} for function {self.name} returned a primal output "
+            f"whose {what} differs from the output of {self.name} itself (the first element of "
+            "fwd's pair is the function's output):\n"
+            f"    fwd:      {_aval_tree_str(out_tree, avals)}\n"
+            f"    function: {_aval_tree_str(fun_tree, fun_avals)}")
+
+    def flat_bwd(self, res_tree, out_tree, res_leaves, ct_leaves):
+        res = tree_unflatten(res_tree, list(res_leaves))
+        ct = tree_unflatten(out_tree, [_to_rule_tangent(c, self.f.symbolic_zeros)
+                                       for c in ct_leaves])
+        cts_in = self.f.bwd(*self.static, res, ct)
+        if isinstance(cts_in, list) and len(cts_in) == self.in_tree.num_children:
+            cts_in = tuple(cts_in)
+        return _check_bwd_output(cts_in, self.in_tree, self.in_avals)
+
+
+_NO_COTANGENT = object()
+
+
+def _check_bwd_output(cts_in, in_tree, in_avals) -> list:
+    """The flat cotangents of ``bwd``'s output, matched against the arguments: None (for a
+    whole argument or any subtree) and SymbolicZero become ``ad.Zero``."""
+    flat = []
+
+    def collect(ct, arg):
+        n = tree_util.tree_structure(arg).num_leaves
+        flat.extend([_NO_COTANGENT if ct is None else ct] * n)
+
+    dummy = tree_unflatten(in_tree, [object()] * in_tree.num_leaves)
+    try:
+        if not isinstance(cts_in, tuple):
+            raise ValueError
+        tree_util.tree_map(collect, cts_in, dummy, is_leaf=lambda x: x is None)
+    except ValueError:
+        raise TypeError(
+            "Custom VJP bwd rule must return a tuple with one cotangent per differentiable "
+            "argument of the function, each of the argument's pytree structure (None for no "
+            f"cotangent), but it returned structure {tree_util.tree_structure(cts_in)} for "
+            f"arguments of structure {in_tree}.") from None
+    paths = [keystr(p) for p, _ in tree_util.tree_flatten_with_path(dummy)[0]]
+    out = []
+    for path, aval, ct in zip(paths, in_avals, flat):
+        ct_aval = ad.tangent_aval(aval)
+        if ct is _NO_COTANGENT or ct_aval.dtype == _dtypes.float0:
+            out.append(ad.Zero(ct_aval))
+            continue
+        given = ct.aval if isinstance(ct, SymbolicZero) else get_aval(ct)
+        if given.shape != ct_aval.shape or (given.dtype != ct_aval.dtype
+                                            and not _dtypes.is_inexact(aval.dtype)):
+            kind = "SymbolicZero" if isinstance(ct, SymbolicZero) else "array"
+            raise ValueError(
+                f"Custom VJP bwd rule returned, at output{path}, a cotangent {kind} of type "
+                f"{given.str_short()} for an argument of type {aval.str_short()}: "
+                + ("the shapes do not match." if given.shape != ct_aval.shape else
+                   "an integer argument's cotangent must keep its dtype."))
+        out.append(_from_rule_tangent(ct))
+    return out
 
 
 # ---- forward mode of custom_vjp: linear in tangents, transposed by bwd -----------------------
 
 custom_lin_p = Primitive("custom_lin", multiple_results=True)
 
+_JVP_OF_CUSTOM_VJP = "can't apply forward-mode autodiff (jvp) to a custom_vjp function."
+
 
 @custom_lin_p.def_abstract_eval
-def _custom_lin_abstract_eval(*avals, num_res, bwd, out_avals, res_tree, out_tree):
+def _custom_lin_abstract_eval(*avals, num_res, bwd, out_avals, res_tree, out_tree,
+                              in_nonzeros, symbolic_zeros):
     return list(out_avals)
 
 
-@custom_lin_p.def_impl
-def _custom_lin_impl(*args, **params):
-    raise NotImplementedError(
-        "forward-mode differentiation (jvp, jacfwd) of a custom_vjp function is not supported; "
-        "use reverse mode (grad, vjp, jacrev) or define the rule with custom_jvp")
+def _custom_lin_forward_mode(*args, **params):
+    # custom_lin is only transposed (reverse mode); computing it means forward mode
+    raise TypeError(_JVP_OF_CUSTOM_VJP)
 
 
-def _custom_lin_transpose(cts, *args, num_res, bwd, out_avals, res_tree, out_tree):
+custom_lin_p.def_impl(_custom_lin_forward_mode)
+custom_lin_p.batch = _custom_lin_forward_mode
+
+
+def _custom_lin_transpose(cts, *args, num_res, bwd, out_avals, res_tree, out_tree, in_nonzeros,
+                          symbolic_zeros):
     res = list(args[:num_res])
-    cts = [ad.instantiate_zeros(ct) for ct in cts]
+    if not symbolic_zeros:
+        cts = [ad.instantiate_zeros(ct) for ct in cts]
     cts_in = bwd(res_tree, out_tree, res, cts)
-    return [None] * num_res + list(cts_in)
+    return [None] * num_res + [ct for ct, nz in zip(cts_in, in_nonzeros) if nz]
 
 
 custom_lin_p.transpose = _custom_lin_transpose
@@ -345,42 +736,137 @@ custom_lin_p.transpose = _custom_lin_transpose
 def custom_vjp_jvp(fwd, bwd, primals, tangents, params):
     """JVP of a custom_vjp call: run ``fwd`` on the primals and make the output tangents a
     ``custom_lin`` of the input tangents (so reverse mode transposes it into ``bwd``)."""
-    out_leaves, res_leaves, res_tree, out_tree = fwd(*primals)
+    in_nonzeros = tuple(not isinstance(t, ad.Zero) for t in tangents)
+    out_leaves, res_leaves, res_tree, out_tree = fwd(in_nonzeros, *primals)
     out_avals = [ad.tangent_aval(get_aval(o)) for o in out_leaves]
-    tangents = [ad.instantiate_zeros(t) for t in tangents]
-    tangents_out = custom_lin_p.bind(*res_leaves, *tangents, num_res=len(res_leaves), bwd=bwd,
-                                     out_avals=tuple(out_avals), res_tree=res_tree,
-                                     out_tree=out_tree)
+    symbolic = _symbolic_zeros_of(bwd)
+    tangents_out = custom_lin_p.bind(
+        *res_leaves, *[t for t in tangents if not isinstance(t, ad.Zero)],
+        num_res=len(res_leaves), bwd=bwd, out_avals=tuple(out_avals), res_tree=res_tree,
+        out_tree=out_tree, in_nonzeros=in_nonzeros, symbolic_zeros=symbolic)
     return out_leaves, tangents_out
+
+
+# ---- optimize_remat: a forward rule that becomes the function when its residuals are dead ----
+
+custom_vjp_fwd_p = Primitive("custom_vjp_fwd", multiple_results=True)
+
+
+def _taking_consts(closed: ClosedJaxpr, before, after) -> ClosedJaxpr:
+    """``closed`` as a program without constants taking ``before`` (unused inputs of these
+    types), its constants, ``after`` (unused), then its arguments."""
+    j = closed.jaxpr
+    pre, post = [Var(a) for a in before], [Var(a) for a in after]
+    return ClosedJaxpr(Jaxpr([], pre + j.constvars + post + j.invars, j.outvars, j.eqns), [])
+
+
+@custom_vjp_fwd_p.def_abstract_eval
+def _custom_vjp_fwd_abstract_eval(*avals, fwd_jaxpr, fun_jaxpr, num_consts, num_res):
+    return fwd_jaxpr.out_avals
+
+
+@custom_vjp_fwd_p.def_impl
+def _custom_vjp_fwd_impl(*args, fwd_jaxpr, fun_jaxpr, num_consts, num_res):
+    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
+    return eval_jaxpr_numpy(fwd_jaxpr.jaxpr, [], args)
+
+
+def _custom_vjp_fwd_jvp(primals, tangents, *, fwd_jaxpr, **params):
+    # Differentiating the forward rule itself (higher-order AD) differentiates its program.
+    return ad.jvp_flat(lambda *a: core.eval_jaxpr(fwd_jaxpr.jaxpr, [], *a), primals, tangents)
+
+
+def _custom_vjp_fwd_batch(vals, dims, *, fwd_jaxpr, fun_jaxpr, num_consts, num_res):
+    size = batching.batch_size_of(vals, dims)
+    vals = [batching.bdim_at_front(v, d, size) for v, d in zip(vals, dims)]
+    fwd_b, _ = batching.batch_jaxpr(fwd_jaxpr, size, [0] * len(vals), True)
+    fun_b, _ = batching.batch_jaxpr(fun_jaxpr, size, [0] * len(vals), True)
+    outs = custom_vjp_fwd_p.bind(*vals, fwd_jaxpr=fwd_b, fun_jaxpr=fun_b, num_consts=num_consts,
+                                 num_res=num_res)
+    return outs, [0] * len(outs)
+
+
+def _custom_vjp_fwd_dce(eqn, used_outputs):
+    """With no residual read, compute the outputs with the function instead of ``fwd``."""
+    num_res = eqn.params["num_res"]
+    if any(used_outputs[:num_res]):
+        return eqn
+    return eqn.replace(primitive=jit_p, outvars=eqn.outvars[num_res:],
+                       params=dict(jaxpr=eqn.params["fun_jaxpr"], name="custom_vjp_fun",
+                                   backend=None, donated_invars=()))
+
+
+custom_vjp_fwd_p.jvp = _custom_vjp_fwd_jvp
+custom_vjp_fwd_p.batch = _custom_vjp_fwd_batch
+custom_vjp_fwd_p.dce = _custom_vjp_fwd_dce
 
 
 # ---- batching ---------------------------------------------------------------------------------
 
 
-def _batched(fun, dims, size):
-    """``fun`` (flat in, flat out) batched over inputs with ``dims``; outputs at axis 0."""
+def _batch_call(main, fun, args, size):
+    """``fun`` (flat in, flat out) on ``args`` batched at axis 0; outputs at axis 0.
+
+    While the vmap ``main`` that met the custom call runs, and ``args`` come from below it,
+    ``fun`` runs under it again, so values of that vmap the function or its rules close over
+    are its own values (and its axis name reaches collectives inside). Otherwise (a rule
+    kept for later in a staged program, a backward rule run by transposition after the vmap
+    ended, a function being staged above it) it runs under a fresh vmap."""
+    if not main.alive or any(isinstance(x, Tracer) and x._trace.level >= main.level
+                             for x in args):
+        return batching.batch_fun(fun, list(args), [0] * len(args), size, lambda m: [0] * m)
+    trace = batching.BatchTrace(main)
+    outs = [trace.full_raise(o) for o in fun(*[batching.BatchTracer(trace, x, 0) for x in args])]
+    return [batching.matchaxis(size, t.batch_dim, 0, t.val) for t in outs]
+
+
+def _batched(main, fun, size):
     def batched(*args):
-        return batching.batch_fun(fun, list(args), dims, size, lambda n: [0] * n)
+        return _batch_call(main, fun, args, size)
     return batched
+
+
+def _batch_with_zeros(main, fun, args, zeros_in, size):
+    """Batch ``fun`` over ``args`` (all at axis 0) where positions ``zeros_in`` of its inputs
+    are symbolic zeros (``ad.Zero`` of the per-example type, not passed in). Zero outputs
+    stay symbolic (whether an output is zero does not depend on the example). Returns the
+    outputs, ``ad.Zero`` (of the batched type) where zero."""
+    out_zero_avals = []
+
+    def flat(*xs):
+        it = iter(xs)
+        full = [zero if zero is not None else next(it) for zero in zeros_in]
+        outs = fun(*full)
+        out_zero_avals[:] = [o.aval if isinstance(o, ad.Zero) else None for o in outs]
+        return [o for o in outs if not isinstance(o, ad.Zero)]
+
+    nonzero = _batch_call(main, flat, args, size)
+    it = iter(nonzero)
+    return [ad.Zero(a.update(shape=(size,) + a.shape)) if a is not None else next(it)
+            for a in out_zero_avals]
+
+
+def _per_example_zero(t, size):
+    """A batched ``ad.Zero`` as the per-example zero the unbatched rule expects."""
+    return ad.Zero(t.aval.update(shape=t.aval.shape[1:]))
 
 
 def batch_custom_jvp(trace, primitive, fun, jvp, vals, dims, params):
     size = batching.batch_size_of(vals, dims)
     vals = [batching.bdim_at_front(v, d, size) for v, d in zip(vals, dims)]
-    dims0 = [0] * len(vals)
-    fun_b = _batched(fun, dims0, size)
+    fun_b = _batched(trace.main, fun, size)
 
     def jvp_b(primals, tangents):
         n = len(primals)
-        tangents = [batching.bdim_at_front(ad.instantiate_zeros(t), None, size)
-                    if isinstance(t, ad.Zero) else t for t in tangents]
+        zeros_in = [None] * n + [_per_example_zero(t, size) if isinstance(t, ad.Zero) else None
+                                 for t in tangents]
 
         def flat(*xs):
             p_out, t_out = jvp(xs[:n], xs[n:])
             return list(p_out) + list(t_out)
 
-        outs = batching.batch_fun(flat, list(primals) + list(tangents), [0] * (2 * n), size,
-                                  lambda m: [0] * m)
+        args = list(primals) + [t for t in tangents if not isinstance(t, ad.Zero)]
+        outs = _batch_with_zeros(trace.main, flat, args, zeros_in, size)
         half = len(outs) // 2
         return outs[:half], outs[half:]
 
@@ -391,32 +877,41 @@ def batch_custom_jvp(trace, primitive, fun, jvp, vals, dims, params):
 def batch_custom_vjp(trace, primitive, fun, fwd, bwd, vals, dims, params):
     size = batching.batch_size_of(vals, dims)
     vals = [batching.bdim_at_front(v, d, size) for v, d in zip(vals, dims)]
-    dims0 = [0] * len(vals)
-    fun_b = _batched(fun, dims0, size)
+    fun_b = _batched(trace.main, fun, size)
     trees = {}
 
-    def fwd_b(*primals):
+    def fwd_b(perturbed, *primals):
         def flat(*xs):
-            out_leaves, res_leaves, res_tree, out_tree = fwd(*xs)
+            out_leaves, res_leaves, res_tree, out_tree = fwd(perturbed, *xs)
             trees["res_tree"], trees["out_tree"] = res_tree, out_tree
             trees["num_out"] = len(out_leaves)
             return list(out_leaves) + list(res_leaves)
 
-        outs = batching.batch_fun(flat, list(primals), [0] * len(primals), size, lambda m: [0] * m)
+        outs = _batch_call(trace.main, flat, primals, size)
         k = trees["num_out"]
         return outs[:k], outs[k:], trees["res_tree"], trees["out_tree"]
 
     def bwd_b(res_tree, out_tree, res_leaves, ct_leaves):
         nres = len(res_leaves)
+        zeros_in = [None] * nres + [_per_example_zero(c, size) if isinstance(c, ad.Zero) else None
+                                    for c in ct_leaves]
 
         def flat(*xs):
-            cts = bwd(res_tree, out_tree, list(xs[:nres]), list(xs[nres:]))
-            return [ad.instantiate_zeros(c) for c in cts]
+            return bwd(res_tree, out_tree, list(xs[:nres]), list(xs[nres:]))
 
         # every output of the batched function is batched at axis 0, so are its cotangents
-        return batching.batch_fun(flat, list(res_leaves) + list(ct_leaves),
-                                  [0] * (nres + len(ct_leaves)), size, lambda m: [0] * m)
+        args = list(res_leaves) + [c for c in ct_leaves if not isinstance(c, ad.Zero)]
+        return _batch_with_zeros(trace.main, flat, args, zeros_in, size)
 
+    bwd_b.symbolic_zeros = _symbolic_zeros_of(bwd)
     outs = primitive.bind_call(fun_b, (fwd_b, bwd_b), vals, params)
     return [batching.BatchTracer(trace, o, 0) for o in outs]
+
+
+def _symbolic_zeros_of(bwd) -> bool:
+    """Whether ``bwd`` (a flat backward rule, perhaps batched) wants symbolic zeros."""
+    owner = getattr(bwd, "__self__", None)
+    if isinstance(owner, _VJPCall):
+        return owner.f.symbolic_zeros
+    return getattr(bwd, "symbolic_zeros", False)
 

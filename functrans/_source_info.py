@@ -1,6 +1,7 @@
 """Where in the user's code something happened: the first stack frame outside functrans."""
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from typing import NamedTuple
@@ -25,9 +26,22 @@ class SourceInfo(NamedTuple):
     filename: str
     lineno: int
     function: str
+    # The frame's code object and instruction offset: the column is looked up from them only
+    # when asked for (a summary such as print_saved_residuals), not on every staged equation.
+    code: object = None
+    lasti: int = -1
 
     def __str__(self):
         return f"{os.path.basename(self.filename)}:{self.lineno} ({self.function})"
+
+    @property
+    def column(self) -> int | None:
+        """Where on its line the call expression starts (0-based), if Python records it."""
+        positions = getattr(self.code, "co_positions", None)
+        if positions is None or self.lasti < 0:
+            return None
+        entry = next(itertools.islice(positions(), self.lasti // 2, None), None)
+        return entry[2] if entry is not None else None
 
 
 def user_frame(skip: int = 1) -> SourceInfo | None:
@@ -36,7 +50,8 @@ def user_frame(skip: int = 1) -> SourceInfo | None:
     while frame is not None:
         filename = frame.f_code.co_filename
         if not is_internal_file(filename) and "contextlib" not in filename:
-            return SourceInfo(filename, frame.f_lineno, frame.f_code.co_name)
+            return SourceInfo(filename, frame.f_lineno, frame.f_code.co_name, frame.f_code,
+                              frame.f_lasti)
         frame = frame.f_back
     return None
 

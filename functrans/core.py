@@ -455,6 +455,8 @@ class _TraceState(threading.local):
         self.stack: list[MainTrace] = [MainTrace(0, EvalTrace)]
         self.dynamic: MainTrace = self.stack[0]
         self.axis_env: list = []
+        # while eval_jaxpr re-binds an equation: its source line, given to what it stages
+        self.source_info: SourceInfo | None = None
 
 
 _state: _TraceState  # defined after EvalTrace
@@ -817,8 +819,16 @@ def eval_jaxpr(jaxpr: Jaxpr, consts, *args):
         raise TypeError(f"jaxpr takes {len(jaxpr.invars)} arguments, got {len(args)}")
     for v, x in zip(jaxpr.invars, args):
         env[id(v)] = x
+    state = _state
     for eqn in jaxpr.eqns:
-        outs = eqn.primitive.bind(*[read(v) for v in eqn.invars], **eqn.params)
+        # Equations a transform stages for this one keep its line in the user's code.
+        outer = state.source_info
+        if eqn.source_info is not None:
+            state.source_info = eqn.source_info
+        try:
+            outs = eqn.primitive.bind(*[read(v) for v in eqn.invars], **eqn.params)
+        finally:
+            state.source_info = outer
         if not eqn.primitive.multiple_results:
             outs = [outs]
         for v, x in zip(eqn.outvars, outs):
@@ -827,4 +837,6 @@ def eval_jaxpr(jaxpr: Jaxpr, consts, *args):
 
 
 def current_source_info() -> SourceInfo | None:
-    return user_frame(2)
+    """The user's line for an equation being staged: the line of the equation being
+    re-evaluated (by a transform of a staged program), else the innermost user frame."""
+    return _state.source_info or user_frame(2)

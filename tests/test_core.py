@@ -317,7 +317,7 @@ def test_custom_jvp_and_custom_vjp_under_jit_and_vmap():
     assert g == 6.0
     g = functrans.jit(functrans.vmap(functrans.grad(lambda x: scale_grad(x, 3.0))))(xs)
     np.testing.assert_array_equal(g, [3.0, 3.0, 3.0])
-    with pytest.raises(NotImplementedError, match="forward-mode"):
+    with pytest.raises(TypeError, match=r"can't apply forward-mode autodiff \(jvp\) to a custom_vjp"):
         functrans.jvp(lambda x: scale_grad(x, 2.0), (1.0,), (1.0,))
 
 
@@ -344,6 +344,38 @@ def test_nested_calls_are_inlined_for_the_compiler():
     inner = functrans.jit(lambda y: double(y) + 1)
     out = functrans.jit(lambda x: inner(x) * 3)(np.ones(3, np.float32))
     np.testing.assert_array_equal(out, [9.0, 9.0, 9.0])
+
+
+def test_transforms_of_a_staged_program_keep_the_users_source_lines():
+    import inspect
+
+    def f(x):
+        return lax.sin(lax.sin(x))
+
+    # checkpoint stages f; differentiating the staged program re-evaluates it, and the
+    # equations the jvp rule adds (cos) keep the line of the sin they differentiate
+    jaxpr = functrans.make_jaxpr(functrans.grad(functrans.checkpoint(f)))(0.5)
+    lines, first = inspect.getsourcelines(f)
+    line = next(first + k for k, text in enumerate(lines) if "lax.sin(lax.sin(x))" in text)
+    cosines = [e.source_info for e in jaxpr.eqns if e.primitive.name == "cos"]
+    assert cosines and all(info.lineno == line and info.function == "f" for info in cosines)
+    text = lines[line - first]
+    # the column of each call expression: lax.sin(lax.sin(x)) and the inner lax.sin(x)
+    assert {info.column for info in cosines} == {text.index("lax.sin(lax"),
+                                                 text.index("lax.sin(x)")}
+
+
+def test_calls_inside_loop_bodies_are_inlined_for_the_compiler():
+    from functrans.interpreters.inline import inline_calls
+
+    body = functrans.checkpoint(lambda c, x: (c * lax.sin(x), c))
+    jaxpr = functrans.make_jaxpr(lambda xs: lax.scan(body, 1.0, xs))(np.ones(3, np.float32))
+    scan_eqn = jaxpr.eqns[-1]
+    assert [e.primitive.name for e in scan_eqn.params["jaxpr"].eqns] == ["remat"]
+    inlined = inline_calls(jaxpr).eqns[-1].params["jaxpr"]
+    assert [e.primitive.name for e in inlined.eqns] == ["sin", "mul"]
+    carry, ys = functrans.jit(lambda xs: lax.scan(body, 1.0, xs))(np.full(3, 0.5, np.float32))
+    np.testing.assert_allclose(carry, np.sin(0.5) ** 3, rtol=1e-6)
 
 
 def test_array_methods_forward_to_jnp():

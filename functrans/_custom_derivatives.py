@@ -478,11 +478,12 @@ def _check_tangent_types(primal_avals, tangent_avals):
             f"Custom JVP rule returned a tangent of type {tangent_avals[0].str_short()} for a "
             f"primal output of type {primal_avals[0].str_short()}, whose tangents have type "
             f"{expected[0].str_short()}.")
-    bad = "\n".join(f"  primal {p.str_short()}: tangent {t.str_short()}, expected "
-                    f"{e.str_short()}" for p, e, t in zip(primal_avals, expected, tangent_avals)
+    bad = "; ".join(f"Expected {e.strip_weak_type().str_short()} (tangent type of "
+                    f"{p.strip_weak_type().str_short()}) but got {t.strip_weak_type().str_short()}"
+                    for p, e, t in zip(primal_avals, expected, tangent_avals)
                     if not _same_types([t], [e]))
-    raise TypeError("Custom JVP rule returned tangents whose shapes/dtypes do not match its primal "
-                    f"outputs:\n{bad}")
+    raise TypeError("Custom JVP rule must produce primal and tangent outputs with corresponding "
+                    f"shapes and dtypes. {bad}.")
 
 
 # =============================================================================================

@@ -66,7 +66,7 @@ def print_saved_residuals(f: Callable, *args, **kwargs) -> None:
         f32[2] from the argument x
     """
     for aval, description in saved_residuals(f, *args, **kwargs):
-        print(f"{aval.str_short()} {description}")
+        print(f"{aval.str_short(short_dtypes=True)} {description}")
 
 
 def _describe(jaxpr, arg_names) -> list:

@@ -76,7 +76,7 @@ EXPECTED = {
 
 
 def _report(f, *args):
-    return [(str(aval), text) for aval, text in saved_residuals(f, *args)]
+    return [(aval.str_short(short_dtypes=True), text) for aval, text in saved_residuals(f, *args)]
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from functrans import _backends, _debug_checks, core, tree_util
+from functrans import _backends, _debug_checks, core, profiler, tree_util
 from functrans._api import ShapeDtypeStruct
 from functrans._array import Array
 from functrans._array import delete as _array_delete
@@ -46,6 +46,8 @@ def compile_closed(closed: ClosedJaxpr, backend: str | None):
         start = time.perf_counter()
         from functrans.interpreters.inline import inline_calls
         executable = be.compile(pe.dce_closed_jaxpr(inline_calls(closed)), None)
+        profiler.record(f"compile {_jaxpr_name(closed)}", "compilation", int(start * 1e9),
+                        time.perf_counter_ns(), {"backend": be.name})
         if config.log_compiles:
             logger.warning("compiled %s with backend %s in %.1f ms", _jaxpr_name(closed),
                            be.name, 1e3 * (time.perf_counter() - start))
@@ -439,6 +441,8 @@ class JitWrapped:
 
         start = time.perf_counter()
         jaxpr, consts = trace_to_jaxpr_dynamic(flat_fun, avals)
+        profiler.record(f"trace {getattr(self._fun, '__name__', 'fun')}", "tracing",
+                        int(start * 1e9), time.perf_counter_ns())
         if config.log_compiles:
             logger.warning("traced %s in %.1f ms", getattr(self._fun, "__name__", "fun"),
                            1e3 * (time.perf_counter() - start))
@@ -492,11 +496,15 @@ class JitWrapped:
         if eager:
             if entry.executable is None:
                 entry.executable = compile_closed(closed, entry.backend)
+            start = time.perf_counter_ns()
             if self._donate_argnums and hasattr(entry.executable, "call_donating"):
                 outs = self._call_donating(entry.executable, args, kwargs, leaves, avals,
                                            closed.out_avals)
             else:
                 outs = _call_executable(entry.executable, leaves, avals, closed.out_avals)
+            if profiler.is_tracing():
+                profiler.record(getattr(self._fun, "__name__", "fun"), "jit call", start,
+                                time.perf_counter_ns(), {"backend": entry.backend or "default"})
             if _debug_checks.enabled():
                 _debug_checks.check_compiled_outputs(closed, leaves, outs)
             if self._fast_eligible and not kwargs:
@@ -706,9 +714,10 @@ def _call_executable(executable, leaves, avals, out_avals) -> list:
 
 
 def _slow_mode() -> bool:
-    """Flags that need the full call path (checks, explanations, eager mode)."""
+    """Flags that need the full call path (checks, explanations, eager mode, a profile)."""
     values = config._values
-    return values["disable_jit"] or values["debug_nans"] or values["debug_infs"]
+    return values["disable_jit"] or values["debug_nans"] or values["debug_infs"] or \
+        profiler.is_tracing()
 
 
 def _fast_runner(entry: _CacheEntry, donated=()):

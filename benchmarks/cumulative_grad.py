@@ -77,7 +77,8 @@ def worker(impl: str, quick: bool) -> dict:
 
 
 def _run_worker(impl: str, quick: bool) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.cumulative_grad", impl] + (["--quick"] if quick else [])
+    cmd = [sys.executable, "-m", "benchmarks.cumulative_grad", impl]
+    cmd += ["--quick"] if quick else []
     proc = subprocess.run(cmd, cwd=_ROOT, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]

@@ -65,7 +65,8 @@ ORACLES = {"cummax": _max_pair, "cummin": _min_pair, "cumlogsumexp": _logaddexp_
 
 def _along(fn, x, t, axis, reverse):
     """Apply a 1-D list function to every line of ``x``/``t`` along ``axis``."""
-    x, t = np.moveaxis(np.asarray(x, np.float64), axis, -1), np.moveaxis(np.asarray(t, np.float64), axis, -1)
+    x = np.moveaxis(np.asarray(x, np.float64), axis, -1)
+    t = np.moveaxis(np.asarray(t, np.float64), axis, -1)
     out = np.empty_like(t)
     for index in np.ndindex(x.shape[:-1]):
         xs, ts = list(x[index]), list(t[index])
@@ -208,7 +209,8 @@ def test_top_k_gradient_goes_to_the_chosen_indices_with_ties():
         order = np.argsort(-x[row], kind="stable")[:3]   # lower index first among equals
         expected[row, order] = w
     np.testing.assert_array_equal(np.asarray(g), expected)
-    compiled = functrans.jit(functrans.vmap(functrans.grad(lambda r: (lax.top_k(r, 3)[0] * w).sum())))(x)
+    per_row = functrans.grad(lambda r: (lax.top_k(r, 3)[0] * w).sum())
+    compiled = functrans.jit(functrans.vmap(per_row))(x)
     np.testing.assert_array_equal(np.asarray(compiled), expected)
 
 

@@ -346,7 +346,7 @@ _KILLED_WHILE_SAFETENSORS_WRITES = textwrap.dedent("""
                 pass
 
     threading.Thread(target=kill_mid_write, daemon=True).start()
-    ckpt.save(sys.argv[1], {"w%d" % i: np.full(8_000_000, i, np.float32) for i in range(8)})
+    ckpt.save(sys.argv[1], {"w%d" % i: np.full(8_000_000, i, np.float32) for i in range(4)})
     print("finished", flush=True)
 """)
 

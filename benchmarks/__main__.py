@@ -17,6 +17,7 @@ WORKLOADS = {
     "elementwise": "kernels:elementwise_chain",
     "logsumexp": "kernels:logsumexp_rows",
     "sort": "kernels:sort_rows",
+    "cumulative_grad": "cumulative_grad:cumulative_grad",
     "matmul": "kernels:matmul",
     "dispatch": "kernels:dispatch",
     "compile": "compile_time:compile_times",

@@ -7,9 +7,11 @@ text metadata holds a JSON document with the tree structure, each leaf's dtype, 
 SHA-256, the step and the user's metadata. Any safetensors reader can open the arrays;
 functrans reads the structure back too.
 
-Saving writes a temporary file in the destination directory, flushes and fsyncs it, renames
-it over the destination (``os.replace``, atomic on POSIX) and fsyncs the directory. A crash
-at any point leaves either the previous checkpoint or the new one, never a torn file.
+Saving writes the file in a private staging directory beside the destination, fsyncs it,
+renames it over the destination (``os.replace``, atomic on POSIX) and fsyncs the directory.
+A crash at any point leaves either the previous checkpoint or the new one, never a torn
+file; the staging directory a killed save leaves behind is removed by a later save or
+:class:`CheckpointManager`. Every malformed checkpoint raises :class:`CheckpointError`.
 
     >>> import tempfile, os, functrans.numpy as jnp
     >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.safetensors")
@@ -22,9 +24,14 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import keyword
+import math
+import operator
 import os
 import re
+import shutil
 import sys
+import time
 import types
 import uuid
 
@@ -40,7 +47,13 @@ _VERSION = 1
 
 
 class CheckpointError(ValueError):
-    """A checkpoint is corrupted, truncated, or does not match the requested target."""
+    """A checkpoint is corrupted, truncated, malformed or does not match the requested
+    target, or a pytree or metadata cannot be saved as one."""
+
+
+# Trees and metadata nested deeper than this are refused when saving and when reading: the
+# JSON header then always parses within Python's recursion limit.
+_MAX_DEPTH = 256
 
 
 # =============================================================================================
@@ -57,13 +70,27 @@ _SAFETENSORS_TAGS = {
 }
 
 
-def _dtype_from_name(name: str) -> np.dtype:
-    if name == "bfloat16":
-        return _dtypes.bfloat16
+def _savable(dtype: np.dtype) -> bool:
+    """Booleans, integers, floats and complex numbers (and bfloat16): what a file holds."""
+    return dtype.kind in "biufc" or dtype == _dtypes.bfloat16
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    return "bfloat16" if dtype == _dtypes.bfloat16 else dtype.name
+
+
+def _dtype_from_name(name) -> np.dtype:
+    """The dtype a file names, which must be one :func:`save` writes (by its canonical
+    name: ``float32``, never ``f4`` or ``>f4``)."""
     try:
-        return np.dtype(name)
-    except TypeError as err:
-        raise CheckpointError(f"unknown dtype {name!r} in checkpoint") from err
+        dtype = None if not isinstance(name, str) else (
+            _dtypes.bfloat16 if name == "bfloat16" else np.dtype(name))
+    except (TypeError, ValueError, SyntaxError):
+        dtype = None
+    if dtype is None or not _savable(dtype) or _dtype_name(dtype) != name:
+        raise CheckpointError(f"dtype {name!r} is not one a checkpoint holds (booleans, "
+                              "integers, floats, complex numbers, bfloat16)")
+    return dtype
 
 
 # =============================================================================================
@@ -86,9 +113,20 @@ def _encode_key(key) -> list:
     return ["repr", repr(key)]
 
 
+_KEY_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
+              "none": (type(None),), "repr": (str,)}
+
+
 def _decode_key(encoded):
+    """A dict key from ``[type, value]``; :class:`CheckpointError` for anything else."""
+    if not (isinstance(encoded, list) and len(encoded) == 2 and isinstance(encoded[0], str)
+            and encoded[0] in _KEY_TYPES):
+        raise CheckpointError(f"a dict key is {encoded!r}, not a [type, value] pair")
     kind, value = encoded
-    return {"bool": bool, "int": int, "float": float}.get(kind, lambda v: v)(value)
+    if not isinstance(value, _KEY_TYPES[kind]) or (kind in ("int", "float") and
+                                                   isinstance(value, bool)):
+        raise CheckpointError(f"a dict key of type {kind} holds {value!r}")
+    return float(value) if kind == "float" else value
 
 
 def _encode_structure(treedef: PyTreeDef, names):
@@ -114,9 +152,69 @@ def _encode_structure(treedef: PyTreeDef, names):
             "children": children}
 
 
+def _tree_depth(treedef: PyTreeDef) -> int:
+    depth, level = 0, [treedef]
+    while level:
+        depth += 1
+        level = [c for node in level for c in node.children]
+    return depth
+
+
+_NODE_KINDS = ("leaf", "none", "tuple", "list", "custom", "dict", "odict", "namedtuple")
+
+
+def _check_structure(structure, leaf_names: set) -> None:
+    """Check (without recursion) that ``structure`` is a tree of well-formed nodes at most
+    ``_MAX_DEPTH`` deep whose leaves name every array once."""
+    seen = set()
+    stack = [(structure, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            raise CheckpointError(f"the tree is nested more than {_MAX_DEPTH} levels deep")
+        if not isinstance(node, dict) or node.get("kind") not in _NODE_KINDS:
+            raise CheckpointError(f"a tree node is malformed: {_clip(node)}")
+        kind = node["kind"]
+        if kind == "leaf":
+            name = node.get("name")
+            if not isinstance(name, str) or name not in leaf_names or name in seen:
+                raise CheckpointError(f"a tree leaf names {name!r}, which is not an array of "
+                                      "the file, or names one twice")
+            seen.add(name)
+            continue
+        if kind == "none":
+            continue
+        children = node.get("children")
+        if not isinstance(children, list):
+            raise CheckpointError(f"a {kind} node has no list of children")
+        if kind in ("dict", "odict"):
+            keys = node.get("keys")
+            if not isinstance(keys, list) or len(keys) != len(children):
+                raise CheckpointError(f"a {kind} node has {_clip(keys)} as keys for "
+                                      f"{len(children)} children")
+            if len({_decode_key(k) for k in keys}) != len(keys):
+                raise CheckpointError(f"a {kind} node repeats a key: {_clip(keys)}")
+        if kind == "namedtuple":
+            fields = node.get("fields")
+            if (not isinstance(node.get("name"), str) or not isinstance(fields, list)
+                    or len(fields) != len(children)
+                    or not all(isinstance(f, str) for f in fields)):
+                raise CheckpointError(f"a namedtuple node is malformed: {_clip(node)}")
+        stack.extend((child, depth + 1) for child in children)
+    if seen != leaf_names:
+        raise CheckpointError("arrays of the file are not in its tree: "
+                              + ", ".join(sorted(leaf_names - seen)))
+
+
+def _clip(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _decode_structure(node, leaves: dict):
-    """Rebuild containers from JSON. Namedtuples come back as namedtuples of the same name
-    and fields (created here, never imported); registered custom nodes come back as lists."""
+    """Rebuild containers from JSON (checked by :func:`_check_structure`). Namedtuples come
+    back as namedtuples of the same name and fields (created here, never imported);
+    registered custom nodes come back as lists."""
     kind = node["kind"]
     if kind == "leaf":
         return leaves[node["name"]]
@@ -131,9 +229,7 @@ def _decode_structure(node, leaves: dict):
         return {_decode_key(k): c for k, c in zip(node["keys"], children)}
     if kind == "odict":
         return collections.OrderedDict((_decode_key(k), c) for k, c in zip(node["keys"], children))
-    if kind == "namedtuple":
-        return _namedtuple_type(node["name"], tuple(node["fields"]))(*children)
-    raise CheckpointError(f"unknown tree node kind {kind!r} in checkpoint")
+    return _namedtuple_type(node["name"], tuple(node["fields"]))(*children)
 
 
 _NAMEDTUPLES: dict = {}
@@ -143,8 +239,9 @@ def _namedtuple_type(name: str, fields: tuple):
     # one class per (name, fields) so restored trees of one structure compare equal
     key = (name, fields)
     if key not in _NAMEDTUPLES:
-        safe_name = name if name.isidentifier() else "RestoredNamedTuple"
-        _NAMEDTUPLES[key] = collections.namedtuple(safe_name, fields, rename=True)
+        valid = name.isidentifier() and not keyword.iskeyword(name)
+        _NAMEDTUPLES[key] = collections.namedtuple(name if valid else "RestoredNamedTuple",
+                                                   fields, rename=True)
     return _NAMEDTUPLES[key]
 
 
@@ -177,9 +274,11 @@ def _host_value(path, leaf):
     if value.dtype == _dtypes.float0:
         raise CheckpointError(f"the leaf at {_leaf_name(path)} has dtype float0 (a tangent of "
                               "an integer value); it carries no data to save")
-    if value.dtype.kind not in "biufc" and value.dtype != _dtypes.bfloat16:
+    if not _savable(value.dtype):
         raise CheckpointError(f"the leaf at {_leaf_name(path)} has dtype {value.dtype}, "
                               "which a checkpoint cannot hold")
+    if not value.dtype.isnative:  # files hold native (little-endian) bytes
+        value = value.astype(value.dtype.newbyteorder("="))
     return _contiguous(value), None
 
 
@@ -210,29 +309,133 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def _temp_path(path: str) -> str:
+# A save writes into a staging directory beside the destination, named
+# ``.<file name>.tmp-<host tag>-<pid>-<random hex>``: safetensors writes its own temporary file
+# (``.tmpXXXXXX``) there and renames it, and the finished file is renamed over the
+# destination. A killed save leaves only that directory behind, so every byte of debris sits
+# under a name this module makes. Each save and each CheckpointManager removes the staging
+# directories of dead writers: on this host (and PID namespace) those whose process is gone,
+# and any other that nothing has written to for _STALE_AFTER_SECONDS (a process elsewhere
+# cannot be asked whether it lives). Live writers, in this process or others, saving other
+# checkpoints into the same directory keep theirs: their process exists and their files are
+# fresh. No lock is taken.
+_STAGING = re.compile(r"^\..+\.tmp-(?P<tag>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{16}$")
+# debris of earlier versions: their temporary file beside the destination, and the one
+# safetensors wrote there (removed only when it holds a functrans checkpoint's header)
+_OLD_TEMPORARY = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]{8}$")
+_SAFETENSORS_TEMPORARY = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")
+_STALE_AFTER_SECONDS = 3600.0
+
+
+def _host_tag() -> str:
+    """Names this host and PID namespace: the pids of staging directories with this tag
+    are pids of this machine's processes, which can be checked."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    host = os.uname().nodename if hasattr(os, "uname") else os.environ.get("COMPUTERNAME", "")
+    return hashlib.sha256(f"{host}\0{namespace}".encode()).hexdigest()[:8]
+
+
+def _staging_path(path: str) -> str:
     directory, base = os.path.split(path)
-    # pid in the name lets a manager recognise leftovers of dead writers
-    return os.path.join(directory, f".{base}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    name = f".{base}.tmp-{_host_tag()}-{os.getpid()}-{uuid.uuid4().hex[:16]}"
+    return os.path.join(directory, name)
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    if os.name == "nt":  # os.kill would terminate it: assume alive, the age rule applies
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _last_written(entry: os.DirEntry) -> float:
+    """The newest modification time of ``entry`` and, for a directory, of what it holds."""
+    newest = entry.stat(follow_symlinks=False).st_mtime
+    if entry.is_dir(follow_symlinks=False):
+        try:
+            with os.scandir(entry.path) as inner:
+                for item in inner:
+                    newest = max(newest, item.stat(follow_symlinks=False).st_mtime)
+        except OSError:
+            pass
+    return newest
+
+
+def _holds_checkpoint_header(path: str) -> bool:
+    """Whether the file starts with the safetensors header of a functrans checkpoint."""
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if size > 100 * 2 ** 20:
+                return False
+            header = json.loads(f.read(size))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return (isinstance(header, dict) and isinstance(header.get("__metadata__"), dict)
+            and header["__metadata__"].get("format") == _FORMAT)
+
+
+def _is_debris(entry: os.DirEntry, tag: str, now: float) -> bool:
+    staging = _STAGING.match(entry.name)
+    if staging and entry.is_dir(follow_symlinks=False):
+        if staging["tag"] == tag and not _process_alive(int(staging["pid"])):
+            return True
+        return now - _last_written(entry) > _STALE_AFTER_SECONDS
+    if not entry.is_file(follow_symlinks=False):
+        return False
+    if _OLD_TEMPORARY.match(entry.name):
+        return now - _last_written(entry) > _STALE_AFTER_SECONDS
+    if _SAFETENSORS_TEMPORARY.match(entry.name):
+        return (now - _last_written(entry) > _STALE_AFTER_SECONDS
+                and _holds_checkpoint_header(entry.path))
+    return False
+
+
+def _remove_debris(directory) -> None:
+    """Remove what interrupted saves left in ``directory`` (see above)."""
+    tag, now = _host_tag(), time.time()
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if not _is_debris(entry, tag, now):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.remove(entry.path)
+        except OSError:
+            continue  # gone already (its writer finished), or not ours to remove
 
 
 def _write_atomically(path: str, tensors: dict, header: dict) -> None:
     import safetensors.numpy
-    directory = os.path.dirname(os.path.abspath(path))
+    path = os.path.abspath(path)
+    directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
-    tmp = _temp_path(os.path.abspath(path))
+    _remove_debris(directory)
+    staging = _staging_path(path)
+    os.mkdir(staging)
     try:
-        safetensors.numpy.save_file(tensors, tmp, metadata=header)
-        with open(tmp, "rb+") as f:
-            f.flush()
+        staged = os.path.join(staging, os.path.basename(path))
+        safetensors.numpy.save_file(tensors, staged, metadata=header)
+        with open(staged, "rb+") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+        os.replace(staged, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     _fsync_directory(directory)
 
 
@@ -242,11 +445,13 @@ def _write_atomically(path: str, tensors: dict, header: dict) -> None:
 
 def save(path, pytree, step: int | None = None, metadata: dict | None = None) -> None:
     """Save ``pytree`` (arrays, NumPy arrays, Python numbers; any nesting of dicts, lists,
-    tuples, namedtuples and registered nodes) to the file ``path`` atomically.
+    tuples, namedtuples and registered nodes, at most 256 levels) to the file ``path``
+    atomically.
 
-    ``step`` and ``metadata`` (a JSON-serializable dict) are stored alongside and can be read
-    back with :func:`read_metadata`. An existing file at ``path`` is replaced only once the
-    new one is completely on disk.
+    ``step`` and ``metadata`` (JSON-serializable, at most 256 levels deep) are stored
+    alongside and can be read back with :func:`read_metadata`. An existing file at ``path``
+    is replaced only once the new one is completely on disk; input that cannot be saved
+    raises :class:`CheckpointError` before anything is written.
 
         >>> import tempfile, os, functrans.numpy as jnp
         >>> p = os.path.join(tempfile.mkdtemp(), "c.safetensors")
@@ -255,40 +460,71 @@ def save(path, pytree, step: int | None = None, metadata: dict | None = None) ->
         10
     """
     path = os.fspath(path)
-    keyed, treedef = tree_flatten_with_path(pytree)
+    try:
+        keyed, treedef = tree_flatten_with_path(pytree)
+    except RecursionError:
+        keyed, treedef = None, None
+    if treedef is None or _tree_depth(treedef) > _MAX_DEPTH:
+        raise CheckpointError(f"the pytree is nested more than {_MAX_DEPTH} levels deep")
     tensors, leaf_info = {}, []
     for path_keys, leaf in keyed:
         name = _leaf_name(path_keys)
         if name in tensors:
             raise CheckpointError(f"two leaves share the key path {name}; rename a dict key")
         value, python_type = _host_value(path_keys, leaf)
-        dtype_name = "bfloat16" if value.dtype == _dtypes.bfloat16 else value.dtype.name
+        dtype_name = _dtype_name(value.dtype)
         stored = value
         if dtype_name not in _SAFETENSORS_TAGS:
             stored = value.reshape(-1).view(np.uint8)
         tensors[name] = stored
         leaf_info.append({"name": name, "dtype": dtype_name, "shape": list(value.shape),
                           "sha256": _sha256(value), "python_type": python_type})
-    if metadata is not None:
-        try:
-            json.dumps(metadata)
-        except TypeError as err:
-            raise CheckpointError(f"metadata must be JSON-serializable: {err}") from err
     document = {
         "version": _VERSION,
         "structure": _encode_structure(treedef, iter(info["name"] for info in leaf_info)),
         "leaves": leaf_info,
-        "step": None if step is None else int(step),
+        "step": _checked_step(step),
         "metadata": metadata,
     }
-    text = json.dumps(document, sort_keys=True)
+    if _json_depth(metadata) > _MAX_DEPTH:
+        raise CheckpointError(f"metadata is nested more than {_MAX_DEPTH} levels deep "
+                              "(or refers to itself)")
+    try:
+        text = json.dumps(document, sort_keys=True)
+    except (TypeError, ValueError, RecursionError) as err:
+        raise CheckpointError(f"metadata must be JSON-serializable: {err}") from err
     header = {"format": _FORMAT, "tree": text,
               "tree_sha256": hashlib.sha256(text.encode()).hexdigest()}
     _write_atomically(path, tensors, header)
 
 
+def _checked_step(step):
+    if step is None:
+        return None
+    try:
+        return operator.index(step)
+    except TypeError:
+        raise CheckpointError(f"step must be an integer or None, got {_clip(step)}") from None
+
+
+def _json_depth(value) -> int:
+    """Nesting depth of a JSON-like value, counted without recursion and up to just past
+    ``_MAX_DEPTH`` (so a value that contains itself ends the count)."""
+    depth, level = 0, [value]
+    while level and depth <= _MAX_DEPTH:
+        depth += 1
+        inner = []
+        for item in level:
+            if isinstance(item, dict):
+                inner.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                inner.extend(item)
+        level = inner
+    return depth
+
+
 def _read_file(path: str):
-    """(document, {name: raw bytes-backed array}) with the header validated."""
+    """(document, {name: raw tensor}) with the header and the document validated."""
     import safetensors
     with open(path, "rb") as f:
         data = f.read()
@@ -299,20 +535,70 @@ def _read_file(path: str):
                               f"safetensors data): {err}") from err
     header_len = int.from_bytes(data[:8], "little")
     try:
-        header = json.loads(data[8:8 + header_len]).get("__metadata__") or {}
-    except (ValueError, AttributeError) as err:
+        header = json.loads(data[8:8 + header_len])
+        metadata = header.get("__metadata__") or {}
+        text = metadata.get("tree") if metadata.get("format") == _FORMAT else None
+    except (ValueError, AttributeError, RecursionError) as err:
         raise CheckpointError(f"{path}: unreadable safetensors header") from err
-    if header.get("format") != _FORMAT or "tree" not in header:
+    if not isinstance(text, str):
         raise CheckpointError(f"{path}: a safetensors file, but not a functrans checkpoint "
                               "(no tree description in its metadata)")
-    text = header["tree"]
-    if hashlib.sha256(text.encode()).hexdigest() != header.get("tree_sha256"):
+    if hashlib.sha256(text.encode()).hexdigest() != metadata.get("tree_sha256"):
         raise CheckpointError(f"{path}: the tree description is corrupted (checksum mismatch)")
-    document = json.loads(text)
-    if document.get("version") != _VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {document.get('version')} "
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise CheckpointError(f"{path}: the tree description is not readable JSON "
+                              f"({type(err).__name__})") from None
+    if not isinstance(document, dict) or document.get("version") != _VERSION:
+        version = document.get("version") if isinstance(document, dict) else None
+        raise CheckpointError(f"{path}: checkpoint format version {_clip(version)} "
                               f"is not supported (this functrans reads version {_VERSION})")
+    try:
+        _check_document(document)
+    except CheckpointError as err:
+        raise CheckpointError(f"{path}: malformed checkpoint: {err}") from None
     return document, dict(raw)
+
+
+_PYTHON_TYPE_KINDS = {"bool": "b", "int": "iu", "float": "f", "complex": "c"}
+# the array kinds a target's Python number can be restored from without losing its value
+_TARGET_SCALAR_KINDS = {"bool": "b", "int": "biu", "float": "biuf", "complex": "biufc"}
+
+
+def _check_leaf_info(info) -> None:
+    if not isinstance(info, dict) or not isinstance(info.get("name"), str):
+        raise CheckpointError(f"a leaf description is malformed: {_clip(info)}")
+    name, shape = info["name"], info.get("shape")
+    dtype = _dtype_from_name(info.get("dtype"))
+    if not (isinstance(shape, list) and
+            all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+        raise CheckpointError(f"array {name} has shape {_clip(shape)}, not a list of sizes")
+    if not (isinstance(info.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", info["sha256"])):
+        raise CheckpointError(f"array {name} has no SHA-256 checksum")
+    python_type = info.get("python_type")
+    if python_type is not None and (not isinstance(python_type, str)
+                                    or python_type not in _PYTHON_TYPE_KINDS or shape
+                                    or dtype.kind not in _PYTHON_TYPE_KINDS[python_type]):
+        raise CheckpointError(f"array {name} ({info['dtype']}{shape}) cannot be the Python "
+                              f"type {_clip(python_type)}")
+
+
+def _check_document(document: dict) -> None:
+    """Every field :func:`restore` and :func:`read_metadata` use has its type and range."""
+    leaves, step = document.get("leaves"), document.get("step")
+    if not isinstance(leaves, list):
+        raise CheckpointError("no list of leaves")
+    for info in leaves:
+        _check_leaf_info(info)
+    names = {info["name"] for info in leaves}
+    if len(names) != len(leaves):
+        raise CheckpointError("two leaves share one name")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        raise CheckpointError(f"the step is {_clip(step)}, not an integer")
+    if _json_depth(document.get("metadata")) > _MAX_DEPTH:
+        raise CheckpointError(f"metadata is nested more than {_MAX_DEPTH} levels deep")
+    _check_structure(document.get("structure"), names)
 
 
 def _decode_leaf(path: str, info: dict, raw: dict) -> np.ndarray:
@@ -321,8 +607,16 @@ def _decode_leaf(path: str, info: dict, raw: dict) -> np.ndarray:
         raise CheckpointError(f"{path}: array {name} is missing from the file")
     dtype = _dtype_from_name(info["dtype"])
     shape = tuple(info["shape"])
-    buffer = raw[name]["data"]
-    expected_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    tensor = raw[name]
+    stored = ((_SAFETENSORS_TAGS[info["dtype"]], list(shape))
+              if info["dtype"] in _SAFETENSORS_TAGS
+              else ("U8", [math.prod(shape) * dtype.itemsize]))
+    if (tensor.get("dtype"), tensor.get("shape")) != stored:
+        raise CheckpointError(f"{path}: array {name} is stored as {tensor.get('dtype')}"
+                              f"{tensor.get('shape')}, but the tree describes "
+                              f"{info['dtype']}{list(shape)}")
+    buffer = tensor["data"]
+    expected_bytes = math.prod(shape) * dtype.itemsize
     if len(buffer) != expected_bytes:
         raise CheckpointError(f"{path}: array {name} holds {len(buffer)} bytes, but "
                               f"{info['dtype']}{list(shape)} needs {expected_bytes}")
@@ -336,27 +630,32 @@ def read_metadata(path) -> dict:
     """The ``step`` and user ``metadata`` stored in a checkpoint, and its leaves' key paths,
     dtypes and shapes, without reading the arrays' data into memory twice."""
     document, _ = _read_file(os.fspath(path))
-    return {"step": document["step"], "metadata": document["metadata"],
+    return {"step": document.get("step"), "metadata": document.get("metadata"),
             "leaves": {info["name"]: (info["dtype"], tuple(info["shape"]))
                        for info in document["leaves"]}}
 
 
-def _target_leaf_type(leaf):
+def _target_leaf_type(name: str, leaf):
     """(dtype, shape, python type) a target leaf asks for."""
     python_type = _PYTHON_SCALARS.get(type(leaf))
     if python_type is not None:
         return None, (), python_type
     dtype = getattr(leaf, "dtype", None)
     shape = getattr(leaf, "shape", None)
-    if dtype is None or shape is None:
-        value = np.asarray(leaf)
-        dtype, shape = value.dtype, value.shape
-    return np.dtype(dtype), tuple(shape), None
+    try:
+        if dtype is None or shape is None:
+            value = np.asarray(leaf)
+            dtype, shape = value.dtype, value.shape
+        return np.dtype(dtype), tuple(int(d) for d in shape), None
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"the target leaf at {name} ({type(leaf).__name__}) has no "
+                              f"array dtype and shape: {err}") from None
 
 
 def _finish_leaf(value: np.ndarray, python_type):
     if python_type is not None:
-        return {"bool": bool, "int": int, "float": float, "complex": complex}[python_type](value[()])
+        convert = {"bool": bool, "int": int, "float": float, "complex": complex}[python_type]
+        return convert(value[()])
     from functrans._array import Array
     canonical = _dtypes.canonicalize_dtype(value.dtype)
     # a private copy: the file's buffer is not kept alive by the restored array
@@ -386,7 +685,8 @@ def restore(path, target=None):
     infos = {info["name"]: info for info in document["leaves"]}
     values = {name: _decode_leaf(path, info, raw) for name, info in infos.items()}
     if target is None:
-        leaves = {name: _finish_leaf(values[name], infos[name]["python_type"]) for name in values}
+        leaves = {name: _finish_leaf(values[name], infos[name].get("python_type"))
+                  for name in values}
         return _decode_structure(document["structure"], leaves)
 
     keyed, treedef = tree_flatten_with_path(target)
@@ -404,9 +704,10 @@ def restore(path, target=None):
     out = []
     for name, (_, leaf) in zip(target_names, keyed):
         value, info = values[name], infos[name]
-        dtype, shape, python_type = _target_leaf_type(leaf)
+        dtype, shape, python_type = _target_leaf_type(name, leaf)
         if python_type is not None:
-            if value.shape != () or info["python_type"] not in (python_type, None):
+            if (value.shape != () or info.get("python_type") not in (python_type, None)
+                    or value.dtype.kind not in _TARGET_SCALAR_KINDS[python_type]):
                 raise CheckpointError(f"{path}: {name} is {info['dtype']}{list(value.shape)} in "
                                       f"the checkpoint but the target has a Python {python_type}")
             out.append(_finish_leaf(value, python_type))
@@ -426,7 +727,6 @@ def restore(path, target=None):
 # =============================================================================================
 
 _STEP_FILE = re.compile(r"^checkpoint_(\d+)\.safetensors$")
-_TEMP_FILE = re.compile(r"^\.checkpoint_\d+\.safetensors\.tmp-(\d+)-[0-9a-f]+$")
 
 
 class CheckpointManager:
@@ -442,8 +742,9 @@ class CheckpointManager:
         >>> manager.restore()["w"]
         Array([3, 3], dtype=int32)
 
-    A save interrupted by a crash leaves at most a hidden temporary file, which is never
-    listed as a step; the previous checkpoints stay intact.
+    A save interrupted by a crash leaves at most a hidden staging directory, which is never
+    listed as a step and is removed when a manager starts or saves (once its writer is
+    dead); the previous checkpoints stay intact.
     """
 
     def __init__(self, directory, max_to_keep: int | None = None):
@@ -452,6 +753,7 @@ class CheckpointManager:
         self.directory = os.fspath(directory)
         self.max_to_keep = max_to_keep
         os.makedirs(self.directory, exist_ok=True)
+        _remove_debris(self.directory)
 
     def path_for(self, step: int) -> str:
         """The file that holds ``step``'s checkpoint."""
@@ -481,10 +783,16 @@ class CheckpointManager:
             for old in self.all_steps()[:-self.max_to_keep]:
                 os.remove(self.path_for(old))
             _fsync_directory(self.directory)
-        self._remove_dead_writers_leftovers()
 
     def restore(self, step: int | None = None, target=None):
         """Restore ``step`` (the latest when None); see :func:`restore` for ``target``."""
+        return restore(self._existing_path(step), target)
+
+    def metadata(self, step: int | None = None) -> dict:
+        """:func:`read_metadata` of ``step`` (the latest when None)."""
+        return read_metadata(self._existing_path(step))
+
+    def _existing_path(self, step: int | None) -> str:
         if step is None:
             step = self.latest_step()
             if step is None:
@@ -493,36 +801,7 @@ class CheckpointManager:
         if not os.path.exists(path):
             raise CheckpointError(f"no checkpoint for step {step} in {self.directory} "
                                   f"(steps: {self.all_steps()})")
-        return restore(path, target)
-
-    def metadata(self, step: int | None = None) -> dict:
-        """:func:`read_metadata` of ``step`` (the latest when None)."""
-        step = self.latest_step() if step is None else step
-        if step is None:
-            raise CheckpointError(f"no checkpoint in {self.directory}")
-        return read_metadata(self.path_for(step))
-
-    def _remove_dead_writers_leftovers(self) -> None:
-        # temporaries of a process that died mid-save are garbage; a live writer's are not
-        for entry in os.listdir(self.directory):
-            match = _TEMP_FILE.match(entry)
-            if match and not _process_alive(int(match.group(1))):
-                try:
-                    os.remove(os.path.join(self.directory, entry))
-                except OSError:
-                    pass
-
-
-def _process_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return path
 
 
 # =============================================================================================

@@ -96,3 +96,15 @@ def test_model_workloads_agree_with_the_reference(workload, tmp_path):
     row = results["rows"][0]
     assert row["name"] == workload and row["checks"]["functrans"] == "ok"
     assert row["times"]["functrans"] > 0
+
+
+def test_cumulative_grad_worker_reports_memory_and_agrees():
+    env = dict(os.environ)
+    env.pop("FUNCTRANS_CHECK_JAXPRS", None)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.cumulative_grad", "functrans",
+                           "--quick"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["ok"] and result["max_error"] == 0.0
+    assert result["n"] == 10_000 and result["seconds"] > 0 and result["extra_peak_rss_mb"] >= 0

@@ -13,7 +13,8 @@ import numpy as np
 from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
-from functrans.interpreters.ad import Zero
+from functrans.interpreters.ad import Zero, is_undefined_primal
+from functrans.primitives import elementwise as ew
 
 # =============================================================================================
 # Shared rules
@@ -149,7 +150,6 @@ def _reduce_min_impl(operand, *, axes):
 def _extremum_jvp(primitive):
     """The tangent of a max/min is the operand's tangent at the extremal positions,
     averaged over ties (the location mask divided by its count)."""
-    from functrans.primitives import elementwise as ew
 
     def rule(primals, tangents, *, axes):
         (x,), (t,) = primals, tangents
@@ -207,7 +207,6 @@ def _reduce_prod_jvp(primals, tangents, *, axes):
     # d prod / d x_i is the product of the other elements. Dividing prod by x_i fails on
     # zeros, so count them: with no zero it is prod / x_i; with one zero only that element
     # has a nonzero partial (the product of the nonzeros); with two or more all are zero.
-    from functrans.primitives import elementwise as ew
     (x,), (t,) = primals, tangents
     ans = reduce_prod_p.bind(x, axes=axes)
     if isinstance(t, Zero):
@@ -417,7 +416,6 @@ def _cumprod_jvp(primals, tangents, *, axis, reverse):
     # d y_i = sum_{j<=i} t_j prod_{k<=i, k!=j} x_k. As for reduce_prod, count zeros in each
     # prefix so zeros are handled exactly: no zero -> y_i * sum t_j / x_j; one zero -> the
     # prefix product of the nonzeros times the zero's tangent; more -> 0.
-    from functrans.primitives import elementwise as ew
     (x,), (t,) = primals, tangents
     ans = cumprod_p.bind(x, axis=axis, reverse=reverse)
     if isinstance(t, Zero):
@@ -440,92 +438,184 @@ def _cumprod_jvp(primals, tangents, *, axis, reverse):
 cumprod_p.jvp = _cumprod_jvp
 
 
-def _iota_along(shape, axis):
-    """int32 positions along ``axis``, broadcast to ``shape``."""
-    from functrans.primitives import structural
-    return structural.broadcast_in_dim(np.arange(shape[axis], dtype=np.int32), shape, (axis,))
+# =============================================================================================
+# cumulative_tangent: the tangent map of cummax, cummin and cumlogsumexp
+# =============================================================================================
+#
+# JAX defines the derivative of these three as the JVP of their parallel (odd/even) prefix
+# scan. The tangent is linear in t with weights fixed by x: a combine of two sides gives each
+# the weight max's (min's) JVP gives it -- a half to each on a tie, so a repeated extremum
+# shares its tangent along the scan's tree -- or exp(side - result) for logaddexp. Staged as
+# ops, that scan is O(log n) rounds of slices whose programs grow with log n and compile
+# slowly, and a dense [n, n] matrix of weights is O(n^2); so the map is one primitive, linear
+# in t, that walks the same tree in NumPy in O(n) time and memory. Its transpose is the same
+# primitive with ``transpose=True``.
+
+cumulative_tangent_p = Primitive("cumulative_tangent")
+_TANGENT_COMBINES = ("max", "min", "logaddexp")
 
 
-def _take_along(t, index, axis):
-    """``t[..., index[..., i, ...], ...]`` along ``axis`` as a one-hot contraction, which
-    is linear in ``t`` (so it transposes) and batches as a dot_general."""
-    from functrans.primitives import elementwise as ew
-    from functrans.primitives import linalg, structural
-    aval = get_aval(t)
-    nd, n = aval.ndim, aval.shape[axis]
-    # onehot[..., i, j] = (index[..., i] == j), with i and j both where `axis` was
-    t_last = _move_axis(t, axis, nd - 1)
-    idx_last = _move_axis(index, axis, nd - 1)
-    lead = get_aval(t_last).shape[:-1]
-    onehot_shape = lead + (n,)
-    idx_b = structural.broadcast_in_dim(idx_last, onehot_shape + (n,), tuple(range(nd)))
-    cols = structural.broadcast_in_dim(np.arange(n, dtype=np.int32), onehot_shape + (n,), (nd,))
-    onehot = ew.convert_element_type(ew.eq(idx_b, cols), aval.dtype)
-    batch = tuple(range(nd - 1))
-    out = linalg.dot_general(onehot, t_last, (((nd,), (nd - 1,)), (batch, batch)))
-    return _move_axis(out, nd - 1, axis)
+@cumulative_tangent_p.def_abstract_eval
+def _cumulative_tangent_rule(operand, tangent, *, combine, axis, reverse, transpose):
+    if combine not in _TANGENT_COMBINES:
+        raise TypeError(f"cumulative_tangent: combine={combine!r} is not one of "
+                        f"{_TANGENT_COMBINES}")
+    if operand.shape != tangent.shape:
+        raise TypeError(f"cumulative_tangent: operand {operand.str_short()} and tangent "
+                        f"{tangent.str_short()} must have one shape")
+    if not 0 <= axis < operand.ndim:
+        raise TypeError(f"cumulative_tangent: axis {axis} is out of range for "
+                        f"{operand.str_short()}")
+    return ShapedArray(tangent.shape, tangent.dtype, tangent.weak_type)
 
 
-def _move_axis(x, src, dst):
-    return batching.moveaxis(x, src, dst)
+def _tree_combine(combine, a, b, weights=None):
+    """One combine of the scan on values: the result and (given ``weights``, a dtype) the
+    weight of each side's tangent, by the arithmetic of lax.max's / lax.min's / logaddexp's
+    JVP. Weights are rounded to the tangents' dtype, as each step of JAX's scan rounds."""
+    if combine == "logaddexp":
+        delta = a - b
+        # equal infinities give NaN in delta; a + b is then the answer (inf or -inf)
+        out = np.where(np.isnan(delta), a + b,
+                       np.maximum(a, b) + np.log1p(np.exp(-np.abs(delta))))
+        if weights is None:
+            return out, None, None
+
+        def weight(v):  # +inf -> 0 on both sides, so inf - inf is e^0 = 1, not NaN
+            finite, finite_out = (np.where(u == np.inf, np.zeros_like(u), u) for u in (v, out))
+            return np.exp(finite - finite_out).astype(weights, copy=False)
+
+        return out, weight(a), weight(b)
+    out = np.maximum(a, b) if combine == "max" else np.minimum(a, b)
+    if weights is None:
+        return out, None, None
+    # 1 where a side alone is the result, 1/2 where both are (a tie), else 0
+    a_is, b_is = a == out, b == out
+    tie = (a_is & b_is).astype(weights) * np.asarray(0.5, weights)
+    return out, a_is.astype(weights) - tie, b_is.astype(weights) - tie
 
 
-def _cum_extremum_jvp(primitive):
-    # The tangent at i is the operand's tangent where the running extremum was attained
-    # (the latest such position, as max/min pick one element).
-    from functrans.primitives import elementwise as ew
+def _interleave_last(evens, odds):
+    out = np.empty(evens.shape[:-1] + (evens.shape[-1] + odds.shape[-1],),
+                   np.result_type(evens, odds))
+    out[..., 0::2], out[..., 1::2] = evens, odds
+    return out
 
+
+def _tree_scan(combine, x, t=None):
+    """The prefix scan of ``x`` along its last axis, and with ``t`` its tangent, on the tree
+    of ``associative_scan``: neighbours are paired, the pairs scanned (the odd positions),
+    and each later even position combines the odd prefix before it with its own element."""
+    n = x.shape[-1]
+    if n < 2:
+        return x, t
+    pairs, w_left, w_right = _tree_combine(combine, x[..., 0:n - 1:2], x[..., 1:n:2],
+                                           weights=None if t is None else t.dtype)
+    pairs_t = None if t is None else t[..., 0:n - 1:2] * w_left + t[..., 1:n:2] * w_right
+    odd, odd_t = _tree_scan(combine, pairs, pairs_t)
+    m = (n - 1) // 2  # even positions after the first
+    even, w_prev, w_own = _tree_combine(combine, odd[..., :m], x[..., 2::2],
+                                        weights=None if t is None else t.dtype)
+    values = _interleave_last(np.concatenate([x[..., :1], even], -1), odd)
+    if t is None:
+        return values, None
+    even_t = odd_t[..., :m] * w_prev + t[..., 2::2] * w_own
+    return values, _interleave_last(np.concatenate([t[..., :1], even_t], -1), odd_t)
+
+
+def _tree_scan_transpose(combine, x, ct):
+    """The transpose of ``t -> _tree_scan(combine, x, t)[1]``: the same tree walked from the
+    outputs back, each combine sending its cotangent to both sides with their weights."""
+    n = x.shape[-1]
+    if n < 2:
+        return ct
+    pairs, w_left, w_right = _tree_combine(combine, x[..., 0:n - 1:2], x[..., 1:n:2], ct.dtype)
+    odd, _ = _tree_scan(combine, pairs)
+    m = (n - 1) // 2
+    _, w_prev, w_own = _tree_combine(combine, odd[..., :m], x[..., 2::2], ct.dtype)
+    ct_even, ct_odd = ct[..., 0::2], ct[..., 1::2].copy()
+    ct_odd[..., :m] += ct_even[..., 1:] * w_prev
+    ct_pairs = _tree_scan_transpose(combine, pairs, ct_odd)
+    out = np.empty_like(ct)
+    out[..., :1] = ct_even[..., :1]
+    out[..., 2::2] = ct_even[..., 1:] * w_own
+    out[..., 0:n - 1:2] += ct_pairs * w_left
+    out[..., 1:n:2] = ct_pairs * w_right
+    return out
+
+
+@cumulative_tangent_p.def_impl
+def _cumulative_tangent_impl(operand, tangent, *, combine, axis, reverse, transpose):
+    # comparisons are exact in float32, and low-precision logaddexp is computed in it
+    x = operand.astype(np.float32) if operand.dtype in (_dtypes.bfloat16, _dtypes.float16) \
+        else operand
+    x, t = np.moveaxis(x, axis, -1), np.moveaxis(tangent, axis, -1)
+    if reverse:
+        x, t = x[..., ::-1], t[..., ::-1]
+    with np.errstate(all="ignore"):
+        out = (_tree_scan_transpose(combine, x, t) if transpose
+               else _tree_scan(combine, x, t)[1])
+    if reverse:
+        out = out[..., ::-1]
+    return np.ascontiguousarray(np.moveaxis(out, -1, axis)).astype(tangent.dtype, copy=False)
+
+
+def _cumulative_tangent_jvp(primals, tangents, *, combine, axis, reverse, transpose):
+    # Linear in t. The max/min weights are piecewise constant in x; the logaddexp weights
+    # W_ij = exp(x_j - y_i) have dW_ij = W_ij (dx_j - dy_i) with dy = W dx, so
+    # d(W t) = W (dx * t) - dy * (W t) and d(W^T s) = dx * (W^T s) - W^T (dy * s).
+    (x, t), (dx, dt) = primals, tangents
+    params = dict(combine=combine, axis=axis, reverse=reverse)
+    out = cumulative_tangent_p.bind(x, t, transpose=transpose, **params)
+    tangent = Zero.from_value(out)
+    if not isinstance(dt, Zero):
+        tangent = cumulative_tangent_p.bind(x, dt, transpose=transpose, **params)
+    if combine == "logaddexp" and not isinstance(dx, Zero):
+        dy = cumulative_tangent_p.bind(x, dx, transpose=False, **params)
+        if transpose:
+            moved = ew.sub(ew.mul(dx, out),
+                           cumulative_tangent_p.bind(x, ew.mul(dy, t), transpose=True, **params))
+        else:
+            moved = ew.sub(cumulative_tangent_p.bind(x, ew.mul(dx, t), transpose=False, **params),
+                           ew.mul(dy, out))
+        tangent = ad.add_tangents(tangent, moved)
+    return out, tangent
+
+
+def _cumulative_tangent_transpose(ct, x, t, *, transpose, **params):
+    if is_undefined_primal(x):
+        raise NotImplementedError("cumulative_tangent is linear in its tangent only; it is not "
+                                  "transposable with respect to the operand")
+    if isinstance(ct, Zero):
+        return [None, Zero(t.aval)]
+    return [None, cumulative_tangent_p.bind(x, ct, transpose=not transpose, **params)]
+
+
+def _cumulative_tangent_batch(vals, dims, *, axis, **params):
+    size = batching.batch_size_of(vals, dims)
+    x, t = (batching.bdim_at_front(v, d, size) for v, d in zip(vals, dims))
+    return cumulative_tangent_p.bind(x, t, axis=axis + 1, **params), 0
+
+
+cumulative_tangent_p.jvp = _cumulative_tangent_jvp
+cumulative_tangent_p.transpose = _cumulative_tangent_transpose
+cumulative_tangent_p.batch = _cumulative_tangent_batch
+
+
+def _tree_tangent_jvp(primitive, combine):
     def rule(primals, tangents, *, axis, reverse):
         (x,), (t,) = primals, tangents
         ans = primitive.bind(x, axis=axis, reverse=reverse)
         if isinstance(t, Zero):
             return ans, Zero.from_value(ans)
-        shape = get_aval(x).shape
-        positions = _iota_along(shape, axis)
-        attained = ew.eq(x, ans)
-        # the latest attaining position in scan order is a running max (min when reversed)
-        never = -1 if not reverse else shape[axis]
-        marked = ew.select(attained, positions, _full_like(positions, never))
-        scan = cummax_p if not reverse else cummin_p
-        where = scan.bind(marked, axis=axis, reverse=reverse)
-        return ans, _take_along(t, where, axis)
+        return ans, cumulative_tangent_p.bind(x, t, combine=combine, axis=axis, reverse=reverse,
+                                              transpose=False)
     return rule
 
 
-cummax_p.jvp = _cum_extremum_jvp(cummax_p)
-cummin_p.jvp = _cum_extremum_jvp(cummin_p)
-
-
-def _cumlogsumexp_jvp(primals, tangents, *, axis, reverse):
-    # d y_i = sum_{j<=i} exp(x_j - y_i) t_j: softmax weights of each prefix. The weights
-    # exp(x_j - y_i) are at most 1, so build them as a (prefix-masked) matrix of pairs
-    # rather than rescaling by a common maximum, which underflows for wide ranges.
-    from functrans.primitives import elementwise as ew
-    from functrans.primitives import linalg, structural
-    (x,), (t,) = primals, tangents
-    ans = cumlogsumexp_p.bind(x, axis=axis, reverse=reverse)
-    if isinstance(t, Zero):
-        return ans, Zero.from_value(ans)
-    aval = get_aval(x)
-    nd, n = aval.ndim, aval.shape[axis]
-    x_last, y_last, t_last = (_move_axis(v, axis, nd - 1) for v in (x, ans, t))
-    lead = get_aval(x_last).shape[:-1]
-    pair_shape = lead + (n, n)               # [..., i, j]
-    x_j = structural.broadcast_in_dim(x_last, pair_shape, tuple(range(nd - 1)) + (nd,))
-    y_i = structural.broadcast_in_dim(y_last, pair_shape, tuple(range(nd)))
-    rows = np.arange(n)[:, None]
-    cols = np.arange(n)[None, :]
-    in_prefix = (cols >= rows) if reverse else (cols <= rows)
-    mask = structural.broadcast_in_dim(in_prefix, pair_shape, (nd - 1, nd))
-    # the masked-out difference is replaced before exp, so no inf/NaN reaches the product
-    diff = ew.select(mask, ew.sub(x_j, y_i), structural.full(pair_shape, -np.inf, aval.dtype))
-    weights = ew.exp(diff)
-    batch = tuple(range(nd - 1))
-    out = linalg.dot_general(weights, t_last, (((nd,), (nd - 1,)), (batch, batch)))
-    return ans, _move_axis(out, nd - 1, axis)
-
-
-cumlogsumexp_p.jvp = _cumlogsumexp_jvp
+cummax_p.jvp = _tree_tangent_jvp(cummax_p, "max")
+cummin_p.jvp = _tree_tangent_jvp(cummin_p, "min")
+cumlogsumexp_p.jvp = _tree_tangent_jvp(cumlogsumexp_p, "logaddexp")
 
 
 def _cumulative_fn(p, doc):

@@ -202,24 +202,27 @@ def _top_k_impl(operand, *, k):
     return [np.take_along_axis(operand, order, axis=-1), order.astype(np.int32)]
 
 
+def _take_along_last(t, indices):
+    """``t[..., indices[..., i]]`` for each leading position: a gather whose other axes are
+    batching axes (O(size of the result), where a one-hot contraction is [..., k, n]). It is
+    linear in ``t``, transposes to a scatter-add and batches as a gather."""
+    from functrans.primitives import indexing, structural
+    nd = get_aval(t).ndim
+    lead = tuple(range(nd - 1))
+    dnums = indexing.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(nd - 1,),
+                                            start_index_map=(nd - 1,),
+                                            operand_batching_dims=lead,
+                                            start_indices_batching_dims=lead)
+    return indexing.gather(t, structural.expand_dims(indices, (nd,)), dnums, (1,) * nd,
+                           mode="clip", unique_indices=True)
+
+
 def _top_k_jvp(primals, tangents, *, k):
     (x,), (t,) = primals, tangents
     values, indices = top_k_p.bind(x, k=k)
     if isinstance(t, Zero):
         return [values, indices], [Zero.from_value(values), Zero.from_value(indices)]
-    from functrans.primitives import elementwise as ew
-    from functrans.primitives import linalg, structural
-    # Gather the tangent at the chosen indices as a one-hot contraction (linear in t):
-    # onehot[..., i, j] = (indices[..., i] == j).
-    aval = get_aval(x)
-    nd, n = aval.ndim, aval.shape[-1]
-    onehot_shape = aval.shape[:-1] + (k, n)
-    idx = structural.broadcast_in_dim(indices, onehot_shape, tuple(range(nd)))
-    cols = structural.broadcast_in_dim(np.arange(n, dtype=np.int32), onehot_shape, (nd,))
-    onehot = ew.convert_element_type(ew.eq(idx, cols), aval.dtype)
-    batch = tuple(range(nd - 1))
-    t_out = linalg.dot_general(onehot, t, (((nd,), (nd - 1,)), (batch, batch)))
-    return [values, indices], [t_out, Zero.from_value(indices)]
+    return [values, indices], [_take_along_last(t, indices), Zero.from_value(indices)]
 
 
 def _top_k_batch(vals, dims, *, k):

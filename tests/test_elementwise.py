@@ -236,7 +236,7 @@ def test_shape_error_names_primitive_shapes_and_line():
     with pytest.raises(TypeError) as info:
         lax.add(np.ones(3, np.float32), np.ones(4, np.float32))
     text = str(info.value) + "".join(getattr(info.value, "__notes__", []))
-    assert "add" in text and "f32[3]" in text and "f32[4]" in text
+    assert "add" in text and "float32[3]" in text and "float32[4]" in text
     assert "test_elementwise.py" in text
 
 

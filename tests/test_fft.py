@@ -95,7 +95,7 @@ def test_lax_fft_shape_errors_name_the_primitive(fft_type, shape, lengths, messa
     with pytest.raises(TypeError, match=message) as info:
         lax_fft(np.zeros(shape, dtype), fft_type, lengths)
     assert str(info.value).startswith("fft:")
-    assert "c64" in str(info.value) or "f32" in str(info.value)
+    assert "complex64" in str(info.value) or "float32" in str(info.value)
 
 
 def test_primitive_dtype_errors():

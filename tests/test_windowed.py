@@ -380,7 +380,7 @@ def test_vmap_matches_loop(config, kind, in_axis):
 
 def test_shape_errors_name_the_primitive():
     x = jnp.ones((3, 4))
-    with pytest.raises(TypeError, match=r"reduce_window_sum.*rank 2.*f32\[3,4\]"):
+    with pytest.raises(TypeError, match=r"reduce_window_sum.*rank 2.*float32\[3,4\]"):
         lax.reduce_window_sum(x, (2,), (1,), ((0, 0),))
     with pytest.raises(TypeError, match=r"reduce_window_max: window_strides must be positive"):
         lax.reduce_window_max(x, (2, 2), (0, 1), "VALID")

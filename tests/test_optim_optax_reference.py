@@ -90,3 +90,33 @@ def test_optimizer_matches_installed_optax(case_id):
     got, state = GENERATOR.run_case(optim, jnp, case, REFERENCE["problem"])
     _assert_trajectory(got, want, case)
     _same_structure(state, want_state)
+
+
+# =============================================================================================
+# Scenarios: longer computations (L-BFGS on Rosenbrock, schedules, tree utilities, losses,
+# projections, ...) written once in the generator against the common API
+# =============================================================================================
+
+SCENARIOS = {s.__name__[len("scenario_"):]: s for s in GENERATOR.SCENARIOS}
+
+
+def _assert_close_tree(got, want, rtol, atol, where):
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and sorted(got) == sorted(want), f"{where}: keys differ"
+        for k in want:
+            _assert_close_tree(got[k], want[k], rtol, atol, f"{where}[{k!r}]")
+        return
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want, err_msg=where)
+    else:
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=where)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_scenario_matches_optax(name):
+    import functrans
+    got = GENERATOR.run_scenario(SCENARIOS[name], optim, jnp, functrans)
+    rtol, atol = GENERATOR.SCENARIO_TOLERANCES.get(name, (1e-5, 1e-6))
+    _assert_close_tree(got, REFERENCE["scenarios"][name], rtol, atol, name)

@@ -34,6 +34,9 @@ from functrans.optim._freezing import *  # noqa: F401,F403
 from functrans.optim._layouts import *  # noqa: F401,F403
 from functrans.optim._monitoring import *  # noqa: F401,F403
 from functrans.optim._lookahead import *  # noqa: F401,F403
+from functrans.optim._linesearch import *  # noqa: F401,F403
+from functrans.optim._lbfgs import *  # noqa: F401,F403
+from functrans.optim._linear_algebra import *  # noqa: F401,F403
 from functrans.optim._schedules import *  # noqa: F401,F403
 from functrans.optim._inject import *  # noqa: F401,F403
 from functrans.optim._aliases import *  # noqa: F401,F403
@@ -45,7 +48,6 @@ from functrans.optim._tree_math import tree_update_moment as update_moment  # no
 from functrans.optim._tree_math import (  # noqa: F401
     tree_update_moment_per_elem_norm as update_moment_per_elem_norm)
 from functrans.optim._tree_state import tree_map_params  # noqa: F401
-from functrans.optim._linear_algebra import global_norm  # noqa: F401
 from functrans.optim.losses import (cosine_distance, cosine_similarity, hinge_loss,  # noqa: F401
                                     huber_loss, kl_divergence, l2_loss, log_cosh,
                                     safe_softmax_cross_entropy, sigmoid_binary_cross_entropy,

@@ -3,7 +3,9 @@
 
 Run with a Python that has JAX and optax installed (the package itself never imports them):
 
-    python tests/data/make_optax_reference.py
+    python tests/data/make_optax_reference.py [name ...]
+
+(with names, only those cases and scenarios are recomputed).
 
 Each case names a factory by its dotted path under the optimizer package (``"adam"``,
 ``"contrib.muon"``), its keyword arguments as JSON, and which extra arguments ``update``
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import sys
 import warnings
 
 import numpy as np
@@ -43,6 +46,14 @@ def opt(name, **kwargs):
 
 def schedule(name, **kwargs):
     return {"$schedule": [name, kwargs]}
+
+
+def ref(name):
+    return {"$ref": name}
+
+
+def fn(name):
+    return {"$fn": name}
 
 
 def case(factory, case_id=None, extra=(), steps=STEPS, rtol=1e-5, atol=1e-6, **kwargs):
@@ -102,6 +113,90 @@ CASES = [
     case("signum", learning_rate=0.1),
     case("sm3", learning_rate=0.1),
     case("yogi", learning_rate=0.1),
+    # ---- line searches and L-BFGS (update takes value, grad and value_fn)
+    case("lbfgs", extra=["value", "grad", "value_fn"]),
+    case("lbfgs", "lbfgs_memory_2_lr", extra=["value", "grad", "value_fn"], memory_size=2,
+         learning_rate=0.5, scale_init_precond=False),
+    case("lbfgs", "lbfgs_no_linesearch", extra=["value", "grad", "value_fn"],
+         learning_rate=0.1, linesearch=None),
+    case("chain", "sgd_zoom_linesearch", extra=["value", "grad", "value_fn"],
+         args=[opt("sgd", learning_rate=1.0),
+               opt("scale_by_zoom_linesearch", max_linesearch_steps=10)]),
+    case("chain", "sgd_zoom_linesearch_capped", extra=["value", "grad", "value_fn"],
+         args=[opt("sgd", learning_rate=1.0),
+               opt("scale_by_zoom_linesearch", max_linesearch_steps=10, max_learning_rate=0.3,
+                   initial_guess_strategy="one", approx_dec_rtol=None)]),
+    case("chain", "sgd_backtracking", extra=["value", "grad", "value_fn"],
+         args=[opt("sgd", learning_rate=1.0),
+               opt("scale_by_backtracking_linesearch", max_backtracking_steps=15)]),
+    case("chain", "sgd_backtracking_store_grad", extra=["value", "grad", "value_fn"],
+         args=[opt("sgd", learning_rate=2.0),
+               opt("scale_by_backtracking_linesearch", max_backtracking_steps=15,
+                   decrease_factor=0.5, store_grad=True)]),
+    # ---- transformations and wrappers
+    case("chain", "chain_clip_trace", args=[opt("clip", max_delta=0.5), opt("trace", decay=0.5),
+                                            opt("scale", step_size=-0.1)]),
+    case("named_chain", "named_chain_rms", args=[["rms", opt("scale_by_rms")],
+                                                  ["lr", opt("scale", step_size=-0.05)]]),
+    case("masked", "masked_adam", inner=opt("adam", learning_rate=0.1),
+         mask={"b": True, "w": False}),
+    case("partition", transforms={"matrix": opt("adam", learning_rate=0.1),
+                                  "vector": opt("sgd", learning_rate=0.2)},
+         param_labels=fn("label_by_rank")),
+    case("multi_transform", transforms={"matrix": opt("sgd", learning_rate=0.1, momentum=0.9),
+                                        "vector": opt("set_to_zero")},
+         param_labels={"b": "vector", "w": "matrix"}),
+    case("chain", "freeze_sgd", args=[opt("freeze", mask={"b": True, "w": False}),
+                                      opt("sgd", learning_rate=0.1)]),
+    case("selective_transform", optimizer=opt("adam", learning_rate=0.1),
+         freeze_mask={"b": False, "w": True}),
+    case("flatten", "flatten_adam", inner=opt("adam", learning_rate=0.1)),
+    case("MultiSteps", "multi_steps", opt=opt("adam", learning_rate=0.1), every_k_schedule=2),
+    case("MultiSteps", "multi_steps_sum_skip", opt=opt("sgd", learning_rate=0.1),
+         every_k_schedule=3, use_grad_mean=False,
+         should_skip_update_fn=ref("skip_not_finite")),
+    case("chain", "apply_every", args=[opt("sgd", learning_rate=0.1), opt("apply_every", k=2)]),
+    case("conditionally_mask", inner=opt("sgd", learning_rate=0.1),
+         should_transform_fn=fn("from_step_2")),
+    case("conditionally_transform", inner=opt("scale", step_size=-0.3),
+         should_transform_fn=fn("every_other_step")),
+    case("apply_if_finite", inner=opt("adam", learning_rate=0.1), max_consecutive_errors=2),
+    case("chain", "adaptive_grad_clip", args=[opt("adaptive_grad_clip", clipping=0.1),
+                                              opt("sgd", learning_rate=1.0)]),
+    case("chain", "clip_by_global_norm",
+         args=[opt("clip_by_global_norm", max_norm=0.5), opt("sgd", learning_rate=0.5)]),
+    case("chain", "clip_by_block_rms", args=[opt("clip_by_block_rms", threshold=0.3),
+                                             opt("sgd", learning_rate=0.5)]),
+    case("chain", "normalize_by_update_norm",
+         args=[opt("normalize_by_update_norm", scale_factor=0.2), opt("scale", step_size=-1.0)]),
+    case("chain", "centralize_sgd", args=[opt("centralize"), opt("sgd", learning_rate=0.3)]),
+    case("chain", "keep_params_nonnegative",
+         args=[opt("sgd", learning_rate=1.5), opt("keep_params_nonnegative")]),
+    case("chain", "zero_nans_ema", args=[opt("zero_nans"), opt("ema", decay=0.5),
+                                         opt("scale", step_size=-0.2)]),
+    case("chain", "add_decayed_weights_schedule",
+         args=[opt("add_decayed_weights",
+                   weight_decay=schedule("linear_schedule", init_value=0.5, end_value=0.0,
+                                         transition_steps=4)),
+               opt("sgd", learning_rate=0.1)]),
+    case("chain", "monitor_snapshot",
+         args=[opt("monitor", measures={"ema": opt("measure_with_ema", measure=ref("tree.norm"),
+                                                   decay=0.5)}),
+               opt("snapshot", measure_name="norm", measure=ref("tree.norm")),
+               opt("sgd", learning_rate=0.1)]),
+    case(["inject_hyperparams", {"inner_factory": ref("adamw")}], "inject_hyperparams_adamw",
+         learning_rate=schedule("exponential_decay", init_value=0.1, transition_steps=2,
+                                decay_rate=0.5), weight_decay=0.01),
+    case("chain", "scale_by_distance_over_gradients",
+         args=[opt("scale_by_distance_over_gradients"), opt("scale", step_size=-1.0)]),
+    case("chain", "scale_by_lion_smooth",
+         args=[opt("scale_by_lion", mode="smooth", smooth_beta=3.0), opt("scale", step_size=-0.1)]),
+    case("chain", "scale_by_lion_refined",
+         args=[opt("scale_by_lion", mode="refined"), opt("scale", step_size=-0.1)]),
+    case("chain", "scale_by_param_block_norm",
+         args=[opt("scale_by_param_block_norm"), opt("scale", step_size=-0.1)]),
+    case("chain", "stateless_with_tree_map",
+         args=[opt("stateless_with_tree_map", f=fn("plus_tenth_of_param")), opt("scale", step_size=-0.1)]),
 ]
 
 
@@ -114,11 +209,43 @@ def _resolve(optax, dotted):
     return obj
 
 
+FUNCTIONS = {
+    # named functions a case can pass as an argument ({"$fn": name})
+    "from_step_2": lambda step, **_: step >= 2,
+    "every_other_step": lambda step, **_: step % 2 == 0,
+    "label_by_rank": lambda params: {k: "matrix" if len(v.shape) > 1 else "vector"
+                                     for k, v in params.items()},
+    "plus_tenth_of_param": lambda g, p: g + 0.1 * p,
+}
+
+
 def _decode(optax, value):
-    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("$opt", "$schedule"):
-        name, kwargs = next(iter(value.values()))
-        return _resolve(optax, name)(**{k: _decode(optax, v) for k, v in kwargs.items()})
+    """Build the objects a case names: ``{"$opt": [name, kwargs]}`` and ``{"$schedule":
+    [name, kwargs]}`` call ``name``, ``{"$ref": name}`` is ``name`` itself, ``{"$fn":
+    name}`` one of ``FUNCTIONS``; dicts and lists are decoded inside."""
+    if isinstance(value, dict) and len(value) == 1:
+        (key, arg), = value.items()
+        if key in ("$opt", "$schedule"):
+            name, kwargs = arg
+            return _resolve(optax, name)(**{k: _decode(optax, v) for k, v in kwargs.items()})
+        if key == "$ref":
+            return _resolve(optax, arg)
+        if key == "$fn":
+            return FUNCTIONS[arg]
+    if isinstance(value, dict):
+        return {k: _decode(optax, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(optax, v) for v in value]
     return value
+
+
+def _factory(optax, factory):
+    """A factory is a dotted name, or ``[dotted name, kwargs]`` called to make one
+    (``["inject_hyperparams", {"inner_factory": {"$ref": "adam"}}]``)."""
+    if isinstance(factory, list):
+        name, kwargs = factory
+        return _resolve(optax, name)(**_decode(optax, kwargs))
+    return _resolve(optax, factory)
 
 
 def describe(state):
@@ -150,8 +277,9 @@ def run_case(optax, jnp, spec, prob):
     def grad_fn(p):
         return {k: a[k] * (p[k] - c[k]) for k in p}
 
-    kwargs = {k: _decode(optax, v) for k, v in spec["kwargs"].items()}
-    tx = _resolve(optax, spec["factory"])(**kwargs)
+    kwargs = _decode(optax, spec["kwargs"])
+    args = kwargs.pop("args", ())
+    tx = _factory(optax, spec["factory"])(*args, **kwargs)
     state = tx.init(params)
     trajectory = []
     for _ in range(spec["steps"]):
@@ -170,7 +298,69 @@ def run_case(optax, jnp, spec, prob):
     return trajectory, describe(state)
 
 
-def main():
+# ---------------------------------------------------------------------------------------------
+# Scenarios: computations beyond a few optimizer steps, written once against the common API
+# (``optax`` is the optimizer package, ``jnp`` its numpy, ``F`` its jax-like top level). Each
+# returns a JSON-able tree of numbers; ``SCENARIO_TOLERANCES`` holds (rtol, atol) per name.
+# ---------------------------------------------------------------------------------------------
+
+def _tolist(tree, jnp):
+    if isinstance(tree, dict):
+        return {str(k): _tolist(v, jnp) for k, v in sorted(tree.items())}
+    if isinstance(tree, (list, tuple)):
+        return [_tolist(v, jnp) for v in tree]
+    arr = np.asarray(tree)
+    if arr.dtype == bool or np.issubdtype(arr.dtype, np.integer):
+        return arr.tolist()
+    return np.vectorize(lambda x: float(f"{x:.9g}"), otypes=[float])(arr.astype(np.float64)
+                                                                     ).tolist()
+
+
+def _rosenbrock(jnp):
+    def f(x):
+        return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+    return f
+
+
+def scenario_rosenbrock_lbfgs(optax, jnp, F):
+    """L-BFGS with the zoom line search from (-1.2, 1) until |grad| < 1e-4."""
+    f = _rosenbrock(jnp)
+    opt = optax.lbfgs()
+    value_and_grad = optax.value_and_grad_from_state(f)
+
+    @F.jit
+    def step(x, state):
+        value, grad = value_and_grad(x, state=state)
+        updates, state = opt.update(grad, state, x, value=value, grad=grad, value_fn=f)
+        return optax.apply_updates(x, updates), state
+
+    x = jnp.asarray([-1.2, 1.0])
+    state = opt.init(x)
+    iterates = []
+    for _ in range(100):
+        x, state = step(x, state)
+        iterates.append(x)
+        if float(optax.tree.norm(optax.tree.get(state, "grad"))) < 1e-4:
+            break
+    return {"iterations": len(iterates), "first_iterates": iterates[:10], "x": x,
+            "linesearch_steps": int(optax.tree.get(state, "info").num_linesearch_steps)}
+
+
+SCENARIOS = [scenario_rosenbrock_lbfgs]
+SCENARIO_TOLERANCES = {
+    # float32 round-off grows along the iterates (1e-7 at the 5th, 1e-5 at the 10th); both
+    # stop at the same iteration, within 1e-4 of the minimum (1, 1)
+    "rosenbrock_lbfgs": (1e-4, 1e-4),
+}
+
+
+def run_scenario(scenario, optax, jnp, F):
+    return _tolist(scenario(optax, jnp, F), jnp)
+
+
+def main(only=()):
+    """Regenerate every case and scenario, or only those named in ``only`` (the others are
+    kept from the existing file)."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -178,16 +368,28 @@ def main():
     # splitting; with it the noisy optimizers' trajectories agree as well
     jax.config.update("jax_threefry_partitionable", False)
     warnings.simplefilter("ignore", DeprecationWarning)
+    path = pathlib.Path(__file__).with_name("optax_reference.json")
+    old = json.loads(path.read_text()) if only and path.exists() else {"cases": [], "scenarios": {}}
+    old_cases = {c["id"]: c for c in old["cases"]}
     prob = problem()
-    out = {"optax_version": optax.__version__, "problem": prob, "cases": []}
+    out = {"optax_version": optax.__version__, "problem": prob, "cases": [], "scenarios": {}}
     for spec in CASES:
+        if only and spec["id"] not in only and spec["id"] in old_cases:
+            out["cases"].append(old_cases[spec["id"]])
+            continue
         trajectory, state = run_case(optax, jnp, spec, prob)
         out["cases"].append(dict(spec, trajectory=trajectory, state=state))
-    path = pathlib.Path(__file__).with_name("optax_reference.json")
+    for scenario in SCENARIOS:
+        name = scenario.__name__[len("scenario_"):]
+        if only and name not in only and name in old["scenarios"]:
+            out["scenarios"][name] = old["scenarios"][name]
+            continue
+        out["scenarios"][name] = run_scenario(scenario, optax, jnp, jax)
     text = json.dumps(out, separators=(",", ":"))
     path.write_text(text + "\n")
-    print(f"wrote {len(out['cases'])} cases to {path} ({len(text)} bytes)")
+    print(f"wrote {len(out['cases'])} cases and {len(out['scenarios'])} scenarios to {path} "
+          f"({len(text)} bytes)")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

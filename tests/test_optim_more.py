@@ -863,8 +863,11 @@ def _optim_modules():
 def test_docstring_examples_run(module):
     import doctest
     import importlib
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0
+    module = importlib.import_module(module)
+    result = doctest.testmod(module)
+    assert result.failed == 0
+    if getattr(module, "__all__", None):   # every module with public names shows examples
+        assert result.attempted > 0
 
 
 # =============================================================================================

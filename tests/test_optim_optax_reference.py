@@ -100,11 +100,24 @@ def test_optimizer_matches_installed_optax(case_id):
 SCENARIOS = {s.__name__[len("scenario_"):]: s for s in GENERATOR.SCENARIOS}
 
 
+def _numeric(tree) -> bool:
+    """Whether ``tree`` is a (nested) list of numbers, i.e. one array."""
+    if isinstance(tree, list):
+        return all(_numeric(x) for x in tree)
+    return isinstance(tree, (int, float, bool))
+
+
 def _assert_close_tree(got, want, rtol, atol, where):
     if isinstance(want, dict):
         assert isinstance(got, dict) and sorted(got) == sorted(want), f"{where}: keys differ"
         for k in want:
             _assert_close_tree(got[k], want[k], rtol, atol, f"{where}[{k!r}]")
+        return
+    if isinstance(want, list) and any(isinstance(w, (dict, list)) and not _numeric(w)
+                                      for w in want):
+        assert isinstance(got, list) and len(got) == len(want), f"{where}: length differs"
+        for i, (g, w) in enumerate(zip(got, want)):
+            _assert_close_tree(g, w, rtol, atol, f"{where}[{i}]")
         return
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"

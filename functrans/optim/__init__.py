@@ -37,10 +37,11 @@ from functrans.optim._lookahead import *  # noqa: F401,F403
 from functrans.optim._linesearch import *  # noqa: F401,F403
 from functrans.optim._lbfgs import *  # noqa: F401,F403
 from functrans.optim._linear_algebra import *  # noqa: F401,F403
+from functrans.optim._stochastic_gradients import *  # noqa: F401,F403
 from functrans.optim._schedules import *  # noqa: F401,F403
 from functrans.optim._inject import *  # noqa: F401,F403
 from functrans.optim._aliases import *  # noqa: F401,F403
-from functrans.optim import losses, schedules, transforms, tree, tree_utils  # noqa: F401
+from functrans.optim import losses, projections, schedules, transforms, tree, tree_utils  # noqa: F401,E501
 # optax also exposes these tree helpers and losses at the top level
 from functrans.optim._tree_math import tree_bias_correction as bias_correction  # noqa: F401
 from functrans.optim._tree_math import tree_update_infinity_moment as update_infinity_moment  # noqa: F401,E501
@@ -53,4 +54,5 @@ from functrans.optim.losses import (cosine_distance, cosine_similarity, hinge_lo
                                     safe_softmax_cross_entropy, sigmoid_binary_cross_entropy,
                                     sigmoid_focal_loss, smooth_labels, softmax_cross_entropy,
                                     softmax_cross_entropy_with_integer_labels, squared_error,
-                                    convex_kl_divergence, generalized_kl_divergence)
+                                    convex_kl_divergence, generalized_kl_divergence, ctc_loss,
+                                    ctc_loss_with_forward_probs, ntxent)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functrans
 from functrans import numpy as jnp
-from functrans.optim._base import NO_PARAMS_MSG, EmptyState, GradientTransformation, \
-    init_empty_state
+from functrans.optim._base import EmptyState  # noqa: F401 (the docstring examples use it)
+from functrans.optim._base import NO_PARAMS_MSG, GradientTransformation, init_empty_state
 from functrans.optim._numerics import abs_sq
 from functrans.optim._tree_math import tree_clip, tree_norm
 from functrans.tree_util import tree_leaves, tree_map, tree_structure, tree_transpose

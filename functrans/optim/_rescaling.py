@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 
 from functrans import lax
 from functrans import numpy as jnp
-from functrans.optim._base import NO_PARAMS_MSG, EmptyState, GradientTransformation, \
+from functrans.optim._base import EmptyState  # noqa: F401 (the docstring examples use it)
+from functrans.optim._base import NO_PARAMS_MSG, GradientTransformation, \
     GradientTransformationExtraArgs, canonicalize_dtype, init_empty_state
 from functrans.optim._numerics import abs_sq, safe_increment, safe_norm, \
     safe_root_mean_squares

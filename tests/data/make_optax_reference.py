@@ -346,11 +346,234 @@ def scenario_rosenbrock_lbfgs(optax, jnp, F):
             "linesearch_steps": int(optax.tree.get(state, "info").num_linesearch_steps)}
 
 
-SCENARIOS = [scenario_rosenbrock_lbfgs]
+def _data(seed, *shape):
+    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+def scenario_schedules(optax, jnp, F):
+    s = optax.schedules
+    schedules = {
+        "constant": s.constant_schedule(0.3),
+        "polynomial": s.polynomial_schedule(1.0, 0.1, 2.0, 6, transition_begin=2),
+        "linear": s.linear_schedule(0.0, 1.0, 5),
+        "piecewise_constant": s.piecewise_constant_schedule(1.0, {2: 0.5, 5: 0.1}),
+        "exponential": s.exponential_decay(1.0, 3, 0.5, transition_begin=1, end_value=0.2),
+        "exponential_staircase": s.exponential_decay(1.0, 3, 0.5, staircase=True),
+        "exponential_growth": s.exponential_decay(0.1, 2, 2.0, end_value=0.5),
+        "cosine_decay": s.cosine_decay_schedule(1.0, 8, alpha=0.1, exponent=2.0),
+        "piecewise_interpolate_linear": s.piecewise_interpolate_schedule(
+            "linear", 1.0, {3: 0.5, 7: 0.2}),
+        "piecewise_interpolate_cosine": s.piecewise_interpolate_schedule(
+            "cosine", 1.0, {3: 0.5, 7: 0.2}),
+        "linear_onecycle": s.linear_onecycle_schedule(10, 1.0),
+        "cosine_onecycle": s.cosine_onecycle_schedule(10, 1.0, pct_start=0.4),
+        "warmup_constant": s.warmup_constant_schedule(0.0, 1.0, 3),
+        "warmup_cosine_decay": s.warmup_cosine_decay_schedule(0.0, 1.0, 2, 9, end_value=0.1),
+        "warmup_exponential_decay": s.warmup_exponential_decay_schedule(
+            0.0, 1.0, 2, 3, 0.5, end_value=0.3),
+        "sgdr": s.sgdr_schedule([dict(init_value=0.0, peak_value=1.0, warmup_steps=1,
+                                      decay_steps=4),
+                                 dict(init_value=0.1, peak_value=0.5, warmup_steps=2,
+                                      decay_steps=6)]),
+        "join": s.join_schedules([s.constant_schedule(1.0), s.linear_schedule(1.0, 0.0, 4)],
+                                 [3]),
+    }
+    counts = jnp.arange(12)
+    return {name: [sched(count) for count in counts] for name, sched in schedules.items()}
+
+
+def scenario_tree_math(optax, jnp, F):
+    t = optax.tree
+    x = {"a": jnp.asarray(_data(1, 3)), "b": jnp.asarray(_data(2, 2, 2))}
+    y = {"a": jnp.asarray(_data(3, 3)), "b": jnp.asarray(_data(4, 2, 2))}
+    return {
+        "add": t.add(x, y, x), "sub": t.sub(x, y), "mul": t.mul(x, y), "div": t.div(x, y),
+        "scale": t.scale(0.5, x), "add_scale": t.add_scale(x, 0.3, y), "vdot": t.vdot(x, y),
+        "sum": t.sum(x), "sum_assoc": t.sum(x, associative_reduction=True), "max": t.max(x),
+        "min": t.min(x), "size": t.size(x), "norm": t.norm(x), "norm_sq": t.norm(x, squared=True),
+        "norm_1": t.norm(x, ord=1), "norm_inf": t.norm(x, ord="inf"),
+        "norm_1_sq": t.norm(x, ord=1, squared=True),
+        "clip": t.clip(x, -0.5, 0.3), "clip_low": t.clip(x, min_value=0.0),
+        "full_like": t.full_like(x, 2.5), "ones_like": t.ones_like(x, dtype=jnp.int32),
+        "zeros_like": t.zeros_like(x), "where": t.where(jnp.asarray(False), x, y),
+        "batch_shape": t.batch_shape(x, (2,)), "bias_correction": t.bias_correction(
+            x, 0.9, jnp.asarray(3)),
+        "update_moment": t.update_moment(x, y, 0.9, 2),
+        "update_infinity_moment": t.update_infinity_moment(x, y, 0.9, 1e-3),
+        "update_moment_per_elem_norm": t.update_moment_per_elem_norm(x, y, 0.8, 2),
+        "allclose": t.allclose(x, t.add_scale(x, 1e-9, y)),
+        "cast": t.cast(x, jnp.int32), "cast_like": t.cast_like(t.cast(x, jnp.int32), x),
+        "real": t.real(x), "conj": t.conj(x),
+    }
+
+
+def scenario_tree_state(optax, jnp, F):
+    """Reading and writing optimizer states by name, and mapping over their parameter parts."""
+    t = optax.tree
+    params = {"a": jnp.asarray(_data(1, 3)), "b": jnp.asarray(_data(2, 2))}
+    opt = optax.chain(optax.adam(0.1), optax.inject_hyperparams(optax.sgd)(learning_rate=0.2))
+    state = opt.init(params)
+    state = opt.update(params, state, params)[1]
+    counts = [value for _, value in t.get_all_with_path(state, "count")]
+    state2 = t.set(state, learning_rate=jnp.asarray(0.7))
+    mu_halved = t.map_params(opt, lambda p: p / 2, state)
+    filtered = t.get_all_with_path(
+        state, "count", filtering=lambda path, value: "ScaleByAdamState" in str(path[-1]))
+    return {"counts": counts, "learning_rate": t.get(state2, "learning_rate"),
+            "mu": t.get(state, "mu"), "mu_halved": t.get(mu_halved, "mu"),
+            "counts_untouched": [v for _, v in t.get_all_with_path(mu_halved, "count")],
+            "filtered": [v for _, v in filtered],
+            "missing": t.get(state, "no_such_field", default=jnp.asarray(-1)),
+            "dtype": str(t.dtype({"a": jnp.ones(2), "b": jnp.ones(2, jnp.bfloat16)},
+                                 "lowest")) == "bfloat16"}
+
+
+def scenario_lookahead(optax, jnp, F):
+    opt = optax.lookahead(optax.adam(0.1), sync_period=3, slow_step_size=0.5, reset_state=True)
+    params = optax.LookaheadParams.init_synced({"w": jnp.asarray(_data(5, 4))})
+    state = opt.init(params)
+    out = []
+    for _ in range(7):
+        grads = {"w": 2.0 * params.fast["w"] - 1.0}
+        updates, state = opt.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+        out.append([params.fast["w"], params.slow["w"]])
+    return {"params": out, "steps_since_sync": state.steps_since_sync}
+
+
+def scenario_updates(optax, jnp, F):
+    new, old = {"w": jnp.asarray(_data(1, 3))}, {"w": jnp.asarray(_data(2, 3))}
+    return {"incremental": optax.incremental_update(new, old, 0.25),
+            "periodic": [optax.periodic_update(new, old, jnp.asarray(k), 3) for k in range(4)],
+            "apply": optax.apply_updates({"w": jnp.ones(3, jnp.bfloat16)}, new)}
+
+
+def scenario_linear_algebra(optax, jnp, F):
+    a = _data(7, 4, 4)
+    spd = jnp.asarray(a @ a.T + 0.5 * np.eye(4, dtype=np.float32))
+    value, vector = optax.power_iteration(spd, num_iters=200)
+    root, error = optax.matrix_inverse_pth_root(spd, 4)
+    b = jnp.asarray(_data(8, 5, 3))
+    x = optax.nnls(b, jnp.asarray(_data(9, 5)), iters=200)
+    return {"eigenvalue": value, "abs_eigenvector": jnp.abs(vector), "root": root,
+            "nnls": x, "global_norm": optax.global_norm({"a": spd, "b": b})}
+
+
+def scenario_numerics(optax, jnp, F):
+    x = jnp.asarray(_data(3, 5))
+    return {"safe_norm": optax.safe_norm(x, 0.1), "safe_norm_min": optax.safe_norm(x * 0, 0.1),
+            "safe_norm_grad": F.grad(lambda v: optax.safe_norm(v, 0.1))(x * 0),
+            "safe_norm_axis": optax.safe_norm(jnp.reshape(x[:4], (2, 2)), 0.1, axis=1),
+            "safe_rms": optax.safe_root_mean_squares(x, 0.1),
+            "safe_increment": optax.safe_increment(jnp.asarray(2147483647, jnp.int32)),
+            "safe_increment_float": optax.safe_increment(jnp.asarray(1.5)),
+            "scale_gradient": F.grad(lambda v: jnp.sum(optax.scale_gradient(v, 0.5) ** 2))(x)}
+
+
+def scenario_clipping(optax, jnp, F):
+    t = optax.transforms
+    grads = {"a": jnp.asarray(_data(1, 4, 3)), "b": jnp.asarray(_data(2, 4))}
+    summed, clipped = t.per_example_global_norm_clip(grads, 1.0)
+    layer = t.per_example_layer_norm_clip(grads, 1.0, uniform=False)
+    return {"global": [summed, clipped], "layer": layer,
+            "unitwise_norm": t.unitwise_norm(grads["a"]),
+            "unitwise_norm_4d": t.unitwise_norm(jnp.reshape(jnp.arange(24.0), (2, 3, 2, 2)))}
+
+
+def scenario_losses(optax, jnp, F):
+    L = optax.losses
+    logits = jnp.asarray(_data(11, 4, 5) * 3)
+    labels = jnp.asarray(np.array([0, 3, 1, 4]))
+    probs = F.nn.softmax(jnp.asarray(_data(12, 4, 5)))
+    targets = jnp.asarray(np.abs(_data(13, 4, 5)))
+    binary = jnp.asarray((_data(14, 4, 5) > 0).astype(np.float32))
+    emb = jnp.asarray(_data(15, 6, 3))
+    seg_logits = jnp.asarray(_data(16, 2, 3, 3, 4))
+    seg_targets = F.nn.one_hot(jnp.asarray(np.random.default_rng(17).integers(0, 4, (2, 3, 3))), 4)
+    return {
+        "squared_error": L.squared_error(logits, targets), "l2": L.l2_loss(logits),
+        "huber": L.huber_loss(logits, targets, delta=0.5), "log_cosh": L.log_cosh(logits),
+        "cosine_similarity": L.cosine_similarity(logits, targets, epsilon=1e-6),
+        "cosine_distance": L.cosine_distance(logits, targets),
+        "sigmoid_bce": L.sigmoid_binary_cross_entropy(logits, binary),
+        "sigmoid_focal": L.sigmoid_focal_loss(logits, binary, alpha=0.3, gamma=1.5),
+        "hinge": L.hinge_loss(logits, binary * 2 - 1),
+        "perceptron": L.perceptron_loss(logits, binary * 2 - 1),
+        "softmax_ce": L.softmax_cross_entropy(logits, probs),
+        "softmax_ce_int": L.softmax_cross_entropy_with_integer_labels(logits, labels),
+        "safe_softmax_ce": L.safe_softmax_cross_entropy(logits, probs),
+        "poly": L.poly_loss_cross_entropy(logits, probs, epsilon=1.5),
+        "multiclass_hinge": L.multiclass_hinge_loss(logits, labels),
+        "multiclass_perceptron": L.multiclass_perceptron_loss(logits, labels),
+        "kl": L.kl_divergence(F.nn.log_softmax(logits), probs),
+        "kl_log_targets": L.kl_divergence_with_log_targets(F.nn.log_softmax(logits),
+                                                           jnp.log(probs)),
+        "generalized_kl": L.generalized_kl_divergence(F.nn.log_softmax(logits), targets),
+        "convex_kl": L.convex_kl_divergence(F.nn.log_softmax(logits), targets),
+        "smooth_labels": L.smooth_labels(probs, 0.1),
+        "sparsemax": L.sparsemax_loss(logits, binary),
+        "multiclass_sparsemax": L.multiclass_sparsemax_loss(logits, labels),
+        "multiclass_sparsemax_grad": F.grad(lambda s: jnp.sum(
+            L.multiclass_sparsemax_loss(s, labels)))(logits),
+        "fenchel_young": L.make_fenchel_young_loss(F.nn.logsumexp)(logits, probs),
+        "ranking": L.ranking_softmax_loss(logits, binary),
+        "ranking_where": L.ranking_softmax_loss(logits, binary, where=binary > 0,
+                                                weights=targets, reduce_fn=None),
+        "ntxent": L.ntxent(emb, jnp.asarray(np.array([0, 1, 0, 1, 2, 2])), temperature=0.5),
+        "triplet": L.triplet_margin_loss(emb[:2], emb[2:4], emb[4:], margin=0.5),
+        "dice": L.dice_loss(seg_logits, seg_targets),
+        "dice_tversky": L.dice_loss(seg_logits, seg_targets, alpha=0.3, beta=0.7,
+                                    reduction="none", ignore_background=True,
+                                    class_weights=jnp.asarray([1.0, 2.0, 0.5, 1.0])),
+        "generalized_dice": L.multiclass_generalized_dice_loss(seg_logits, seg_targets),
+        "binary_dice": L.binary_dice_loss(seg_logits[..., 0], seg_targets[..., 0]),
+    }
+
+
+def scenario_ctc(optax, jnp, F):
+    logits = jnp.asarray(_data(21, 2, 6, 4))
+    logit_paddings = jnp.asarray(np.array([[0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1]], np.float32))
+    labels = jnp.asarray(np.array([[1, 2, 2], [3, 1, 0]]))
+    label_paddings = jnp.asarray(np.array([[0, 0, 0], [0, 0, 1]], np.float32))
+    loss, phi, emit = optax.losses.ctc_loss_with_forward_probs(
+        logits, logit_paddings, labels, label_paddings)
+    grad = F.grad(lambda z: jnp.sum(optax.ctc_loss(z, logit_paddings, labels, label_paddings,
+                                                   blank_id=0)))(logits)
+    return {"loss": loss, "phi": phi, "emit": emit, "grad": grad}
+
+
+def scenario_projections(optax, jnp, F):
+    P = optax.projections
+    x = {"a": jnp.asarray(_data(31, 4)), "b": jnp.asarray(_data(32, 2, 2))}
+    v = jnp.asarray(_data(33, 5))
+    a = jnp.asarray(_data(34, 5))
+    return {
+        "non_negative": P.projection_non_negative(x), "box": P.projection_box(v, -0.5, 0.5),
+        "hypercube": P.projection_hypercube(v, 0.7), "simplex": P.projection_simplex(x),
+        "simplex_scaled": P.projection_simplex(v, 2.0),
+        "simplex_grad": F.jacobian(P.projection_simplex)(v),
+        "l1_sphere": P.projection_l1_sphere(x, 2.0), "l1_ball": P.projection_l1_ball(x, 2.0),
+        "l1_ball_inside": P.projection_l1_ball(v, 100.0), "l2_sphere": P.projection_l2_sphere(x),
+        "l2_ball": P.projection_l2_ball(x, 0.5), "linf_ball": P.projection_linf_ball(x, 0.4),
+        "vector": P.projection_vector(v, a), "hyperplane": P.projection_hyperplane(v, a, 0.3),
+        "halfspace": P.projection_halfspace(v, a, -0.3),
+        "halfspace_inside": P.projection_halfspace(v, a, 100.0),
+    }
+
+
+SCENARIOS = [scenario_rosenbrock_lbfgs, scenario_schedules, scenario_tree_math,
+             scenario_tree_state, scenario_lookahead, scenario_updates, scenario_linear_algebra,
+             scenario_numerics, scenario_clipping, scenario_losses, scenario_ctc,
+             scenario_projections]
 SCENARIO_TOLERANCES = {
     # float32 round-off grows along the iterates (1e-7 at the 5th, 1e-5 at the 10th); both
     # stop at the same iteration, within 1e-4 of the minimum (1, 1)
     "rosenbrock_lbfgs": (1e-4, 1e-4),
+    # an iterative root and eigenpair: agree to the iterations' tolerance
+    "linear_algebra": (1e-4, 1e-5),
+    "schedules": (1e-5, 1e-6),
+    "losses": (1e-5, 2e-6),
+    "ctc": (1e-5, 1e-5),
 }
 
 

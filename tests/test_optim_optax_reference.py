@@ -100,11 +100,13 @@ def test_optimizer_matches_installed_optax(case_id):
 SCENARIOS = {s.__name__[len("scenario_"):]: s for s in GENERATOR.SCENARIOS}
 
 
-def _numeric(tree) -> bool:
-    """Whether ``tree`` is a (nested) list of numbers, i.e. one array."""
-    if isinstance(tree, list):
-        return all(_numeric(x) for x in tree)
-    return isinstance(tree, (int, float, bool))
+def _is_array(tree) -> bool:
+    """Whether ``tree`` is a number or a (nested, rectangular) list of numbers."""
+    if isinstance(tree, (int, float, bool)):
+        return True
+    if not isinstance(tree, list) or not all(_is_array(x) for x in tree):
+        return False
+    return len({np.shape(x) for x in tree}) <= 1
 
 
 def _assert_close_tree(got, want, rtol, atol, where):
@@ -113,8 +115,7 @@ def _assert_close_tree(got, want, rtol, atol, where):
         for k in want:
             _assert_close_tree(got[k], want[k], rtol, atol, f"{where}[{k!r}]")
         return
-    if isinstance(want, list) and any(isinstance(w, (dict, list)) and not _numeric(w)
-                                      for w in want):
+    if isinstance(want, list) and not _is_array(want):
         assert isinstance(got, list) and len(got) == len(want), f"{where}: length differs"
         for i, (g, w) in enumerate(zip(got, want)):
             _assert_close_tree(g, w, rtol, atol, f"{where}[{i}]")

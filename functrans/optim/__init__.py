@@ -17,6 +17,8 @@ checkpoints. The names, arguments, defaults and state layouts follow optax 0.2.8
 """
 from __future__ import annotations
 
+import importlib
+
 from functrans.optim._base import *  # noqa: F401,F403
 from functrans.optim._numerics import *  # noqa: F401,F403
 from functrans.optim._update import *  # noqa: F401,F403
@@ -56,3 +58,18 @@ from functrans.optim.losses import (cosine_distance, cosine_similarity, hinge_lo
                                     softmax_cross_entropy_with_integer_labels, squared_error,
                                     convex_kl_divergence, generalized_kl_divergence, ctc_loss,
                                     ctc_loss_with_forward_probs, ntxent)
+
+# the namespaces used less often load on first access, keeping `import functrans` light
+_LAZY_MODULES = ("assignment", "contrib", "microbatching", "perturbations", "second_order")
+
+
+def __getattr__(name):
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"functrans.optim.{name}")
+    if name == "microbatch":
+        return importlib.import_module("functrans.optim.microbatching").microbatch
+    raise AttributeError(f"module 'functrans.optim' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_MODULES) | {"microbatch"})

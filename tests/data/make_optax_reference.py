@@ -561,7 +561,82 @@ def scenario_projections(optax, jnp, F):
     }
 
 
-SCENARIOS = [scenario_rosenbrock_lbfgs, scenario_schedules, scenario_tree_math,
+def scenario_assignment(optax, jnp, F):
+    out = {}
+    for name, shape in (("square", (5, 5)), ("wide", (3, 6)), ("tall", (6, 4))):
+        cost = jnp.asarray(_data(41 + shape[0], *shape))
+        for algorithm in ("hungarian_algorithm", "base_hungarian_algorithm"):
+            rows, cols = getattr(optax.assignment, algorithm)(cost)
+            out[f"{algorithm}_{name}"] = [rows, cols, cost[rows, cols].sum()]
+    ties = jnp.asarray(np.array([[1, 1, 2], [1, 1, 2], [0, 3, 3]], np.float32))
+    out["ties"] = list(optax.assignment.hungarian_algorithm(ties))
+    batched = jnp.asarray(_data(47, 3, 4, 4))
+    out["vmap"] = list(F.vmap(optax.assignment.hungarian_algorithm)(batched))
+    return out
+
+
+def scenario_second_order(optax, jnp, F):
+    def loss(params, inputs, targets):
+        hidden = jnp.tanh(inputs @ params["w"] + params["b"])
+        return jnp.sum((hidden - targets) ** 2)
+
+    params = {"w": jnp.asarray(_data(51, 3, 2)), "b": jnp.asarray(_data(52, 2))}
+    inputs, targets = jnp.asarray(_data(53, 4, 3)), jnp.asarray(_data(54, 4, 2))
+    v = jnp.asarray(_data(55, 8))
+    so = optax.second_order
+    return {"hvp": so.hvp(loss, v, params, inputs, targets),
+            "hessian_diag": so.hessian_diag(loss, params, inputs, targets),
+            "fisher_diag": so.fisher_diag(loss, params, inputs, targets)}
+
+
+def scenario_perturbations(optax, jnp, F):
+    P = optax.perturbations
+
+    def argmax_one_hot(x):
+        return F.nn.one_hot(jnp.argmax(x, axis=-1), x.shape[-1])
+
+    x = jnp.asarray(_data(61, 4))
+    key = F.random.PRNGKey(0)
+    out = {}
+    for name, noise in (("gumbel", P.Gumbel()), ("normal", P.Normal())):
+        smooth = P.make_perturbed_fun(argmax_one_hot, num_samples=50, sigma=0.5, noise=noise)
+        out[name] = smooth(key, x)
+        out[name + "_jacobian"] = F.jacobian(smooth, argnums=1)(key, x)
+    plain = P.make_perturbed_fun(lambda z: jnp.sum(z ** 2), num_samples=20, use_baseline=False)
+    out["no_baseline_grad"] = F.grad(plain, argnums=1)(key, x)
+    return out
+
+
+def scenario_microbatching(optax, jnp, F):
+    M = optax.microbatching
+    x = jnp.asarray(_data(71, 8, 3))
+    w = jnp.asarray(_data(72, 3))
+
+    def loss(w, example):
+        return jnp.sum((example @ w) ** 2)
+
+    def stats(batch):
+        return {"sum": jnp.sum(batch), "mean": jnp.mean(batch, axis=0), "rows": batch * 2}
+
+    accumulators = {"sum": M.AccumulationType.SUM, "mean": M.AccumulationType.MEAN,
+                    "rows": M.AccumulationType.CONCAT}
+    grads, aux = M.micro_grad(loss, microbatch_size=4, keep_batch_dim=False,
+                              metrics_fn=lambda g: jnp.sum(g))(w, x)
+    return {
+        "reshape": M.reshape_batch_axis(x, 2),
+        "sum": M.microbatch(lambda b: jnp.sum(b * 2.0), 0, 2)(x),
+        "accumulators": M.microbatch(stats, 0, 4, accumulators)(x),
+        "running_mean": M.microbatch(lambda b: jnp.mean(b), 0, 2,
+                                     M.AccumulationType.RUNNING_MEAN,
+                                     num_real_microbatches=3)(x),
+        "micro_vmap": M.micro_vmap(lambda e: e @ w, microbatch_size=4)(x),
+        "micro_grad": [grads, aux.values, aux.metrics],
+        "top_level": optax.microbatch(lambda b: jnp.sum(b), 0, 4)(x),
+    }
+
+
+SCENARIOS = [scenario_rosenbrock_lbfgs, scenario_assignment, scenario_second_order,
+             scenario_perturbations, scenario_microbatching, scenario_schedules, scenario_tree_math,
              scenario_tree_state, scenario_lookahead, scenario_updates, scenario_linear_algebra,
              scenario_numerics, scenario_clipping, scenario_losses, scenario_ctc,
              scenario_projections]
@@ -574,6 +649,8 @@ SCENARIO_TOLERANCES = {
     "schedules": (1e-5, 1e-6),
     "losses": (1e-5, 2e-6),
     "ctc": (1e-5, 1e-5),
+    "second_order": (1e-5, 1e-5),
+    "perturbations": (1e-5, 1e-5),
 }
 
 

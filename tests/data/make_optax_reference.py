@@ -197,6 +197,64 @@ CASES = [
          args=[opt("scale_by_param_block_norm"), opt("scale", step_size=-0.1)]),
     case("chain", "stateless_with_tree_map",
          args=[opt("stateless_with_tree_map", f=fn("plus_tenth_of_param")), opt("scale", step_size=-0.1)]),
+    # ---- contrib
+    case("contrib.acprop", learning_rate=0.1, weight_decay=0.01),
+    case("contrib.ademamix", learning_rate=0.1, b3=0.99),
+    case("contrib.ademamix", "contrib.ademamix_schedules", learning_rate=0.1,
+         b3=schedule("linear_schedule", init_value=0.9, end_value=0.99, transition_steps=5),
+         alpha=schedule("linear_schedule", init_value=0.0, end_value=5.0, transition_steps=5)),
+    case("contrib.simplified_ademamix", learning_rate=0.05, alpha=2.0, weight_decay=0.01),
+    case("contrib.adopt", learning_rate=0.1),
+    case("contrib.adopt", "contrib.adopt_nesterov_unclipped", learning_rate=0.1, b2=0.9,
+         nesterov=True, use_clipping=False),
+    case("contrib.cocob"),
+    case("contrib.cocob", "contrib.cocob_decay", learning_rate=0.5, alpha=10.0,
+         weight_decay=0.01),
+    case("contrib.dadapt_adamw", learning_rate=1.0, weight_decay=0.01),
+    case("contrib.prodigy"),
+    case("contrib.prodigy", "contrib.prodigy_safeguard", safeguard_warmup=True, beta3=0.9,
+         weight_decay=0.01),
+    case("contrib.dog"),
+    case("contrib.dog", "contrib.dog_distance", init_step=["distance", 0.1], weight_decay=0.01),
+    case("contrib.dog", "contrib.dog_learning_rate", init_step=["learning_rate", 0.05]),
+    case("contrib.dowg"),
+    case("contrib.dowg", "contrib.dowg_init", init_estim_sq_dist=0.5, weight_decay=0.01),
+    case("contrib.madgrad", learning_rate=0.1),
+    case("contrib.madgrad", "contrib.madgrad_schedule",
+         learning_rate=schedule("linear_schedule", init_value=0.1, end_value=0.01,
+                                transition_steps=5), momentum=0.5, weight_decay=0.01),
+    case("contrib.mechanize", base_optimizer=opt("adam", learning_rate=1.0)),
+    case("contrib.momo", extra=["value"], learning_rate=0.5),
+    case("contrib.momo", "contrib.momo_adaptive", extra=["value"], learning_rate=0.5,
+         weight_decay=0.01, adapt_lower_bound=True, lower_bound=-1.0),
+    case("contrib.momo_adam", extra=["value"], learning_rate=0.1),
+    case("contrib.momo_adam", "contrib.momo_adam_adaptive", extra=["value"], learning_rate=0.1,
+         weight_decay=0.01, adapt_lower_bound=True, lower_bound=-1.0),
+    case("contrib.muon", learning_rate=0.05),
+    case("contrib.muon", "contrib.muon_variants", learning_rate=0.05, nesterov=False,
+         adaptive=True, weight_decay=0.01, consistent_rms=0.2, adam_learning_rate=0.01),
+    case("contrib.muon", "contrib.muon_spectral", learning_rate=0.05,
+         preconditioning="spectral", ns_coeffs="dion"),
+    case("contrib.muon", "contrib.muon_aol", learning_rate=0.05, preconditioning="aol"),
+    case("contrib.muon", "contrib.muon_schatten", learning_rate=0.05,
+         preconditioning="schatten", ns_steps=3),
+    case("chain", "contrib.reduce_on_plateau", extra=["value"],
+         args=[opt("sgd", learning_rate=0.6),
+               opt("contrib.reduce_on_plateau", factor=0.5, patience=1, accumulation_size=2,
+                   cooldown=1)]),
+    case("contrib.sam", optimizer=opt("sgd", learning_rate=0.1),
+         adv_optimizer=opt("chain", args=[opt("contrib.normalize"), opt("sgd", learning_rate=0.05)])),
+    case("contrib.sam", "contrib.sam_keep_state", sync_period=3, reset_state=False,
+         optimizer=opt("adam", learning_rate=0.1), adv_optimizer=opt("sgd", learning_rate=0.05)),
+    case("contrib.schedule_free_adamw", learning_rate=0.05),
+    case("contrib.schedule_free_sgd", learning_rate=0.5, warmup_steps=3, weight_decay=0.01),
+    case("contrib.schedule_free", base_optimizer=opt("adam", learning_rate=0.1),
+         learning_rate=0.1, b1=0.8),
+    case("contrib.sophia", extra=["obj_fn"], learning_rate=0.1, update_interval=2),
+    case("contrib.galore", learning_rate=0.1, rank=1, update_proj_gap=3),
+    case("contrib.galore", "contrib.galore_sgd", learning_rate=0.1, rank=2,
+         base_optimizer=opt("sgd", learning_rate=1.0, momentum=0.5), scale=0.5),
+    case("chain", "contrib.normalize", args=[opt("contrib.normalize"), opt("sgd", learning_rate=0.2)]),
 ]
 
 
@@ -227,7 +285,8 @@ def _decode(optax, value):
         (key, arg), = value.items()
         if key in ("$opt", "$schedule"):
             name, kwargs = arg
-            return _resolve(optax, name)(**{k: _decode(optax, v) for k, v in kwargs.items()})
+            kwargs = {k: _decode(optax, v) for k, v in kwargs.items()}
+            return _resolve(optax, name)(*kwargs.pop("args", ()), **kwargs)
         if key == "$ref":
             return _resolve(optax, arg)
         if key == "$fn":
@@ -290,6 +349,8 @@ def run_case(optax, jnp, spec, prob):
             extra["grad"] = grad_fn(params)
         if "value_fn" in spec["extra"]:
             extra["value_fn"] = value_fn
+        if "obj_fn" in spec["extra"]:
+            extra["obj_fn"] = value_fn
         updates, state = tx.update(grad_fn(params), state, params, **extra)
         params = optax.apply_updates(params, updates)
         # 9 significant digits round-trip float32 exactly
@@ -635,7 +696,76 @@ def scenario_microbatching(optax, jnp, F):
     }
 
 
-SCENARIOS = [scenario_rosenbrock_lbfgs, scenario_assignment, scenario_second_order,
+def scenario_contrib(optax, jnp, F):
+    """The contrib optimizers that need more than the shared quadratic: per-example
+    gradients, complex parameters, a gradient function, 3-D weights."""
+    c = optax.contrib
+    out = {}
+    per_example = {"a": jnp.asarray(_data(81, 4, 3)), "b": jnp.asarray(_data(82, 4))}
+    for name, tx in (("dp_aggregate", c.differentially_private_aggregate(1.0, 0.5, key=3)),
+                     ("dpsgd", c.dpsgd(0.1, 1.0, 0.5, seed=4, momentum=0.9))):
+        state = tx.init({"a": jnp.zeros(3), "b": jnp.zeros(())})
+        updates = []
+        for _ in range(2):
+            u, state = tx.update(per_example, state, {"a": jnp.zeros(3), "b": jnp.zeros(())})
+            updates.append(u)
+        out[name] = updates
+
+    complex_params = jnp.asarray(_data(83, 3) + 1j * _data(84, 3))
+    tx = c.split_real_and_imaginary(optax.adam(0.1))
+    state = tx.init(complex_params)
+    p = complex_params
+    for _ in range(3):
+        u, state = tx.update(jnp.conj(p) * 0 + 2 * p, state, p)
+        p = optax.apply_updates(p, u)
+    out["split_complex"] = [jnp.real(p), jnp.imag(p)]
+
+    def loss(w):
+        return jnp.sum((w - 1.0) ** 4)
+
+    def grad_fn(w, i):
+        del i
+        return F.grad(loss)(w)
+
+    w = jnp.asarray(_data(85, 3))
+    tx = c.sam(optax.sgd(0.1), optax.chain(c.normalize(), optax.sgd(0.05)), sync_period=3,
+               opaque_mode=True)
+    state = tx.init(w)
+    for _ in range(3):
+        u, state = tx.update(F.grad(loss)(w), state, w, grad_fn=grad_fn)
+        w = optax.apply_updates(w, u)
+    out["sam_opaque"] = w
+
+    est = c.hutchinson_estimator_diag_hessian()
+    state = est.init(w)
+    diags = []
+    for _ in range(2):
+        d, state = est.update(None, state, w, obj_fn=lambda v: jnp.sum(jnp.sin(v) * v ** 2))
+        diags.append(d)
+    out["hutchinson"] = diags
+
+    kernel = jnp.asarray(_data(86, 2, 3, 4))     # (batch, in, out)
+    dims = c.MuonDimensionNumbers(reduction_axis=1, output_axis=2)
+    tx = c.muon(0.05, muon_weight_dimension_numbers={"k": dims, "v": None})
+    params = {"k": kernel, "v": jnp.asarray(_data(87, 3))}
+    state = tx.init(params)
+    for _ in range(2):
+        u, state = tx.update({"k": 2 * params["k"], "v": params["v"]}, state, params)
+        params = optax.apply_updates(params, u)
+    out["muon_batched"] = params
+
+    g_dims = c.GaLoreDimensionNumbers(reduction_axis=(0, 1), output_axis=2)
+    tx = c.galore(0.1, rank=2, weight_dimension_numbers={"k": g_dims, "v": None})
+    params = {"k": kernel, "v": jnp.asarray(_data(87, 3))}
+    state = tx.init(params)
+    for _ in range(2):
+        u, state = tx.update({"k": 2 * params["k"], "v": params["v"]}, state, params)
+        params = optax.apply_updates(params, u)
+    out["galore_3d"] = params
+    return out
+
+
+SCENARIOS = [scenario_rosenbrock_lbfgs, scenario_contrib, scenario_assignment, scenario_second_order,
              scenario_perturbations, scenario_microbatching, scenario_schedules, scenario_tree_math,
              scenario_tree_state, scenario_lookahead, scenario_updates, scenario_linear_algebra,
              scenario_numerics, scenario_clipping, scenario_losses, scenario_ctc,
@@ -651,6 +781,8 @@ SCENARIO_TOLERANCES = {
     "ctc": (1e-5, 1e-5),
     "second_order": (1e-5, 1e-5),
     "perturbations": (1e-5, 1e-5),
+    # Newton-Schulz and SVD projections: a few float32 matmuls deep
+    "contrib": (1e-4, 1e-5),
 }
 
 

@@ -60,7 +60,8 @@ from functrans.optim.losses import (cosine_distance, cosine_similarity, hinge_lo
                                     ctc_loss_with_forward_probs, ntxent)
 
 # the namespaces used less often load on first access, keeping `import functrans` light
-_LAZY_MODULES = ("assignment", "contrib", "microbatching", "perturbations", "second_order")
+_LAZY_MODULES = ("assignment", "contrib", "experimental", "microbatching", "perturbations",
+                 "second_order")
 
 
 def __getattr__(name):

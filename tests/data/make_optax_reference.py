@@ -765,7 +765,32 @@ def scenario_contrib(optax, jnp, F):
     return out
 
 
-SCENARIOS = [scenario_rosenbrock_lbfgs, scenario_contrib, scenario_assignment, scenario_second_order,
+def scenario_aggregating(optax, jnp, F):
+    A = optax.experimental.aggregating
+    per_example = {"a": jnp.asarray(_data(91, 4, 3)), "b": jnp.asarray(_data(92, 4))}
+    params = {"a": jnp.zeros(3), "b": jnp.zeros(())}
+    out = {}
+    opts = {
+        "mean_variance": A.add_mean_variance_to_opt(optax.adam(0.1), ema_decay=0.5,
+                                                    accumulation_steps=2),
+        "incremental": A.process(optax.identity(), A.average_incrementally_updates(0, 2),
+                                 optax.sgd(0.5)),
+        "clip_then_average": A.process(optax.clip(0.5), A.average_per_element_updates(),
+                                       optax.sgd(1.0)),
+    }
+    for name, opt in opts.items():
+        state = opt.init(params)
+        steps = []
+        for t in range(4):
+            u, state = opt.update(optax.tree.scale(1.0 + t, per_example), state, params)
+            steps.append(u)
+        out[name] = steps
+        if name == "mean_variance":
+            out["unbiased"] = list(A.get_unbiased_mean_and_variance_ema(state))
+    return out
+
+
+SCENARIOS = [scenario_rosenbrock_lbfgs, scenario_contrib, scenario_aggregating, scenario_assignment, scenario_second_order,
              scenario_perturbations, scenario_microbatching, scenario_schedules, scenario_tree_math,
              scenario_tree_state, scenario_lookahead, scenario_updates, scenario_linear_algebra,
              scenario_numerics, scenario_clipping, scenario_losses, scenario_ctc,

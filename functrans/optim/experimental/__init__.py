@@ -1,0 +1,8 @@
+"""``optim.experimental``: interfaces that may still change, as optax's
+``optax.experimental``: :mod:`aggregating` (combining per-example gradients).
+"""
+from __future__ import annotations
+
+from functrans.optim.experimental import aggregating
+
+__all__ = ["aggregating"]

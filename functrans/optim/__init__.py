@@ -15,7 +15,6 @@ checkpoints. The names, arguments, defaults and state layouts follow optax 0.2.8
     >>> updates, state = functrans.jit(opt.update)(grads, state, params)
     >>> params = optim.apply_updates(params, updates)
 """
-from __future__ import annotations
 
 import importlib
 
@@ -74,3 +73,7 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_LAZY_MODULES) | {"microbatch"})
+
+
+__all__ = sorted([name for name in globals() if not name.startswith("_") and name != "importlib"]
+                 + list(_LAZY_MODULES) + ["microbatch"])

@@ -815,6 +815,79 @@ def run_scenario(scenario, optax, jnp, F):
     return _tolist(scenario(optax, jnp, F), jnp)
 
 
+# ---------------------------------------------------------------------------------------------
+# The public API: every name of the package and its namespaces, with the parameters (name,
+# kind, default) of each function and class, for tests/test_optim_api.py
+# ---------------------------------------------------------------------------------------------
+
+NAMESPACES = ("", "tree", "tree_utils", "transforms", "schedules", "losses", "contrib",
+              "assignment", "projections", "second_order", "perturbations", "microbatching",
+              "experimental", "experimental.aggregating")
+
+
+def describe_default(value):
+    """A default value as comparable text: the repr of plain values, ``<dtype name>`` for
+    dtypes, ``<function>`` for functions, else ``<TypeName>``."""
+    import inspect
+    if value is inspect.Parameter.empty:
+        return None
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return repr(value)
+    if isinstance(value, tuple) and all(isinstance(v, (bool, int, float, str, type(None), tuple))
+                                        for v in value):
+        return repr(value)
+    try:
+        if isinstance(value, type) or hasattr(value, "dtype"):
+            return f"<dtype {np.dtype(value).name}>"
+    except TypeError:
+        pass
+    if inspect.isfunction(value) or inspect.isbuiltin(value):
+        return "<function>"
+    return f"<{type(value).__name__}>"
+
+
+def describe_api(package):
+    """``{dotted name: entry}`` for every public name of ``package``'s namespaces; an entry
+    is ``{"kind": "module" | "class" | "function" | "type alias", "params": [[name, kind,
+    default]] (functions and classes), "fields": [...] (NamedTuples)}``."""
+    import inspect
+    import typing
+    api = {}
+    for namespace in NAMESPACES:
+        module = package
+        for part in filter(None, namespace.split(".")):
+            module = getattr(module, part)
+        prefix = namespace + "." if namespace else ""
+        for name in dir(module):
+            if name.startswith("_"):
+                continue
+            obj = getattr(module, name)
+            if inspect.ismodule(obj):
+                if (prefix + name) in NAMESPACES:
+                    api[prefix + name] = {"kind": "module"}
+                continue   # modules imported for the implementation
+            if getattr(typing, name, None) is obj:
+                continue   # typing constructs imported for annotations (Any, Sequence, ...)
+            if getattr(obj, "__module__", None) in ("typing", "types", "collections.abc"):
+                api[prefix + name] = {"kind": "type alias"}
+                continue
+            if hasattr(obj, "_fields") and isinstance(obj, type):
+                api[prefix + name] = {"kind": "class", "fields": list(obj._fields)}
+                continue
+            kind = "class" if isinstance(obj, type) else "function"
+            entry = {"kind": kind}
+            if callable(obj) and not getattr(obj, "_is_protocol", False):
+                try:
+                    signature = inspect.signature(obj)
+                except (TypeError, ValueError):
+                    signature = None
+                if signature is not None:
+                    entry["params"] = [[p.name, p.kind.name, describe_default(p.default)]
+                                       for p in signature.parameters.values()]
+            api[prefix + name] = entry
+    return api
+
+
 def main(only=()):
     """Regenerate every case and scenario, or only those named in ``only`` (the others are
     kept from the existing file)."""
@@ -844,6 +917,10 @@ def main(only=()):
         out["scenarios"][name] = run_scenario(scenario, optax, jnp, jax)
     text = json.dumps(out, separators=(",", ":"))
     path.write_text(text + "\n")
+    api = describe_api(optax)
+    path.with_name("optax_api.json").write_text(
+        json.dumps({"optax_version": optax.__version__, "api": api}, indent=0,
+                   sort_keys=True) + "\n")
     print(f"wrote {len(out['cases'])} cases and {len(out['scenarios'])} scenarios to {path} "
           f"({len(text)} bytes)")
 

@@ -80,6 +80,24 @@ def test_optimizer_matches_optax(case_id):
     _same_structure(state, case["state"])
 
 
+# compiled, the loops, conditions and line searches must give the same steps
+JIT_CASES = ["adam_schedule", "adafactor_factored", "lbfgs", "sgd_zoom_linesearch",
+             "sgd_backtracking_store_grad", "conditionally_mask", "apply_if_finite",
+             "multi_steps_sum_skip", "masked_adam", "partition", "inject_hyperparams_adamw",
+             "contrib.reduce_on_plateau", "contrib.sam", "contrib.sophia", "contrib.galore",
+             "contrib.muon", "contrib.schedule_free_adamw", "contrib.mechanize",
+             "contrib.momo_adaptive"]
+
+
+@pytest.mark.parametrize("case_id", JIT_CASES)
+def test_jitted_optimizer_matches_optax(case_id):
+    import functrans
+    case = CASES[case_id]
+    got, state = GENERATOR.run_case(optim, jnp, case, REFERENCE["problem"], jit=functrans.jit)
+    _assert_trajectory(got, case["trajectory"], case)
+    _same_structure(state, case["state"])
+
+
 @pytest.mark.parametrize("case_id", sorted(CASES))
 def test_optimizer_matches_installed_optax(case_id):
     optax = pytest.importorskip("optax")

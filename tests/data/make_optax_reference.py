@@ -324,7 +324,9 @@ def describe(state):
     return [list(arr.shape), str(arr.dtype)]
 
 
-def run_case(optax, jnp, spec, prob):
+def run_case(optax, jnp, spec, prob, jit=None):
+    """Run ``spec``'s optimizer for its steps; with ``jit`` (jax's or functrans's), the
+    update is compiled (functions passed as extra arguments are closed over)."""
     f32 = np.float32
     params = {k: jnp.asarray(np.array(v, f32)) for k, v in prob["params"].items()}
     a = {k: jnp.asarray(np.array(v, f32)) for k, v in prob["curvature"].items()}
@@ -340,18 +342,21 @@ def run_case(optax, jnp, spec, prob):
     args = kwargs.pop("args", ())
     tx = _factory(optax, spec["factory"])(*args, **kwargs)
     state = tx.init(params)
+    functions = {name: value_fn for name in ("value_fn", "obj_fn") if name in spec["extra"]}
+
+    def update(grads, state, params, **arrays):
+        return tx.update(grads, state, params, **arrays, **functions)
+
+    if jit is not None:
+        update = jit(update)
     trajectory = []
     for _ in range(spec["steps"]):
-        extra = {}
+        arrays = {}
         if "value" in spec["extra"]:
-            extra["value"] = value_fn(params)
+            arrays["value"] = value_fn(params)
         if "grad" in spec["extra"]:
-            extra["grad"] = grad_fn(params)
-        if "value_fn" in spec["extra"]:
-            extra["value_fn"] = value_fn
-        if "obj_fn" in spec["extra"]:
-            extra["obj_fn"] = value_fn
-        updates, state = tx.update(grad_fn(params), state, params, **extra)
+            arrays["grad"] = grad_fn(params)
+        updates, state = update(grad_fn(params), state, params, **arrays)
         params = optax.apply_updates(params, updates)
         # 9 significant digits round-trip float32 exactly
         trajectory.append({k: [float(f"{x:.9g}") for x in np.asarray(v).astype(f32).ravel()]

@@ -59,3 +59,19 @@ def test_known_extras_are_still_extras():
         ours = [p[0] for p in OURS[name]["params"]]
         theirs = [p[0] for p in OPTAX_API[name]["params"]]
         assert all(e in ours and e not in theirs for e in extra), name
+
+
+def test_deprecated_names_warn_and_point_to_their_new_place():
+    import functrans.numpy as jnp
+    with pytest.warns(DeprecationWarning, match="optax.contrib.dpsgd"):
+        assert optim.dpsgd is optim.contrib.dpsgd
+    with pytest.warns(DeprecationWarning, match="contrib.differentially_private_aggregate"):
+        assert optim.differentially_private_aggregate is \
+            optim.contrib.differentially_private_aggregate
+    with pytest.warns(DeprecationWarning, match="tree_norm"):
+        l1 = optim.tree_utils.tree_l1_norm
+    assert float(l1({"a": jnp.array([3.0, -4.0])})) == 7.0
+    with pytest.raises(AttributeError, match="monte_carlo is deprecated"):
+        optim.monte_carlo   # noqa: B018 (the access is the test)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        optim.no_such_name   # noqa: B018

@@ -17,6 +17,7 @@ checkpoints. The names, arguments, defaults and state layouts follow optax 0.2.8
 """
 
 import importlib
+import warnings
 
 from functrans.optim._base import *  # noqa: F401,F403
 from functrans.optim._numerics import *  # noqa: F401,F403
@@ -63,11 +64,32 @@ _LAZY_MODULES = ("assignment", "contrib", "experimental", "microbatching", "pert
                  "second_order")
 
 
+# names optax 0.2.8 still answers with a DeprecationWarning: (message, where it moved)
+_DEPRECATED = {
+    "differentially_private_aggregate": (
+        "optax.differentially_private_aggregate is deprecated: use "
+        "optax.contrib.differentially_private_aggregate (optax v0.1.8 or newer).",
+        "differentially_private_aggregate"),
+    "DifferentiallyPrivateAggregateState": (
+        "optax.DifferentiallyPrivateAggregateState is deprecated: use "
+        "optax.contrib.DifferentiallyPrivateAggregateState (optax v0.1.8 or newer).",
+        "DifferentiallyPrivateAggregateState"),
+    "dpsgd": ("optax.dpsgd is deprecated: use optax.contrib.dpsgd (optax v0.1.8 or newer).",
+              "dpsgd"),
+}
+
+
 def __getattr__(name):
     if name in _LAZY_MODULES:
         return importlib.import_module(f"functrans.optim.{name}")
     if name == "microbatch":
         return importlib.import_module("functrans.optim.microbatching").microbatch
+    if name in _DEPRECATED:
+        message, moved_to = _DEPRECATED[name]
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module("functrans.optim.contrib"), moved_to)
+    if name == "monte_carlo":
+        raise AttributeError("optax.monte_carlo is deprecated. (optax v0.2.7 or newer).")
     raise AttributeError(f"module 'functrans.optim' has no attribute '{name}'")
 
 
@@ -75,5 +97,6 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY_MODULES) | {"microbatch"})
 
 
-__all__ = sorted([name for name in globals() if not name.startswith("_") and name != "importlib"]
+__all__ = sorted([name for name in globals()
+                  if not name.startswith("_") and name not in ("importlib", "warnings")]
                  + list(_LAZY_MODULES) + ["microbatch"])

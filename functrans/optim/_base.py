@@ -14,11 +14,8 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Union, \
     runtime_checkable
 
-import numpy as np
-
-from functrans import _dtypes, lax
-from functrans.core import get_aval
-from functrans.numpy._promotion import broadcast_to_shape, to_array
+from functrans import _dtypes
+from functrans import numpy as jnp
 from functrans.tree_util import tree_map
 
 __all__ = ["GradientTransformation", "GradientTransformationExtraArgs", "EmptyState",
@@ -164,7 +161,7 @@ def set_to_zero() -> GradientTransformation:
     """
     def update(updates, state, params=None):
         del params
-        return tree_map(zeros_like, updates), state
+        return tree_map(jnp.zeros_like, updates), state
     return GradientTransformation(init_empty_state, update)
 
 
@@ -199,44 +196,7 @@ def stateless_with_tree_map(f: Callable) -> GradientTransformation:
     return GradientTransformation(init_empty_state, update)
 
 
-# ---- leafwise helpers used by the transformations ---------------------------------------------
-
-def zeros_like(x, dtype=None):
-    aval = get_aval(to_array(x))
-    return lax.full(aval.shape, 0, aval.dtype if dtype is None else dtype)
-
-
-def full_like(x, value, dtype=None):
-    aval = get_aval(to_array(x))
-    return lax.full(aval.shape, value, aval.dtype if dtype is None else dtype)
-
-
-def where(condition, x, y):
-    """``x`` where ``condition`` else ``y``; a scalar condition or scalar operands broadcast."""
-    x, y = to_array(x), to_array(y)
-    shape = np.broadcast_shapes(get_aval(x).shape, get_aval(y).shape, get_aval(condition).shape)
-    dtype = get_aval(x).dtype
-    x = broadcast_to_shape(lax.convert_element_type(x, dtype), shape)
-    y = broadcast_to_shape(lax.convert_element_type(y, dtype), shape)
-    condition = to_array(condition)
-    if get_aval(condition).shape != ():
-        condition = broadcast_to_shape(condition, shape)
-    return lax.select(condition, x, y)
-
-
-def cast(x, like):
-    """``x`` converted to the dtype of ``like``."""
-    return lax.convert_element_type(to_array(x), get_aval(to_array(like)).dtype)
-
-
-def sqrt(x):
-    return lax.sqrt(to_array(x))
-
-
-def count_zero():
-    """A fresh int32 step counter."""
-    return lax.full((), 0, _dtypes.int32)
-
+# ---- helpers ----------------------------------------------------------------------------------
 
 def canonicalize_dtype(dtype):
     """``dtype`` as the dtype arrays get (float64 -> float32 without x64); None stays None."""

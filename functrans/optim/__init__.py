@@ -43,10 +43,12 @@ from functrans.optim._stochastic_gradients import *  # noqa: F401,F403
 from functrans.optim._schedules import *  # noqa: F401,F403
 from functrans.optim._inject import *  # noqa: F401,F403
 from functrans.optim._aliases import *  # noqa: F401,F403
-from functrans.optim import losses, projections, schedules, transforms, tree, tree_utils  # noqa: F401,E501
+from functrans.optim import (losses, projections, schedules, transforms, tree,  # noqa: F401
+                             tree_utils)
 # optax also exposes these tree helpers and losses at the top level
 from functrans.optim._tree_math import tree_bias_correction as bias_correction  # noqa: F401
-from functrans.optim._tree_math import tree_update_infinity_moment as update_infinity_moment  # noqa: F401,E501
+from functrans.optim._tree_math import (  # noqa: F401
+    tree_update_infinity_moment as update_infinity_moment)
 from functrans.optim._tree_math import tree_update_moment as update_moment  # noqa: F401
 from functrans.optim._tree_math import (  # noqa: F401
     tree_update_moment_per_elem_norm as update_moment_per_elem_norm)

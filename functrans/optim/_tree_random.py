@@ -32,8 +32,9 @@ def tree_random_like(rng_key, target_tree, sampler=random.normal, dtype=None):
         (3,)
     """
     keys = tree_split_key_like(rng_key, target_tree)
-    return tree_map(lambda leaf, key: sampler(key, jnp.shape(leaf), dtype or jnp.asarray(leaf).dtype),
-                    target_tree, keys)
+    return tree_map(
+        lambda leaf, key: sampler(key, jnp.shape(leaf), dtype or jnp.asarray(leaf).dtype),
+        target_tree, keys)
 
 
 def tree_unwrap_random_key_data(input_tree):

@@ -196,7 +196,8 @@ CASES = [
     case("chain", "scale_by_param_block_norm",
          args=[opt("scale_by_param_block_norm"), opt("scale", step_size=-0.1)]),
     case("chain", "stateless_with_tree_map",
-         args=[opt("stateless_with_tree_map", f=fn("plus_tenth_of_param")), opt("scale", step_size=-0.1)]),
+         args=[opt("stateless_with_tree_map", f=fn("plus_tenth_of_param")),
+               opt("scale", step_size=-0.1)]),
     # ---- contrib
     case("contrib.acprop", learning_rate=0.1, weight_decay=0.01),
     case("contrib.ademamix", learning_rate=0.1, b3=0.99),
@@ -243,7 +244,8 @@ CASES = [
                opt("contrib.reduce_on_plateau", factor=0.5, patience=1, accumulation_size=2,
                    cooldown=1)]),
     case("contrib.sam", optimizer=opt("sgd", learning_rate=0.1),
-         adv_optimizer=opt("chain", args=[opt("contrib.normalize"), opt("sgd", learning_rate=0.05)])),
+         adv_optimizer=opt("chain", args=[opt("contrib.normalize"),
+                                          opt("sgd", learning_rate=0.05)])),
     case("contrib.sam", "contrib.sam_keep_state", sync_period=3, reset_state=False,
          optimizer=opt("adam", learning_rate=0.1), adv_optimizer=opt("sgd", learning_rate=0.05)),
     case("contrib.schedule_free_adamw", learning_rate=0.05),
@@ -254,7 +256,8 @@ CASES = [
     case("contrib.galore", learning_rate=0.1, rank=1, update_proj_gap=3),
     case("contrib.galore", "contrib.galore_sgd", learning_rate=0.1, rank=2,
          base_optimizer=opt("sgd", learning_rate=1.0, momentum=0.5), scale=0.5),
-    case("chain", "contrib.normalize", args=[opt("contrib.normalize"), opt("sgd", learning_rate=0.2)]),
+    case("chain", "contrib.normalize",
+         args=[opt("contrib.normalize"), opt("sgd", learning_rate=0.2)]),
 ]
 
 
@@ -795,11 +798,12 @@ def scenario_aggregating(optax, jnp, F):
     return out
 
 
-SCENARIOS = [scenario_rosenbrock_lbfgs, scenario_contrib, scenario_aggregating, scenario_assignment, scenario_second_order,
-             scenario_perturbations, scenario_microbatching, scenario_schedules, scenario_tree_math,
-             scenario_tree_state, scenario_lookahead, scenario_updates, scenario_linear_algebra,
-             scenario_numerics, scenario_clipping, scenario_losses, scenario_ctc,
-             scenario_projections]
+SCENARIOS = [scenario_rosenbrock_lbfgs, scenario_contrib, scenario_aggregating,
+             scenario_assignment, scenario_second_order, scenario_perturbations,
+             scenario_microbatching, scenario_schedules, scenario_tree_math,
+             scenario_tree_state, scenario_lookahead, scenario_updates,
+             scenario_linear_algebra, scenario_numerics, scenario_clipping, scenario_losses,
+             scenario_ctc, scenario_projections]
 SCENARIO_TOLERANCES = {
     # float32 round-off grows along the iterates (1e-7 at the 5th, 1e-5 at the 10th); both
     # stop at the same iteration, within 1e-4 of the minimum (1, 1)

@@ -286,8 +286,10 @@ def add_mean_variance_to_opt(opt: GradientTransformation, ema_decay=0.9,
         >>> opt = add_mean_variance_to_opt(sgd(1.0))
         >>> per_example = jnp.array([[1.0], [3.0]])
         >>> updates, state = opt.update(per_example, opt.init(jnp.zeros(1)), jnp.zeros(1))
-        >>> updates, get_unbiased_mean_and_variance_ema(state)
-        (Array([-2.], dtype=float32), (Array([1.9999995], dtype=float32), Array([1.9999995], dtype=float32)))
+        >>> updates
+        Array([-2.], dtype=float32)
+        >>> get_unbiased_mean_and_variance_ema(state)   # of the mean and of the variance
+        (Array([1.9999995], dtype=float32), Array([1.9999995], dtype=float32))
     """
     return process(preprocessor=identity(),
                    aggregator=get_per_element_mean_and_sum_sq_diff_grads(per_elt_axis,

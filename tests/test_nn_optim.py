@@ -472,7 +472,7 @@ def test_masked_and_multi_transform():
     out, state = functrans.jit(multi.update)(grads, state, params)
     np.testing.assert_array_equal(_np(out["encoder"]["w"]), [0.0, 0.0])
     np.testing.assert_allclose(_np(out["head"]), [-0.1] * 3, rtol=1e-5)
-    with pytest.raises(ValueError, match="no transformation for labels"):
+    with pytest.raises(ValueError, match="no corresponding transformation"):
         optim.multi_transform({"train": optim.sgd(0.1)}, {"encoder": "x", "head": "train"}).init(params)
 
 

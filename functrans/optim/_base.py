@@ -1,23 +1,73 @@
-"""The gradient-transformation interface, composition, and leafwise helpers.
+"""The gradient-transformation interface: types, the empty state, and the trivial
+transformations.
 
 A :class:`GradientTransformation` is a pair of pure functions: ``init(params) -> state`` and
-``update(updates, state, params=None) -> (updates, state)``. States are pytrees of arrays
-(NamedTuples), step counters are int32 arrays, so ``init`` and ``update`` can be jitted,
-vmapped and checkpointed like any other function of arrays.
+``update(updates, state, params=None) -> (updates, state)``. A
+:class:`GradientTransformationExtraArgs` also accepts keyword arguments in ``update`` (the
+loss ``value``, a ``value_fn`` for line searches, ...); :func:`chain` hands them to the parts
+that take them. States are pytrees of arrays (NamedTuples), step counters are int32 arrays,
+so ``init`` and ``update`` can be jitted, vmapped and checkpointed like any other function of
+arrays.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Union, \
+    runtime_checkable
 
-import numpy as np
+from functrans import _dtypes
+from functrans import numpy as jnp
+from functrans.tree_util import tree_map
 
-from functrans import _dtypes, lax
-from functrans.core import get_aval
-from functrans.numpy._promotion import to_array
-from functrans.tree_util import tree_leaves, tree_map
+__all__ = ["GradientTransformation", "GradientTransformationExtraArgs", "EmptyState",
+           "TransformInitFn", "TransformUpdateFn", "TransformUpdateExtraArgsFn",
+           "OptState", "Params", "Updates", "Schedule", "ScalarOrSchedule",
+           "identity", "set_to_zero", "stateless", "stateless_with_tree_map",
+           "init_empty_state", "with_extra_args_support",
+           "AdaptiveGradClipState", "AddDecayedWeightsState", "ClipByGlobalNormState",
+           "ClipState", "ScaleByTrustRatioState", "ScaleState"]
 
-__all__ = ["GradientTransformation", "EmptyState", "chain", "identity", "set_to_zero",
-           "stateless", "apply_updates", "global_norm"]
+NO_PARAMS_MSG = ("You are using a transformation that requires the current value of "
+                 "parameters, but you are not passing `params` when calling `update`.")
+
+# ---- types ------------------------------------------------------------------------------------
+
+PyTree = Any
+ArrayTree = Union[Any, Iterable["ArrayTree"], Mapping[Any, "ArrayTree"]]
+OptState = ArrayTree   # a pytree of arrays
+Params = ArrayTree     # a pytree of parameters
+Updates = Params       # gradient-shaped pytrees
+Schedule = Callable[[Any], Any]   # step count -> value
+ScalarOrSchedule = Union[float, Any, Schedule]
+
+
+@runtime_checkable
+class StatefulSchedule(Protocol):
+    """A schedule that keeps state: ``init() -> state``, ``update(state, **extra_args) ->
+    state`` and ``__call__(state, **extra_args) -> value``."""
+
+    def init(self) -> Any: ...
+
+    def update(self, state, **extra_args) -> Any: ...
+
+    def __call__(self, state, **extra_args) -> Any: ...
+
+
+class TransformInitFn(Protocol):
+    """``init(params) -> state``."""
+
+    def __call__(self, params) -> OptState: ...
+
+
+class TransformUpdateFn(Protocol):
+    """``update(updates, state, params=None) -> (updates, state)``."""
+
+    def __call__(self, updates, state, params=None) -> tuple: ...
+
+
+class TransformUpdateExtraArgsFn(Protocol):
+    """``update(updates, state, params=None, **extra_args) -> (updates, state)``."""
+
+    def __call__(self, updates, state, params=None, **extra_args) -> tuple: ...
 
 
 class GradientTransformation(NamedTuple):
@@ -31,37 +81,63 @@ class GradientTransformation(NamedTuple):
         >>> opt.update({"w": jnp.ones(2)}, state)[0]
         {'w': Array([-0.1, -0.1], dtype=float32)}
     """
-    init: Callable
-    update: Callable
+    init: TransformInitFn
+    update: TransformUpdateFn
+
+
+class GradientTransformationExtraArgs(GradientTransformation):
+    """A :class:`GradientTransformation` whose ``update`` also takes keyword arguments
+    (``update(updates, state, params=None, **extra_args)``), e.g. the loss ``value`` for
+    Polyak steps or ``value_fn`` for line searches.
+
+        >>> import functrans.numpy as jnp
+        >>> from functrans.optim import polyak_sgd
+        >>> opt = polyak_sgd()
+        >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)), value=jnp.array(1.0))[0]
+        Array([-0.5], dtype=float32)
+    """
+    update: TransformUpdateExtraArgsFn
 
 
 class EmptyState(NamedTuple):
     """The state of a stateless transformation."""
 
 
-def chain(*transforms: GradientTransformation) -> GradientTransformation:
-    """Apply ``transforms`` one after another; the state is the tuple of their states.
+# optax names the empty state of each stateless transformation
+AdaptiveGradClipState = EmptyState
+AddDecayedWeightsState = EmptyState
+ClipByGlobalNormState = EmptyState
+ClipState = EmptyState
+ScaleByTrustRatioState = EmptyState
+ScaleState = EmptyState
 
-        >>> import functrans.numpy as jnp
-        >>> from functrans.optim import clip, scale
-        >>> opt = chain(clip(1.0), scale(-0.5))
-        >>> opt.update(jnp.array([4.0]), opt.init(jnp.zeros(1)))[0]
-        Array([-0.5], dtype=float32)
+
+def init_empty_state(params) -> EmptyState:
+    """The ``init`` of a stateless transformation: ignores ``params``.
+
+        >>> init_empty_state({"w": 1.0})
+        EmptyState()
     """
-    def init(params):
-        return tuple(t.init(params) for t in transforms)
+    del params
+    return EmptyState()
 
-    def update(updates, state, params=None):
-        if len(state) != len(transforms):
-            raise ValueError(f"chain: the state has {len(state)} parts for "
-                             f"{len(transforms)} transformations; was it made by this chain?")
-        new_state = []
-        for t, s in zip(transforms, state):
-            updates, s = t.update(updates, s, params)
-            new_state.append(s)
-        return updates, tuple(new_state)
 
-    return GradientTransformation(init, update)
+def with_extra_args_support(tx: GradientTransformation) -> GradientTransformationExtraArgs:
+    """``tx`` as a :class:`GradientTransformationExtraArgs`: its ``update`` accepts and
+    ignores keyword arguments (unless it already takes them).
+
+        >>> opt = with_extra_args_support(identity())
+        >>> opt.update(1.0, EmptyState(), value=3.0)[0]
+        1.0
+    """
+    if isinstance(tx, GradientTransformationExtraArgs):
+        return tx
+
+    def update(updates, state, params=None, **extra_args):
+        del extra_args
+        return tx.update(updates, state, params)
+
+    return GradientTransformationExtraArgs(tx.init, update)
 
 
 def identity() -> GradientTransformation:
@@ -70,103 +146,58 @@ def identity() -> GradientTransformation:
         >>> identity().update(1.0, EmptyState())[0]
         1.0
     """
-    return GradientTransformation(lambda params: EmptyState(),
-                                  lambda updates, state, params=None: (updates, state))
+    def update(updates, state, params=None):
+        del params
+        return updates, state
+    return GradientTransformation(init_empty_state, update)
 
 
 def set_to_zero() -> GradientTransformation:
-    """Replace every update by zeros (freezes the parameters it applies to)."""
-    def update(updates, state, params=None):
-        return tree_map(zeros_like, updates), state
-    return GradientTransformation(lambda params: EmptyState(), update)
-
-
-def stateless(fn: Callable) -> GradientTransformation:
-    """A transformation from ``fn(updates, params) -> updates`` with no state."""
-    def update(updates, state, params=None):
-        return fn(updates, params), state
-    return GradientTransformation(lambda params: EmptyState(), update)
-
-
-def apply_updates(params, updates):
-    """``params + updates`` leafwise, keeping each parameter's dtype.
+    """Replace every update by zeros (freezes the parameters it applies to).
 
         >>> import functrans.numpy as jnp
-        >>> apply_updates({"w": jnp.ones(2)}, {"w": jnp.full(2, 0.5)})
-        {'w': Array([1.5, 1.5], dtype=float32)}
+        >>> set_to_zero().update(jnp.ones(2), EmptyState())[0]
+        Array([0., 0.], dtype=float32)
     """
-    def apply(p, u):
-        p = to_array(p)
-        return lax.convert_element_type(to_array(p) + u, get_aval(p).dtype)
-    return tree_map(apply, params, updates)
+    def update(updates, state, params=None):
+        del params
+        return tree_map(jnp.zeros_like, updates), state
+    return GradientTransformation(init_empty_state, update)
 
 
-def global_norm(updates):
-    """The L2 norm of all leaves of a pytree taken together.
+def stateless(f: Callable) -> GradientTransformation:
+    """A transformation from ``f(updates, params) -> updates`` with no state.
 
         >>> import functrans.numpy as jnp
-        >>> global_norm({"a": jnp.array([3.0]), "b": jnp.array([4.0])})
-        Array(5., dtype=float32)
+        >>> opt = stateless(lambda g, p: {"w": g["w"] + p["w"]})
+        >>> opt.update({"w": jnp.ones(1)}, EmptyState(), {"w": jnp.ones(1)})[0]
+        {'w': Array([2.], dtype=float32)}
     """
-    total = None
-    for leaf in tree_leaves(updates):
-        leaf = to_array(leaf)
-        squares = lax.reduce_sum(lax.mul(leaf, leaf), tuple(range(get_aval(leaf).ndim)))
-        total = squares if total is None else total + squares
-    if total is None:
-        return lax.full((), 0.0, _dtypes.default_float_dtype())
-    return lax.sqrt(total)
+    def update(updates, state, params=None):
+        del state
+        return f(updates, params), EmptyState()
+    return GradientTransformation(init_empty_state, update)
 
 
-# ---- leafwise helpers used by the transformations ---------------------------------------------
+def stateless_with_tree_map(f: Callable) -> GradientTransformation:
+    """A stateless transformation applying ``f(update_leaf, param_leaf)`` leafwise (``f``
+    gets ``None`` for the parameter when ``update`` is called without params).
 
-def zeros_like(x, dtype=None):
-    aval = get_aval(to_array(x))
-    return lax.full(aval.shape, 0, aval.dtype if dtype is None else dtype)
-
-
-def full_like(x, value, dtype=None):
-    aval = get_aval(to_array(x))
-    return lax.full(aval.shape, value, aval.dtype if dtype is None else dtype)
-
-
-def where(condition, x, y):
-    """``x`` where ``condition`` else ``y``; a scalar condition or scalar operands broadcast."""
-    x, y = to_array(x), to_array(y)
-    shape = np.broadcast_shapes(get_aval(x).shape, get_aval(y).shape, get_aval(condition).shape)
-    dtype = get_aval(x).dtype
-    x = _broadcast(lax.convert_element_type(x, dtype), shape)
-    y = _broadcast(lax.convert_element_type(y, dtype), shape)
-    condition = to_array(condition)
-    if get_aval(condition).shape != ():
-        condition = _broadcast(condition, shape)
-    return lax.select(condition, x, y)
+        >>> import functrans.numpy as jnp
+        >>> opt = stateless_with_tree_map(lambda g, p: 2 * g)
+        >>> opt.update({"w": jnp.ones(1)}, EmptyState())[0]
+        {'w': Array([2.], dtype=float32)}
+    """
+    def update(updates, state, params=None):
+        del state
+        if params is not None:
+            return tree_map(f, updates, params), EmptyState()
+        return tree_map(lambda u: f(u, None), updates), EmptyState()
+    return GradientTransformation(init_empty_state, update)
 
 
-def _broadcast(x, shape):
-    from functrans.numpy._promotion import broadcast_to_shape
-    return broadcast_to_shape(x, shape)
+# ---- helpers ----------------------------------------------------------------------------------
 
-
-def cast(x, like):
-    """``x`` converted to the dtype of ``like``."""
-    return lax.convert_element_type(to_array(x), get_aval(to_array(like)).dtype)
-
-
-def sqrt(x):
-    return lax.sqrt(to_array(x))
-
-
-def count_zero():
-    """A fresh int32 step counter."""
-    return lax.full((), 0, _dtypes.int32)
-
-
-def safe_increment(count):
-    """``count + 1``, saturating at the int32 maximum instead of wrapping around."""
-    limit = np.iinfo(np.int32).max
-    return lax.select(lax.lt(count, lax.full((), limit, _dtypes.int32)),
-                      lax.add(count, lax.full((), 1, _dtypes.int32)),
-                      lax.full((), limit, _dtypes.int32))
-
-
+def canonicalize_dtype(dtype):
+    """``dtype`` as the dtype arrays get (float64 -> float32 without x64); None stays None."""
+    return None if dtype is None else _dtypes.canonicalize_dtype(dtype)

@@ -1,5 +1,6 @@
 """More adaptive rescalings: the ``scale_by_*`` building blocks of AdaMax, AdaBelief, RAdam,
-Yogi, AMSGrad, AdaDelta, NovoGrad, SM3, optimistic gradient descent and Adafactor.
+Yogi, AMSGrad, AdaDelta, NovoGrad, SM3, Adan, Rprop, Polyak steps, DoG and optimistic
+gradient descent, and the per-block parameter scales.
 
 Each follows its published rule (the docstrings give the formula); ``g`` is the incoming
 update, ``t`` the step count starting at 1. Hyperparameters may be numbers or scalar arrays
@@ -8,47 +9,44 @@ hyperparameter's value.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+import functools
+from typing import Any, NamedTuple
 
-import numpy as np
-
-from functrans import _dtypes, lax
+from functrans import lax
 from functrans import numpy as jnp
-from functrans.core import get_aval
-from functrans.numpy._promotion import to_array
-from functrans.optim._base import (EmptyState, GradientTransformation, cast, count_zero,
-                                   full_like, safe_increment, where, zeros_like)
-from functrans.optim._transforms import ScaleByAdamState, _bias_correct, _moment
+from functrans.optim._base import EmptyState  # noqa: F401 (the docstring examples use it)
+from functrans.optim._base import NO_PARAMS_MSG, GradientTransformation, \
+    GradientTransformationExtraArgs, canonicalize_dtype, init_empty_state
+from functrans.optim._numerics import abs_sq, safe_increment, safe_norm, \
+    safe_root_mean_squares
+from functrans.optim._transforms import ScaleByAdamState, _nesterov_mu_hat
+from functrans.optim._tree_casting import tree_cast
+from functrans.optim._tree_math import (tree_add_scale, tree_bias_correction, tree_div,
+                                        tree_full_like, tree_norm, tree_scale, tree_sub,
+                                        tree_update_infinity_moment, tree_update_moment,
+                                        tree_update_moment_per_elem_norm, tree_where,
+                                        tree_zeros_like)
 from functrans.tree_util import tree_map
 
 __all__ = [
     "ScaleByAmsgradState", "ScaleByBeliefState", "ScaleByAdaDeltaState", "ScaleByNovogradState",
-    "ScaleBySM3State", "ScaleByOptimisticGradientState", "FactoredState",
+    "ScaleBySM3State", "ScaleByOptimisticGradientState", "ScaleByAdanState",
+    "ScaleByRpropState", "ScaleByDistanceOverGradientsState",
     "scale_by_adamax", "scale_by_amsgrad", "scale_by_belief", "scale_by_radam", "scale_by_yogi",
     "scale_by_adadelta", "scale_by_novograd", "scale_by_sm3", "scale_by_optimistic_gradient",
-    "scale_by_param_block_norm", "scale_by_param_block_rms", "scale_by_factored_rms",
+    "scale_by_adan", "scale_by_rprop", "scale_by_polyak", "scale_by_distance_over_gradients",
+    "scale_by_param_block_norm", "scale_by_param_block_rms",
 ]
 
 
-def _float_count(count):
-    return lax.convert_element_type(to_array(count), _dtypes.default_float_dtype())
+def _is_none(x) -> bool:
+    return x is None
 
 
-def _ndim(x) -> int:
-    return get_aval(to_array(x)).ndim
-
-
-def _shape(x) -> tuple:
-    return get_aval(to_array(x)).shape
-
-
-def _mu_dtype(mu_dtype):
-    return None if mu_dtype is None else _dtypes.canonicalize_dtype(mu_dtype)
-
-
-def _need_params(name, params):
-    if params is None:
-        raise ValueError(f"{name} needs params: call update(updates, state, params)")
+def _adam_like_step(mu_hat, nu_hat, eps, eps_root):
+    """``m / (sqrt(v + eps_root) + eps)`` leafwise (None leaves stay None)."""
+    return tree_map(lambda m, v: None if m is None else m / (jnp.sqrt(v + eps_root) + eps),
+                    mu_hat, nu_hat, is_leaf=_is_none)
 
 
 # =============================================================================================
@@ -69,22 +67,22 @@ def scale_by_adamax(b1=0.9, b2=0.999, eps=1e-8) -> GradientTransformation:
         Array([0.99999976], dtype=float32)
     """
     def init(params):
-        return ScaleByAdamState(count_zero(), tree_map(zeros_like, params),
-                                tree_map(zeros_like, params))
+        return ScaleByAdamState(jnp.zeros([], jnp.int32), tree_zeros_like(params),
+                                tree_zeros_like(params))
 
     def update(updates, state, params=None):
+        del params
         count = safe_increment(state.count)
-        mu = tree_map(lambda g, m: _moment(g, m, b1, 1), updates, state.mu)
-        nu = tree_map(lambda g, u: jnp.maximum(jnp.abs(cast(g, u)) + eps, b2 * u),
-                      updates, state.nu)
-        mu_hat = _bias_correct(mu, b1, count)
-        updates = tree_map(lambda m, u, g: cast(m / u, g), mu_hat, nu, updates)
-        return updates, ScaleByAdamState(count, mu, nu)
+        mu = tree_update_moment(updates, state.mu, b1, 1)
+        nu = tree_update_infinity_moment(updates, state.nu, b2, eps)
+        mu_hat = tree_bias_correction(mu, b1, count)
+        return tree_map(lambda m, v: m / v, mu_hat, nu), ScaleByAdamState(count, mu, nu)
 
     return GradientTransformation(init, update)
 
 
 class ScaleByAmsgradState(NamedTuple):
+    """The state of :func:`scale_by_amsgrad`."""
     count: Any
     mu: Any
     nu: Any
@@ -107,38 +105,32 @@ def scale_by_amsgrad(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None,
         >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)))[0]
         Array([0.9999933], dtype=float32)
     """
-    mu_dtype = _mu_dtype(mu_dtype)
+    mu_dtype = canonicalize_dtype(mu_dtype)
 
     def init(params):
-        mu = tree_map(lambda p: zeros_like(p, mu_dtype), params)
-        return ScaleByAmsgradState(count_zero(), mu, tree_map(zeros_like, params),
-                                   tree_map(zeros_like, params))
+        return ScaleByAmsgradState(jnp.zeros([], jnp.int32),
+                                   tree_zeros_like(params, dtype=mu_dtype),
+                                   tree_zeros_like(params), tree_zeros_like(params))
 
     def update(updates, state, params=None):
+        del params
+        mu = tree_update_moment(updates, state.mu, b1, 1)
+        nu = tree_update_moment_per_elem_norm(updates, state.nu, b2, 2)
         count = safe_increment(state.count)
-        mu = tree_map(lambda g, m: _moment(g, m, b1, 1), updates, state.mu)
-        nu = tree_map(lambda g, v: _moment(g, v, b2, 2), updates, state.nu)
-        mu_hat = _bias_correct(mu, b1, count) if bias_correction_mu else mu
-        nu_eff = _bias_correct(nu, b2, count) if bias_correction_nu else nu
+        mu_hat = tree_bias_correction(mu, b1, count) if bias_correction_mu else mu
+        nu_eff = tree_bias_correction(nu, b2, count) if bias_correction_nu else nu
         nu_max = tree_map(jnp.maximum, state.nu_max, nu_eff)
-        updates = tree_map(lambda m, v, g: cast(m / (jnp.sqrt(v + eps_root) + eps), g),
-                           mu_hat, nu_max, updates)
-        return updates, ScaleByAmsgradState(count, mu, nu, nu_max)
+        updates = _adam_like_step(mu_hat, nu_max, eps, eps_root)
+        return updates, ScaleByAmsgradState(count, tree_cast(mu, mu_dtype), nu, nu_max)
 
     return GradientTransformation(init, update)
 
 
 class ScaleByBeliefState(NamedTuple):
+    """The state of :func:`scale_by_belief`."""
     count: Any
     mu: Any
     nu: Any
-
-
-def _nesterov_mu_hat(mu, updates, b1, count):
-    """NAdam's look-ahead first moment ``b1 m/(1-b1^(t+1)) + (1-b1) g/(1-b1^t)``."""
-    return tree_map(lambda m, g: b1 * m + (1 - b1) * cast(g, m),
-                    _bias_correct(mu, b1, safe_increment(count)),
-                    _bias_correct(updates, b1, count))
 
 
 def scale_by_belief(b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16, *,
@@ -155,20 +147,22 @@ def scale_by_belief(b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16, *,
         Array([1.1111037], dtype=float32)
     """
     def init(params):
-        return ScaleByBeliefState(count_zero(), tree_map(zeros_like, params),
-                                  tree_map(zeros_like, params))
+        return ScaleByBeliefState(jnp.zeros([], jnp.int32), tree_zeros_like(params),
+                                  tree_zeros_like(params))
 
     def update(updates, state, params=None):
-        mu = tree_map(lambda g, m: _moment(g, m, b1, 1), updates, state.mu)
+        del params
+        mu = tree_update_moment(updates, state.mu, b1, 1)
         # the belief is measured against the freshly updated average, as in the paper
-        errors = tree_map(lambda g, m: cast(g, m) - m, updates, mu)
-        nu = tree_map(lambda e, s: _moment(e, s, b2, 2) + eps_root, errors, state.nu)
+        errors = tree_sub(updates, mu)
+        nu = tree_map(lambda v: v + eps_root,
+                      tree_update_moment_per_elem_norm(errors, state.nu, b2, 2))
         count = safe_increment(state.count)
         mu_hat = (_nesterov_mu_hat(mu, updates, b1, count) if nesterov
-                  else _bias_correct(mu, b1, count))
-        nu_hat = _bias_correct(nu, b2, count)
-        updates = tree_map(lambda m, s, g: cast(m / (jnp.sqrt(s) + eps), g),
-                           mu_hat, nu_hat, updates)
+                  else tree_bias_correction(mu, b1, count))
+        nu_hat = tree_bias_correction(nu, b2, count)
+        updates = tree_map(lambda m, v: None if m is None else m / (jnp.sqrt(v) + eps),
+                           mu_hat, nu_hat, is_leaf=_is_none)
         return updates, ScaleByBeliefState(count, mu, nu)
 
     return GradientTransformation(init, update)
@@ -190,31 +184,29 @@ def scale_by_radam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, threshold=5.0, *,
         >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)))[0]  # early: momentum only
         Array([1.9999995], dtype=float32)
     """
+    rho_inf = 2.0 / (1.0 - b2) - 1.0
+
     def init(params):
-        return ScaleByAdamState(count_zero(), tree_map(zeros_like, params),
-                                tree_map(zeros_like, params))
+        return ScaleByAdamState(jnp.zeros([], jnp.int32), tree_zeros_like(params),
+                                tree_zeros_like(params))
 
     def update(updates, state, params=None):
-        mu = tree_map(lambda g, m: _moment(g, m, b1, 1), updates, state.mu)
-        nu = tree_map(lambda g, v: _moment(g, v, b2, 2), updates, state.nu)
+        del params
+        mu = tree_update_moment(updates, state.mu, b1, 1)
+        nu = tree_update_moment_per_elem_norm(updates, state.nu, b2, 2)
         count = safe_increment(state.count)
-        t = _float_count(count)
-        rho_inf = 2.0 / (1.0 - b2) - 1.0
-        b2t = b2 ** t
-        rho = rho_inf - 2 * t * b2t / (1 - b2t)
+        b2t = b2 ** count
+        rho = rho_inf - 2 * count * b2t / (1 - b2t)
         mu_hat = (_nesterov_mu_hat(mu, updates, b1, count) if nesterov
-                  else _bias_correct(mu, b1, count))
-        nu_hat = _bias_correct(nu, b2, count)
-        tractable = rho >= threshold
-        # r is NaN while rho < 4; the select below never takes it there
+                  else tree_bias_correction(mu, b1, count))
+        nu_hat = tree_bias_correction(nu, b2, count)
+        # r is NaN while rho < 4; the where below never takes it there
         r = jnp.sqrt((rho - 4.0) * (rho - 2.0) * rho_inf
                      / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho))
-
-        def direction(m, v, g):
-            rectified = cast(r, m) * m / (jnp.sqrt(v + eps_root) + eps)
-            return cast(where(tractable, rectified, m), g)
-
-        return tree_map(direction, mu_hat, nu_hat, updates), ScaleByAdamState(count, mu, nu)
+        rectified = tree_map(lambda m, v: r.astype(m.dtype) * m / (jnp.sqrt(v + eps_root) + eps),
+                             mu_hat, nu_hat)
+        updates = tree_map(lambda t, f: jnp.where(rho >= threshold, t, f), rectified, mu_hat)
+        return updates, ScaleByAdamState(count, mu, nu)
 
     return GradientTransformation(init, update)
 
@@ -236,24 +228,67 @@ def scale_by_yogi(b1=0.9, b2=0.999, eps=1e-3, eps_root=0.0,
         Array([0.9999933], dtype=float32)
     """
     def init(params):
-        return ScaleByAdamState(count_zero(),
-                                tree_map(lambda p: full_like(p, initial_accumulator_value), params),
-                                tree_map(lambda p: full_like(p, initial_accumulator_value), params))
+        return ScaleByAdamState(jnp.zeros([], jnp.int32),
+                                tree_full_like(params, initial_accumulator_value),
+                                tree_full_like(params, initial_accumulator_value))
 
     def update(updates, state, params=None):
-        mu = tree_map(lambda g, m: _moment(g, m, b1, 1), updates, state.mu)
-
-        def second(g, v):
-            g2 = cast(g * g, v)
-            return v - (1 - b2) * jnp.sign(v - g2) * g2
-
-        nu = tree_map(second, updates, state.nu)
+        del params
+        mu = tree_update_moment(updates, state.mu, b1, 1)
+        nu = tree_map(lambda g, v: v - (1 - b2) * jnp.sign(v - abs_sq(g)) * abs_sq(g),
+                      updates, state.nu)
         count = safe_increment(state.count)
-        mu_hat = _bias_correct(mu, b1, count)
-        nu_hat = _bias_correct(nu, b2, count)
-        updates = tree_map(lambda m, v, g: cast(m / (jnp.sqrt(v + eps_root) + eps), g),
-                           mu_hat, nu_hat, updates)
-        return updates, ScaleByAdamState(count, mu, nu)
+        mu_hat = tree_bias_correction(mu, b1, count)
+        nu_hat = tree_bias_correction(nu, b2, count)
+        return _adam_like_step(mu_hat, nu_hat, eps, eps_root), ScaleByAdamState(count, mu, nu)
+
+    return GradientTransformation(init, update)
+
+
+class ScaleByAdanState(NamedTuple):
+    """The state of :func:`scale_by_adan`: the three moments, the last gradient and the
+    step count."""
+    m: Any
+    v: Any
+    n: Any
+    g: Any
+    t: Any
+
+
+def scale_by_adan(b1=0.98, b2=0.92, b3=0.99, eps=1e-8, eps_root=0.0) -> GradientTransformation:
+    """Adan's direction (Xie et al., 2022): Nesterov momentum estimated from gradient
+    differences ``d = g_t - g_{t-1}`` (0 at the first step)::
+
+        m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) d
+        n = b3 n + (1 - b3) (g + (1 - b2) d)^2
+        update = (m_hat + (1 - b2) v_hat) / (sqrt(n_hat + eps_root) + eps)
+
+    (hats: divided by ``1 - b^t``.)
+
+        >>> import functrans.numpy as jnp
+        >>> opt = scale_by_adan(eps=0.0)
+        >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)))[0]
+        Array([1.0000005], dtype=float32)
+    """
+    def init(params):
+        return ScaleByAdanState(tree_zeros_like(params), tree_zeros_like(params),
+                                tree_zeros_like(params), tree_zeros_like(params),
+                                jnp.zeros([], jnp.int32))
+
+    def update(updates, state, params=None):
+        del params
+        g = updates
+        diff = tree_where(state.t == 0, tree_zeros_like(g), tree_sub(g, state.g))
+        m = tree_update_moment(g, state.m, b1, 1)
+        v = tree_update_moment(diff, state.v, b2, 1)
+        n = tree_update_moment_per_elem_norm(tree_add_scale(g, 1 - b2, diff), state.n, b3, 2)
+        t = safe_increment(state.t)
+        m_hat = tree_bias_correction(m, b1, t)
+        v_hat = tree_bias_correction(v, b2, t)
+        n_hat = tree_bias_correction(n, b3, t)
+        direction = tree_add_scale(m_hat, 1 - b2, v_hat)
+        denominator = tree_map(lambda x: jnp.sqrt(x + eps_root) + eps, n_hat)
+        return tree_div(direction, denominator), ScaleByAdanState(m, v, n, g, t)
 
     return GradientTransformation(init, update)
 
@@ -263,6 +298,7 @@ def scale_by_yogi(b1=0.9, b2=0.999, eps=1e-3, eps_root=0.0,
 # =============================================================================================
 
 class ScaleByAdaDeltaState(NamedTuple):
+    """The state of :func:`scale_by_adadelta`: running means of ``g^2`` and ``update^2``."""
     e_g: Any
     e_x: Any
 
@@ -281,28 +317,25 @@ def scale_by_adadelta(rho=0.9, eps=1e-6) -> GradientTransformation:
         Array([0.], dtype=float32)
     """
     def init(params):
-        return ScaleByAdaDeltaState(tree_map(zeros_like, params), tree_map(zeros_like, params))
+        return ScaleByAdaDeltaState(tree_zeros_like(params), tree_zeros_like(params))
 
     def update(updates, state, params=None):
-        e_g = tree_map(lambda g, e: _moment(g, e, rho, 2), updates, state.e_g)
-        updates = tree_map(
-            lambda g, eg, ex: cast(jnp.sqrt(ex + eps) / jnp.sqrt(eg + eps), g) * g,
-            updates, e_g, state.e_x)
-        e_x = tree_map(lambda u, e: _moment(u, e, rho, 2), updates, state.e_x)
+        del params
+        e_g = tree_update_moment(updates, state.e_g, rho, 2)
+        updates = tree_map(lambda g, eg, ex: jnp.sqrt(ex + eps) / jnp.sqrt(eg + eps) * g,
+                           updates, e_g, state.e_x)
+        e_x = tree_update_moment(updates, state.e_x, rho, 2)
         return updates, ScaleByAdaDeltaState(e_g, e_x)
 
     return GradientTransformation(init, update)
 
 
 class ScaleByNovogradState(NamedTuple):
+    """The state of :func:`scale_by_novograd`: the step count, the momentum and one
+    second-moment scalar per leaf."""
     count: Any
     mu: Any
     nu: Any
-
-
-def _sum_squares(x):
-    x = to_array(x)
-    return lax.reduce_sum(x * x, tuple(range(_ndim(x))))
 
 
 def scale_by_novograd(b1=0.9, b2=0.25, eps=1e-8, eps_root=0.0, weight_decay=0.0,
@@ -311,7 +344,7 @@ def scale_by_novograd(b1=0.9, b2=0.25, eps=1e-8, eps_root=0.0, weight_decay=0.0,
     gradient norm, weight decay inside the momentum::
 
         v = |g|^2 at t = 1, else b2 v + (1 - b2) |g|^2          (one scalar per leaf)
-        m = b1 m + g / (sqrt(v + eps_root) + eps) + weight_decay * p
+        m = b1 m + g / (sqrt(v + eps_root) + eps) + weight_decay * p   (m = that step at t = 1)
         update = m
 
         >>> import functrans.numpy as jnp
@@ -319,37 +352,38 @@ def scale_by_novograd(b1=0.9, b2=0.25, eps=1e-8, eps_root=0.0, weight_decay=0.0,
         >>> opt.update(jnp.array([3.0, 4.0]), opt.init(jnp.zeros(2)), jnp.zeros(2))[0]
         Array([0.6, 0.8], dtype=float32)
     """
-    mu_dtype = _mu_dtype(mu_dtype)
+    mu_dtype = canonicalize_dtype(mu_dtype)
 
     def init(params):
-        return ScaleByNovogradState(
-            count_zero(), tree_map(lambda p: zeros_like(p, mu_dtype), params),
-            tree_map(lambda p: lax.full((), 0, get_aval(to_array(p)).dtype), params))
+        return ScaleByNovogradState(jnp.zeros([], jnp.int32),
+                                    tree_zeros_like(params, dtype=mu_dtype),
+                                    tree_map(lambda p: jnp.asarray(0.0, dtype=p.dtype), params))
+
+    def norm_squared(g):
+        return jnp.linalg.norm(g) ** 2
+
+    def step(g, p, v):
+        return g / (jnp.sqrt(v + eps_root) + eps) + weight_decay * p
 
     def update(updates, state, params=None):
         if params is None:
-            if isinstance(weight_decay, (int, float)) and weight_decay == 0:
-                params = tree_map(zeros_like, updates)
-            else:
-                _need_params("scale_by_novograd with weight_decay", params)
+            raise ValueError(NO_PARAMS_MSG)
         count = safe_increment(state.count)
-        first = lax.eq(count, lax.full((), 1, _dtypes.int32))
-        nu = tree_map(lambda g, v: where(first, cast(_sum_squares(g), v),
-                                         _moment(_sum_squares(g), v, b2, 1)),
+        first = count == 1
+        nu = tree_map(lambda g, v: jnp.where(first, norm_squared(g).astype(v.dtype),
+                                             (1 - b2) * norm_squared(g) + b2 * v),
                       updates, state.nu)
-
-        def momentum(g, p, m, v):
-            step = cast(g, m) / cast(jnp.sqrt(v + eps_root) + eps, m) + weight_decay * cast(p, m)
-            return where(first, step, b1 * m + step)
-
-        mu = tree_map(momentum, updates, params, state.mu, nu)
-        out = tree_map(lambda m, g: cast(m, g), mu, updates)
-        return out, ScaleByNovogradState(count, mu, nu)
+        mu = tree_map(lambda g, p, m, v: jnp.where(first, step(g, p, v), b1 * m + step(g, p, v)),
+                      updates, params, state.mu, nu)
+        mu = tree_cast(mu, mu_dtype)
+        return mu, ScaleByNovogradState(count, mu, nu)
 
     return GradientTransformation(init, update)
 
 
 class ScaleBySM3State(NamedTuple):
+    """The state of :func:`scale_by_sm3`: per leaf, one accumulator vector per axis, and
+    the momentum."""
     mu: Any
     nu: Any
 
@@ -369,56 +403,46 @@ def scale_by_sm3(b1=0.9, b2=1.0, eps=1e-8) -> GradientTransformation:
         >>> opt.update(jnp.array([-2.0, 0.0]), opt.init(jnp.zeros(2)))[0]
         Array([-1.,  0.], dtype=float32)
     """
-    def accumulators(p):
-        shape = _shape(p)
-        if not shape:
+    def covers(p):
+        p = jnp.asarray(p)
+        if p.ndim == 0:
             raise NotImplementedError("scale_by_sm3: 0-d parameters have no axis to cover "
                                       "(reshape them to shape (1,))")
-        dtype = get_aval(to_array(p)).dtype
-        return [lax.full((size,), 0, dtype) for size in shape]
+        if jnp.iscomplexobj(p):
+            raise ValueError("scale_by_sm3 does not support complex parameters")
+        return [jnp.zeros((size,), p.dtype) for size in p.shape]
 
     def init(params):
-        return ScaleBySM3State(tree_map(accumulators, params), tree_map(zeros_like, params))
+        return ScaleBySM3State(tree_map(covers, params), tree_zeros_like(params))
+
+    def accumulate(g, vectors):
+        # the paper's plain sum when b2 == 1, an exponential average otherwise
+        c = 1.0 - b2 if b2 != 1.0 else 1.0
+        if g.ndim < 2:
+            return c * g ** 2 + b2 * vectors[0]
+        expanded = [jnp.reshape(v, [1] * i + [g.shape[i]] + [1] * (g.ndim - i - 1))
+                    for i, v in enumerate(vectors)]
+        return c * g ** 2 + b2 * functools.reduce(jnp.minimum, expanded)
+
+    def new_covers(a):
+        if a.ndim < 2:
+            return [a]
+        return [jnp.max(a, axis=[j for j in range(a.ndim) if j != i]) for i in range(a.ndim)]
 
     def update(updates, state, params=None):
-        # the paper's plain sum when b2 == 1, an exponential average otherwise
-        coefficient = jnp.where(jnp.asarray(b2) == 1.0, 1.0, 1.0 - jnp.asarray(b2))
-
-        def accumulate(g, vectors):
-            g = to_array(g)
-            shape = _shape(g)
-            if not shape:
-                raise NotImplementedError("scale_by_sm3: 0-d parameters are not supported")
-            covers = [jnp.reshape(v, tuple(s if j == i else 1 for j, s in enumerate(shape)))
-                      for i, (s, v) in enumerate(zip(shape, vectors))]
-            smallest = covers[0]
-            for cover in covers[1:]:
-                smallest = jnp.minimum(smallest, cover)
-            return cast(coefficient, g) * g * g + cast(b2, g) * smallest
-
+        del params
         # state.mu extends the updates' structure by a list per leaf; tree_map hands it whole
         accums = tree_map(accumulate, updates, state.mu)
-
-        def scaled(g, a):
-            inverse = where(a > 0, lax.rsqrt(a + eps), zeros_like(a))
-            return g * inverse
-
-        directions = tree_map(scaled, updates, accums)
-        nu = tree_map(lambda u, n: _moment(u, n, b1, 1), directions, state.nu)
-
-        def new_covers(a):
-            n = _ndim(a)
-            if n < 2:
-                return [a]
-            return [jnp.max(a, axis=tuple(j for j in range(n) if j != i)) for i in range(n)]
-
-        mu = tree_map(new_covers, accums)
-        return nu, ScaleBySM3State(mu, nu)
+        inverse = tree_map(lambda t: jnp.where(t > 0, lax.rsqrt(t + eps), 0.0), accums)
+        directions = tree_map(lambda g, a: g * a, updates, inverse)
+        nu = tree_update_moment(directions, state.nu, b1, 1)
+        return nu, ScaleBySM3State(tree_map(new_covers, accums), nu)
 
     return GradientTransformation(init, update)
 
 
 class ScaleByOptimisticGradientState(NamedTuple):
+    """The state of :func:`scale_by_optimistic_gradient`."""
     is_initial_step: Any
     previous_gradient: Any
 
@@ -439,46 +463,143 @@ def scale_by_optimistic_gradient(alpha=1.0, beta=1.0) -> GradientTransformation:
         (Array([1.], dtype=float32), Array([5.], dtype=float32))
     """
     def init(params):
-        return ScaleByOptimisticGradientState(lax.full((), True, np.dtype(np.bool_)),
-                                              tree_map(zeros_like, params))
+        return ScaleByOptimisticGradientState(jnp.array(True), tree_zeros_like(params))
 
     def update(updates, state, params=None):
+        del params
+
         def optimistic(g, previous):
-            previous = where(state.is_initial_step, g, cast(previous, g))
+            previous = jnp.where(state.is_initial_step, g, previous)
             return (alpha + beta) * g - beta * previous
 
         out = tree_map(optimistic, updates, state.previous_gradient)
-        new_state = ScaleByOptimisticGradientState(
-            lax.full((), False, np.dtype(np.bool_)),
-            tree_map(lambda g, p: cast(g, p), updates, state.previous_gradient))
-        return out, new_state
+        return out, ScaleByOptimisticGradientState(jnp.array(False), updates)
 
     return GradientTransformation(init, update)
 
 
 # =============================================================================================
-# Per-block scales and Adafactor's factored second moments
+# Sign-based steps, Polyak steps, distance over gradients
 # =============================================================================================
 
-def _safe_norm(x, min_norm):
-    """``max(|x|, min_norm)`` whose gradient is 0 (not NaN) where ``|x|`` is 0."""
-    x = to_array(x)
-    norm = jnp.sqrt(_sum_squares(x))
-    small = norm <= min_norm
-    # the norm of a stand-in vector of ones keeps sqrt away from 0 in the derivative
-    safe_x = where(small, jnp.ones_like(x), x)
-    return where(small, full_like(norm, min_norm), jnp.sqrt(_sum_squares(safe_x)))
+class ScaleByRpropState(NamedTuple):
+    """The state of :func:`scale_by_rprop`: per-element step sizes and the last update."""
+    step_sizes: Any
+    prev_updates: Any
 
 
-def _safe_rms(x, min_rms):
-    """``max(rms(x), min_rms)`` with a finite gradient at ``x = 0``."""
-    x = to_array(x)
-    size = max(int(np.prod(_shape(x))), 1)
-    rms = jnp.sqrt(_sum_squares(x) / size)
-    small = rms <= min_rms
-    safe_x = where(small, jnp.ones_like(x), x)
-    return where(small, full_like(rms, min_rms), jnp.sqrt(_sum_squares(safe_x) / size))
+def scale_by_rprop(learning_rate, eta_minus=0.5, eta_plus=1.2, min_step_size=1e-6,
+                   max_step_size=50.0) -> GradientTransformation:
+    """Rprop's direction (Riedmiller & Braun, 1993): each element moves by its own step
+    size in the direction of its gradient's sign. The step size grows by ``eta_plus``
+    while the sign holds and shrinks by ``eta_minus`` when it flips (clipped to
+    ``[min_step_size, max_step_size]``); after a flip that element pauses for one step.
+    Step sizes start at ``learning_rate``. (Chain with ``scale(-1)`` to descend.)
 
+    As in optax 0.2.8, the direction emitted at step ``t`` is the one computed at step
+    ``t - 1`` (kept in ``prev_updates``), so the first update is zero.
+
+        >>> import functrans.numpy as jnp
+        >>> opt = scale_by_rprop(0.1)
+        >>> state = opt.init(jnp.zeros(2))
+        >>> u1, state = opt.update(jnp.array([-3.0, 2.0]), state)
+        >>> u2, state = opt.update(jnp.array([-1.0, 2.0]), state)
+        >>> u1, u2
+        (Array([0., 0.], dtype=float32), Array([-0.1,  0.1], dtype=float32))
+    """
+    def init(params):
+        return ScaleByRpropState(tree_full_like(params, learning_rate), tree_zeros_like(params))
+
+    def update(updates, state, params=None):
+        del params
+        agreement = tree_map(lambda g, prev: g * prev, updates, state.prev_updates)
+        step_sizes = tree_map(
+            lambda s, size: jnp.where(s == 0, size, jnp.clip(
+                size * jnp.where(s > 0, eta_plus, eta_minus), min_step_size, max_step_size)),
+            agreement, state.step_sizes)
+        prev_updates = tree_map(
+            lambda s, g, size: jnp.where(s < 0, jnp.zeros_like(g), size * jnp.sign(g)),
+            agreement, updates, step_sizes)
+        updates = tree_map(lambda s, prev: jnp.where(s < 0, jnp.zeros_like(prev), prev),
+                           agreement, state.prev_updates)
+        return updates, ScaleByRpropState(step_sizes, prev_updates)
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_polyak(f_min=0.0, max_learning_rate=1.0, eps=0.0, variant: str = "sps"
+                    ) -> GradientTransformationExtraArgs:
+    """Polyak's step size (Loizou et al., 2021): ``g * min((value - f_min) / (|g|^2 + eps),
+    max_learning_rate)``, with the loss ``value`` passed to ``update``. ``variant="sps+"``
+    clips a negative gap ``value - f_min`` to 0. (Chain with a negative scale to descend.)
+
+        >>> import functrans.numpy as jnp
+        >>> opt = scale_by_polyak()
+        >>> opt.update(jnp.array([2.0]), EmptyState(), value=jnp.array(1.0))[0]
+        Array([0.5], dtype=float32)
+    """
+    if variant not in ("sps", "sps+"):
+        raise ValueError(f"Invalid argument value for Polyak SGD: variant={variant!r}")
+
+    def update(updates, state, params=None, *, value, **extra_args):
+        del params, extra_args
+        grad_sq_norm = tree_norm(updates, squared=True)
+        gap = jnp.array(value - f_min).astype(grad_sq_norm.dtype)
+        if variant == "sps+":
+            gap = jnp.maximum(gap, 0.0)
+        step = jnp.where(grad_sq_norm + eps <= jnp.finfo(float).eps, jnp.array(0.0),
+                         jnp.minimum(gap / (grad_sq_norm + eps), max_learning_rate))
+        return tree_scale(step, updates), state
+
+    return GradientTransformationExtraArgs(init_empty_state, update)
+
+
+class ScaleByDistanceOverGradientsState(NamedTuple):
+    """The state of :func:`scale_by_distance_over_gradients`."""
+    max_dist: Any
+    grad_sum_of_squares: Any
+    init_params: Any
+
+
+def scale_by_distance_over_gradients(reps_rel=1e-6, eps=1e-8, param_dtype=jnp.float32,
+                                     global_scale=1.0) -> GradientTransformation:
+    """Distance over Gradients, layer-wise (DoG, Ivgi et al., 2023): per leaf the step
+    size is ``global_scale * d / sqrt(G + eps)`` with ``d`` the largest distance from the
+    initial parameters so far (at least ``reps_rel * (1 + |p_0|)``) and ``G`` the running
+    sum of squared gradient norms. (Chain with a negative scale to descend.)
+
+        >>> import functrans.numpy as jnp
+        >>> opt = scale_by_distance_over_gradients(reps_rel=0.5, eps=0.0)
+        >>> p = jnp.array([3.0, 4.0])
+        >>> opt.update(jnp.array([0.0, 2.0]), opt.init(p), p)[0]   # 3 / 2 * g
+        Array([0., 3.], dtype=float32)
+    """
+    def l2(x, y=0.0):
+        return jnp.sqrt(jnp.sum(jnp.square(x - y)))
+
+    def init(params):
+        return ScaleByDistanceOverGradientsState(
+            tree_map(lambda x: reps_rel * (1 + l2(x)), params),
+            tree_map(lambda x: jnp.zeros(1), params),
+            tree_cast(params, param_dtype))
+
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError(NO_PARAMS_MSG)
+        max_dist = tree_map(lambda d, x, y: jnp.maximum(d, l2(x, y)), state.max_dist, params,
+                            state.init_params)
+        g_sos = tree_map(lambda s, g: s + jnp.sum(jnp.square(g)), state.grad_sum_of_squares,
+                         updates)
+        updates = tree_map(lambda g, d, s: global_scale * (d / jnp.sqrt(s + eps)) * g,
+                           updates, max_dist, g_sos)
+        return updates, ScaleByDistanceOverGradientsState(max_dist, g_sos, state.init_params)
+
+    return GradientTransformation(init, update)
+
+
+# =============================================================================================
+# Per-block parameter scales
+# =============================================================================================
 
 def scale_by_param_block_norm(min_scale=1e-3) -> GradientTransformation:
     """Scale each leaf's update by ``max(|p|, min_scale)``, the L2 norm of its parameter.
@@ -489,9 +610,10 @@ def scale_by_param_block_norm(min_scale=1e-3) -> GradientTransformation:
         Array([5., 5.], dtype=float32)
     """
     def update(updates, state, params=None):
-        _need_params("scale_by_param_block_norm", params)
-        return tree_map(lambda u, p: u * cast(_safe_norm(p, min_scale), u), updates, params), state
-    return GradientTransformation(lambda params: EmptyState(), update)
+        if params is None:
+            raise ValueError(NO_PARAMS_MSG)
+        return tree_map(lambda u, p: u * safe_norm(p, min_scale), updates, params), state
+    return GradientTransformation(init_empty_state, update)
 
 
 def scale_by_param_block_rms(min_scale=1e-3) -> GradientTransformation:
@@ -504,106 +626,8 @@ def scale_by_param_block_rms(min_scale=1e-3) -> GradientTransformation:
         Array([1., 1.], dtype=float32)
     """
     def update(updates, state, params=None):
-        _need_params("scale_by_param_block_rms", params)
-        return tree_map(lambda u, p: u * cast(_safe_rms(p, min_scale), u), updates, params), state
-    return GradientTransformation(lambda params: EmptyState(), update)
-
-
-class FactoredState(NamedTuple):
-    count: Any
-    v_row: Any
-    v_col: Any
-    v: Any
-
-
-def _decay_rate_pow(step, exponent=0.8):
-    """Adafactor's second-moment decay ``1 - (step + 1)^(-exponent)`` (0 at step 0)."""
-    t = _float_count(step) + 1.0
-    return 1.0 - t ** (-exponent)
-
-
-def _factored_dims(shape, factored: bool, min_dim_size_to_factor: int):
-    """The two largest axes ``(d1, d0)`` (``d0`` the largest) when the second moment is
-    factored over them, else None: only for >= 2-D leaves whose second-largest axis has at
-    least ``min_dim_size_to_factor`` entries."""
-    if not factored or len(shape) < 2:
-        return None
-    order = np.argsort(shape, kind="stable")
-    if shape[order[-2]] < min_dim_size_to_factor:
-        return None
-    return int(order[-2]), int(order[-1])
-
-
-def scale_by_factored_rms(factored: bool = True, decay_rate=0.8, step_offset=0,
-                          min_dim_size_to_factor: int = 128, epsilon=1e-30,
-                          decay_rate_fn: Callable = _decay_rate_pow) -> GradientTransformation:
-    """Adafactor's rescaling (Shazeer & Stern, 2018): divide by a running RMS of the
-    gradient whose second moment is, for >= 2-D leaves, factored into a row and a column
-    statistic over the two largest axes ``d1, d0``::
-
-        b_t = decay_rate_fn(t - 1 - step_offset, decay_rate)    # 1 - t^(-0.8) by default
-        R = b_t R + (1 - b_t) mean(g^2 + epsilon, axis=d0)
-        C = b_t C + (1 - b_t) mean(g^2 + epsilon, axis=d1)
-        update = g / sqrt(R C / mean(R, axis=d1))              (factored)
-        V = b_t V + (1 - b_t) (g^2 + epsilon);  update = g / sqrt(V)   (otherwise)
-
-    The state keeps optax's layout: per leaf ``v_row``/``v_col`` (factored) or ``v``; the
-    unused ones are zeros of shape ``(1,)``.
-
-        >>> import functrans.numpy as jnp
-        >>> opt = scale_by_factored_rms()
-        >>> opt.update(jnp.array([2.0, -3.0]), opt.init(jnp.zeros(2)), jnp.zeros(2))[0]
-        Array([ 1., -1.], dtype=float32)
-    """
-    def dims_of(x):
-        return _factored_dims(_shape(x), factored, min_dim_size_to_factor)
-
-    def placeholder(p):
-        return lax.full((1,), 0, get_aval(to_array(p)).dtype)
-
-    def init(params):
-        def v_row(p):
-            dims = dims_of(p)
-            return placeholder(p) if dims is None else jnp.zeros(
-                tuple(s for i, s in enumerate(_shape(p)) if i != dims[1]), to_array(p).dtype)
-
-        def v_col(p):
-            dims = dims_of(p)
-            return placeholder(p) if dims is None else jnp.zeros(
-                tuple(s for i, s in enumerate(_shape(p)) if i != dims[0]), to_array(p).dtype)
-
-        def v(p):
-            return zeros_like(p) if dims_of(p) is None else placeholder(p)
-
-        return FactoredState(count_zero(), tree_map(v_row, params), tree_map(v_col, params),
-                             tree_map(v, params))
-
-    def update(updates, state, params=None):
-        _need_params("scale_by_factored_rms", params)
-        decay = decay_rate_fn(to_array(state.count) - step_offset, decay_rate)
-
-        def one_leaf(g, row, col, v, p):
-            g = to_array(g)
-            dtype = get_aval(to_array(p)).dtype
-            decay_t = cast(decay, g)
-            squares = g * g + epsilon
-            dims = dims_of(p)
-            if dims is None:
-                new_v = cast(decay_t * v + (1 - decay_t) * squares, p)
-                return g * lax.rsqrt(new_v), placeholder(p), placeholder(p), new_v
-            d1, d0 = dims
-            new_row = cast(decay_t * row + (1 - decay_t) * jnp.mean(squares, axis=d0), p)
-            new_col = cast(decay_t * col + (1 - decay_t) * jnp.mean(squares, axis=d1), p)
-            row_axis = d1 - 1 if d1 > d0 else d1   # d1's position once d0 is dropped
-            row_factor = lax.rsqrt(new_row / jnp.mean(new_row, axis=row_axis, keepdims=True))
-            col_factor = lax.rsqrt(new_col)
-            out = (g * jnp.expand_dims(row_factor, d0) * jnp.expand_dims(col_factor, d1))
-            return out, new_row, new_col, lax.full((1,), 0, dtype)
-
-        results = tree_map(lambda *leaves: one_leaf(*leaves), updates, state.v_row, state.v_col,
-                           state.v, params)
-        # each result is a 4-tuple; pull the four trees apart along the updates' structure
-        pick = [tree_map(lambda _, r: r[i], updates, results) for i in range(4)]
-        return pick[0], FactoredState(safe_increment(state.count), pick[1], pick[2], pick[3])
-
-    return GradientTransformation(init, update)
+        if params is None:
+            raise ValueError(NO_PARAMS_MSG)
+        return tree_map(lambda u, p: u * safe_root_mean_squares(p, min_scale), updates,
+                        params), state
+    return GradientTransformation(init_empty_state, update)

@@ -1,4 +1,5 @@
-"""Building blocks: small gradient transformations that the optimizers chain together.
+"""Building blocks: the scalings that the common optimizers chain together (Adam, RMSProp,
+Adagrad, Lion, trust ratios, signs, learning rates).
 
 Each follows its published rule; the docstrings give the formula. ``g`` is the incoming
 update (a gradient), ``t`` the step count starting at 1.
@@ -7,58 +8,62 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-from functrans import _dtypes, lax
-from functrans.core import get_aval
-from functrans.numpy._promotion import to_array
-from functrans.optim._base import (EmptyState, GradientTransformation, cast, count_zero,
-                                   full_like, global_norm, identity, safe_increment, sqrt,
-                                   where, zeros_like)
-from functrans.tree_util import tree_flatten, tree_leaves, tree_map, tree_unflatten
+from functrans import lax
+from functrans import numpy as jnp
+from functrans.optim._base import NO_PARAMS_MSG, EmptyState, GradientTransformation, \
+    canonicalize_dtype, identity, init_empty_state
+from functrans.optim._numerics import abs_sq, safe_increment, safe_norm
+from functrans.optim._tree_casting import tree_cast, tree_cast_like
+from functrans.optim._tree_math import (tree_bias_correction, tree_full_like, tree_mul,
+                                        tree_norm, tree_update_moment,
+                                        tree_update_moment_per_elem_norm, tree_zeros_like)
+from functrans.tree_util import tree_map
 
 __all__ = [
-    "ScaleByAdamState", "ScaleByRmsState", "ScaleByRmsWithCountState", "ScaleByRStdDevState", "ScaleByRssState",
-    "ScaleByScheduleState", "ScaleByLionState", "TraceState", "MaskedState", "WeightDecaySchedule",
-    "MultiTransformState",
-    "scale", "scale_by_adam", "scale_by_rms", "scale_by_stddev", "scale_by_rss",
-    "scale_by_schedule", "scale_by_learning_rate", "scale_by_lion", "scale_by_trust_ratio",
-    "add_decayed_weights", "trace", "clip", "clip_by_global_norm", "masked", "multi_transform",
+    "ScaleByScheduleState", "ScaleByAdamState", "ScaleByRmsState", "ScaleByRmsWithCountState",
+    "ScaleByRStdDevState", "ScaleByRStdDevWithCountState", "ScaleByRssState",
+    "ScaleByLionState",
+    "scale", "scale_by_schedule", "scale_by_learning_rate", "scale_by_adam", "scale_by_rms",
+    "scale_by_stddev", "scale_by_rss", "scale_by_lion", "scale_by_trust_ratio",
+    "scale_by_sign", "normalize_by_update_norm", "centralize",
 ]
 
 
-def _moment(g, m, decay, power):
-    """Exponential moving average of ``g ** power``: ``decay * m + (1 - decay) * g**power``."""
-    value = g if power == 1 else g * g
-    return decay * m + (1 - decay) * cast(value, m)
+def _is_none(x) -> bool:
+    return x is None
 
 
-def _bias_correct(moment, decay, count):
-    """``moment / (1 - decay**count)`` (Adam's correction of the zero-initialised average)."""
-    correction = 1 - decay ** lax.convert_element_type(count, _dtypes.float32)
-    return tree_map(lambda m: m / cast(correction, m), moment)
+def _nesterov_mu_hat(mu, updates, b1, count):
+    """NAdam's look-ahead first moment ``b1 m/(1-b1^(t+1)) + (1-b1) g/(1-b1^t)``."""
+    return tree_map(lambda m, g: b1 * m + (1 - b1) * g,
+                    tree_bias_correction(mu, b1, safe_increment(count)),
+                    tree_bias_correction(updates, b1, count))
 
 
 # =============================================================================================
-# Scaling
+# Fixed and scheduled scales
 # =============================================================================================
 
 def scale(step_size) -> GradientTransformation:
-    """``g * step_size``.
+    """``step_size * g``.
 
         >>> import functrans.numpy as jnp
         >>> scale(2.0).update(jnp.ones(1), EmptyState())[0]
         Array([2.], dtype=float32)
     """
     def update(updates, state, params=None):
-        return tree_map(lambda g: g * step_size, updates), state
-    return GradientTransformation(lambda params: EmptyState(), update)
+        del params
+        return tree_map(lambda g: step_size * g, updates), state
+    return GradientTransformation(init_empty_state, update)
 
 
 class ScaleByScheduleState(NamedTuple):
+    """The state of :func:`scale_by_schedule`: the number of updates done so far."""
     count: Any
 
 
 def scale_by_schedule(step_size_fn: Callable) -> GradientTransformation:
-    """``g * step_size_fn(count)`` with ``count`` the number of updates done so far (from 0).
+    """``step_size_fn(count) * g`` with ``count`` the number of updates done so far (from 0).
 
         >>> import functrans.numpy as jnp
         >>> opt = scale_by_schedule(lambda count: 1.0 / (count + 1))
@@ -66,24 +71,29 @@ def scale_by_schedule(step_size_fn: Callable) -> GradientTransformation:
         Array([1.], dtype=float32)
     """
     def init(params):
-        return ScaleByScheduleState(count_zero())
+        del params
+        return ScaleByScheduleState(jnp.zeros([], jnp.int32))
 
     def update(updates, state, params=None):
+        del params
         step_size = step_size_fn(state.count)
-        updates = tree_map(lambda g: g * cast(step_size, g), updates)
+        updates = tree_map(lambda g: jnp.array(step_size, dtype=jnp.asarray(g).dtype) * g,
+                           updates)
         return updates, ScaleByScheduleState(safe_increment(state.count))
 
     return GradientTransformation(init, update)
 
 
-def scale_by_learning_rate(learning_rate, *, flip_sign: bool = True) -> GradientTransformation:
-    """``-learning_rate * g`` (a number, or a schedule of the step count).
+def scale_by_learning_rate(learning_rate=None, *, flip_sign: bool = True
+                           ) -> GradientTransformation:
+    """``-learning_rate * g`` (a number, or a schedule of the step count); None is no
+    scaling at all (not even the sign flip).
 
         >>> import functrans.numpy as jnp
         >>> scale_by_learning_rate(0.1).update(jnp.ones(1), EmptyState())[0]
         Array([-0.1], dtype=float32)
     """
-    if learning_rate is None:  # no scaling at all (as optax allows for some optimizers)
+    if learning_rate is None:
         return identity()
     sign = -1 if flip_sign else 1
     if callable(learning_rate):
@@ -91,7 +101,88 @@ def scale_by_learning_rate(learning_rate, *, flip_sign: bool = True) -> Gradient
     return scale(sign * learning_rate)
 
 
+def scale_by_sign() -> GradientTransformation:
+    """``sign(g)`` (signSGD, Bernstein et al., 2018).
+
+        >>> import functrans.numpy as jnp
+        >>> scale_by_sign().update(jnp.array([-3.0, 0.0, 2.0]), EmptyState())[0]
+        Array([-1.,  0.,  1.], dtype=float32)
+    """
+    def update(updates, state, params=None):
+        del params
+        return tree_map(jnp.sign, updates), state
+    return GradientTransformation(init_empty_state, update)
+
+
+def normalize_by_update_norm(scale_factor=1.0, eps=1e-06) -> GradientTransformation:
+    """``scale_factor * g / (|g| + eps)`` with ``|g|`` the global norm of all updates.
+
+        >>> import functrans.numpy as jnp
+        >>> normalize_by_update_norm(eps=0.0).update(jnp.array([3.0, 4.0]), EmptyState())[0]
+        Array([0.6, 0.8], dtype=float32)
+    """
+    def update(updates, state, params=None):
+        del params
+        g_norm = (tree_norm(updates) + eps) / scale_factor
+        return tree_map(lambda g: g / g_norm, updates), state
+    return GradientTransformation(init_empty_state, update)
+
+
+def centralize() -> GradientTransformation:
+    """Gradient centralization (Yong et al., 2020): from every leaf of rank >= 2 subtract
+    its mean over all axes but the first; vectors and scalars pass unchanged.
+
+        >>> import functrans.numpy as jnp
+        >>> centralize().update(jnp.array([[1.0, 2.0, 3.0], [4.0, 5.0, 9.0]]), EmptyState())[0]
+        Array([[-1.,  0.,  1.],
+               [-2., -1.,  3.]], dtype=float32)
+    """
+    def centered(g):
+        g = jnp.asarray(g)
+        if g.ndim < 2:
+            return g
+        return g - jnp.mean(g, axis=tuple(range(1, g.ndim)), keepdims=True)
+
+    def update(updates, state, params=None):
+        del params
+        return tree_map(centered, updates), state
+    return GradientTransformation(init_empty_state, update)
+
+
+def scale_by_trust_ratio(min_norm=0.0, trust_coefficient=1.0, eps=0.0) -> GradientTransformation:
+    """LARS/LAMB's layer-wise trust ratio (You et al.): each leaf's update is scaled by
+    ``trust_coefficient * |param| / (|update| + eps)``, or left alone when either norm is 0.
+    Norms below ``min_norm`` count as ``min_norm``.
+
+        >>> import functrans.numpy as jnp
+        >>> opt = scale_by_trust_ratio()
+        >>> opt.update(jnp.array([0.3, 0.4]), EmptyState(), jnp.array([6.0, 8.0]))[0]
+        Array([6., 8.], dtype=float32)
+    """
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError(NO_PARAMS_MSG)
+
+        def scaled(u, p):
+            param_norm = safe_norm(p, min_norm)
+            update_norm = safe_norm(u, min_norm)
+            ratio = trust_coefficient * param_norm / (update_norm + eps)
+            zero_norm = jnp.logical_or(param_norm == 0.0, update_norm == 0.0)
+            safe_ratio = jnp.where(zero_norm, jnp.array(1.0, dtype=jnp.asarray(p).dtype), ratio)
+            return u * safe_ratio
+
+        return tree_map(scaled, updates, params), state
+
+    return GradientTransformation(init_empty_state, update)
+
+
+# =============================================================================================
+# Adam, RMSProp, Adagrad, Lion
+# =============================================================================================
+
 class ScaleByAdamState(NamedTuple):
+    """The state of :func:`scale_by_adam` (and of AdaMax, RAdam, Yogi): the step count and
+    the first and second moments."""
     count: Any
     mu: Any
     nu: Any
@@ -112,36 +203,35 @@ def scale_by_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None,
         >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)))[0]  # ~ sign(g) at step 1
         Array([0.9999933], dtype=float32)
     """
-    mu_dtype = None if mu_dtype is None else _dtypes.canonicalize_dtype(mu_dtype)
+    mu_dtype = canonicalize_dtype(mu_dtype)
 
     def init(params):
-        mu = tree_map(lambda p: zeros_like(p, mu_dtype), params)
-        nu = tree_map(zeros_like, params)
-        return ScaleByAdamState(count_zero(), mu, nu)
+        return ScaleByAdamState(jnp.zeros([], jnp.int32), tree_zeros_like(params, dtype=mu_dtype),
+                                tree_zeros_like(params))
 
     def update(updates, state, params=None):
-        mu = tree_map(lambda g, m: _moment(g, m, b1, 1), updates, state.mu)
-        nu = tree_map(lambda g, v: _moment(g, v, b2, 2), updates, state.nu)
+        del params
+        mu = tree_update_moment(updates, state.mu, b1, 1)
+        nu = tree_update_moment_per_elem_norm(updates, state.nu, b2, 2)
         count = safe_increment(state.count)
-        if nesterov:
-            mu_hat = tree_map(lambda m, g: b1 * m + (1 - b1) * cast(g, m),
-                              _bias_correct(mu, b1, safe_increment(count)),
-                              _bias_correct(updates, b1, count))
-        else:
-            mu_hat = _bias_correct(mu, b1, count)
-        nu_hat = _bias_correct(nu, b2, count)
-        updates = tree_map(lambda m, v, g: cast(m / (sqrt(v + eps_root) + eps), g),
-                           mu_hat, nu_hat, updates)
-        return updates, ScaleByAdamState(count, mu, nu)
+        mu_hat = (_nesterov_mu_hat(mu, updates, b1, count) if nesterov
+                  else tree_bias_correction(mu, b1, count))
+        nu_hat = tree_bias_correction(nu, b2, count)
+        updates = tree_map(lambda m, v: None if m is None else m / (jnp.sqrt(v + eps_root) + eps),
+                           mu_hat, nu_hat, is_leaf=_is_none)
+        return updates, ScaleByAdamState(count, tree_cast(mu, mu_dtype),
+                                         tree_cast_like(nu, state.nu))
 
     return GradientTransformation(init, update)
 
 
 class ScaleByRmsState(NamedTuple):
+    """The state of :func:`scale_by_rms`: the running mean of ``g^2``."""
     nu: Any
 
 
 class ScaleByRmsWithCountState(NamedTuple):
+    """The state of :func:`scale_by_rms` with ``bias_correction``."""
     count: Any
     nu: Any
 
@@ -163,317 +253,152 @@ def scale_by_rms(decay=0.9, eps=1e-8, initial_scale=0.0, eps_in_sqrt: bool = Tru
         Array([-1.], dtype=float32)
     """
     def init(params):
-        nu = tree_map(lambda p: full_like(p, initial_scale), params)
-        return ScaleByRmsWithCountState(count_zero(), nu) if bias_correction else ScaleByRmsState(nu)
+        nu = tree_full_like(params, initial_scale)
+        if bias_correction:
+            return ScaleByRmsWithCountState(jnp.zeros([], jnp.int32), nu)
+        return ScaleByRmsState(nu)
 
     def update(updates, state, params=None):
-        nu = tree_map(lambda g, v: _moment(g, v, decay, 2), updates, state.nu)
+        del params
+        nu = tree_update_moment_per_elem_norm(updates, state.nu, decay, 2)
         nu_hat = nu
         if bias_correction:
             count = safe_increment(state.count)
-            nu_hat = _bias_correct(nu, decay, count)
+            nu_hat = tree_bias_correction(nu, decay, count)
         if eps_in_sqrt:
-            updates = tree_map(lambda g, v: g * cast(lax.rsqrt(v + eps), g), updates, nu_hat)
+            scaling = tree_map(lambda n: lax.rsqrt(n + eps), nu_hat)
         else:
-            updates = tree_map(lambda g, v: g / cast(sqrt(v) + eps, g), updates, nu_hat)
-        new_state = ScaleByRmsWithCountState(count, nu) if bias_correction else ScaleByRmsState(nu)
-        return updates, new_state
+            scaling = tree_map(lambda n: 1 / (jnp.sqrt(n) + eps), nu_hat)
+        updates = tree_map(lambda s, g: s * g, scaling, updates)
+        if bias_correction:
+            return updates, ScaleByRmsWithCountState(count, nu)
+        return updates, ScaleByRmsState(nu)
 
     return GradientTransformation(init, update)
 
 
 class ScaleByRStdDevState(NamedTuple):
+    """The state of :func:`scale_by_stddev`: running means of ``g`` and ``g^2``."""
     mu: Any
     nu: Any
 
 
-def scale_by_stddev(decay=0.9, eps=1e-8, initial_scale=0.0,
-                    eps_in_sqrt: bool = True) -> GradientTransformation:
+class ScaleByRStdDevWithCountState(NamedTuple):
+    """The state of :func:`scale_by_stddev` with ``bias_correction``."""
+    count: Any
+    mu: Any
+    nu: Any
+
+
+def scale_by_stddev(decay=0.9, eps=1e-8, initial_scale=0.0, eps_in_sqrt: bool = True,
+                    bias_correction: bool = False) -> GradientTransformation:
     """Centered RMSProp's scaling (Graves, 2013): divide by the running standard deviation::
 
         m = decay m + (1 - decay) g;  v = decay v + (1 - decay) g^2
         update = g / sqrt(v - m^2 + eps)
+
+    (``g / (sqrt(v - m^2) + eps)`` with ``eps_in_sqrt=False``; ``m`` and ``v`` divided by
+    ``1 - decay^t`` first with ``bias_correction``.)
+
+        >>> import functrans.numpy as jnp
+        >>> opt = scale_by_stddev(decay=0.5, eps=0.0)
+        >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)))[0]   # 2 / sqrt(2 - 1)
+        Array([2.], dtype=float32)
     """
     def init(params):
-        return ScaleByRStdDevState(tree_map(zeros_like, params),
-                                   tree_map(lambda p: full_like(p, initial_scale), params))
+        mu = tree_zeros_like(params)
+        nu = tree_full_like(params, initial_scale)
+        if bias_correction:
+            return ScaleByRStdDevWithCountState(jnp.zeros([], jnp.int32), mu, nu)
+        return ScaleByRStdDevState(mu, nu)
 
     def update(updates, state, params=None):
-        mu = tree_map(lambda g, m: _moment(g, m, decay, 1), updates, state.mu)
-        nu = tree_map(lambda g, v: _moment(g, v, decay, 2), updates, state.nu)
+        del params
+        mu = tree_update_moment(updates, state.mu, decay, 1)
+        nu = tree_update_moment_per_elem_norm(updates, state.nu, decay, 2)
+        mu_hat, nu_hat = mu, nu
+        if bias_correction:
+            count = safe_increment(state.count)
+            mu_hat = tree_bias_correction(mu, decay, count)
+            nu_hat = tree_bias_correction(nu, decay, count)
         if eps_in_sqrt:
-            updates = tree_map(lambda g, m, v: g * lax.rsqrt(v - m * m + eps), updates, mu, nu)
+            scaling = tree_map(lambda m, n: lax.rsqrt(n - abs_sq(m) + eps), mu_hat, nu_hat)
         else:
-            updates = tree_map(lambda g, m, v: g / (sqrt(v - m * m) + eps), updates, mu, nu)
+            scaling = tree_map(lambda m, n: 1 / (jnp.sqrt(n - abs_sq(m)) + eps), mu_hat, nu_hat)
+        updates = tree_map(lambda s, g: s * g, scaling, updates)
+        if bias_correction:
+            return updates, ScaleByRStdDevWithCountState(count, mu, nu)
         return updates, ScaleByRStdDevState(mu, nu)
 
     return GradientTransformation(init, update)
 
 
 class ScaleByRssState(NamedTuple):
+    """The state of :func:`scale_by_rss`: the running sum of ``g^2``."""
     sum_of_squares: Any
 
 
 def scale_by_rss(initial_accumulator_value=0.1, eps=1e-7) -> GradientTransformation:
     """Adagrad's scaling (Duchi et al., 2011): ``s += g^2; update = g / sqrt(s + eps)``
-    (0 where ``s`` is 0)."""
+    (0 where ``s`` is 0).
+
+        >>> import functrans.numpy as jnp
+        >>> opt = scale_by_rss(initial_accumulator_value=0.0, eps=0.0)
+        >>> opt.update(jnp.array([-2.0, 0.0]), opt.init(jnp.zeros(2)))[0]
+        Array([-1.,  0.], dtype=float32)
+    """
     def init(params):
-        return ScaleByRssState(tree_map(lambda p: full_like(p, initial_accumulator_value), params))
+        return ScaleByRssState(tree_full_like(params, initial_accumulator_value))
 
     def update(updates, state, params=None):
-        sums = tree_map(lambda g, s: s + cast(g * g, s), updates, state.sum_of_squares)
-
-        def scaled(g, s):
-            inverse = where(lax.gt(s, zeros_like(s)), lax.rsqrt(s + eps), zeros_like(s))
-            return cast(inverse * g, g)
-
-        return tree_map(scaled, updates, sums), ScaleByRssState(sums)
+        del params
+        sums = tree_map(lambda g, t: abs_sq(g) + t, updates, state.sum_of_squares)
+        inverse = tree_map(lambda t: jnp.where(t > 0, lax.rsqrt(t + eps), 0.0), sums)
+        return tree_mul(inverse, updates), ScaleByRssState(sums)
 
     return GradientTransformation(init, update)
 
 
 class ScaleByLionState(NamedTuple):
+    """The state of :func:`scale_by_lion`: the step count and the momentum."""
     count: Any
     mu: Any
 
 
-def scale_by_lion(b1=0.9, b2=0.99, mu_dtype=None) -> GradientTransformation:
+def scale_by_lion(b1=0.9, b2=0.99, mu_dtype=None, *, mode: str = "hard",
+                  smooth_beta=1.0) -> GradientTransformation:
     """Lion's direction (Chen et al., 2023)::
 
-        update = sign(b1 m + (1 - b1) g);   m = b2 m + (1 - b2) g
+        x = b1 m + (1 - b1) g;   update = sign(x);   m = b2 m + (1 - b2) g
+
+    ``mode="smooth"`` uses ``tanh(smooth_beta * x)``, ``mode="refined"`` keeps ``x`` where
+    ``|x| < 1`` and its sign elsewhere.
+
+        >>> import functrans.numpy as jnp
+        >>> opt = scale_by_lion()
+        >>> opt.update(jnp.array([-0.5, 2.0]), opt.init(jnp.zeros(2)))[0]
+        Array([-1.,  1.], dtype=float32)
     """
-    mu_dtype = None if mu_dtype is None else _dtypes.canonicalize_dtype(mu_dtype)
+    if mode not in ("hard", "smooth", "refined"):
+        raise ValueError(f"Unknown lion mode: {mode}. It needs to be one of "
+                         "[\"hard\", \"smooth\", \"refined\"].")
+    mu_dtype = canonicalize_dtype(mu_dtype)
+
+    def direction(g, m):
+        x = (1.0 - b1) * g + b1 * m
+        if mode == "hard":
+            return jnp.sign(x)
+        if mode == "smooth":
+            return jnp.tanh(smooth_beta * x)
+        return jnp.where(jnp.abs(x) < 1.0, x, jnp.sign(x))
 
     def init(params):
-        return ScaleByLionState(count_zero(), tree_map(lambda p: zeros_like(p, mu_dtype), params))
+        return ScaleByLionState(jnp.zeros([], jnp.int32), tree_zeros_like(params, dtype=mu_dtype))
 
     def update(updates, state, params=None):
-        directions = tree_map(lambda g, m: cast(lax.sign(b1 * m + (1 - b1) * cast(g, m)), g),
-                              updates, state.mu)
-        mu = tree_map(lambda g, m: _moment(g, m, b2, 1), updates, state.mu)
+        del params
+        directions = tree_map(direction, updates, state.mu)
+        mu = tree_cast(tree_update_moment(updates, state.mu, b2, 1), mu_dtype)
         return directions, ScaleByLionState(safe_increment(state.count), mu)
 
     return GradientTransformation(init, update)
-
-
-def _norm(x):
-    x = to_array(x)
-    return lax.sqrt(lax.reduce_sum(lax.mul(x, x), tuple(range(get_aval(x).ndim))))
-
-
-def scale_by_trust_ratio(min_norm=0.0, trust_coefficient=1.0, eps=0.0) -> GradientTransformation:
-    """LARS/LAMB's layer-wise trust ratio (You et al.): each leaf's update is scaled by
-    ``trust_coefficient * |param| / (|update| + eps)``, or left alone when either norm is 0.
-    Norms below ``min_norm`` count as ``min_norm``."""
-    def update(updates, state, params=None):
-        if params is None:
-            raise ValueError("scale_by_trust_ratio needs params: call update(updates, state, "
-                             "params)")
-
-        def scaled(u, p):
-            param_norm = lax.max(_norm(p), full_like(_norm(p), min_norm))
-            update_norm = lax.max(_norm(u), full_like(_norm(u), min_norm))
-            ratio = trust_coefficient * param_norm / (update_norm + eps)
-            zero = lax.bitwise_or(lax.eq(param_norm, zeros_like(param_norm)),
-                                  lax.eq(update_norm, zeros_like(update_norm)))
-            safe_ratio = where(zero, full_like(ratio, 1), ratio)
-            return u * cast(safe_ratio, u)
-
-        return tree_map(scaled, updates, params), state
-
-    return GradientTransformation(lambda params: EmptyState(), update)
-
-
-# =============================================================================================
-# Weight decay, momentum, clipping
-# =============================================================================================
-
-class WeightDecaySchedule(NamedTuple):
-    count: Any
-
-
-def add_decayed_weights(weight_decay=0.0, mask=None) -> GradientTransformation:
-    """``g + weight_decay * params`` (decoupled weight decay when chained before the learning
-    rate). ``weight_decay`` may be a schedule of the step count (the state then counts steps:
-    :class:`WeightDecaySchedule`). ``mask`` (a pytree of bools, or a function of params
-    giving one) limits it to some leaves.
-
-        >>> import functrans.numpy as jnp
-        >>> add_decayed_weights(0.1).update(jnp.zeros(1), EmptyState(), jnp.ones(1))[0]
-        Array([0.1], dtype=float32)
-    """
-    scheduled = callable(weight_decay)
-
-    def update(updates, state, params=None):
-        if params is None:
-            raise ValueError("add_decayed_weights needs params: call update(updates, state, "
-                             "params)")
-        if not scheduled:
-            return tree_map(lambda g, p: g + cast(weight_decay * p, g), updates, params), state
-        rate = weight_decay(state.count)
-        updates = tree_map(lambda g, p: g + cast(rate, g) * cast(p, g), updates, params)
-        return updates, WeightDecaySchedule(safe_increment(state.count))
-
-    def init(params):
-        return WeightDecaySchedule(count_zero()) if scheduled else EmptyState()
-
-    transform = GradientTransformation(init, update)
-    return masked(transform, mask) if mask is not None else transform
-
-
-class TraceState(NamedTuple):
-    trace: Any
-
-
-def trace(decay, nesterov: bool = False, accumulator_dtype=None) -> GradientTransformation:
-    """Momentum: ``t = g + decay * t``; the update is ``t``, or ``g + decay * t`` with
-    ``nesterov=True`` (Sutskever et al., 2013).
-
-        >>> import functrans.numpy as jnp
-        >>> opt = trace(0.9)
-        >>> opt.update(jnp.ones(1), opt.init(jnp.zeros(1)))[0]
-        Array([1.], dtype=float32)
-    """
-    accumulator_dtype = None if accumulator_dtype is None else \
-        _dtypes.canonicalize_dtype(accumulator_dtype)
-
-    def init(params):
-        return TraceState(tree_map(lambda p: zeros_like(p, accumulator_dtype), params))
-
-    def update(updates, state, params=None):
-        new_trace = tree_map(lambda g, t: cast(g, t) + decay * t, updates, state.trace)
-        if nesterov:
-            out = tree_map(lambda g, t: g + cast(decay * t, g), updates, new_trace)
-        else:
-            out = tree_map(lambda g, t: cast(t, g), updates, new_trace)
-        return out, TraceState(new_trace)
-
-    return GradientTransformation(init, update)
-
-
-def clip(max_delta) -> GradientTransformation:
-    """Clip each update element to ``[-max_delta, max_delta]``.
-
-        >>> import functrans.numpy as jnp
-        >>> clip(1.0).update(jnp.array([-3.0, 0.5]), EmptyState())[0]
-        Array([-1. ,  0.5], dtype=float32)
-    """
-    def update(updates, state, params=None):
-        def clipped(g):
-            g = to_array(g)
-            return lax.min(lax.max(g, full_like(g, -max_delta)), full_like(g, max_delta))
-        return tree_map(clipped, updates), state
-    return GradientTransformation(lambda params: EmptyState(), update)
-
-
-def clip_by_global_norm(max_norm) -> GradientTransformation:
-    """Rescale all updates together so their global L2 norm is at most ``max_norm``.
-
-        >>> import functrans.numpy as jnp
-        >>> clip_by_global_norm(1.0).update(jnp.array([3.0, 4.0]), EmptyState())[0]
-        Array([0.6, 0.8], dtype=float32)
-    """
-    def update(updates, state, params=None):
-        norm = global_norm(updates)
-        within = lax.lt(norm, full_like(norm, max_norm))
-        # dividing by the norm only where it exceeds max_norm keeps 0 norms safe
-        safe_norm = where(within, full_like(norm, 1), norm)
-        return tree_map(lambda g: where(within, g, (g / cast(safe_norm, g)) * max_norm),
-                        updates), state
-    return GradientTransformation(lambda params: EmptyState(), update)
-
-
-# =============================================================================================
-# Applying transformations to parts of the parameters
-# =============================================================================================
-
-class MaskedState(NamedTuple):
-    inner_state: Any
-
-
-def _mask_leaves(mask, tree) -> list:
-    """One bool per leaf of ``tree``: ``mask`` may be a prefix of its structure."""
-    mask_leaves, mask_def = tree_flatten(mask)
-    subtrees = mask_def.flatten_up_to(tree)
-    out = []
-    for flag, sub in zip(mask_leaves, subtrees):
-        out.extend([bool(flag)] * len(tree_leaves(sub)))
-    return out
-
-
-def masked(inner: GradientTransformation, mask) -> GradientTransformation:
-    """Apply ``inner`` only to the leaves where ``mask`` (a pytree of bools with the
-    parameters' structure, or a prefix of it; or a function of params giving one) is True;
-    other updates pass through unchanged and get no state.
-
-        >>> import functrans.numpy as jnp
-        >>> opt = masked(scale(0.0), {"frozen": True, "trained": False})
-        >>> params = {"frozen": jnp.ones(1), "trained": jnp.ones(1)}
-        >>> opt.update(params, opt.init(params))[0]
-        {'frozen': Array([0.], dtype=float32), 'trained': Array([1.], dtype=float32)}
-    """
-    def flags_for(tree, params):
-        m = mask(params if params is not None else tree) if callable(mask) else mask
-        return _mask_leaves(m, tree)
-
-    def select(tree, flags):
-        return [leaf for leaf, f in zip(tree_leaves(tree), flags) if f]
-
-    def init(params):
-        flags = flags_for(params, params)
-        return MaskedState(inner.init(select(params, flags)))
-
-    def update(updates, state, params=None):
-        flags = flags_for(updates, params)
-        chosen = select(updates, flags)
-        chosen_params = None if params is None else select(params, flags)
-        new_chosen, inner_state = inner.update(chosen, state.inner_state, chosen_params)
-        leaves, treedef = tree_flatten(updates)
-        it = iter(new_chosen)
-        merged = [next(it) if f else leaf for leaf, f in zip(leaves, flags)]
-        return tree_unflatten(treedef, merged), MaskedState(inner_state)
-
-    return GradientTransformation(init, update)
-
-
-class MultiTransformState(NamedTuple):
-    inner_states: Any
-
-
-def multi_transform(transforms: dict, param_labels) -> GradientTransformation:
-    """Apply ``transforms[label]`` to the leaves labelled ``label`` by ``param_labels`` (a
-    pytree of labels like the parameters, or a function of params giving one).
-
-        >>> import functrans.numpy as jnp
-        >>> opt = multi_transform({"fast": scale(-1.0), "slow": scale(-0.1)},
-        ...                       {"a": "fast", "b": "slow"})
-        >>> params = {"a": jnp.ones(1), "b": jnp.ones(1)}
-        >>> opt.update(params, opt.init(params))[0]
-        {'a': Array([-1.], dtype=float32), 'b': Array([-0.1], dtype=float32)}
-    """
-    def labels_of(params):
-        return param_labels(params) if callable(param_labels) else param_labels
-
-    def label_mask(label):
-        def mask(params):
-            return tree_map(lambda lab: lab == label, labels_of(params))
-        return mask
-
-    parts = {label: masked(t, label_mask(label)) for label, t in transforms.items()}
-
-    def init(params):
-        labels = set(tree_leaves(labels_of(params)))
-        missing = labels - set(transforms)
-        if missing:
-            raise ValueError(f"multi_transform: no transformation for labels {sorted(missing)}")
-        return MultiTransformState({label: t.init(params) for label, t in parts.items()})
-
-    def update(updates, state, params=None):
-        new_states = {}
-        for label, t in parts.items():
-            updates, new_states[label] = t.update(updates, state.inner_states[label], params)
-        return updates, MultiTransformState(new_states)
-
-    return GradientTransformation(init, update)
-
-

@@ -1,128 +1,21 @@
-"""``functrans.optim.losses``: common loss functions, elementwise or per example (no
-reduction over the batch: take ``.mean()`` yourself).
-
-    >>> import functrans.numpy as jnp
-    >>> from functrans.optim import losses
-    >>> logits = jnp.array([[2.0, 0.0, -1.0]])
-    >>> losses.softmax_cross_entropy_with_integer_labels(logits, jnp.array([0]))
-    Array([0.16984606], dtype=float32)
-
-Each follows its textbook formula and is written to stay finite where the naive formula
-overflows (large logits, labels of exactly 0 or 1).
-"""
+"""Classification losses: binary and multiclass cross-entropies, hinge and perceptron
+losses, KL divergences."""
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
-from functrans import _dtypes, nn
+import functrans
+from functrans import nn
 from functrans import numpy as jnp
+from functrans.optim.losses._inputs import _axes, _floating
+from functrans.optim.projections import projection_simplex
 
-__all__ = [
-    "squared_error", "l2_loss", "huber_loss", "log_cosh", "cosine_similarity", "cosine_distance",
-    "sigmoid_binary_cross_entropy", "sigmoid_focal_loss", "hinge_loss", "perceptron_loss",
-    "softmax_cross_entropy", "softmax_cross_entropy_with_integer_labels",
-    "safe_softmax_cross_entropy", "poly_loss_cross_entropy", "multiclass_hinge_loss",
-    "multiclass_perceptron_loss", "kl_divergence", "kl_divergence_with_log_targets",
-    "generalized_kl_divergence", "convex_kl_divergence", "smooth_labels",
-]
-
-
-def _floating(name: str, x, what: str = "predictions"):
-    x = jnp.asarray(x)
-    if not _dtypes.is_inexact(x.dtype):
-        raise TypeError(f"{name}: {what} must be floating point, got {x.dtype} "
-                        f"(convert with .astype(jnp.float32))")
-    return x
-
-
-def _errors(name, predictions, targets):
-    predictions = _floating(name, predictions)
-    return predictions if targets is None else predictions - targets
-
-
-def _axes(axis, ndim: int) -> tuple:
-    if axis is None:
-        return tuple(range(ndim))
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    return tuple(a % ndim for a in axes)
-
-
-# =============================================================================================
-# Regression
-# =============================================================================================
-
-def squared_error(predictions, targets=None):
-    """``(predictions - targets)^2`` elementwise (targets default to 0).
-
-        >>> import functrans.numpy as jnp
-        >>> squared_error(jnp.array([1.0, -2.0]), jnp.array([0.0, 1.0]))
-        Array([1., 9.], dtype=float32)
-    """
-    errors = _errors("squared_error", predictions, targets)
-    return errors * errors
-
-
-def l2_loss(predictions, targets=None):
-    """``0.5 * (predictions - targets)^2`` elementwise, whose gradient is the error itself.
-
-        >>> import functrans.numpy as jnp
-        >>> l2_loss(jnp.array([2.0]))
-        Array([2.], dtype=float32)
-    """
-    return 0.5 * squared_error(predictions, targets)
-
-
-def huber_loss(predictions, targets=None, *, delta=1.0):
-    """Quadratic near zero, linear beyond ``delta``: ``0.5 e^2`` for ``|e| <= delta``,
-    ``delta (|e| - 0.5 delta)`` otherwise (Huber, 1964).
-
-        >>> import functrans.numpy as jnp
-        >>> huber_loss(jnp.array([0.5, 3.0]))
-        Array([0.125, 2.5  ], dtype=float32)
-    """
-    errors = jnp.abs(_errors("huber_loss", predictions, targets))
-    quadratic = jnp.minimum(errors, delta)
-    return 0.5 * quadratic * quadratic + delta * (errors - quadratic)
-
-
-def log_cosh(predictions, targets=None):
-    """``log(cosh(e))`` elementwise, computed as ``logaddexp(e, -e) - log 2`` so large
-    errors do not overflow: about ``e^2 / 2`` near 0 and ``|e| - log 2`` far away.
-
-        >>> import functrans.numpy as jnp
-        >>> log_cosh(jnp.array([0.0, 100.0]))
-        Array([ 0.      , 99.306854], dtype=float32)
-    """
-    errors = _errors("log_cosh", predictions, targets)
-    return jnp.logaddexp(errors, -errors) - jnp.asarray(math.log(2.0), errors.dtype)
-
-
-def cosine_similarity(predictions, targets, *, epsilon=0.0, axis=-1, where=None):
-    """Cosine of the angle between ``predictions`` and ``targets`` along ``axis``; the
-    squared norms are clipped below at ``epsilon``. ``where`` masks entries out.
-
-        >>> import functrans.numpy as jnp
-        >>> a, b = jnp.array([[1.0, 0.0], [0.0, 1.0]]), jnp.array([[2.0, 0.0], [1.0, 0.0]])
-        >>> cosine_similarity(a, b)
-        Array([1., 0.], dtype=float32)
-    """
-    a = _floating("cosine_similarity", predictions)
-    b = _floating("cosine_similarity", targets, "targets")
-    a_norm = jnp.sqrt(jnp.maximum(jnp.sum(a * a, axis=axis, where=where, keepdims=True), epsilon))
-    b_norm = jnp.sqrt(jnp.maximum(jnp.sum(b * b, axis=axis, where=where, keepdims=True), epsilon))
-    return jnp.sum((a / a_norm) * (b / b_norm), axis=axis, where=where)
-
-
-def cosine_distance(predictions, targets, *, epsilon=0.0, axis=-1, where=None):
-    """``1 - cosine_similarity(predictions, targets)``.
-
-        >>> import functrans.numpy as jnp
-        >>> cosine_distance(jnp.array([1.0, 0.0]), jnp.array([0.0, 3.0]))
-        Array(1., dtype=float32)
-    """
-    return 1.0 - cosine_similarity(predictions, targets, epsilon=epsilon, axis=axis, where=where)
+__all__ = ["sigmoid_binary_cross_entropy", "sigmoid_focal_loss", "hinge_loss",
+           "perceptron_loss", "softmax_cross_entropy", "softmax_cross_entropy_with_integer_labels",
+           "safe_softmax_cross_entropy", "poly_loss_cross_entropy", "multiclass_hinge_loss",
+           "multiclass_perceptron_loss", "kl_divergence", "kl_divergence_with_log_targets",
+           "generalized_kl_divergence", "convex_kl_divergence", "sparsemax_loss",
+           "multiclass_sparsemax_loss"]
 
 
 # =============================================================================================
@@ -362,18 +255,36 @@ def convex_kl_divergence(log_predictions, targets, axis=-1, where=None):
     return generalized_kl_divergence(log_predictions, targets, axis=axis, where=where)
 
 
-def smooth_labels(labels, alpha, *, axis=-1, where=None):
-    """Label smoothing (Szegedy et al., 2016): ``(1 - alpha) * labels + alpha / K`` with
-    ``K`` the number of classes along ``axis`` (counting only ``where``-True ones).
+# =============================================================================================
+# Sparsemax
+# =============================================================================================
+
+def sparsemax_loss(logits, labels):
+    """The binary sparsemax loss (Martins & Astudillo, 2016): ``sparse_plus(-z)`` for
+    positive labels and ``sparse_plus(z)`` for negative ones, elementwise.
 
         >>> import functrans.numpy as jnp
-        >>> smooth_labels(jnp.array([1.0, 0.0, 0.0, 0.0]), 0.2)
-        Array([0.85, 0.05, 0.05, 0.05], dtype=float32)
+        >>> sparsemax_loss(jnp.array([2.0, 0.0]), jnp.array([1, 0]))
+        Array([0.  , 0.25], dtype=float32)
     """
-    labels = _floating("smooth_labels", labels, "labels")
-    if where is None:
-        count = int(np.prod([labels.shape[a] for a in _axes(axis, labels.ndim)]))
-    else:
-        count = jnp.sum(jnp.asarray(where), axis=axis, keepdims=True)
-    return (1.0 - alpha) * labels + alpha / count
+    logits = _floating("sparsemax_loss", logits, "logits")
+    return nn.sparse_plus(jnp.where(labels, -logits, logits))
 
+
+def _multiclass_sparsemax_loss(scores, label):
+    proba = projection_simplex(scores)
+    scores = (scores - scores[label]).at[label].set(0.0)
+    return jnp.dot(proba, jnp.where(proba, scores, 0.0)) + 0.5 * (1.0 - jnp.dot(proba, proba))
+
+
+def multiclass_sparsemax_loss(scores, labels):
+    """The multiclass sparsemax loss (Martins & Astudillo, 2016) per example: the
+    Fenchel-Young loss of sparsemax (the projection of the scores onto the simplex) at the
+    integer ``labels``.
+
+        >>> import functrans.numpy as jnp
+        >>> multiclass_sparsemax_loss(jnp.array([[3.0, 0.0, 0.0]]), jnp.array([0]))
+        Array([0.], dtype=float32)
+    """
+    scores = _floating("multiclass_sparsemax_loss", scores, "scores")
+    return functrans.vmap(_multiclass_sparsemax_loss)(scores, jnp.asarray(labels))

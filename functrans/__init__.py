@@ -53,7 +53,8 @@ from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,
 
 # Imported on first use (``functrans.scipy.special``, ``functrans.tree.map``, ...), as a
 # program that never touches them should not pay for importing them.
-_LAZY_MODULES = ("scipy", "tree", "flatten_util", "dtypes", "image", "ops", "typing", "dlpack")
+_LAZY_MODULES = ("scipy", "tree", "flatten_util", "dtypes", "image", "ops", "typing", "dlpack",
+                 "export")
 
 
 def __getattr__(name):

@@ -3,7 +3,8 @@
 The API is ``jax.export``'s: ``export(jit(f))(*specs)`` returns an :class:`Exported` whose
 ``serialize()`` bytes another process loads with :func:`deserialize` and runs with
 ``Exported.call`` — compiled by the local backend, with no need for ``f``'s code.
-``symbolic_shape`` names dimensions for exports that take any batch size. See
+``symbolic_shape`` names dimensions for exports that take any batch size;
+``to_shared_library`` compiles an Exported into a ``.so`` with a C entry point. See
 ``docs/export.md``.
 
     >>> import functrans, functrans.numpy as jnp
@@ -22,8 +23,10 @@ from functrans.export._exported import (DisabledSafetyCheck, Exported, default_e
                                         deserialize, export)
 from functrans.export._pytrees import (register_namedtuple_serialization,
                                        register_pytree_node_serialization)
+from functrans.export._shared_library import SharedLibrary, to_shared_library
 
 __all__ = ["DisabledSafetyCheck", "Exported", "default_export_platform", "deserialize",
            "export", "is_symbolic_dim", "minimum_supported_serialization_version",
            "maximum_supported_serialization_version", "register_namedtuple_serialization",
-           "register_pytree_node_serialization", "symbolic_args_specs", "symbolic_shape"]
+           "register_pytree_node_serialization", "SharedLibrary", "symbolic_args_specs",
+           "symbolic_shape", "to_shared_library"]

@@ -99,6 +99,8 @@ class Exported:
     _dim_vars: tuple = dataclasses.field(default=(), repr=False)
     _get_vjp: Callable[["Exported"], "Exported"] | None = dataclasses.field(
         default=None, repr=False)
+    # the names of the function's positional parameters (for C headers)
+    _arg_names: tuple = dataclasses.field(default=(), repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_specializations", {})
@@ -357,9 +359,14 @@ def _export(fun_jit: JitWrapped, platforms, disabled, args, kwargs) -> Exported:
             [doc for doc, _ in encoded], [c for _, c in encoded], points, variables)
     out_avals = _template_avals(template["outvars"], template)
     primal = _PrimalFunction(fun_jit, statics, in_tree)
+    positional = getattr(fun_jit, "_positional", [])
+    static_positions = {k for k, _ in statics if isinstance(k, int)}
+    arg_names = tuple(positional[i] if i < len(positional) else f"arg{i}"
+                      for i in range(len(args)) if i not in static_positions)
     return Exported(name, in_tree, in_avals, out_tree, out_avals, platforms,
                     disabled_safety_checks=disabled, _program=template, _consts=consts,
-                    _dim_vars=tuple(variables), _get_vjp=primal.export_vjp)
+                    _dim_vars=tuple(variables), _get_vjp=primal.export_vjp,
+                    _arg_names=arg_names)
 
 
 def _with_statics(fun_jit: JitWrapped, statics, dyn_args, dyn_kwargs):
@@ -455,6 +462,7 @@ def _document(e: Exported, arrays: list, index: dict) -> dict:
         "platforms": list(e.platforms),
         "disabled_checks": [c._impl for c in e.disabled_safety_checks],
         "dim_vars": list(e._dim_vars),
+        "arg_names": list(e._arg_names),
         "program": e._program,
         "consts": positions,
     }
@@ -524,6 +532,9 @@ def _read_one(doc, arrays: list, vjp: Exported | None) -> Exported:
     if declared != set(dim_vars):
         raise ValueError("corrupted serialized Exported: the dimension variables do not "
                          "match the argument shapes")
+    arg_names = doc.get("arg_names", [])
+    if not (isinstance(arg_names, list) and all(isinstance(n, str) for n in arg_names)):
+        raise ValueError(f"corrupted serialized Exported: argument names {arg_names!r}")
     program = doc.get("program")
     if not isinstance(program, dict):
         raise ValueError("corrupted serialized Exported: no program")
@@ -531,7 +542,8 @@ def _read_one(doc, arrays: list, vjp: Exported | None) -> Exported:
                       disabled_safety_checks=tuple(DisabledSafetyCheck(c) for c in checks),
                       _program=program, _consts=[arrays[k] for k in positions],
                       _dim_vars=tuple(dim_vars),
-                      _get_vjp=None if vjp is None else (lambda _: vjp))
+                      _get_vjp=None if vjp is None else (lambda _: vjp),
+                      _arg_names=tuple(arg_names))
     if vjp is not None:
         result._vjp_cache.append(vjp)
     # the program must decode (with symbolic sizes at sample values) and match the declared

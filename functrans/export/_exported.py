@@ -151,7 +151,13 @@ class Exported:
     def call(self, *args, **kwargs):
         """Run the exported function on ``args``/``kwargs`` (the pytree structure, dtypes
         and shapes it was exported for; symbolic dimensions take any positive size).
-        Works eagerly and inside ``jit``, ``vmap`` and ``grad`` (through the VJP)."""
+        Works eagerly and inside ``jit``, ``vmap`` and ``grad`` (through the VJP).
+
+            >>> import functrans, functrans.numpy as jnp
+            >>> exp = export(functrans.jit(lambda x, y: x @ y))(jnp.ones((2, 3)), jnp.ones(3))
+            >>> functrans.jit(lambda y: exp.call(jnp.eye(2, 3), y) + 1)(jnp.arange(3.0))
+            Array([1., 2.], dtype=float32)
+        """
         if not kwargs:  # a signature seen before: straight to its compiled program
             fast = _fast_signature(args)
             if fast is not None:
@@ -479,7 +485,13 @@ def _symbolic_aval(aval) -> dict:
 def deserialize(blob: bytes | bytearray) -> Exported:
     """The :class:`Exported` that ``Exported.serialize`` wrote to ``blob``. Raises
     ``ValueError`` for bytes that are not a serialized Exported, are truncated or
-    corrupted, or come from a newer format version."""
+    corrupted, or come from a newer format version.
+
+        >>> import functrans, functrans.numpy as jnp
+        >>> blob = export(functrans.jit(jnp.cos))(jnp.zeros(2)).serialize()
+        >>> deserialize(blob).call(jnp.zeros(2))
+        Array([1., 1.], dtype=float32)
+    """
     document, arrays = _container.unpack(blob)
     try:
         return _read_chain(document, arrays)

@@ -42,6 +42,11 @@ def to_shared_library(exported: Exported | Mapping[str, Exported], path: str, *,
     code, and is thread-safe. A dimension-polymorphic export is compiled for the sizes in
     ``dimensions`` (``{"b": 32}``). Raises ``NotImplementedError`` naming the primitives of
     a program that needs NumPy steps, ``RuntimeError`` without a C compiler.
+
+        >>> import functrans, functrans.numpy as jnp
+        >>> exp = functrans.export.export(functrans.jit(jnp.tanh))(jnp.ones(4))  # doctest: +SKIP
+        >>> to_shared_library(exp, "build/tanh").header             # doctest: +SKIP
+        '.../build/tanh.h'
     """
     library = _c_name(os.path.basename(os.fspath(path)))
     if isinstance(exported, Exported):

@@ -337,6 +337,15 @@ def test_polymorphism_in_two_variables():
         np.testing.assert_array_equal(got, want)
 
 
+def test_sizes_too_small_for_the_program_are_refused_at_call():
+    b, = export.symbolic_shape("b")
+    exp = export.export(functrans.jit(lambda x: x[4:] * 2))(_spec((b,)))
+    assert [str(a) for a in exp.out_avals] == ["f32[b - 4]"]
+    np.testing.assert_array_equal(exp.call(np.ones(6, F32)), [2, 2])
+    with pytest.raises(ValueError, match="cannot run at b=2.*slice"):
+        exp.call(np.ones(2, F32))
+
+
 def test_polymorphism_refuses_what_it_cannot_express():
     b, = export.symbolic_shape("b")
     spec = _spec((b,))

@@ -187,16 +187,18 @@ def test_polymorphic_exports_need_sizes(tmp_path):
         export.to_shared_library(mlp, str(tmp_path / "m"))
 
 
-def test_command_line(tmp_path):
+def test_command_line(tmp_path, capsys):
+    from functrans.export.__main__ import main
     exp = _entries()["mlp"][0]
     saved = tmp_path / "model.exported"
     saved.write_bytes(exp.serialize())
-    info = subprocess.run([sys.executable, "-m", "functrans.export", str(saved), "--info"],
-                          capture_output=True, text=True)
-    assert info.returncode == 0 and "mlp: (f32[b,8]) -> (f32[b,5])" in info.stdout
-    missing = subprocess.run([sys.executable, "-m", "functrans.export", str(saved)],
-                             capture_output=True, text=True)
-    assert missing.returncode == 1 and "dimensions=" in missing.stderr
+    assert main([str(saved), "--info"]) == 0
+    assert "mlp: (f32[b,8]) -> (f32[b,5])" in capsys.readouterr().out
+    assert main([str(saved)]) == 1
+    assert "dimensions=" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing.exported")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+    # the module's entry point, as a user runs it
     built = subprocess.run([sys.executable, "-m", "functrans.export", str(saved), "-d", "b=4",
                             "-o", str(tmp_path / "out" / "net")], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr

@@ -122,7 +122,10 @@ class Exported:
         """The exported VJP: takes the primal arguments (flat) and a cotangent per output
         (flat), returns a cotangent per argument (flat). ``ValueError`` if not available."""
         if self._get_vjp is None:
-            raise ValueError("No VJP is available")
+            raise ValueError(f"No VJP is available for '{self.fun_name}': it was deserialized "
+                             "from bytes serialized with vjp_order=0 (or fewer orders than "
+                             "this derivative needs); serialize it with vjp_order=1 or more "
+                             "to differentiate it")
         with self._lock:
             if not self._vjp_cache:
                 self._vjp_cache.append(self._get_vjp(self))
@@ -238,7 +241,14 @@ class Exported:
                 if found is None:
                     if len(self._specializations) >= _MAX_SPECIALIZATIONS:
                         self._specializations.pop(next(iter(self._specializations)))
-                    closed = self._decode(dict(zip(self._dim_vars, key)))
+                    dims = dict(zip(self._dim_vars, key))
+                    try:
+                        closed = self._decode(dims)
+                    except ValueError as err:  # e.g. a size b - 5 at b = 2
+                        raise ValueError(
+                            f"'{self.fun_name}' cannot run at "
+                            f"{_polymorphism.describe_point(dims)}: its program for those "
+                            f"sizes is not valid ({err})") from None
                     found = self._specializations[key] = _Specialization(self, closed)
         return found
 

@@ -23,6 +23,7 @@ WORKLOADS = {
     "compile": "compile_time:compile_times",
     "rnn": "bench_rnn:rnn",
     "pmap": "bench_pmap:pmap_scaling",
+    "export": "bench_export:export_latency",
 }
 
 SINGLE_THREAD_ENV = {

@@ -54,7 +54,7 @@ from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,
 # Imported on first use (``functrans.scipy.special``, ``functrans.tree.map``, ...), as a
 # program that never touches them should not pay for importing them.
 _LAZY_MODULES = ("scipy", "tree", "flatten_util", "dtypes", "image", "ops", "typing", "dlpack",
-                 "stages", "custom_derivatives", "ad_checkpoint", "profiler")
+                 "stages", "custom_derivatives", "ad_checkpoint", "profiler", "export")
 
 
 def __getattr__(name):

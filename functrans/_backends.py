@@ -111,6 +111,25 @@ def device_parallel_section(num_devices: int):
         yield
 
 
+_shared_library_builders: dict[str, Callable] = {}
+
+
+def register_shared_library_builder(platform: str, build: Callable) -> None:
+    """A backend's ``build(entries, prefix, library)`` compiles programs into a standalone
+    shared library and C header for ``platform`` (see ``functrans.export.to_shared_library``)."""
+    _shared_library_builders[platform] = build
+
+
+def shared_library_builder(platform: str = "cpu") -> Callable:
+    """The registered shared-library builder for ``platform``; RuntimeError if none."""
+    _discover()
+    build = _shared_library_builders.get(platform)
+    if build is None:
+        raise RuntimeError(f"no backend can build shared libraries for {platform!r} (the llvm "
+                           "backend does, and needs llvmlite)")
+    return build
+
+
 def backends() -> dict[str, Backend]:
     _discover()
     return dict(_registry)

@@ -8,8 +8,9 @@ program; scalar code from :mod:`scalar_ops`, inline math from :mod:`vector_math`
 matmul, large loops split into chunks for the native :mod:`thread_pool`), :mod:`runtime`
 (the executable, called once per native segment with the GIL released; its loops stop
 early on Ctrl-C, see :mod:`interrupts`) and :mod:`cache` (machine code on disk). The driver
-is :mod:`pipeline`. ``FUNCTRANS_NUM_THREADS`` sets how many threads run a parallel loop
-(default: the CPUs this process may use).
+is :mod:`pipeline`; :mod:`standalone` links compiled programs into shared libraries with C
+entry points (``functrans.export.to_shared_library``). ``FUNCTRANS_NUM_THREADS`` sets how
+many threads run a parallel loop (default: the CPUs this process may use).
 
     >>> import functrans, functrans.numpy as jnp
     >>> functrans.jit(lambda x: jnp.exp(x) + 1, backend="llvm")(jnp.zeros(2))
@@ -21,7 +22,8 @@ import logging
 
 import contextlib
 
-from functrans._backends import register_backend, register_device_parallel_hook
+from functrans._backends import (register_backend, register_device_parallel_hook,
+                                 register_shared_library_builder)
 
 logger = logging.getLogger("functrans")
 
@@ -61,8 +63,18 @@ def _devices_in_parallel(num_devices: int):
         yield
 
 
-__all__ = ["compile_jaxpr"]
+def build_shared_library(entries, prefix: str, library: str):
+    """A standalone ``.so`` and C header for programs (see :mod:`standalone`)."""
+    if _IMPORT_ERROR is not None:
+        raise RuntimeError(f"the llvm backend needs llvmlite and scipy: {_IMPORT_ERROR}")
+    from functrans.backends.llvm import standalone
+    return standalone.build_shared_library(
+        [standalone.Entry(**e) for e in entries], prefix, library)
+
+
+__all__ = ["compile_jaxpr", "build_shared_library"]
 
 register_backend("llvm", "cpu", compile_jaxpr, priority=10, available=_available)
 if _available():
     register_device_parallel_hook(_devices_in_parallel)
+    register_shared_library_builder("cpu", build_shared_library)

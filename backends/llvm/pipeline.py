@@ -74,24 +74,44 @@ def _plan_digest(program, plan, slots) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class NativePlan:
+    """A program planned for code generation: the fused steps, the buffer plan, the
+    pointer-table slots, the constants of control-flow bodies and the schedule."""
+
+    def __init__(self, closed, program, plan, slots, nested_consts, schedule):
+        self.closed = closed  # after decomposition
+        self.program, self.plan, self.slots = program, plan, slots
+        self.nested_consts, self.schedule = nested_consts, schedule
+
+
+def plan_native(closed: ClosedJaxpr, fuse: bool = True) -> NativePlan:
+    """Every step of compilation before LLVM: decomposition, fusion, control flow, buffer
+    planning, slot assignment and the split into native segments. The caller holds
+    ``_compile_lock``."""
+    closed = decompose_closed(closed)  # e.g. convolutions as im2col + BLAS
+    jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
+    target = LLVMTarget()
+    program = fusion.normalize(fusion.plan_program(jaxpr, target, consts, fuse=fuse))
+    if fuse:
+        program = fusion.fuse_dot_epilogues(program)
+    control_flow.lower_control_flow(program, target)
+    for step in program.steps:  # control flow whose bodies need NumPy steps
+        if isinstance(step, fusion.FallbackStep) and \
+                step.eqn.primitive.name in host_loops.PRIMITIVES:
+            step.driver = host_loops.driver_for(step.eqn)
+    plan = buffers.plan_buffers(program)
+    slots, nested_consts = _assign_slots(program)
+    return NativePlan(closed, program, plan, slots, nested_consts,
+                      codegen.split_segments(program))
+
+
 def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
                   fuse: bool = True) -> Executable:
     """Compile ``closed`` for this machine's CPU (see the module docstring)."""
-    closed = decompose_closed(closed)  # e.g. convolutions as im2col + BLAS
     with _compile_lock:
-        jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
-        target = LLVMTarget()
-        program = fusion.normalize(fusion.plan_program(jaxpr, target, consts, fuse=fuse))
-        if fuse:
-            program = fusion.fuse_dot_epilogues(program)
-        control_flow.lower_control_flow(program, target)
-        for step in program.steps:  # control flow whose bodies need NumPy steps
-            if isinstance(step, fusion.FallbackStep) and \
-                    step.eqn.primitive.name in host_loops.PRIMITIVES:
-                step.driver = host_loops.driver_for(step.eqn)
-        plan = buffers.plan_buffers(program)
-        slots, nested_consts = _assign_slots(program)
-        schedule = codegen.split_segments(program)
+        native = plan_native(closed, fuse)
+        closed, program, plan, slots = native.closed, native.program, native.plan, native.slots
+        nested_consts, schedule = native.nested_consts, native.schedule
         segments = [s for s in schedule if isinstance(s, Segment)]
         description = program.describe()
         if not segments:

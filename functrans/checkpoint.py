@@ -110,13 +110,23 @@ def _encode_structure(treedef: PyTreeDef, names):
         return {"kind": "namedtuple", "name": cls.__name__, "fields": list(cls._fields),
                 "children": children}
     nodetype = treedef.aux[0]
+    if nodetype is _key_array_type():
+        # typed PRNG keys: their two uint32 words, rebuilt into keys on restore
+        return {"kind": "prng_key", "impl": treedef.aux[1], "children": children}
     return {"kind": "custom", "name": f"{nodetype.__module__}.{nodetype.__qualname__}",
             "children": children}
 
 
+def _key_array_type():
+    # imported here: functrans imports this module before functrans.random
+    from functrans.random import PRNGKeyArray
+    return PRNGKeyArray
+
+
 def _decode_structure(node, leaves: dict):
     """Rebuild containers from JSON. Namedtuples come back as namedtuples of the same name
-    and fields (created here, never imported); registered custom nodes come back as lists."""
+    and fields (created here, never imported), typed PRNG keys as keys; other registered
+    custom nodes come back as lists."""
     kind = node["kind"]
     if kind == "leaf":
         return leaves[node["name"]]
@@ -133,6 +143,10 @@ def _decode_structure(node, leaves: dict):
         return collections.OrderedDict((_decode_key(k), c) for k, c in zip(node["keys"], children))
     if kind == "namedtuple":
         return _namedtuple_type(node["name"], tuple(node["fields"]))(*children)
+    if kind == "prng_key":
+        if node.get("impl") != "threefry2x32" or len(children) != 2:
+            raise CheckpointError(f"unsupported PRNG key entry in checkpoint: {node.get('impl')!r}")
+        return _key_array_type()(*children, node["impl"])
     raise CheckpointError(f"unknown tree node kind {kind!r} in checkpoint")
 
 

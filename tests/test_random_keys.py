@@ -229,10 +229,14 @@ def test_pmap_maps_over_key_arrays():
     np.testing.assert_array_equal(_data(new_keys[1]), _data(random.fold_in(keys[1], 1)))
 
 
-def test_grad_flows_through_parameters_with_typed_keys():
+def test_grad_and_remat_take_typed_keys():
     k = random.key(0)
+    expected = float(jnp.sum(random.normal(k, (3,))))
     grad = functrans.grad(lambda m: jnp.sum(m * random.normal(k, (3,))))(2.0)
-    np.testing.assert_allclose(float(grad), float(jnp.sum(random.normal(k, (3,)))), rtol=1e-6)
+    np.testing.assert_allclose(float(grad), expected, rtol=1e-6)
+    # a key as an argument of a rematerialized function (functrans.checkpoint as a decorator)
+    noisy = functrans.checkpoint(lambda m, key: jnp.sum(m * random.normal(key, (3,))))
+    np.testing.assert_allclose(float(functrans.grad(noisy)(2.0, k)), expected, rtol=1e-6)
 
 
 # =============================================================================================

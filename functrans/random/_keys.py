@@ -98,8 +98,7 @@ class PRNGKeyArray:
 
     # ---- array-like metadata -------------------------------------------------------------
     dtype = property(lambda self: PRNGKeyDType(self._impl))
-    shape = property(lambda self: tuple(np.shape(self._words[0])) if not hasattr(
-        self._words[0], "shape") else tuple(self._words[0].shape))
+    shape = property(lambda self: tuple(np.shape(self._words[0])))
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
     itemsize = property(lambda self: self.dtype.itemsize)

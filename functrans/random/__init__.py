@@ -51,11 +51,10 @@ from functrans._config import config as _config
 from functrans.random._bits import bits, fold_in, split, threefry_2x32
 from functrans.random._continuous import (cauchy, double_sided_maxwell, exponential, gumbel,
                                           laplace, logistic, lognormal, maxwell, normal, pareto,
-                                          rayleigh, triangular, truncated_normal, uniform, wald,
-                                          weibull_min)
+                                          rademacher, rayleigh, triangular, truncated_normal,
+                                          uniform, wald, weibull_min)
 from functrans.random._counts import binomial, geometric, multinomial, poisson
-from functrans.random._discrete import (bernoulli, categorical, choice, permutation,
-                                        rademacher, randint)
+from functrans.random._discrete import bernoulli, categorical, choice, permutation, randint
 from functrans.random._gamma import (beta, chisquare, dirichlet, f, gamma, generalized_normal,
                                      loggamma, t)
 from functrans.random._keys import (PRNGKey, PRNGKeyArray, clone, key, key_data, key_dtype,
@@ -79,7 +78,8 @@ __all__ = [
 
 
 def _forget_compiled_programs(_value):
-    # jitted functions cache programs traced under the old scheme; a new scheme must retrace
+    # jitted functions cache programs traced under the old scheme; a new scheme must retrace.
+    # (Imported here: _api_extra imports this package.)
     from functrans._api_extra import clear_caches
     clear_caches()
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes, lax
 from functrans.core import Tracer, get_aval
+from functrans.numpy._promotion import broadcast_shapes, broadcast_to_shape
 
-
-def asarray(x):
-    from functrans.numpy import asarray as jnp_asarray
-    return jnp_asarray(x)
+asarray = jnp.asarray
 
 
 def as_array(x):
@@ -38,13 +37,7 @@ def shape_tuple(shape, name: str) -> tuple:
         raise TypeError(f"{name}: shape must be a tuple of ints, got {shape!r}") from err
 
 
-def broadcast_shapes(*shapes) -> tuple:
-    from functrans.numpy._promotion import broadcast_shapes as jnp_broadcast_shapes
-    return jnp_broadcast_shapes(*shapes)
-
-
 def broadcast_to(x, shape, name: str):
-    from functrans.numpy._promotion import broadcast_to_shape
     try:
         return broadcast_to_shape(x, shape)
     except ValueError as err:

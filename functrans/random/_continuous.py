@@ -1,6 +1,6 @@
 """Continuous distributions drawn from uniform and normal samples by a closed-form transform:
 ``uniform``, ``normal``, ``truncated_normal``, ``exponential``, ``laplace``, ``logistic``,
-``gumbel``, ``cauchy``, ``pareto``, ``lognormal``, ``rayleigh``, ``maxwell``,
+``gumbel``, ``cauchy``, ``pareto``, ``lognormal``, ``rayleigh``, ``rademacher``, ``maxwell``,
 ``double_sided_maxwell``, ``weibull_min``, ``triangular``, ``wald``.
 
 Each follows jax.random's formula step by step (the same operations in the same order), so a
@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes, lax
 from functrans._config import config
 from functrans.core import get_aval
@@ -188,7 +189,6 @@ def gumbel(key, shape=(), dtype=None, mode=None):
         >>> gumbel(PRNGKey(0), (2,)).shape
         (2,)
     """
-    import functrans.numpy as jnp
     key, shape, dtype = _float_args("gumbel", key, shape, dtype)
     mode = gumbel_mode(mode, "gumbel")
     info = _dtypes.finfo(dtype)
@@ -233,7 +233,6 @@ def pareto(key, b, shape=None, dtype=None):
         >>> bool((x >= 1).all())
         True
     """
-    import functrans.numpy as jnp
     key, shape, dtype, (b,) = _param_args("pareto", key, shape, dtype, b)
     return jnp.exp(exponential(key, shape, dtype) / b)
 
@@ -244,7 +243,6 @@ def lognormal(key, sigma=1.0, shape=None, dtype=None):
         >>> lognormal(PRNGKey(0), 0.5, (2,)).shape
         (2,)
     """
-    import functrans.numpy as jnp
     key, shape, dtype, (sigma,) = _param_args("lognormal", key, shape, dtype, sigma)
     return jnp.exp(normal(key, shape, dtype) * sigma)
 
@@ -262,6 +260,20 @@ def rayleigh(key, scale, shape=None, dtype=None):
     return lax.mul(scale, lax.sqrt(lax.mul(lax.log(u), const(-2.0, dtype, shape))))
 
 
+def rademacher(key, shape=(), dtype=None):
+    """Random ``-1`` or ``+1`` with equal probability: ``2 * (u < 1/2) - 1``, the sign of a
+    fair coin (``bernoulli(key, 0.5)``).
+
+        >>> rademacher(PRNGKey(0), (3,)).dtype
+        dtype('int32')
+    """
+    key, shape = as_key("rademacher", key), shape_tuple(shape, "rademacher")
+    dtype = _dtypes.default_int_dtype() if dtype is None else _dtypes.canonicalize_dtype(dtype)
+    float_type = _dtypes.default_float_dtype()
+    heads = lax.lt(uniform(key, shape, float_type), const(0.5, float_type, shape))
+    return lax.sub(lax.mul(const(2, dtype, shape), convert(heads, dtype)), const(1, dtype, shape))
+
+
 def maxwell(key, shape=(), dtype=None):
     """Maxwell (Maxwell-Boltzmann) samples, density ``sqrt(2/pi) x**2 exp(-x**2/2)``: the
     length of a standard normal 3-vector.
@@ -269,7 +281,6 @@ def maxwell(key, shape=(), dtype=None):
         >>> maxwell(PRNGKey(0), (2,)).shape
         (2,)
     """
-    import functrans.numpy as jnp
     key, shape, dtype = _float_args("maxwell", key, shape, dtype)
     z = normal(key, shape + (3,), dtype)
     return jnp.sqrt(jnp.sum(z * z, axis=-1))
@@ -285,7 +296,6 @@ def double_sided_maxwell(key, loc, scale, shape=(), dtype=None):
         >>> double_sided_maxwell(PRNGKey(0), 0.0, 1.0, (3,)).shape
         (3,)
     """
-    from functrans.random._discrete import rademacher
     key = as_key("double_sided_maxwell", key)
     dtype = float_dtype(dtype, "double_sided_maxwell")
     loc, scale = float_param(loc, dtype), float_param(scale, dtype)
@@ -307,7 +317,6 @@ def weibull_min(key, scale, concentration, shape=(), dtype=None):
         >>> weibull_min(PRNGKey(0), 1.0, 2.0, (2,)).shape
         (2,)
     """
-    import functrans.numpy as jnp
     key = as_key("weibull_min", key)
     dtype = float_dtype(dtype, "weibull_min")
     scale, concentration = float_param(scale, dtype), float_param(concentration, dtype)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes, lax
 from functrans.core import get_aval
 from functrans.random._arguments import (any_true, as_array, broadcast_to, const, convert,
@@ -36,7 +37,6 @@ def geometric(key, p, shape=None, dtype=None):
         >>> bool((x >= 1).all())
         True
     """
-    import functrans.numpy as jnp
     key = as_key("geometric", key)
     dtype = int_dtype(dtype, "geometric")
     p = inexact_param(p)
@@ -52,7 +52,6 @@ def geometric(key, p, shape=None, dtype=None):
 def _poisson_knuth(key, lam, dtype):
     """Poisson counts for small rates: multiply uniforms while the product stays above
     ``exp(-lam)``; the count is the number of factors minus one. ~lam + 1 rounds."""
-    import functrans.numpy as jnp
     shape, limit = get_aval(lam).shape, _loop_limit(dtype)
 
     def more(state):
@@ -75,7 +74,6 @@ def _poisson_knuth(key, lam, dtype):
 def _poisson_rejection(key, lam, dtype):
     """Poisson counts for rates >= 10 by Hormann's transformed rejection with squeeze
     (PTRS): a few rounds, whatever the rate."""
-    import functrans.numpy as jnp
     shape, limit = get_aval(lam).shape, _loop_limit(dtype)
     log_lam = jnp.log(lam)
     b = 0.931 + 2.53 * jnp.sqrt(lam)
@@ -116,7 +114,6 @@ def poisson(key, lam, shape=None, dtype=None):
         >>> bool(abs(x.mean() - 3.0) < 0.3)
         True
     """
-    import functrans.numpy as jnp
     key = as_key("poisson", key)
     dtype = int_dtype(dtype, "poisson")
     lam = as_array(lam)
@@ -132,7 +129,6 @@ def _stirling_tail(k):
     """``lgamma(k + 1) - ((k + 1/2) log(k + 1) - (k + 1) + log(2 pi) / 2)`` as jax.random's
     BTRS computes it: tabulated for ``k <= 9``; otherwise the series at ``k`` clamped to 9
     (JAX's formula, kept so that the acceptance tests, and the samples, are JAX's)."""
-    import functrans.numpy as jnp
     table = jnp.array([0.0810614667953272, 0.0413406959554092, 0.0276779256849983,
                        0.02079067210376509, 0.0166446911898211, 0.0138761288230707,
                        0.0118967099458917, 0.0104112652619720, 0.00925546218271273,
@@ -147,7 +143,6 @@ def _stirling_tail(k):
 def _binomial_inversion(key, count, prob, dtype, limit):
     """Binomial counts for small means: successes are the geometric waiting times that fit
     in ``count`` trials. ~count * prob + 1 rounds."""
-    import functrans.numpy as jnp
     shape, work = get_aval(prob).shape, get_aval(prob).dtype
     log_q = jnp.log1p(-prob)
 
@@ -169,7 +164,6 @@ def _binomial_inversion(key, count, prob, dtype, limit):
 def _binomial_rejection(key, count, prob, dtype, limit):
     """Binomial counts for means ``count * prob > 10`` (``prob <= 1/2``) by Hormann's
     transformed rejection with squeeze (BTRS): a few rounds, whatever ``count``."""
-    import functrans.numpy as jnp
     shape, work = get_aval(prob).shape, get_aval(prob).dtype
     stddev = jnp.sqrt(count * prob * (1.0 - prob))
     b = 1.15 + 2.53 * stddev
@@ -220,7 +214,6 @@ def binomial(key, n, p, shape=None, dtype=None):
         >>> bool(abs(x.mean() - 6.0) < 0.5)
         True
     """
-    import functrans.numpy as jnp
     key = as_key("binomial", key)
     dtype = _dtypes.default_float_dtype() if dtype is None else _dtypes.canonicalize_dtype(dtype)
     if not _dtypes.is_float(dtype):
@@ -264,11 +257,9 @@ def multinomial(key, n, p, *, shape=None, dtype=None, unroll=1):
         >>> float(counts.sum())
         10.0
     """
-    import functrans.numpy as jnp
-    from functrans._dtypes import promote_types
     key = as_key("multinomial", key)
     n, p = inexact_param(n), inexact_param(p)
-    work = promote_types(get_aval(n).dtype, get_aval(p).dtype)
+    work = _dtypes.promote_types(get_aval(n).dtype, get_aval(p).dtype)
     n, p = convert(n, work), convert(p, work)
     if get_aval(p).ndim < 1:
         raise ValueError(f"multinomial: p must have a category axis, got shape {get_aval(p).shape}")

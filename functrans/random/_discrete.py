@@ -1,4 +1,4 @@
-"""Discrete draws: ``bernoulli``, ``rademacher``, ``randint``, ``permutation``, ``choice`` and
+"""Discrete draws: ``bernoulli``, ``randint``, ``permutation``, ``choice`` and
 ``categorical``, each with jax.random's algorithm and use of the key.
 """
 from __future__ import annotations
@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes, lax
 from functrans.core import Tracer, get_aval
 from functrans.random._arguments import (as_array, broadcast_shapes, broadcast_to, const,
@@ -44,18 +45,6 @@ def bernoulli(key, p=0.5, shape=None, mode="low"):
         fine = lax.mul(fine, const(2.0 ** -int(_dtypes.finfo(dtype).nmant), dtype, shape))
         return lax.lt(fine, lax.sub(p, coarse))
     return lax.lt(uniform(key, shape, dtype), p)
-
-
-def rademacher(key, shape=(), dtype=None):
-    """Random ``-1`` or ``+1`` with equal probability.
-
-        >>> rademacher(PRNGKey(0), (3,)).dtype
-        dtype('int32')
-    """
-    shape = shape_tuple(shape, "rademacher")
-    dtype = _dtypes.default_int_dtype() if dtype is None else _dtypes.canonicalize_dtype(dtype)
-    coin = convert(bernoulli(key, 0.5, shape), dtype)
-    return lax.sub(lax.mul(const(2, dtype, shape), coin), const(1, dtype, shape))
 
 
 def _clip_to_dtype(value, dtype):
@@ -138,7 +127,6 @@ def _shuffle(key, x, axis: int):
 
 
 def _take(a, indices, axis):
-    import functrans.numpy as jnp
     return jnp.take(a, indices, axis=axis)
 
 
@@ -224,7 +212,6 @@ def choice(key, a, shape=(), replace=True, p=None, axis=0, mode=None):
         >>> choice(PRNGKey(0), 10, (4,))
         Array([9, 0, 2, 3], dtype=int32)
     """
-    import functrans.numpy as jnp
     key = as_key("choice", key)
     shape = shape_tuple(shape, "choice")
     arr = as_array(a)

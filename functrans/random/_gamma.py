@@ -12,13 +12,14 @@ parameters (see :mod:`functrans.random._gamma_derivative`).
 """
 from __future__ import annotations
 
+import functrans.numpy as jnp
 from functrans import _dtypes, lax
+from functrans._api import vmap
 from functrans.core import get_aval
 from functrans.random._arguments import (broadcast_to, convert, float_dtype, float_param,
                                          sample_shape, shape_from_param_shapes)
 from functrans.random._bits import split_key, split_keys
-from functrans.random._continuous import exponential, normal, uniform
-from functrans.random._discrete import rademacher
+from functrans.random._continuous import exponential, normal, rademacher, uniform
 from functrans.random._gamma_derivative import reparameterized_gamma, reparameterized_log_gamma
 from functrans.random._keys import as_key
 
@@ -37,11 +38,12 @@ def _gamma_one(key, alpha, log_space: bool):
 
     def rejected(state):
         _, x2, v, u = state
-        # the squeeze test, then the full one (both evaluated: the loop is vectorized)
-        squeeze = lax.ge(u, lax.sub(c(1), lax.mul(c(0.0331), lax.mul(x2, x2))))
-        full = lax.ge(lax.log(u), lax.add(lax.mul(x2, c(0.5)),
-                                          lax.mul(d, lax.add(lax.sub(c(1), v), lax.log(v)))))
-        return lax.bitwise_and(squeeze, full)
+        # a proposal fails the cheap squeeze test and the full one (both are evaluated: the
+        # loop runs vectorized); x2 is x**2, v is (1 + scale x)**3
+        squeeze_fails = lax.ge(u, lax.sub(c(1), lax.mul(c(0.0331), lax.mul(x2, x2))))
+        full_fails = lax.ge(lax.log(u), lax.add(lax.mul(x2, c(0.5)),
+                                                lax.mul(d, lax.add(lax.sub(c(1), v), lax.log(v)))))
+        return lax.bitwise_and(squeeze_fails, full_fails)
 
     def propose(state):
         key = state[0]
@@ -72,7 +74,6 @@ def _gamma_one(key, alpha, log_space: bool):
 
 def _gamma_draws(key, a, log_space: bool):
     """Gamma samples (or their logs) for every element of ``a``, with no gradient."""
-    from functrans._api import vmap
     shape, size = get_aval(a).shape, get_aval(a).size
     if size == 0:
         return a
@@ -138,7 +139,6 @@ def beta(key, a, b, shape=None, dtype=None):
         >>> beta(PRNGKey(0), 2.0, 3.0, (3,)).shape
         (3,)
     """
-    import functrans.numpy as jnp
     key, dtype = as_key("beta", key), float_dtype(dtype, "beta")
     a, b = float_param(a, dtype), float_param(b, dtype)
     shape = sample_shape("beta", shape, a, b)
@@ -162,7 +162,6 @@ def dirichlet(key, alpha, shape=None, dtype=None):
         >>> dirichlet(PRNGKey(0), jnp.array([1.0, 2.0, 3.0]), (5,)).shape
         (5, 3)
     """
-    import functrans.numpy as jnp
     key = as_key("dirichlet", key)
     dtype = float_dtype(dtype, "dirichlet")
     alpha = float_param(alpha, dtype)
@@ -183,7 +182,6 @@ def chisquare(key, df, shape=None, dtype=None):
         >>> chisquare(PRNGKey(0), 3.0, (2,)).shape
         (2,)
     """
-    import functrans.numpy as jnp
     key, dtype = as_key("chisquare", key), float_dtype(dtype, "chisquare")
     df = float_param(df, dtype)
     shape = sample_shape("chisquare", shape, df)
@@ -212,7 +210,6 @@ def t(key, df, shape=None, dtype=None):
         >>> t(PRNGKey(0), 3.0, (2,)).shape
         (2,)
     """
-    import functrans.numpy as jnp
     key, dtype = as_key("t", key), float_dtype(dtype, "t")
     df = float_param(df, dtype)
     shape = sample_shape("t", shape, df)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes, lax
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.random._arguments import asarray
@@ -166,14 +167,12 @@ class PRNGKeyArray:
     def __eq__(self, other):
         if not isinstance(other, PRNGKeyArray):
             return NotImplemented
-        import functrans.numpy as jnp
         (a0, a1), (b0, b1) = self._words, other._words
         return jnp.logical_and(jnp.equal(a0, b0), jnp.equal(a1, b1))
 
     def __ne__(self, other):
         if not isinstance(other, PRNGKeyArray):
             return NotImplemented
-        import functrans.numpy as jnp
         return jnp.logical_not(self == other)
 
     __hash__ = None

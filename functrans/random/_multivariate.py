@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import get_aval
 from functrans.random._arguments import (float_dtype, float_param, shape_from_param_shapes,
@@ -23,7 +24,6 @@ def multivariate_normal(key, mean, cov, shape=None, dtype=None, method="cholesky
         >>> multivariate_normal(PRNGKey(0), jnp.zeros(2), jnp.eye(2), (5,)).shape
         (5, 2)
     """
-    import functrans.numpy as jnp
     key = as_key("multivariate_normal", key)
     dtype = float_dtype(dtype, "multivariate_normal")
     mean, cov = float_param(mean, dtype), float_param(cov, dtype)
@@ -62,7 +62,6 @@ def orthogonal(key, n, shape=(), dtype=None, m=None):
         >>> bool(jnp.allclose(q @ q.T, jnp.eye(3), atol=1e-5))
         True
     """
-    import functrans.numpy as jnp
     key = as_key("orthogonal", key)
     shape = shape_tuple(shape, "orthogonal")
     m = n if m is None else m
@@ -87,7 +86,6 @@ def ball(key, d, p=2, shape=(), dtype=None):
         >>> x.shape, bool((jnp.linalg.norm(x, axis=-1) <= 1).all())
         ((10, 3), True)
     """
-    import functrans.numpy as jnp
     key = as_key("ball", key)
     if not isinstance(d, (int, np.integer)) or d < 0:
         raise ValueError(f"ball: d must be a nonnegative int, got {d!r}")

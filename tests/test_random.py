@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -120,6 +123,16 @@ def test_the_flag_selects_the_scheme():
         jitted = functrans.jit(lambda k: random.bits(k, (2,)))
         assert _np(jitted(key)).tolist() == [928981903, 3453687069]
     assert _np(jitted(key)).tolist() == [4070199207, 4202968722]
+
+
+@pytest.mark.parametrize("variable", ["FUNCTRANS_THREEFRY_PARTITIONABLE",
+                                      "JAX_THREEFRY_PARTITIONABLE"])
+def test_the_environment_selects_the_scheme(variable):
+    code = "import functrans.random as r; print(r.split(r.PRNGKey(0))[0].tolist())"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("THREEFRY_PARTITIONABLE")}
+    out = subprocess.run([sys.executable, "-c", code], env={**env, variable: "0"},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[4146024105, 967050713]"
 
 
 def test_keys_split_and_fold_in_match_jax(original_threefry):

@@ -36,6 +36,7 @@ import pathlib
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import functrans
 import functrans.numpy as jnp
@@ -208,3 +209,28 @@ def test_vmap_over_keys_is_the_loop_over_keys(fn):
             else:
                 np.testing.assert_array_equal(row, single)
 
+
+
+# =============================================================================================
+# The partitionable scheme's defining property, for any shape
+# =============================================================================================
+
+@given(st.lists(st.integers(1, 6), min_size=0, max_size=3), st.sampled_from([8, 16, 32, 64]),
+       st.integers(0, 2 ** 32 - 1))
+def test_each_element_depends_only_on_its_index(shape, width, seed):
+    # bits of any shape are the first prod(shape) bits of a longer draw, in row-major order:
+    # a shard of the output can be computed on its own (the original scheme has no such
+    # property: its halves depend on the total size)
+    shape = tuple(shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    dtype = np.dtype(f"uint{width}")
+    key = random.PRNGKey(seed)
+    with x64() if width == 64 else contextlib.nullcontext():
+        longer = np.asarray(random.bits(key, (size + 5,), dtype))
+        np.testing.assert_array_equal(np.asarray(random.bits(key, shape, dtype)),
+                                      longer[:size].reshape(shape))
+    keys = random.split(random.key(seed), shape)
+    np.testing.assert_array_equal(np.asarray(random.key_data(keys)),
+                                  np.asarray(random.key_data(random.split(random.key(seed),
+                                                                          size + 3)))[:size]
+                                  .reshape(shape + (2,)))

@@ -29,6 +29,7 @@ from functrans._api import jacrev
 from functrans.core import Primitive, ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+from functrans.random._keys import PRNGKeyArray, key_aval
 from functrans.tree_util import tree_flatten, tree_unflatten
 
 __all__ = ["pure_callback", "jacobian", "device_get", "default_backend", "named_scope",
@@ -496,11 +497,16 @@ def clear_caches() -> None:
 
 
 def typeof(x) -> ShapedArray:
-    """The abstract value (shape, dtype, weak type) of an array, tracer or scalar.
+    """The abstract value (shape, dtype, weak type) of an array, tracer, scalar or key array.
 
         >>> typeof(1.0)
         ShapedArray(f32[], weak_type=True)
+        >>> import functrans.random as random
+        >>> typeof(random.key(0))
+        ShapedArray(key<fry>[])
     """
+    if isinstance(x, PRNGKeyArray):
+        return key_aval(x)
     return get_aval(x)
 
 

@@ -38,6 +38,15 @@ class Config:
             "traceback_filtering": os.environ.get("FUNCTRANS_TRACEBACK_FILTERING", "on"),
             "default_backend": os.environ.get("FUNCTRANS_DEFAULT_BACKEND", ""),
             "cache_dir": os.environ.get("FUNCTRANS_CACHE_DIR", ""),
+            # how random bits derive from a key: JAX's current scheme (a 64-bit counter per
+            # output element) unless turned off for the original one; JAX's own variable
+            # name is honoured too, so a ported launch script keeps its meaning
+            "threefry_partitionable": _env_bool(
+                "FUNCTRANS_THREEFRY_PARTITIONABLE",
+                _env_bool("JAX_THREEFRY_PARTITIONABLE", True)),
+            # default mode of random.gumbel / categorical / choice: "high" when set
+            "use_high_dynamic_range_gumbel": _env_bool(
+                "FUNCTRANS_USE_HIGH_DYNAMIC_RANGE_GUMBEL", False),
             # type-check every staged program (slow; the test suite turns it on)
             "check_jaxprs": _env_bool("FUNCTRANS_CHECK_JAXPRS", False),
         }

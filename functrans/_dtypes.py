@@ -26,6 +26,26 @@ complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
 _CANONICAL_32 = {int64: int32, uint64: uint32, float64: float32, complex128: complex64}
 
 
+class extended(np.generic):  # noqa: N801 (JAX's name)
+    """Abstract kind of the dtypes outside NumPy's hierarchy (``issubdtype(x, extended)``);
+    the dtype of typed PRNG key arrays (``key<fry>``) is one."""
+
+
+class prng_key(extended):  # noqa: N801 (JAX's name)
+    """Abstract kind of the dtypes of typed PRNG key arrays (``random.key``)."""
+
+
+def extended_kind(x):
+    """The extended kind class ``x`` names: ``x`` itself if it is one, the ``type`` of an
+    extended dtype (e.g. ``key<fry>``'s is :class:`prng_key`), else None."""
+    if isinstance(x, type):
+        return x if issubclass(x, extended) else None
+    kind = getattr(x, "type", None)
+    if isinstance(kind, type) and issubclass(kind, extended) and not isinstance(x, np.dtype):
+        return kind
+    return None
+
+
 def x64_enabled() -> bool:
     return bool(config.enable_x64)
 
@@ -285,13 +305,18 @@ def dtype_of(x) -> np.dtype:
 
 
 def long_name(dtype) -> str:
-    """The name JAX prints in types and errors: float32, int8, bfloat16, bool, float0."""
+    """The name JAX prints in types and errors: float32, int8, bfloat16, bool, float0 (an
+    extended dtype prints itself: key<fry>)."""
+    if extended_kind(dtype) is not None:
+        return str(dtype)
     dtype = np.dtype(dtype)
     return "float0" if dtype == float0 else dtype.name
 
 
 def short_name(dtype) -> str:
-    """Compact name used in IR printing: f32, i32, bf16, bool, ..."""
+    """Compact name used in IR printing: f32, i32, bf16, bool, ... (key<fry> as it is)."""
+    if extended_kind(dtype) is not None:
+        return str(dtype)
     dtype = np.dtype(dtype)
     if dtype == bool_:
         return "bool"

@@ -148,6 +148,9 @@ def _encode_structure(treedef: PyTreeDef, names):
         return {"kind": "namedtuple", "name": cls.__name__, "fields": list(cls._fields),
                 "children": children}
     nodetype = treedef.aux[0]
+    if nodetype is _key_array_type():
+        # typed PRNG keys: their two uint32 words, rebuilt into keys on restore
+        return {"kind": "prng_key", "impl": treedef.aux[1], "children": children}
     return {"kind": "custom", "name": f"{nodetype.__module__}.{nodetype.__qualname__}",
             "children": children}
 
@@ -160,7 +163,8 @@ def _tree_depth(treedef: PyTreeDef) -> int:
     return depth
 
 
-_NODE_KINDS = ("leaf", "none", "tuple", "list", "custom", "dict", "odict", "namedtuple")
+_NODE_KINDS = ("leaf", "none", "tuple", "list", "custom", "dict", "odict", "namedtuple",
+               "prng_key")
 
 
 def _check_structure(structure, leaf_names: set) -> None:
@@ -194,6 +198,8 @@ def _check_structure(structure, leaf_names: set) -> None:
                                       f"{len(children)} children")
             if len({_decode_key(k) for k in keys}) != len(keys):
                 raise CheckpointError(f"a {kind} node repeats a key: {_clip(keys)}")
+        if kind == "prng_key" and (node.get("impl") != "threefry2x32" or len(children) != 2):
+            raise CheckpointError(f"unsupported PRNG key entry: {_clip(node)}")
         if kind == "namedtuple":
             fields = node.get("fields")
             if (not isinstance(node.get("name"), str) or not isinstance(fields, list)
@@ -211,10 +217,16 @@ def _clip(value, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _key_array_type():
+    # imported here: functrans imports this module before functrans.random
+    from functrans.random import PRNGKeyArray
+    return PRNGKeyArray
+
+
 def _decode_structure(node, leaves: dict):
     """Rebuild containers from JSON (checked by :func:`_check_structure`). Namedtuples come
-    back as namedtuples of the same name and fields (created here, never imported);
-    registered custom nodes come back as lists."""
+    back as namedtuples of the same name and fields (created here, never imported), typed
+    PRNG keys as keys; other registered custom nodes come back as lists."""
     kind = node["kind"]
     if kind == "leaf":
         return leaves[node["name"]]
@@ -229,6 +241,8 @@ def _decode_structure(node, leaves: dict):
         return {_decode_key(k): c for k, c in zip(node["keys"], children)}
     if kind == "odict":
         return collections.OrderedDict((_decode_key(k), c) for k, c in zip(node["keys"], children))
+    if kind == "prng_key":
+        return _key_array_type()(*children, node["impl"])
     return _namedtuple_type(node["name"], tuple(node["fields"]))(*children)
 
 

@@ -38,17 +38,10 @@ class TypePromotionError(ValueError):
     """Raised when arguments have no common dtype to promote to (e.g. ``float0``)."""
 
 
-class extended(np.generic):  # noqa: N801 (JAX's name)
-    """Abstract kind of dtypes outside NumPy's hierarchy (``issubdtype(x, extended)``).
-
-    functrans represents PRNG keys as raw ``uint32[..., 2]`` arrays, so no concrete dtype is
-    extended: the class exists so that code testing for it ports unchanged.
-    """
-
-
-class prng_key(extended):  # noqa: N801 (JAX's name)
-    """Abstract kind of typed PRNG-key dtypes; no concrete functrans dtype is one (keys are
-    raw ``uint32`` arrays, as from ``random.PRNGKey``)."""
+# The abstract kinds of dtypes outside NumPy's tree: ``issubdtype(key.dtype, prng_key)`` holds
+# for typed PRNG key arrays (``random.key``), whose dtype is ``key<fry>``.
+extended = _dtypes.extended
+prng_key = _dtypes.prng_key
 
 
 def _as_dtype(x) -> np.dtype:
@@ -73,9 +66,10 @@ def canonicalize_dtype(dtype, allow_extended_dtype: bool = False) -> np.dtype:
         >>> canonicalize_dtype(int)
         dtype('int32')
     """
-    if isinstance(dtype, type) and issubclass(dtype, extended):
+    if _dtypes.extended_kind(dtype) is not None:
         if not allow_extended_dtype:
-            raise TypeError(f"canonicalize_dtype: {dtype.__name__} is an extended dtype kind; "
+            name = getattr(dtype, "__name__", dtype)
+            raise TypeError(f"canonicalize_dtype: {name} is an extended dtype; "
                             "pass allow_extended_dtype=True to accept it")
         return dtype
     if isinstance(dtype, _scalar_types._ScalarMeta):
@@ -84,12 +78,6 @@ def canonicalize_dtype(dtype, allow_extended_dtype: bool = False) -> np.dtype:
         return _dtypes.canonicalize_dtype(dtype)
     except TypeError:
         raise TypeError(f"canonicalize_dtype: {dtype!r} is not a valid dtype") from None
-
-
-def _as_dtype_or_kind(x):
-    if isinstance(x, type) and issubclass(x, extended):
-        return x
-    return _scalar_types._as_dtype_or_kind(x)
 
 
 def issubdtype(a, b) -> bool:
@@ -104,14 +92,6 @@ def issubdtype(a, b) -> bool:
         >>> issubdtype(np.uint32, prng_key)
         False
     """
-    a_kind, b_kind = _as_dtype_or_kind(a), _as_dtype_or_kind(b)
-    a_extended = isinstance(a_kind, type) and issubclass(a_kind, extended)
-    b_extended = isinstance(b_kind, type) and issubclass(b_kind, extended)
-    if a_extended:
-        # extended kinds are NumPy generics, but under none of NumPy's concrete kinds
-        return b_kind is np.generic or (b_extended and issubclass(a_kind, b_kind))
-    if b_extended:
-        return False
     return _scalar_types.issubdtype(a, b)
 
 
@@ -135,8 +115,9 @@ def result_type(*args, return_weak_type_flag: bool = False):
     for arg in args:
         if isinstance(arg, _scalar_types._ScalarMeta):
             arg = arg.dtype
-        elif isinstance(arg, type) and issubclass(arg, extended):
-            raise TypeError(f"result_type: {arg.__name__} is an abstract dtype kind")
+        elif _dtypes.extended_kind(arg) is not None:
+            name = getattr(arg, "__name__", arg)
+            raise TypeError(f"result_type: {name} is an extended dtype, outside type promotion")
         typed.append(_dtypes.dtype_and_weak(arg))
     try:
         dtype, weak = _dtypes.promote_types_weak(*typed)

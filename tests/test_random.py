@@ -1,11 +1,17 @@
 """functrans.random and the threefry2x32 primitive.
 
-Reference values are JAX's (``jax.random`` with the default, non-partitionable threefry) and
-the Random123 known-answer tests for threefry2x32 with 20 rounds.
+Reference values are the Random123 known-answer tests for threefry2x32 with 20 rounds, and
+JAX's ``jax.random`` under its original (non-partitionable) threefry scheme, which
+``config.update("jax_threefry_partitionable", False)`` selects. The current scheme, the
+default, is checked against JAX's vectors in test_random_bits.py.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -87,13 +93,52 @@ def test_threefry_has_zero_derivative_through_its_outputs():
 
 
 # =============================================================================================
-# Same bits as JAX
+# Same bits as JAX under the original threefry scheme
 # =============================================================================================
 
-def test_keys_split_and_fold_in_match_jax():
+@contextlib.contextmanager
+def original_scheme():
+    previous = functrans.config.threefry_partitionable
+    functrans.config.update("jax_threefry_partitionable", False)
+    try:
+        yield
+    finally:
+        functrans.config.update("jax_threefry_partitionable", previous)
+
+
+@pytest.fixture
+def original_threefry():
+    with original_scheme():
+        yield
+
+
+def test_the_flag_selects_the_scheme():
+    assert functrans.config.threefry_partitionable    # JAX's default since 0.5
+    key = random.PRNGKey(0)
+    assert _np(random.split(key)).tolist() == [[1797259609, 2579123966], [928981903, 3453687069]]
+    with original_scheme():
+        assert _np(random.split(key)).tolist() == [[4146024105, 967050713],
+                                                   [2718843009, 1272950319]]
+        # a function jitted under one scheme is retraced under the other
+        jitted = functrans.jit(lambda k: random.bits(k, (2,)))
+        assert _np(jitted(key)).tolist() == [928981903, 3453687069]
+    assert _np(jitted(key)).tolist() == [4070199207, 4202968722]
+
+
+@pytest.mark.parametrize("variable", ["FUNCTRANS_THREEFRY_PARTITIONABLE",
+                                      "JAX_THREEFRY_PARTITIONABLE"])
+def test_the_environment_selects_the_scheme(variable):
+    code = "import functrans.random as r; print(r.split(r.PRNGKey(0))[0].tolist())"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("THREEFRY_PARTITIONABLE")}
+    out = subprocess.run([sys.executable, "-c", code], env={**env, variable: "0"},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[4146024105, 967050713]"
+
+
+def test_keys_split_and_fold_in_match_jax(original_threefry):
     key = random.PRNGKey(0)
     assert key.dtype == np.uint32 and _np(key).tolist() == [0, 0]
-    assert _np(random.key(0)).tolist() == [0, 0]
+    assert _np(random.key_data(random.key(0))).tolist() == [0, 0]
     assert _np(random.split(key)).tolist() == [[4146024105, 967050713], [2718843009, 1272950319]]
     assert _np(random.split(random.PRNGKey(42), 3)).tolist() == [
         [3134548294, 3733159049], [3746501087, 894150801], [801545058, 2363201431]]
@@ -104,14 +149,14 @@ def test_keys_split_and_fold_in_match_jax():
     assert random.split(key, (2, 3)).shape == (2, 3, 2)
 
 
-def test_seeds_under_x64_match_jax():
+def test_seeds_under_x64_match_jax(original_threefry):
     with x64():
         assert _np(random.PRNGKey(2 ** 32 + 5)).tolist() == [1, 5]
         assert _np(random.PRNGKey(-1)).tolist() == [4294967295, 4294967295]
         assert _np(random.PRNGKey(2 ** 63 - 1)).tolist() == [2147483647, 4294967295]
 
 
-def test_bits_match_jax():
+def test_bits_match_jax(original_threefry):
     key = random.PRNGKey(0)
     assert _np(random.bits(key, (5,))).tolist() == [2467461003, 428148500, 1688610540,
                                                     3840466878, 2562233961]
@@ -122,7 +167,7 @@ def test_bits_match_jax():
             10597664315880824766, 1838883807893689961, 13686855971547664781]
 
 
-def test_uniform_matches_jax():
+def test_uniform_matches_jax(original_threefry):
     key = random.PRNGKey(0)
     np.testing.assert_array_equal(_np(random.uniform(key, (3,))),
                                   np.float32([0.96532142162323, 0.31468164920806885,
@@ -146,7 +191,7 @@ def test_uniform_matches_jax():
                                                  0.7419659489424089])
 
 
-def test_continuous_distributions_match_jax():
+def test_continuous_distributions_match_jax(original_threefry):
     key = random.PRNGKey(0)
     cases = {
         "normal": (random.normal(key, (5,)),
@@ -172,7 +217,7 @@ def test_continuous_distributions_match_jax():
                                         -0.37558758 - 0.41827935j], rtol=2e-6)
 
 
-def test_discrete_distributions_match_jax():
+def test_discrete_distributions_match_jax(original_threefry):
     key = random.PRNGKey(0)
     assert _np(random.randint(key, (8,), 0, 10)).tolist() == [8, 6, 8, 4, 6, 0, 3, 8]
     assert _np(random.randint(random.PRNGKey(3), (6,), -5, 100)).tolist() == [18, 82, 34, 46, 86, 27]
@@ -206,7 +251,7 @@ def test_discrete_distributions_match_jax():
     assert _np(random.rademacher(key, (5,))).tolist() == [-1, 1, 1, -1, -1]
 
 
-def test_choice_matches_jax():
+def test_choice_matches_jax(original_threefry):
     key = random.PRNGKey(0)
     assert _np(random.choice(key, 10, (4,))).tolist() == [8, 1, 7, 0]
     assert _np(random.choice(key, 10, (4,), replace=False)).tolist() == [2, 7, 9, 6]
@@ -219,7 +264,7 @@ def test_choice_matches_jax():
         [2., 1.], [6., 5.], [10., 9.]]
 
 
-def test_choice_with_replacement_from_an_array():
+def test_choice_with_replacement_from_an_array(original_threefry):
     if not hasattr(jnp, "take"):
         pytest.skip("jnp.take is not available yet")
     values = np.array([10, 20, 30, 40, 50, 60, 70, 80, 90, 100], np.int32)
@@ -371,5 +416,5 @@ def test_multivariate_normal():
 
 def test_key_data_round_trip():
     key = random.PRNGKey(3)
-    np.testing.assert_array_equal(_np(random.wrap_key_data(random.key_data(key))), _np(key))
+    np.testing.assert_array_equal(_np(random.key_data(random.wrap_key_data(key))), _np(key))
     assert math.prod(random.split(key, 4).shape) == 8

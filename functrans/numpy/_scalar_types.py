@@ -83,6 +83,9 @@ _EXTENDED_FLOATS = {_dtypes.bfloat16}
 
 
 def _as_dtype_or_kind(x):
+    kind = _dtypes.extended_kind(x)
+    if kind is not None:
+        return kind
     if isinstance(x, type) and issubclass(x, np.generic) and x in (
             np.generic, np.number, np.inexact, np.floating, np.complexfloating, np.integer,
             np.signedinteger, np.unsignedinteger, np.flexible, np.character):
@@ -108,6 +111,10 @@ def issubdtype(arg1, arg2) -> bool:
         True
     """
     a, b = _as_dtype_or_kind(arg1), _as_dtype_or_kind(arg2)
+    a_extended = isinstance(a, type) and issubclass(a, _dtypes.extended)
+    if a_extended or (isinstance(b, type) and issubclass(b, _dtypes.extended)):
+        # the extended kinds are NumPy generics, but under none of NumPy's concrete kinds
+        return b is np.generic or (a_extended and isinstance(b, type) and issubclass(a, b))
     if isinstance(a, np.dtype) and a in _EXTENDED_FLOATS:
         if isinstance(b, np.dtype):
             return a == b

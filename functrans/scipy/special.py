@@ -577,7 +577,7 @@ def _igamma(a, x, upper: bool):
 
 def _igamma_partials(a, x):
     """``(dP/da, dP/dx)`` of the regularized lower incomplete gamma function."""
-    from functrans.random import _log_gamma_sample_derivative
+    from functrans.random._gamma_derivative import log_gamma_sample_derivative
 
     a, x = _inexact("gammainc", a, x)
     inside = (a > 0) & (x > 0) & (x < np.inf) & (a < np.inf)
@@ -588,7 +588,7 @@ def _igamma_partials(a, x):
     log_x_density = safe_a * log_x - safe_x - lax.lgamma(safe_a)
     d_dx = jnp.exp(log_x_density - log_x)
     # P(a, x(a)) held fixed gives dP/da = -(dP/dx) x (d log x / da)
-    d_da = -jnp.exp(log_x_density) * _log_gamma_sample_derivative(safe_a, log_x)
+    d_da = -jnp.exp(log_x_density) * log_gamma_sample_derivative(safe_a, log_x)
     return (jnp.where(inside, d_da, 0.0).astype(a.dtype),
             jnp.where(inside, d_dx, 0.0).astype(x.dtype))
 

@@ -903,9 +903,6 @@ def main(only=()):
     import jax
     import jax.numpy as jnp
     import optax
-    # functrans.random draws the bits of JAX's original (non-partitionable) threefry
-    # splitting; with it the noisy optimizers' trajectories agree as well
-    jax.config.update("jax_threefry_partitionable", False)
     warnings.simplefilter("ignore", DeprecationWarning)
     path = pathlib.Path(__file__).with_name("optax_reference.json")
     old = json.loads(path.read_text()) if only and path.exists() else {"cases": [], "scenarios": {}}

@@ -2,6 +2,13 @@
 
     >>> import functrans
     >>> functrans.config.update("enable_x64", True)   # doctest: +SKIP
+
+Memory kept between calls is bounded by the options below (-1: no limit):
+
+- ``jit_cache_max_entries`` (64, ``FUNCTRANS_JIT_CACHE_MAX_ENTRIES``): signatures each ``jit``
+  or ``pmap`` function keeps (traced program and executable); the least recently called go.
+- ``executable_cache_max_entries`` (1024, ``FUNCTRANS_EXECUTABLE_CACHE_MAX_ENTRIES``):
+  executables kept by the caches shared by all functions.
 """
 from __future__ import annotations
 
@@ -23,6 +30,17 @@ def _env_int(name: str, default: int) -> int:
     return int(value)
 
 
+# options that are a count or a number of bytes, -1 meaning no limit
+_LIMITS = ("jit_cache_max_entries", "executable_cache_max_entries")
+
+
+def _check_limit(name: str, value) -> int:
+    if type(value) is not int or value < -1:  # bool is an int subclass, and no limit
+        raise ValueError(f"config option {name!r} is a size: an int >= 0, or -1 for no "
+                         f"limit; got {value!r}")
+    return value
+
+
 class Config:
     """Named flags with defaults taken from ``FUNCTRANS_*`` environment variables."""
 
@@ -38,36 +56,46 @@ class Config:
             "traceback_filtering": os.environ.get("FUNCTRANS_TRACEBACK_FILTERING", "on"),
             "default_backend": os.environ.get("FUNCTRANS_DEFAULT_BACKEND", ""),
             "cache_dir": os.environ.get("FUNCTRANS_CACHE_DIR", ""),
+            "jit_cache_max_entries": _env_int("FUNCTRANS_JIT_CACHE_MAX_ENTRIES", 64),
+            "executable_cache_max_entries": _env_int("FUNCTRANS_EXECUTABLE_CACHE_MAX_ENTRIES",
+                                                     1024),
             # type-check every staged program (slow; the test suite turns it on)
             "check_jaxprs": _env_bool("FUNCTRANS_CHECK_JAXPRS", False),
         }
+        for name in _LIMITS:
+            _check_limit(name, self._values[name])
         self._listeners: dict[str, list] = {}
         self._lock = threading.Lock()
 
-    def update(self, name: str, value) -> None:
-        """Set flag ``name`` to ``value`` (as ``jax.config.update``)."""
+    def _name(self, name: str) -> str:
         if name.startswith("jax_"):
             name = name[len("jax_"):]
+        return name
+
+    def update(self, name: str, value) -> None:
+        """Set flag ``name`` to ``value`` (as ``jax.config.update``)."""
+        name = self._name(name)
         if name not in self._values:
             raise ValueError(f"unknown config option {name!r}; known: {sorted(self._values)}")
+        if name in _LIMITS:
+            _check_limit(name, value)
         with self._lock:
             self._values[name] = value
         for listener in self._listeners.get(name, ()):
             listener(value)
 
     def on_change(self, name: str, listener) -> None:
-        self._listeners.setdefault(name, []).append(listener)
+        self._listeners.setdefault(self._name(name), []).append(listener)
 
     def read(self, name: str):
-        return self._values[name]
+        return self._values[self._name(name)]
 
     def __getattr__(self, name: str):
         values = self.__dict__.get("_values")
         if values is not None:
+            name = self._name(name)
             if name in values:
                 return values[name]
-            if name.startswith("jax_") and name[4:] in values:
-                return values[name[4:]]
         raise AttributeError(name)
 
 

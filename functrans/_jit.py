@@ -11,7 +11,6 @@ import inspect
 import logging
 import sys
 import time
-import weakref
 from typing import Callable
 
 import numpy as np
@@ -19,6 +18,7 @@ import numpy as np
 from functrans import _backends, _debug_checks, core, tree_util
 from functrans._array import Array
 from functrans._array import delete as _array_delete
+from functrans._caches import LRUCache, WeakKeyLRUCache
 from functrans._config import config
 from functrans._traceback_util import api_boundary
 from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
@@ -30,14 +30,17 @@ logger = logging.getLogger("functrans")
 
 jit_p = Primitive("jit", multiple_results=True)
 
-# Compiled executables, keyed by the closed jaxpr object and the backend name.
-_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, dict]" = weakref.WeakKeyDictionary()
+# Compiled executables by closed jaxpr (held weakly: an entry goes with its program), then by
+# backend name; at most config.executable_cache_max_entries programs, the least recently
+# compiled or called through here evicted first.
+_executables = WeakKeyLRUCache("executable_cache_max_entries")
 
 
 def compile_closed(closed: ClosedJaxpr, backend: str | None):
     per_jaxpr = _executables.get(closed)
     if per_jaxpr is None:
-        per_jaxpr = _executables[closed] = {}
+        per_jaxpr = {}
+        _executables.insert(closed, per_jaxpr)
     executable = per_jaxpr.get(backend)
     if executable is None:
         be = _backends.get_backend(backend)
@@ -252,8 +255,10 @@ class JitWrapped:
             donate_argnums = (donate_argnums,)
         self._donate_argnums = tuple(donate_argnums or ())
         self._backend = backend
-        self._cache: dict = {}
-        self._fast_cache: dict = {}
+        # Per signature, least recently called first: the traced program and executable,
+        # and the fast path's runner (both hold at most config.jit_cache_max_entries).
+        self._cache = LRUCache("jit_cache_max_entries")
+        self._fast_cache = LRUCache("jit_cache_max_entries")
         self._fast_eligible = not self._static_argnums and not self._static_argnames
 
     def __get__(self, instance, owner):
@@ -324,7 +329,7 @@ class JitWrapped:
 
     def _get_entry(self, statics, dyn_args, dyn_kwargs, in_tree, avals, backend=None):
         key = (in_tree, avals, statics, backend)
-        entry = self._cache.get(key)
+        entry = self._cache.lookup(key)
         if entry is None:
             if config.explain_cache_misses and self._cache:
                 from functrans import _explain
@@ -332,7 +337,7 @@ class JitWrapped:
             closed, out_tree = self._trace(statics, dyn_args, dyn_kwargs, in_tree, avals)
             entry = _CacheEntry(closed, out_tree, backend)
             if not any(isinstance(c, Tracer) for c in closed.consts):
-                self._cache[key] = entry
+                self._cache.insert(key, entry)
         return entry
 
     @api_boundary
@@ -341,8 +346,14 @@ class JitWrapped:
         if not kwargs and self._fast_eligible:
             signature = _fast_signature(args)
             if signature is not None:
-                run = self._fast_cache.get(signature[0])
+                fast = self._fast_cache
+                run = fast.get(signature[0])
                 if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
+                    if len(fast) > 1:  # a single signature needs no recency kept
+                        try:
+                            fast.move_to_end(signature[0])
+                        except KeyError:  # evicted by another thread in between
+                            pass
                     return run(signature[1])
         if config.disable_jit:
             return self._fun(*args, **kwargs)
@@ -366,7 +377,7 @@ class JitWrapped:
                 if signature is not None:
                     run = _fast_runner(entry, self._donated_leaves(args))
                     if run is not None:
-                        self._fast_cache[signature[0]] = run
+                        self._fast_cache.insert(signature[0], run)
             self._delete_donated(args, outs)
         else:
             outs = jit_p.bind(*leaves, jaxpr=closed, name=getattr(self._fun, "__name__", "fun"),
@@ -429,8 +440,8 @@ class JitWrapped:
 
 # ---- eager operations on device arrays ---------------------------------------------------------
 
-_device_ops: dict = {}
-_DEVICE_OPS_LIMIT = 4096
+# One-equation jitted programs for eager operations on GPU arrays, by primitive and parameters.
+_device_ops = LRUCache("executable_cache_max_entries")
 
 
 def _eval_on_device(primitive, args, params):
@@ -445,15 +456,13 @@ def _eval_on_device(primitive, args, params):
         return NotImplemented
     if any(_holds_code(v) for v in params.values()):
         return NotImplemented
-    run = _device_ops.get(key)
+    run = _device_ops.lookup(key)
     if run is None:
-        if len(_device_ops) >= _DEVICE_OPS_LIMIT:
-            _device_ops.clear()
-
         def one_op(*xs):
             return primitive.bind(*xs, **params)
         one_op.__name__ = primitive.name
-        run = _device_ops[key] = JitWrapped(one_op)
+        run = JitWrapped(one_op)
+        _device_ops.insert(key, run)
     return run(*args)
 
 
@@ -596,7 +605,7 @@ def _fast_runner(entry: _CacheEntry, donated=()):
         else:
             body = "    o = executable(*[a._value for a in args])\n"
         exec(f"def run(args):\n{body}    return {build}\n", namespace)
-        return namespace["run"]
+        return namespace.pop("run")  # not left in its own globals: no cycle to outlive it
 
     def run(args):
         outs = executable(*[a._value for a in args])

@@ -1,0 +1,169 @@
+"""Memory stays bounded: what jit and pmap keep between calls (traced programs and
+executables), with limits set through ``functrans.config``, and ``clear_caches`` lets it all
+go."""
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import functrans
+import functrans.numpy as jnp
+from functrans import _caches, _jit
+
+
+def _run_script(script: str, tmp_path, **env) -> str:
+    """Run ``script`` (dedented) in a fresh interpreter with its own cache directory; its
+    stdout."""
+    script = textwrap.dedent(script)
+    environment = dict(os.environ, FUNCTRANS_CACHE_DIR=str(tmp_path / "cache"),
+                       FUNCTRANS_DEFAULT_BACKEND="cpu", **env)
+    environment.pop("FUNCTRANS_CHECK_JAXPRS", None)  # measure the library, not the checks
+    result = subprocess.run([sys.executable, "-c", script], env=environment,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+_RSS = textwrap.dedent("""
+    import os
+    def rss_mb():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+""")
+
+needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
+                                reason="resident memory is read from /proc/self/statm")
+
+
+# ---- the per-function cache and the shared caches ---------------------------------------------
+
+
+@needs_proc
+def test_resident_memory_of_300_signatures_stays_bounded(tmp_path):
+    # Each signature's program needs a scratch arena of rows × 4 KiB (tanh(x) is materialized
+    # for the matrix product): kept for ever, the 300 arenas and executables came to over
+    # 200 MB. With at most jit_cache_max_entries signatures kept, what stays is a fraction.
+    out = _run_script(_RSS + textwrap.dedent("""
+        import numpy as np
+        import functrans, functrans.numpy as jnp
+        w = np.ones((1024, 4), np.float32)
+        f = functrans.jit(lambda x: jnp.tanh(x) @ w)
+        f(jnp.ones((1, 1024)))
+        before = rss_mb()
+        for rows in range(2, 302):
+            f(jnp.ones((rows, 1024)))
+        print(rss_mb() - before, f._cache_size())
+    """), tmp_path)
+    growth, kept = out.split()
+    assert float(growth) < 160, f"resident memory grew by {float(growth):.0f} MB"
+    assert int(kept) == functrans.config.jit_cache_max_entries
+
+
+def _counting_jit():
+    traces = []
+
+    def f(x):
+        traces.append(x.shape)
+        return x * 2.0
+
+    return functrans.jit(f), traces
+
+
+def test_jit_cache_evicts_the_least_recently_called_signature():
+    # Array arguments take the fast path, whose runners are kept by recency of call
+    functrans.config.update("jit_cache_max_entries", 3)
+    f, traces = _counting_jit()
+    a, b, c, d = (jnp.ones(n) for n in (1, 2, 3, 4))
+    for x in (a, b, c):
+        f(x)
+    f(a)  # now b is the least recently called
+    f(d)
+    assert f._cache_size() == 3
+    assert list(f._fast_cache) == [_jit._fast_signature((x,))[0] for x in (c, a, d)]
+    del traces[:]
+    f(a), f(c), f(d)
+    assert traces == [] and len(f._fast_cache) == 3
+
+
+def test_jit_cache_recency_is_kept_by_the_slow_path_too():
+    functrans.config.update("jit_cache_max_entries", 2)
+    f, traces = _counting_jit()
+    f(np.ones(1, np.float32)), f(np.ones(2, np.float32))  # NumPy arguments: the full path
+    f(np.ones(1, np.float32))
+    f(np.ones(3, np.float32))  # evicts the signature of length 2
+    del traces[:]
+    f(np.ones(1, np.float32))
+    assert traces == []
+    f(np.ones(2, np.float32))
+    assert traces == [(2,)]
+
+
+def test_lowering_the_limit_trims_live_caches_at_once():
+    f, _ = _counting_jit()
+    for n in range(1, 7):
+        f(jnp.ones(n))
+    assert f._cache_size() == 6
+    functrans.config.update("jax_jit_cache_max_entries", 2)
+    assert f._cache_size() == 2 and len(f._fast_cache) == 2
+    functrans.config.update("jit_cache_max_entries", -1)  # no limit
+    for n in range(1, 7):
+        f(jnp.ones(n))
+    assert f._cache_size() == 6
+
+
+def test_cache_limits_are_checked():
+    for bad in (-2, 1.5, "10", True):
+        with pytest.raises(ValueError, match="'jit_cache_max_entries' is a size"):
+            functrans.config.update("jit_cache_max_entries", bad)
+
+
+def test_executable_cache_is_least_recently_used_and_weak():
+    functrans.config.update("executable_cache_max_entries", 2)
+    closed = [functrans.make_jaxpr(lambda x, k=k: x + k)(np.ones(2, np.float32))
+              for k in range(3)]
+    exes = [_jit.compile_closed(c, None) for c in closed[:2]]
+    assert _jit.compile_closed(closed[0], None) is exes[0]  # closed[1] is now the oldest
+    _jit.compile_closed(closed[2], None)
+    assert closed[0] in _jit._executables and closed[2] in _jit._executables
+    assert closed[1] not in _jit._executables
+    assert len(_jit._executables) == 2
+    del closed[2]
+    gc.collect()
+    assert len(_jit._executables) == 1  # an entry goes with its program
+
+
+def test_lru_cache_counts_lookups_and_inserts_as_uses():
+    functrans.config.update("executable_cache_max_entries", 3)
+    cache_ = _caches.LRUCache("executable_cache_max_entries")
+    for key in "abc":
+        cache_.insert(key, key.upper())
+    assert cache_.lookup("a") == "A"
+    cache_.insert("d", "D")
+    assert list(cache_) == ["c", "a", "d"]
+    assert cache_.lookup("b") is None
+    with pytest.raises(ValueError, match="not a cache size option"):
+        _caches.LRUCache("cache_dir")
+
+
+def test_pmap_cache_is_bounded():
+    functrans.config.update("jit_cache_max_entries", 2)
+    g = functrans.pmap(lambda x: x + 1.0)
+    for n in range(1, 5):
+        g(np.ones((1, n), np.float32))
+    assert g._cache_size() == 2
+
+
+def test_clear_caches_empties_every_in_memory_cache():
+    f, traces = _counting_jit()
+    f(jnp.ones(3))
+    assert len(_jit._executables) > 0
+    functrans.clear_caches()
+    assert f._cache_size() == 0 and len(f._fast_cache) == 0 and len(_jit._executables) == 0
+    f(jnp.ones(3))
+    assert len(traces) == 2

@@ -3,12 +3,16 @@
     >>> import functrans
     >>> functrans.config.update("enable_x64", True)   # doctest: +SKIP
 
-Memory kept between calls is bounded by the options below (-1: no limit):
+Memory kept between calls is bounded by the options below (sizes in bytes; -1: no limit):
 
 - ``jit_cache_max_entries`` (64, ``FUNCTRANS_JIT_CACHE_MAX_ENTRIES``): signatures each ``jit``
   or ``pmap`` function keeps (traced program and executable); the least recently called go.
 - ``executable_cache_max_entries`` (1024, ``FUNCTRANS_EXECUTABLE_CACHE_MAX_ENTRIES``):
   executables kept by the caches shared by all functions.
+- ``arena_cache_threshold`` (1 MiB, ``FUNCTRANS_ARENA_CACHE_THRESHOLD``): a compiled
+  program's scratch arena up to this size stays with it between calls; a larger one is lent
+  per call from a pool that keeps at most ``arena_pool_max_size`` (64 MiB,
+  ``FUNCTRANS_ARENA_POOL_MAX_SIZE``) bytes between calls.
 """
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ def _env_int(name: str, default: int) -> int:
 
 
 # options that are a count or a number of bytes, -1 meaning no limit
-_LIMITS = ("jit_cache_max_entries", "executable_cache_max_entries")
+_LIMITS = ("jit_cache_max_entries", "executable_cache_max_entries", "arena_cache_threshold",
+           "arena_pool_max_size")
 
 
 def _check_limit(name: str, value) -> int:
@@ -59,6 +64,8 @@ class Config:
             "jit_cache_max_entries": _env_int("FUNCTRANS_JIT_CACHE_MAX_ENTRIES", 64),
             "executable_cache_max_entries": _env_int("FUNCTRANS_EXECUTABLE_CACHE_MAX_ENTRIES",
                                                      1024),
+            "arena_cache_threshold": _env_int("FUNCTRANS_ARENA_CACHE_THRESHOLD", 1 << 20),
+            "arena_pool_max_size": _env_int("FUNCTRANS_ARENA_POOL_MAX_SIZE", 64 << 20),
             # type-check every staged program (slow; the test suite turns it on)
             "check_jaxprs": _env_bool("FUNCTRANS_CHECK_JAXPRS", False),
         }

@@ -1,6 +1,6 @@
-"""Memory stays bounded: what jit and pmap keep between calls (traced programs and
-executables), with limits set through ``functrans.config``, and ``clear_caches`` lets it all
-go."""
+"""Memory stays bounded: what jit, pmap and the llvm backend keep between calls (traced
+programs, executables, scratch arenas), with limits set through ``functrans.config``, and
+``clear_caches`` lets it all go."""
 from __future__ import annotations
 
 import gc
@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -15,6 +16,10 @@ import pytest
 import functrans
 import functrans.numpy as jnp
 from functrans import _caches, _jit
+
+pytest.importorskip("llvmlite")
+
+from functrans.backends.llvm import arenas, pipeline  # noqa: E402
 
 
 def _run_script(script: str, tmp_path, **env) -> str:
@@ -48,7 +53,8 @@ needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
 def test_resident_memory_of_300_signatures_stays_bounded(tmp_path):
     # Each signature's program needs a scratch arena of rows × 4 KiB (tanh(x) is materialized
     # for the matrix product): kept for ever, the 300 arenas and executables came to over
-    # 200 MB. With at most jit_cache_max_entries signatures kept, what stays is a fraction.
+    # 200 MB. With at most jit_cache_max_entries signatures kept and arenas above the
+    # threshold lent per call, what stays is a fraction of that.
     out = _run_script(_RSS + textwrap.dedent("""
         import numpy as np
         import functrans, functrans.numpy as jnp
@@ -162,8 +168,118 @@ def test_pmap_cache_is_bounded():
 def test_clear_caches_empties_every_in_memory_cache():
     f, traces = _counting_jit()
     f(jnp.ones(3))
-    assert len(_jit._executables) > 0
+    functrans.config.update("arena_cache_threshold", 0)
+    g = functrans.jit(lambda x: jnp.tanh(x) @ x.T)
+    g(jnp.ones((64, 64)))
+    assert arenas.pool.nbytes > 0 and len(_jit._executables) > 0
     functrans.clear_caches()
-    assert f._cache_size() == 0 and len(f._fast_cache) == 0 and len(_jit._executables) == 0
+    assert f._cache_size() == 0 and len(f._fast_cache) == 0 and g._cache_size() == 0
+    assert len(_jit._executables) == 0 and arenas.pool.nbytes == 0
     f(jnp.ones(3))
     assert len(traces) == 2
+
+
+# ---- scratch arenas ---------------------------------------------------------------------------
+
+
+def _arena_program(rows=256):
+    """A program whose scratch arena is rows × 1 KiB (tanh(x) feeds a matrix product)."""
+    closed = functrans.make_jaxpr(lambda x, w: jnp.tanh(x) @ w)(
+        np.ones((rows, 256), np.float32), np.ones((256, 4), np.float32))
+    x = np.linspace(-1, 1, rows * 256, dtype=np.float32).reshape(rows, 256)
+    w = np.ones((256, 4), np.float32)
+    return closed, (x, w), np.tanh(x) @ w
+
+
+def test_small_arenas_stay_with_their_executable():
+    closed, args, expected = _arena_program()
+    exe = pipeline.compile_jaxpr(closed)
+    assert 0 < exe.plan.arena_size <= functrans.config.arena_cache_threshold
+    np.testing.assert_allclose(exe(*args)[0], expected, rtol=1e-5)
+    kept = exe._state.arena
+    assert kept is not None and kept.nbytes >= exe.plan.arena_size
+    exe(*args)
+    assert exe._state.arena is kept
+
+
+def test_arenas_above_the_threshold_are_returned_after_the_call():
+    functrans.config.update("arena_cache_threshold", 1024)
+    functrans.config.update("arena_pool_max_size", 0)
+    closed, args, expected = _arena_program()
+    exe = pipeline.compile_jaxpr(closed)
+    assert exe.plan.arena_size > 1024
+    for _ in range(2):
+        np.testing.assert_allclose(exe(*args)[0], expected, rtol=1e-5)
+        assert exe._state.arena is None and arenas.pool.nbytes == 0
+
+
+def test_pooled_arenas_are_reused_by_later_calls_and_bounded():
+    functrans.config.update("arena_cache_threshold", 1024)
+    functrans.config.update("arena_pool_max_size", 1 << 20)
+    small, small_args, small_expected = _arena_program(256)
+    big, big_args, big_expected = _arena_program(2048)  # 2 MiB: more than the pool keeps
+    exe, big_exe = pipeline.compile_jaxpr(small), pipeline.compile_jaxpr(big)
+    pool = arenas.pool
+    pool.trim(0)
+    exe(*small_args)
+    pooled = pool.nbytes
+    assert pooled >= exe.plan.arena_size
+    first = id(pool._arenas[0])
+    np.testing.assert_allclose(exe(*small_args)[0], small_expected, rtol=1e-5)
+    assert id(pool._arenas[0]) == first and pool.nbytes == pooled  # the same arena again
+    np.testing.assert_allclose(big_exe(*big_args)[0], big_expected, rtol=1e-5)
+    assert pool.nbytes <= 1 << 20
+    functrans.config.update("arena_pool_max_size", 0)
+    assert pool.nbytes == 0
+
+
+def test_threads_borrow_arenas_of_their_own():
+    functrans.config.update("arena_cache_threshold", 1024)
+    closed, args, expected = _arena_program(512)
+    exe = pipeline.compile_jaxpr(closed)
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                results.append(np.allclose(exe(*args)[0], expected, rtol=1e-5))
+        except Exception as err:  # reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 80 and all(results)
+
+
+@needs_proc
+def test_scratch_memory_of_a_large_program_is_returned(tmp_path):
+    # Two 2048×2048 products through materialized intermediates: 48 MB of scratch, which
+    # used to stay resident as long as the jitted function lived.
+    out = _run_script(_RSS + textwrap.dedent("""
+        import numpy as np
+        import functrans, functrans.numpy as jnp
+        x = jnp.asarray(np.random.default_rng(0).random((2048, 2048), np.float32))
+        f = functrans.jit(lambda x: (x @ x) @ (x.T @ x) - x)
+        f.lower(x).compile()
+        before = rss_mb()
+        y = f(x); del y
+        print(rss_mb() - before)
+    """), tmp_path, FUNCTRANS_ARENA_POOL_MAX_SIZE=str(16 << 20))
+    assert float(out) < 24, f"{float(out):.0f} MB stayed resident"
+
+
+def test_minus_one_means_no_limit_for_arenas():
+    closed, args, expected = _arena_program(2048)
+    functrans.config.update("arena_cache_threshold", -1)
+    exe = pipeline.compile_jaxpr(closed)
+    np.testing.assert_allclose(exe(*args)[0], expected, rtol=1e-5)
+    assert exe._state.arena is not None  # kept, however large
+    functrans.config.update("arena_cache_threshold", 1024)
+    functrans.config.update("arena_pool_max_size", -1)
+    arenas.pool.trim(0)
+    exe = pipeline.compile_jaxpr(closed)
+    exe(*args)
+    assert exe._state.arena is None and arenas.pool.nbytes >= exe.plan.arena_size

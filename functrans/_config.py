@@ -13,6 +13,10 @@ Memory kept between calls is bounded by the options below (sizes in bytes; -1: n
   program's scratch arena up to this size stays with it between calls; a larger one is lent
   per call from a pool that keeps at most ``arena_pool_max_size`` (64 MiB,
   ``FUNCTRANS_ARENA_POOL_MAX_SIZE``) bytes between calls.
+- ``compilation_cache_max_size`` (1 GiB, ``FUNCTRANS_COMPILATION_CACHE_MAX_SIZE``): the on-disk
+  cache of compiled code, least recently used entries evicted (0 turns it off, as does
+  ``enable_compilation_cache=False`` or ``FUNCTRANS_DISABLE_COMPILATION_CACHE=1``); it lives
+  in ``cache_dir`` (alias ``compilation_cache_dir``, ``FUNCTRANS_CACHE_DIR``).
 """
 from __future__ import annotations
 
@@ -34,9 +38,12 @@ def _env_int(name: str, default: int) -> int:
     return int(value)
 
 
+# JAX's names for options that exist here under another name
+_ALIASES = {"compilation_cache_dir": "cache_dir"}
+
 # options that are a count or a number of bytes, -1 meaning no limit
 _LIMITS = ("jit_cache_max_entries", "executable_cache_max_entries", "arena_cache_threshold",
-           "arena_pool_max_size")
+           "arena_pool_max_size", "compilation_cache_max_size")
 
 
 def _check_limit(name: str, value) -> int:
@@ -61,6 +68,10 @@ class Config:
             "traceback_filtering": os.environ.get("FUNCTRANS_TRACEBACK_FILTERING", "on"),
             "default_backend": os.environ.get("FUNCTRANS_DEFAULT_BACKEND", ""),
             "cache_dir": os.environ.get("FUNCTRANS_CACHE_DIR", ""),
+            "enable_compilation_cache": not _env_bool("FUNCTRANS_DISABLE_COMPILATION_CACHE",
+                                                      False),
+            "compilation_cache_max_size": _env_int("FUNCTRANS_COMPILATION_CACHE_MAX_SIZE",
+                                                   1 << 30),
             "jit_cache_max_entries": _env_int("FUNCTRANS_JIT_CACHE_MAX_ENTRIES", 64),
             "executable_cache_max_entries": _env_int("FUNCTRANS_EXECUTABLE_CACHE_MAX_ENTRIES",
                                                      1024),
@@ -77,7 +88,7 @@ class Config:
     def _name(self, name: str) -> str:
         if name.startswith("jax_"):
             name = name[len("jax_"):]
-        return name
+        return _ALIASES.get(name, name)
 
     def update(self, name: str, value) -> None:
         """Set flag ``name`` to ``value`` (as ``jax.config.update``)."""

@@ -1,12 +1,14 @@
 """The on-disk compilation cache (backends/llvm/cache.py): capped in size with least recently
 used entries evicted, in owner-only directories, reading only regular files of a sane size
-(a FIFO or a link to a device never hangs the process), cleared on demand."""
+(a FIFO or a link to a device never hangs the process), cleared on demand; and the test
+suite's own cache lives in a temporary directory."""
 from __future__ import annotations
 
 import os
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -178,3 +180,10 @@ def test_compilation_cache_dir_is_jaxs_name_for_cache_dir(tmp_path):
     functrans.config.update("jax_compilation_cache_dir", str(tmp_path))
     assert functrans.config.cache_dir == str(tmp_path)
     assert cache.cache_dir() == tmp_path / "llvm"
+
+
+def test_the_suite_caches_in_a_temporary_directory():
+    home_cache = os.path.realpath(os.path.expanduser("~/.cache"))
+    directory = os.path.realpath(cache.cache_dir())
+    assert directory.startswith(os.path.realpath(tempfile.gettempdir()))
+    assert not directory.startswith(home_cache)

@@ -32,7 +32,11 @@ _clear_hooks: list[Callable[[], None]] = []
 class LRUCache(collections.OrderedDict):
     """A dict ordered from least to most recently used, holding at most the number of entries
     that the config option ``option`` allows. ``lookup`` and ``insert`` count as uses; plain
-    ``get`` and ``[]`` do not (a hot path may pair ``get`` with ``move_to_end``).
+    ``get`` and ``[]`` do not.
+
+    ``plain``: a plain dict governed along with this cache (trimmed to the same limit,
+    cleared with it), for a hot path whose lookup must cost no more than a dict's: its
+    insertion order is its recency order (see :func:`insert_plain`; a use re-inserts).
 
     Entries are compared by key, the cache itself by identity (so it can be registered)."""
 
@@ -40,12 +44,13 @@ class LRUCache(collections.OrderedDict):
     __eq__ = object.__eq__
     __ne__ = object.__ne__
 
-    def __init__(self, option: str):
+    def __init__(self, option: str, plain: dict | None = None):
         if option not in LIMIT_OPTIONS:
             raise ValueError(f"LRUCache: {option!r} is not a cache size option; "
                              f"known: {LIMIT_OPTIONS}")
         super().__init__()
         self.option = option
+        self.plain = plain
         with _live_lock:
             _live.add(self)
 
@@ -78,9 +83,37 @@ class LRUCache(collections.OrderedDict):
                 self.popitem(last=False)
             except KeyError:  # emptied by another thread
                 break
+        if self.plain is not None:
+            _trim_plain(self.plain, limit)
+
+    def clear(self) -> None:
+        super().clear()
+        if self.plain is not None:
+            self.plain.clear()
 
     def __repr__(self):
         return f"LRUCache({self.option}, {len(self)} entries)"
+
+
+def insert_plain(plain: dict, key, value, option: str) -> None:
+    """Store ``value`` last in ``plain``, a dict whose insertion order is its order of use,
+    then drop its first entries beyond the limit of the config option ``option``. (A hit is
+    marked used by re-inserting it: ``plain[key] = plain.pop(key)``.)"""
+    plain.pop(key, None)
+    plain[key] = value
+    _trim_plain(plain, config._values[option])
+
+
+def _trim_plain(plain: dict, limit: int) -> None:
+    if limit < 0:
+        return
+    while len(plain) > limit:
+        try:
+            del plain[next(iter(plain))]
+        except (KeyError, RuntimeError):  # changed by another thread meanwhile: look again
+            continue
+        except StopIteration:  # emptied by another thread
+            break
 
 
 class WeakKeyLRUCache:

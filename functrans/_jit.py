@@ -18,7 +18,7 @@ import numpy as np
 from functrans import _backends, _debug_checks, core, tree_util
 from functrans._array import Array
 from functrans._array import delete as _array_delete
-from functrans._caches import LRUCache, WeakKeyLRUCache
+from functrans._caches import LRUCache, WeakKeyLRUCache, insert_plain
 from functrans._config import config
 from functrans._traceback_util import api_boundary
 from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
@@ -255,10 +255,11 @@ class JitWrapped:
             donate_argnums = (donate_argnums,)
         self._donate_argnums = tuple(donate_argnums or ())
         self._backend = backend
-        # Per signature, least recently called first: the traced program and executable,
-        # and the fast path's runner (both hold at most config.jit_cache_max_entries).
-        self._cache = LRUCache("jit_cache_max_entries")
-        self._fast_cache = LRUCache("jit_cache_max_entries")
+        # Per signature, least recently called first, at most config.jit_cache_max_entries:
+        # the traced program and executable, and the fast path's runner (in a plain dict,
+        # whose lookup is the cheapest; see _caches.insert_plain).
+        self._fast_cache: dict = {}
+        self._cache = LRUCache("jit_cache_max_entries", plain=self._fast_cache)
         self._fast_eligible = not self._static_argnums and not self._static_argnames
 
     def __get__(self, instance, owner):
@@ -346,15 +347,13 @@ class JitWrapped:
         if not kwargs and self._fast_eligible:
             signature = _fast_signature(args)
             if signature is not None:
-                fast = self._fast_cache
-                run = fast.get(signature[0])
+                run = self._fast_cache.get(signature[0])
                 if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
-                    if len(fast) > 1:  # a single signature needs no recency kept
-                        try:
-                            fast.move_to_end(signature[0])
-                        except KeyError:  # evicted by another thread in between
-                            pass
                     return run(signature[1])
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
+        """A call that the fast path did not serve: trace or look up, compile, run."""
         if config.disable_jit:
             return self._fun(*args, **kwargs)
         statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)
@@ -377,7 +376,10 @@ class JitWrapped:
                 if signature is not None:
                     run = _fast_runner(entry, self._donated_leaves(args))
                     if run is not None:
-                        self._fast_cache.insert(signature[0], run)
+                        insert_plain(self._fast_cache, signature[0], run,
+                                     "jit_cache_max_entries")
+                        if len(self._fast_cache) > 1:
+                            self.__class__ = _JitWrappedSignatures
             self._delete_donated(args, outs)
         else:
             outs = jit_p.bind(*leaves, jaxpr=closed, name=getattr(self._fun, "__name__", "fun"),
@@ -436,6 +438,28 @@ class JitWrapped:
 
     def _cache_size(self) -> int:
         return len(self._cache)
+
+
+class _JitWrappedSignatures(JitWrapped):
+    """A :class:`JitWrapped` whose fast path holds several signatures: a hit also marks its
+    signature as the most recently called, for the cache's eviction order. The class is
+    switched when a second signature is cached, so that a function called with one
+    signature (the usual case) pays nothing for it."""
+
+    @api_boundary
+    def __call__(self, *args, **kwargs):
+        if not kwargs and self._fast_eligible:
+            signature = _fast_signature(args)
+            if signature is not None:
+                fast = self._fast_cache
+                run = fast.get(signature[0])
+                if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
+                    try:
+                        fast[signature[0]] = fast.pop(signature[0])  # last: most recent
+                    except KeyError:  # evicted by another thread in between
+                        pass
+                    return run(signature[1])
+        return self._call(args, kwargs)
 
 
 # ---- eager operations on device arrays ---------------------------------------------------------

@@ -97,6 +97,29 @@ def test_jit_cache_evicts_the_least_recently_called_signature():
     assert traces == [] and len(f._fast_cache) == 3
 
 
+def test_threads_calling_through_evictions_get_right_results():
+    functrans.config.update("jit_cache_max_entries", 2)
+    f = functrans.jit(lambda x: x * 2.0 + 1.0)
+    inputs = [jnp.arange(float(n)) for n in (3, 4, 5)]
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(30):
+                x = inputs[(i + k) % 3]
+                np.testing.assert_array_equal(f(x), np.asarray(x) * 2.0 + 1.0)
+        except Exception as err:  # reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert f._cache_size() <= 2 and len(f._fast_cache) <= 2
+
+
 def test_jit_cache_recency_is_kept_by_the_slow_path_too():
     functrans.config.update("jit_cache_max_entries", 2)
     f, traces = _counting_jit()

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import platform
 import sys
 from typing import Any, Callable
 
 import numpy as np
 
-from functrans import _dtypes, core, tree_util
+from functrans import _caches, _dtypes, core, tree_util
 from functrans._api import jacrev
 from functrans.core import Primitive, ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
@@ -481,19 +480,15 @@ def closure_convert(fun: Callable, *example_args):
 
 
 def clear_caches() -> None:
-    """Forget every staged program and compiled executable held in memory: each ``jit`` and
-    ``pmap`` function traces and compiles again on its next call. (The llvm backend's
-    on-disk machine-code cache is kept; it is keyed by the program, so it is never stale.)
+    """Forget every staged program and compiled executable held in memory, and the scratch
+    memory kept for compiled programs: each ``jit`` and ``pmap`` function traces and
+    compiles again on its next call. (The on-disk cache of machine code is kept: it is keyed
+    by the program, so it is never stale; ``functrans.backends.llvm.cache.clear()`` deletes
+    it.)
 
         >>> clear_caches()
     """
-    from functrans import _jit, _pmap
-    # jit and pmap functions keep their caches on themselves; find the live ones
-    for obj in gc.get_objects():
-        if isinstance(obj, (_jit.JitWrapped, _pmap.PmapFunction)):
-            obj.clear_cache()
-    _jit._executables.clear()
-    _jit._device_ops.clear()
+    _caches.clear_all()
 
 
 def typeof(x) -> ShapedArray:

@@ -2,6 +2,21 @@
 
     >>> import functrans
     >>> functrans.config.update("enable_x64", True)   # doctest: +SKIP
+
+Memory kept between calls is bounded by the options below (sizes in bytes; -1: no limit):
+
+- ``jit_cache_max_entries`` (64, ``FUNCTRANS_JIT_CACHE_MAX_ENTRIES``): signatures each ``jit``
+  or ``pmap`` function keeps (traced program and executable); the least recently called go.
+- ``executable_cache_max_entries`` (1024, ``FUNCTRANS_EXECUTABLE_CACHE_MAX_ENTRIES``):
+  executables kept by the caches shared by all functions.
+- ``arena_cache_threshold`` (1 MiB, ``FUNCTRANS_ARENA_CACHE_THRESHOLD``): a compiled
+  program's scratch arena up to this size stays with it between calls; a larger one is lent
+  per call from a pool that keeps at most ``arena_pool_max_size`` (64 MiB,
+  ``FUNCTRANS_ARENA_POOL_MAX_SIZE``) bytes between calls.
+- ``compilation_cache_max_size`` (1 GiB, ``FUNCTRANS_COMPILATION_CACHE_MAX_SIZE``): the on-disk
+  cache of compiled code, least recently used entries evicted (0 turns it off, as does
+  ``enable_compilation_cache=False`` or ``FUNCTRANS_DISABLE_COMPILATION_CACHE=1``); it lives
+  in ``cache_dir`` (alias ``compilation_cache_dir``, ``FUNCTRANS_CACHE_DIR``).
 """
 from __future__ import annotations
 
@@ -21,6 +36,21 @@ def _env_int(name: str, default: int) -> int:
     if value is None or not value.strip():
         return default
     return int(value)
+
+
+# JAX's names for options that exist here under another name
+_ALIASES = {"compilation_cache_dir": "cache_dir"}
+
+# options that are a count or a number of bytes, -1 meaning no limit
+_LIMITS = ("jit_cache_max_entries", "executable_cache_max_entries", "arena_cache_threshold",
+           "arena_pool_max_size", "compilation_cache_max_size")
+
+
+def _check_limit(name: str, value) -> int:
+    if type(value) is not int or value < -1:  # bool is an int subclass, and no limit
+        raise ValueError(f"config option {name!r} is a size: an int >= 0, or -1 for no "
+                         f"limit; got {value!r}")
+    return value
 
 
 class Config:
@@ -47,36 +77,52 @@ class Config:
             # default mode of random.gumbel / categorical / choice: "high" when set
             "use_high_dynamic_range_gumbel": _env_bool(
                 "FUNCTRANS_USE_HIGH_DYNAMIC_RANGE_GUMBEL", False),
+            "enable_compilation_cache": not _env_bool("FUNCTRANS_DISABLE_COMPILATION_CACHE",
+                                                      False),
+            "compilation_cache_max_size": _env_int("FUNCTRANS_COMPILATION_CACHE_MAX_SIZE",
+                                                   1 << 30),
+            "jit_cache_max_entries": _env_int("FUNCTRANS_JIT_CACHE_MAX_ENTRIES", 64),
+            "executable_cache_max_entries": _env_int("FUNCTRANS_EXECUTABLE_CACHE_MAX_ENTRIES",
+                                                     1024),
+            "arena_cache_threshold": _env_int("FUNCTRANS_ARENA_CACHE_THRESHOLD", 1 << 20),
+            "arena_pool_max_size": _env_int("FUNCTRANS_ARENA_POOL_MAX_SIZE", 64 << 20),
             # type-check every staged program (slow; the test suite turns it on)
             "check_jaxprs": _env_bool("FUNCTRANS_CHECK_JAXPRS", False),
         }
+        for name in _LIMITS:
+            _check_limit(name, self._values[name])
         self._listeners: dict[str, list] = {}
         self._lock = threading.Lock()
 
-    def update(self, name: str, value) -> None:
-        """Set flag ``name`` to ``value`` (as ``jax.config.update``)."""
+    def _name(self, name: str) -> str:
         if name.startswith("jax_"):
             name = name[len("jax_"):]
+        return _ALIASES.get(name, name)
+
+    def update(self, name: str, value) -> None:
+        """Set flag ``name`` to ``value`` (as ``jax.config.update``)."""
+        name = self._name(name)
         if name not in self._values:
             raise ValueError(f"unknown config option {name!r}; known: {sorted(self._values)}")
+        if name in _LIMITS:
+            _check_limit(name, value)
         with self._lock:
             self._values[name] = value
         for listener in self._listeners.get(name, ()):
             listener(value)
 
     def on_change(self, name: str, listener) -> None:
-        self._listeners.setdefault(name, []).append(listener)
+        self._listeners.setdefault(self._name(name), []).append(listener)
 
     def read(self, name: str):
-        return self._values[name]
+        return self._values[self._name(name)]
 
     def __getattr__(self, name: str):
         values = self.__dict__.get("_values")
         if values is not None:
+            name = self._name(name)
             if name in values:
                 return values[name]
-            if name.startswith("jax_") and name[4:] in values:
-                return values[name[4:]]
         raise AttributeError(name)
 
 

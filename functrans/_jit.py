@@ -12,7 +12,6 @@ import logging
 import sys
 import textwrap
 import time
-import weakref
 from typing import Callable
 
 import numpy as np
@@ -21,6 +20,7 @@ from functrans import _backends, _debug_checks, core, profiler, tree_util
 from functrans._api import ShapeDtypeStruct
 from functrans._array import Array
 from functrans._array import delete as _array_delete
+from functrans._caches import LRUCache, WeakKeyLRUCache, insert_plain
 from functrans._config import config
 from functrans._traceback_util import api_boundary
 from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
@@ -32,14 +32,17 @@ logger = logging.getLogger("functrans")
 
 jit_p = Primitive("jit", multiple_results=True)
 
-# Compiled executables, keyed by the closed jaxpr object and the backend name.
-_executables: "weakref.WeakKeyDictionary[ClosedJaxpr, dict]" = weakref.WeakKeyDictionary()
+# Compiled executables by closed jaxpr (held weakly: an entry goes with its program), then by
+# backend name; at most config.executable_cache_max_entries programs, the least recently
+# compiled or called through here evicted first.
+_executables = WeakKeyLRUCache("executable_cache_max_entries")
 
 
 def compile_closed(closed: ClosedJaxpr, backend: str | None):
     per_jaxpr = _executables.get(closed)
     if per_jaxpr is None:
-        per_jaxpr = _executables[closed] = {}
+        per_jaxpr = {}
+        _executables.insert(closed, per_jaxpr)
     executable = per_jaxpr.get(backend)
     if executable is None:
         be = _backends.get_backend(backend)
@@ -392,8 +395,11 @@ class JitWrapped:
             donate_argnums = (donate_argnums,)
         self._donate_argnums = tuple(donate_argnums or ())
         self._backend = backend
-        self._cache: dict = {}
+        # Per signature, least recently called first, at most config.jit_cache_max_entries:
+        # the traced program and executable, and the fast path's runner (in a plain dict,
+        # whose lookup is the cheapest; see _caches.insert_plain).
         self._fast_cache: dict = {}
+        self._cache = LRUCache("jit_cache_max_entries", plain=self._fast_cache)
         self._fast_eligible = not self._static_argnums and not self._static_argnames
 
     def __get__(self, instance, owner):
@@ -466,7 +472,7 @@ class JitWrapped:
 
     def _get_entry(self, statics, dyn_args, dyn_kwargs, in_tree, avals, backend=None):
         key = (in_tree, avals, statics, backend)
-        entry = self._cache.get(key)
+        entry = self._cache.lookup(key)
         if entry is None:
             if config.explain_cache_misses and self._cache:
                 from functrans import _explain
@@ -474,7 +480,7 @@ class JitWrapped:
             closed, out_tree = self._trace(statics, dyn_args, dyn_kwargs, in_tree, avals)
             entry = _CacheEntry(closed, out_tree, backend)
             if not any(isinstance(c, Tracer) for c in closed.consts):
-                self._cache[key] = entry
+                self._cache.insert(key, entry)
         return entry
 
     @api_boundary
@@ -486,6 +492,10 @@ class JitWrapped:
                 run = self._fast_cache.get(signature[0])
                 if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
                     return run(signature[1])
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
+        """A call that the fast path did not serve: trace or look up, compile, run."""
         if config.disable_jit:
             return self._fun(*args, **kwargs)
         statics, dyn_args, dyn_kwargs, leaves, in_tree, avals = self._signature(args, kwargs)
@@ -512,7 +522,10 @@ class JitWrapped:
                 if signature is not None:
                     run = _fast_runner(entry, self._donated_leaves(args))
                     if run is not None:
-                        self._fast_cache[signature[0]] = run
+                        insert_plain(self._fast_cache, signature[0], run,
+                                     "jit_cache_max_entries")
+                        if len(self._fast_cache) > 1:
+                            self.__class__ = _JitWrappedSignatures
             self._delete_donated(args, outs)
         else:
             outs = jit_p.bind(*leaves, jaxpr=closed, name=getattr(self._fun, "__name__", "fun"),
@@ -589,10 +602,32 @@ class JitWrapped:
         return len(self._cache)
 
 
+class _JitWrappedSignatures(JitWrapped):
+    """A :class:`JitWrapped` whose fast path holds several signatures: a hit also marks its
+    signature as the most recently called, for the cache's eviction order. The class is
+    switched when a second signature is cached, so that a function called with one
+    signature (the usual case) pays nothing for it."""
+
+    @api_boundary
+    def __call__(self, *args, **kwargs):
+        if not kwargs and self._fast_eligible:
+            signature = _fast_signature(args)
+            if signature is not None:
+                fast = self._fast_cache
+                run = fast.get(signature[0])
+                if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
+                    try:
+                        fast[signature[0]] = fast.pop(signature[0])  # last: most recent
+                    except KeyError:  # evicted by another thread in between
+                        pass
+                    return run(signature[1])
+        return self._call(args, kwargs)
+
+
 # ---- eager operations on device arrays ---------------------------------------------------------
 
-_device_ops: dict = {}
-_DEVICE_OPS_LIMIT = 4096
+# One-equation jitted programs for eager operations on GPU arrays, by primitive and parameters.
+_device_ops = LRUCache("executable_cache_max_entries")
 
 
 def _eval_on_device(primitive, args, params):
@@ -607,15 +642,13 @@ def _eval_on_device(primitive, args, params):
         return NotImplemented
     if any(_holds_code(v) for v in params.values()):
         return NotImplemented
-    run = _device_ops.get(key)
+    run = _device_ops.lookup(key)
     if run is None:
-        if len(_device_ops) >= _DEVICE_OPS_LIMIT:
-            _device_ops.clear()
-
         def one_op(*xs):
             return primitive.bind(*xs, **params)
         one_op.__name__ = primitive.name
-        run = _device_ops[key] = JitWrapped(one_op)
+        run = JitWrapped(one_op)
+        _device_ops.insert(key, run)
     return run(*args)
 
 
@@ -763,7 +796,7 @@ def _fast_runner(entry: _CacheEntry, donated=()):
         else:
             body = "    o = executable(*[a._value for a in args])\n"
         exec(f"def run(args):\n{body}    return {build}\n", namespace)
-        return namespace["run"]
+        return namespace.pop("run")  # not left in its own globals: no cycle to outlive it
 
     def run(args):
         outs = executable(*[a._value for a in args])

@@ -45,6 +45,7 @@ import numpy as np
 
 from functrans import _backends, core, distributed, tree_util
 from functrans._array import Array
+from functrans._caches import LRUCache
 from functrans.core import ClosedJaxpr, DropVar, Jaxpr, Literal, ShapedArray, Tracer, Var, get_aval
 from functrans.primitives import collectives
 
@@ -830,7 +831,7 @@ class PmapFunction:
         self._devices = None if devices is None else list(devices)
         self._backend = backend
         self._axis_size = axis_size
-        self._cache: dict = {}
+        self._cache = LRUCache("jit_cache_max_entries")  # per signature, least recent first
 
     # ---- arguments ---------------------------------------------------------------------
 
@@ -932,9 +933,10 @@ class PmapFunction:
                 aval = ShapedArray(shape, aval.dtype, aval.weak_type)
             avals.append(aval)
         key = (in_tree, tuple(avals), tuple(axes_flat), statics, tuple(devices), global_size)
-        entry = self._cache.get(key)
+        entry = self._cache.lookup(key)
         if entry is None:
-            entry = self._cache[key] = self._build(statics, in_tree, avals, global_size, key)
+            entry = self._build(statics, in_tree, avals, global_size, key)
+            self._cache.insert(key, entry)
         program, out_tree, out_axes_flat = entry
         per_member = self._shard_inputs(leaves, axes_flat, devices)
         outs = program.run(per_member, offset)

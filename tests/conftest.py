@@ -1,7 +1,18 @@
 """Test configuration: bounded hypothesis profiles, and global flags restored after each test."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
+
+# Compiled code is cached in a directory of this run's own, never in the user's cache: made
+# by the process that loads this file first (pytest, or the xdist controller, whose workers
+# inherit both variables) and removed when that process exits.
+if not os.environ.get("FUNCTRANS_TEST_SESSION_CACHE"):
+    _session_cache = tempfile.mkdtemp(prefix="functrans-test-cache-")
+    os.environ["FUNCTRANS_TEST_SESSION_CACHE"] = os.environ["FUNCTRANS_CACHE_DIR"] = _session_cache
+    atexit.register(shutil.rmtree, _session_cache, ignore_errors=True)
 
 # type-check every program the tests stage (check_jaxpr after each trace)
 os.environ.setdefault("FUNCTRANS_CHECK_JAXPRS", "1")

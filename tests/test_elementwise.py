@@ -3,6 +3,8 @@ rule vs reference output, numerical JVP/VJP (orders 1 and 2) in float64, vmap vs
 loop, and jit vs eager."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.special
@@ -197,6 +199,22 @@ def test_convert_element_type_saturates_and_maps_nan_to_zero():
     x = np.array([np.nan, 1e10, -1e10, 2.7, -2.7], np.float32)
     out = lax.convert_element_type(x, np.int32)
     np.testing.assert_array_equal(out, [0, 2 ** 31 - 1, -2 ** 31, 2, -2])
+
+
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+def test_out_of_range_casts_are_quiet(backend, x64):
+    # XLA converts NaN, infinities and out-of-range values without a warning; NumPy's astype
+    # warns about the same casts
+    f = functrans.jit(lambda a, b, c: (lax.convert_element_type(a, np.int32),
+                                       lax.convert_element_type(b, np.float32),
+                                       lax.convert_element_type(c, np.uint8)), backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ints, floats, small = f(np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 2.7], np.float32),
+                                np.array([1e300, -1e300, 1.5]), np.array([300, -1], np.int32))
+    np.testing.assert_array_equal(ints, [0, 2 ** 31 - 1, -2 ** 31, 2 ** 31 - 1, -2 ** 31, 2])
+    np.testing.assert_array_equal(floats, np.array([np.inf, -np.inf, 1.5], np.float32))
+    np.testing.assert_array_equal(small, np.array([44, 255], np.uint8))
 
 
 def test_select_n_and_clamp():

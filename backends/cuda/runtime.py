@@ -27,6 +27,7 @@ import threading
 
 import numpy as np
 
+from functrans._caches import LRUCache
 from functrans.backends.cuda import codegen
 from functrans.backends.cuda.codegen import BLOCK_SIZE, KernelLaunch
 from functrans.backends.cuda.control_flow import ControlLaunch
@@ -137,8 +138,9 @@ def launch_plan(launch: KernelLaunch, sm_count: int) -> list:
             (launch.finish_name, max(1, min(launch.count, cap)), True)]
 
 
-# NVRTC output, per source and device: compiling is the slow part of a first call.
-_modules: dict = {}
+# NVRTC output, per source and device: compiling is the slow part of a first call. At most
+# config.executable_cache_max_entries modules, the least recently used evicted.
+_modules = LRUCache("executable_cache_max_entries")
 _modules_lock = threading.Lock()
 
 
@@ -146,12 +148,12 @@ def compile_source(cupy, source: str, device_id: int):
     """A ``cupy.RawModule`` of ``source`` for ``device_id``, cached by the source's hash."""
     key = (hashlib.sha256(source.encode()).hexdigest(), device_id)
     with _modules_lock:
-        module = _modules.get(key)
+        module = _modules.lookup(key)
         if module is None:
             with cupy.cuda.Device(device_id):
                 module = cupy.RawModule(code=source, options=NVRTC_OPTIONS)
                 module.compile()  # compile now, so errors surface at compile time
-            _modules[key] = module
+            _modules.insert(key, module)
     return module
 
 

@@ -4,9 +4,12 @@ A call converts the arguments to C-contiguous arrays of the declared dtypes, all
 outputs with NumPy, fills a table of pointers (slot 0 is this thread's scratch arena) and
 calls each native segment once through ctypes. ctypes drops the GIL for the duration of a
 foreign call, so compiled code runs in parallel with other Python threads, and two threads
-may call one executable at once (each has its own arena and pointer table). A segment
-returns a status, almost always 0: when Ctrl-C stopped its loops early the call raises
-KeyboardInterrupt, and nothing needs resetting before the next one (see :mod:`interrupts`).
+may call one executable at once (each has its own arena and pointer table). An arena above
+``config.arena_cache_threshold`` bytes is not kept between calls but lent to each call by
+the process's pool (see :mod:`arenas`), so scratch memory is not held by executables that
+are not running. A segment returns a status, almost always 0: when Ctrl-C stopped its loops
+early the call raises KeyboardInterrupt, and nothing needs resetting before the next one
+(see :mod:`interrupts`).
 
     >>> exe = functrans.backends.llvm.compile_jaxpr(closed)   # doctest: +SKIP
     >>> outs = exe(np.ones(3, np.float32))                     # doctest: +SKIP
@@ -18,7 +21,7 @@ import threading
 
 import numpy as np
 
-from functrans.backends.llvm import interrupts
+from functrans.backends.llvm import arenas, interrupts
 from functrans.backends.llvm.buffers import BufferPlan
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program
@@ -29,13 +32,15 @@ _SEGMENT_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)  # a status: see
 class _ThreadState(threading.local):
     table = None  # the pointer table: a uint64 array (one per thread)
     view = None  # a memoryview of it, the cheapest way to store a pointer from Python
-    arena = None
+    arena = None  # kept here between calls when small; else set for the length of a call
     address = 0
 
 
 class Executable:
     """A compiled program. ``exe(*arrays) -> list of arrays``; ``exe.as_text()`` is the
     LLVM IR it was compiled from."""
+
+    _lends_arena = False  # see _LentArenaExecutable
 
     def __init__(self, program: Program, plan: BufferPlan, schedule: list, slots: dict,
                  entry_points: dict, ir_text: str = "", optimized_ir: str = "", engine=None,
@@ -105,6 +110,8 @@ class Executable:
             self._fast_order = None if [k for _, k in self._results] == list(
                 range(len(self._outputs))) else [k for _, k in self._results]
             self.__class__ = _SingleSegmentExecutable
+        if not arenas.kept_with_executable(plan.arena_size):
+            self.__class__ = _LentArenaExecutable
 
     # ---- calling ----------------------------------------------------------------------------
 
@@ -112,8 +119,10 @@ class Executable:
         state = self._state
         if state.table is None:
             table = np.zeros(self._num_slots, np.uint64)
-            arena = np.empty(max(self.plan.arena_size, 1), np.uint8)
-            table[0] = id(arena)
+            arena = None
+            if not self._lends_arena:  # else slot 0 is filled by each call
+                arena = np.empty(max(self.plan.arena_size, 1), np.uint8)
+                table[0] = id(arena)
             for slot, array in self._consts:
                 table[slot] = id(array)
             state.table, state.view, state.arena = table, memoryview(table), arena
@@ -281,3 +290,26 @@ class _SingleSegmentExecutable(Executable):
     class is switched at construction, because Python looks ``__call__`` up on the type."""
 
     __call__ = Executable._fast_call
+
+
+class _LentArenaExecutable(Executable):
+    """An :class:`Executable` whose arena is larger than ``config.arena_cache_threshold``:
+    each call borrows one from the pool and gives it back when it returns (so the memory is
+    shared with other large programs, and returned to the system beyond the pool's limit)."""
+
+    _lends_arena = True
+
+    def __call__(self, *args):
+        return self.call_donating(args, ())
+
+    def call_donating(self, args, donated) -> list:
+        view = self._thread_buffers()[0]
+        state = self._state
+        outer = state.arena  # set when this call is nested in one of the same executable
+        arena = arenas.borrow(self.plan.arena_size)
+        state.arena, view[0] = arena, id(arena)
+        try:
+            return Executable.call_donating(self, args, donated)
+        finally:
+            state.arena, view[0] = outer, id(outer) if outer is not None else 0
+            arenas.give_back(arena)

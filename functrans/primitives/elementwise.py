@@ -195,11 +195,14 @@ def _convert_impl(x, *, new_dtype, weak_type=False):
         with np.errstate(invalid="ignore"):
             xf = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0)
             out = np.clip(xf, float(info.min), float(info.max))
-        # values at the float boundary of int64 round past the max: saturate explicitly
-        result = out.astype(new_dtype)
+            # values at the float boundary of int64 round past the max (NumPy warns of the
+            # invalid cast): saturated explicitly below
+            result = out.astype(new_dtype)
         result = np.where(xf >= float(info.max), info.max, result)
         return np.where(xf <= float(info.min), info.min, result).astype(new_dtype)
-    return x.astype(new_dtype)
+    # a float too large for a narrower float becomes inf, an integer wraps, as in XLA: quietly
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x.astype(new_dtype)
 
 
 def _select_n_impl(which, *cases):

@@ -11,7 +11,9 @@ import inspect
 import logging
 import sys
 import textwrap
+import threading
 import time
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -382,6 +384,30 @@ def _argument_names(in_tree, arg_names) -> list[str]:
     return names
 
 
+# The caches of jitted functions, per function (weakly: a function that is collected takes
+# its caches with it) and per jit options, so that ``jit(f)(x)`` written inside a loop, or
+# two ``jit(f)`` of one ``f``, trace and compile ``f`` once per signature, as in JAX.
+_function_caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_function_caches_lock = threading.Lock()
+
+
+def _caches_for(fun, options) -> tuple[dict, LRUCache]:
+    """The (fast path, signature) caches of ``fun`` jitted with ``options``; new ones for a
+    callable that cannot be weakly referenced or hashed (each of its jits then has its own)."""
+    try:
+        with _function_caches_lock:
+            per_options = _function_caches.setdefault(fun, {})
+            caches = per_options.get(options)
+            if caches is None:
+                fast: dict = {}
+                caches = per_options[options] = (fast, LRUCache("jit_cache_max_entries",
+                                                                plain=fast))
+            return caches
+    except TypeError:  # unhashable options or a callable without weak references
+        fast = {}
+        return fast, LRUCache("jit_cache_max_entries", plain=fast)
+
+
 class JitWrapped:
     """A jitted function. Calling it traces once per signature and runs compiled code."""
 
@@ -397,9 +423,10 @@ class JitWrapped:
         self._backend = backend
         # Per signature, least recently called first, at most config.jit_cache_max_entries:
         # the traced program and executable, and the fast path's runner (in a plain dict,
-        # whose lookup is the cheapest; see _caches.insert_plain).
-        self._fast_cache: dict = {}
-        self._cache = LRUCache("jit_cache_max_entries", plain=self._fast_cache)
+        # whose lookup is the cheapest; see _caches.insert_plain). Shared by every jit of
+        # the same function with the same options (see _caches_for).
+        self._fast_cache, self._cache = _caches_for(
+            fun, (self._static_argnums, self._static_argnames, self._donate_argnums, backend))
         self._fast_eligible = not self._static_argnums and not self._static_argnames
 
     def __get__(self, instance, owner):

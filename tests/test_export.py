@@ -150,9 +150,9 @@ def test_exported_attributes_follow_jax():
     assert exp.platforms == ("cpu",)
     assert exp.in_tree == functrans.tree_util.tree_structure(((MLP_PARAMS, 0), {}))
     assert exp.out_tree == functrans.tree_util.tree_structure(0)
-    assert [a.str_short() for a in exp.in_avals] == ["f32[16]", "f32[3]", "f32[4,16]",
-                                                     "f32[16,3]", "f32[b,4]"]
-    assert [str(a) for a in exp.out_avals] == ["f32[b,3]"]
+    assert [a.str_short() for a in exp.in_avals] == ["float32[16]", "float32[3]", "float32[4,16]",
+                                                     "float32[16,3]", "float32[b,4]"]
+    assert [str(a) for a in exp.out_avals] == ["float32[b,3]"]
     assert str(exp) == "Exported(fun_name=mlp, ...)"
     assert exp.has_vjp()
     back = export.deserialize(exp.serialize())
@@ -319,7 +319,7 @@ def test_polymorphic_batch_through_elementwise_dot_reductions_reshape_scan_cond(
         return carry, ys.mean(axis=0), picked, jnp.concatenate([flat, flat]).shape[0] * merged
 
     exp = export.export(functrans.jit(f))(_spec((b, 3, 2)), _spec((2, 2)))
-    assert [str(a) for a in exp.out_avals] == ["f32[6]", "f32[6]", "f32[6]", "f32[]"]
+    assert [str(a) for a in exp.out_avals] == ["float32[6]", "float32[6]", "float32[6]", "float32[]"]
     back = export.deserialize(exp.serialize())
     x, w = _f32(batch, 3, 2), _f32(2, 2)
     expected = functrans.jit(f)(x, w)
@@ -331,7 +331,7 @@ def test_polymorphism_in_two_variables():
     m, n = export.symbolic_shape("m, n")
     f = functrans.jit(lambda x, y: (jnp.concatenate([x, y]), jnp.pad(x, ((1, 2), (0, 0)))))
     exp = export.export(f)(_spec((m, 3)), _spec((n, 3)))
-    assert [str(a) for a in exp.out_avals] == ["f32[m + n,3]", "f32[m + 3,3]"]
+    assert [str(a) for a in exp.out_avals] == ["float32[m + n,3]", "float32[m + 3,3]"]
     x, y = _f32(2, 3), _f32(5, 3)
     for got, want in zip(export.deserialize(exp.serialize()).call(x, y), f(x, y)):
         np.testing.assert_array_equal(got, want)
@@ -340,7 +340,7 @@ def test_polymorphism_in_two_variables():
 def test_sizes_too_small_for_the_program_are_refused_at_call():
     b, = export.symbolic_shape("b")
     exp = export.export(functrans.jit(lambda x: x[4:] * 2))(_spec((b,)))
-    assert [str(a) for a in exp.out_avals] == ["f32[b - 4]"]
+    assert [str(a) for a in exp.out_avals] == ["float32[b - 4]"]
     np.testing.assert_array_equal(exp.call(np.ones(6, F32)), [2, 2])
     with pytest.raises(ValueError, match="cannot run at b=2.*slice"):
         exp.call(np.ones(2, F32))

@@ -193,7 +193,7 @@ def test_command_line(tmp_path, capsys):
     saved = tmp_path / "model.exported"
     saved.write_bytes(exp.serialize())
     assert main([str(saved), "--info"]) == 0
-    assert "mlp: (f32[b,8]) -> (f32[b,5])" in capsys.readouterr().out
+    assert "mlp: (float32[b,8]) -> (float32[b,5])" in capsys.readouterr().out
     assert main([str(saved)]) == 1
     assert "dimensions=" in capsys.readouterr().err
     assert main([str(tmp_path / "missing.exported")]) == 1

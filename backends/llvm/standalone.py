@@ -40,7 +40,7 @@ import tempfile
 
 import numpy as np
 
-from functrans.backends.llvm import codegen, pipeline, thread_pool, vector_math
+from functrans.backends.llvm import codegen, interrupts, pipeline, thread_pool, vector_math
 from functrans.backends.llvm.fusion import Buffer, FallbackStep
 
 _C_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t",
@@ -394,7 +394,10 @@ def _entry_function(c: _CompiledEntry, build: str, blobs: list) -> str:
                                       f"{result.kind} buffer")
         copies.append(f"    memcpy({out[0]}, {source}, {nbytes});")
     if c.segment is not None:
-        body.append(f"    {c.segment}(table);")
+        # a segment that polls for SIGINT may first ask for its handler check (status 2,
+        # see interrupts.py): nothing to check here, so it is called again; its SIGINT
+        # counter (ft_interrupt_state, defined by the runtime below) never moves
+        body.append(f"    while ({c.segment}(table) == {interrupts.CHECK_HANDLER}) {{}}")
     body += copies + ["    return 0;", "}", ""]
     return "\n".join(body)
 
@@ -407,7 +410,7 @@ def _c_source(compiled: list, library: str, build: str, needs_blas: bool,
                                   "word-aligned in its array object on this platform")
     blobs: list = []
     functions = [_entry_function(c, build, blobs) for c in compiled]
-    segments = [f"extern void {c.segment}(void **table);" for c in compiled if c.segment]
+    segments = [f"extern int32_t {c.segment}(void **table);" for c in compiled if c.segment]
     routines = codegen.BLAS_ROUTINES + codegen.LAPACK_ROUTINES
     blas_path = _scipy_openblas_path() if needs_blas else None
     parts = [
@@ -520,6 +523,9 @@ static int ft_load_blas(void) {
 _RUNTIME_C = r"""
 /* ---- start-up (once), the thread pool and per-thread workspaces ---- */
 static pthread_once_t ft_once = PTHREAD_ONCE_INIT;
+/* what compiled loops poll for Ctrl-C in a Python process; a library has no handler, so
+   its counter stays 0 and no loop stops early */
+__attribute__((visibility("hidden"), aligned(64))) int64_t ft_interrupt_state[8];
 static int ft_status;
 static int ft_workers;
 static pthread_key_t ft_workspace_key;

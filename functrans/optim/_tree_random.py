@@ -38,11 +38,14 @@ def tree_random_like(rng_key, target_tree, sampler=random.normal, dtype=None):
 
 
 def tree_unwrap_random_key_data(input_tree):
-    """The tree with PRNG keys replaced by their raw key data. functrans keys are already
-    raw ``uint32`` arrays, so every leaf is returned as it is.
+    """The tree with typed PRNG keys (``random.key``) replaced by their raw ``uint32`` key
+    data (``random.key_data``); other leaves are returned as they are.
 
         >>> from functrans import random
         >>> tree_unwrap_random_key_data({"k": random.key(0)})["k"].dtype
         dtype('uint32')
     """
-    return tree_map(lambda x: x, input_tree)
+    def is_key(x):
+        return isinstance(x, random.PRNGKeyArray)
+
+    return tree_map(lambda x: random.key_data(x) if is_key(x) else x, input_tree, is_leaf=is_key)

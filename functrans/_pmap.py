@@ -68,6 +68,7 @@ class Shard:
 
 
 _array_value_slot = Array.__dict__["_value"]
+_PMAP_MESH_AXIS = "_internal_pmap_axis_name"
 
 
 class ShardedArray(Array):
@@ -122,6 +123,19 @@ class ShardedArray(Array):
 
     def devices(self) -> set:
         return set(self._shard_devices)
+
+    @property
+    def sharding(self):
+        """The leading axis split over the devices, one entry each (as JAX's pmap outputs:
+        a NamedSharding over a one-axis mesh of the devices)."""
+        # (functrans.sharding builds on pmap's placements; imported on use)
+        from functrans.sharding import Mesh, NamedSharding, PartitionSpec
+        mesh = Mesh(np.array(self._shard_devices, dtype=object), (_PMAP_MESH_AXIS,))
+        return NamedSharding(mesh, PartitionSpec(_PMAP_MESH_AXIS))
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        return len(self._shards) == 1
 
     def _shard_array(self, s, device) -> Array:
         # a shard is a buffer pmap or a device_put made (host data was copied on the way in)

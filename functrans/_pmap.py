@@ -420,15 +420,18 @@ def _compute_collective(primitive, params, local_inputs: list, offset: int) -> l
 class _DeviceContext:
     """What a collective executed by one device thread needs to know."""
 
-    __slots__ = ("axis_name", "axis_size", "axis_index", "member", "rendezvous", "placement")
+    __slots__ = ("axis_name", "axis_sizes", "axis_index", "member", "rendezvous", "placement")
 
     def __init__(self, axis_name, axis_size, axis_index, member, rendezvous, placement=None):
         self.axis_name = axis_name
-        self.axis_size = axis_size
+        self.axis_sizes = {axis_name: axis_size}
         self.axis_index = axis_index
         self.member = member
         self.rendezvous = rendezvous
         self.placement = placement
+
+    def index_along(self, names) -> int:
+        return self.axis_index
 
     def collective(self, primitive, args, params):
         if self.placement is None:

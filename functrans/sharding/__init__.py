@@ -25,6 +25,9 @@ from functrans.sharding._arrays import (PartitionedArray, Shard,  # noqa: F401
                                         make_array_from_single_device_arrays)
 from functrans.sharding._shard_map import shard_map  # noqa: F401
 from functrans.sharding._visualize import visualize_array_sharding, visualize_sharding  # noqa: F401
+from functrans.sharding import _partitioned
+
+_partitioned.install()  # jit partitions calls over split arrays and with in/out_shardings
 
 __all__ = ["AxisType", "DuplicateSpecError", "Mesh", "NamedSharding", "P", "PartitionSpec",
            "PartitionedArray", "Shard", "Sharding", "SingleDeviceSharding",

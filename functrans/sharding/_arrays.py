@@ -60,6 +60,9 @@ class PartitionedArray(Array):
     """
 
     __slots__ = ("_sharding", "_global_aval", "_buffers")
+    # Not one host buffer: eager operations on it run as partitioned one-operation programs
+    # (functrans.core.eval_primitive hands arrays off the host to jit).
+    _platform = "mesh"
 
     def __init__(self, aval: ShapedArray, sharding: NamedSharding, buffers: dict):
         # ``buffers``: device -> its block, for every device of the mesh in this process.
@@ -278,8 +281,11 @@ def _reshard_across_processes(x: PartitionedArray, sharding: NamedSharding):
 
 
 def put_traced(x: Tracer, sharding: Sharding):
-    """``device_put`` of a traced value: the value itself (a program's values are placed
-    when it runs)."""
+    """``device_put`` of a traced value to a NamedSharding: a sharding constraint (the
+    partitioned program reshards there); to one device: the value itself."""
+    if isinstance(sharding, NamedSharding):
+        from functrans.sharding._constraints import with_sharding_constraint
+        return with_sharding_constraint(x, sharding)
     return x
 
 

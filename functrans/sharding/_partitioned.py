@@ -55,10 +55,11 @@ class PartitionedExecutable:
     def __init__(self, closed: ClosedJaxpr, mesh: Mesh, in_layouts=None, out_layouts=None,
                  preferred_in_layouts=None):
         from functrans.interpreters import partial_eval as pe
-        from functrans.interpreters.decompose import decompose_closed
         from functrans.interpreters.inline import inline_calls
         self.closed = closed
-        self._program = pe.dce_closed_jaxpr(inline_calls(decompose_closed(inline_calls(closed))))
+        # (convolutions and pooling are partitioned as they are; the backends decompose
+        # them when they compile the per-device program)
+        self._program = pe.dce_closed_jaxpr(inline_calls(closed))
         self.mesh = mesh
         n_in, n_out = len(closed.in_avals), len(closed.out_avals)
         self._in_layouts = list(in_layouts or [None] * n_in)
@@ -155,3 +156,165 @@ def sharding_layout(sharding, ndim: int, what: str):
 
 
 __all__ = ["PartitionedExecutable"]
+
+
+# =============================================================================================
+# jit's side: which calls are partitioned, and over which mesh
+# =============================================================================================
+
+
+def _region_primitives():
+    from functrans.sharding._constraints import sharding_constraint_p
+    from functrans.sharding._shard_map import shard_map_p
+    return shard_map_p, sharding_constraint_p
+
+
+def _region_meshes(jaxpr, found: list) -> list:
+    """The meshes of the shard_map regions and sharding constraints in ``jaxpr`` (nested
+    programs included)."""
+    shard_map_p, constraint_p = _region_primitives()
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is shard_map_p:
+            found.append(eqn.params["mesh"])
+            continue
+        if eqn.primitive is constraint_p:
+            found.append(eqn.params["sharding"].mesh)
+        for value in eqn.params.values():
+            for item in (value if isinstance(value, tuple) else (value,)):
+                if isinstance(item, ClosedJaxpr):
+                    _region_meshes(item.jaxpr, found)
+                elif isinstance(item, core.Jaxpr):
+                    _region_meshes(item, found)
+    return found
+
+
+def _one_mesh(meshes, what: str):
+    distinct = []
+    for m in meshes:
+        if m not in distinct:
+            distinct.append(m)
+    if len(distinct) > 1:
+        raise ValueError(f"{what}: shardings over different meshes {distinct} in one "
+                         "program; use one mesh")
+    return distinct[0] if distinct else None
+
+
+def _as_named(s, what: str):
+    from functrans.sharding._mesh import get_mesh
+    from functrans.sharding._partition_spec import PartitionSpec
+    if isinstance(s, PartitionSpec):
+        mesh = get_mesh()
+        if mesh.empty:
+            raise ValueError(f"jit: {what} holds the PartitionSpec {s}, which needs a mesh: "
+                             "pass a NamedSharding or set one with functrans.set_mesh(mesh)")
+        return NamedSharding(mesh, s)
+    if s is None or isinstance(s, NamedSharding):
+        return s
+    if isinstance(s, Sharding):
+        return None if s.num_devices == 1 else s
+    raise TypeError(f"jit: {what} must hold shardings (NamedSharding, a PartitionSpec under "
+                    f"set_mesh, or None), got {s!r}")
+
+
+def _is_spec_leaf(x) -> bool:
+    from functrans.sharding._partition_spec import PartitionSpec
+    return x is None or isinstance(x, (Sharding, PartitionSpec))
+
+
+def _broadcast_shardings(shardings, tree, what: str) -> list:
+    from functrans import tree_util
+    try:
+        full = tree_util.tree_broadcast(shardings, tree, is_leaf=_is_spec_leaf)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"jit: {what} {shardings} must be a pytree prefix of the "
+                         f"{'arguments' if what == 'in_shardings' else 'outputs'} "
+                         f"{tree_util.tree_structure(tree)}") from err
+    leaves = tree_util.tree_flatten(full, is_leaf=_is_spec_leaf)[0]
+    return [_as_named(s, what) for s in leaves]
+
+
+class JitPartitioner:
+    """Installed as ``functrans._jit.partitioner``: jit asks it whether a call is
+    partitioned and hands such calls (and programs with shard_map regions or sharding
+    constraints) to it."""
+
+    def __init__(self):
+        import weakref
+        self._executables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    @staticmethod
+    def check(shardings) -> None:
+        """``jit``'s in_shardings/out_shardings hold shardings, PartitionSpecs or None."""
+        from functrans import tree_util
+        for what, tree in zip(("in_shardings", "out_shardings"), shardings):
+            for leaf in tree_util.tree_leaves(tree, is_leaf=_is_spec_leaf):
+                if not _is_spec_leaf(leaf):
+                    raise TypeError(f"jit: {what} must hold shardings (NamedSharding, "
+                                    f"SingleDeviceSharding, a PartitionSpec under set_mesh) "
+                                    f"or None, got {leaf!r}")
+
+    @staticmethod
+    def wants(leaves) -> bool:
+        """Whether an argument is split over several devices."""
+        for x in leaves:
+            if type(x) is PartitionedArray and x._sharding.num_devices > 1:
+                return True
+        return False
+
+    @staticmethod
+    def holds_regions(closed: ClosedJaxpr) -> bool:
+        return bool(_region_meshes(closed.jaxpr, []))
+
+    def compile(self, closed: ClosedJaxpr) -> PartitionedExecutable:
+        """The executable of a program holding shard_map regions or sharding constraints."""
+        mesh = _one_mesh(_region_meshes(closed.jaxpr, []), "jit")
+        return PartitionedExecutable(closed, mesh)
+
+    def call(self, shardings, entry, leaves, in_tree) -> list:
+        """A jitted call with split arguments or in/out shardings (``shardings``: the jit's
+        ``(in_shardings, out_shardings)`` or None)."""
+        closed = entry.closed
+        per_key = self._executables.get(closed)
+        if per_key is None:
+            per_key = self._executables[closed] = {}
+        key = (id(shardings), next((x._sharding.mesh for x in leaves
+                                    if type(x) is PartitionedArray), None))
+        executable = per_key.get(key)
+        if executable is None:
+            executable = per_key[key] = self._executable(closed, shardings, leaves, in_tree,
+                                                         entry.out_tree)
+        if executable is None:  # nothing to partition: one device
+            return None
+        return executable.call_arrays(leaves)
+
+    def _executable(self, closed, shardings, leaves, in_tree, out_tree):
+        from functrans import tree_util
+        in_s = out_s = None
+        if shardings is not None:
+            in_shardings, out_shardings = shardings
+            if in_shardings is not None:
+                args, kwargs = tree_util.tree_unflatten(in_tree, leaves)
+                in_s = _broadcast_shardings(tuple(in_shardings) if isinstance(
+                    in_shardings, list) else in_shardings, tuple(args), "in_shardings")
+                in_s += [None] * len(tree_util.tree_leaves(kwargs))
+            if out_shardings is not None:
+                outs = tree_util.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
+                out_s = _broadcast_shardings(out_shardings, outs, "out_shardings")
+        explicit = [s.mesh for s in (in_s or []) + (out_s or []) if s is not None]
+        arrays = [x._sharding.mesh for x in leaves
+                  if type(x) is PartitionedArray and x._sharding.num_devices > 1]
+        mesh = _one_mesh(explicit + _region_meshes(closed.jaxpr, []), "jit") or \
+            (arrays[0] if arrays else None)
+        if mesh is None:
+            return None
+        in_layouts = [None if s is None else s.layout(a.ndim)
+                      for s, a in zip(in_s or [None] * len(leaves), closed.in_avals)]
+        out_layouts = [None if s is None else s.layout(a.ndim)
+                       for s, a in zip(out_s or [None] * len(closed.out_avals),
+                                       closed.out_avals)]
+        return PartitionedExecutable(closed, mesh, in_layouts, out_layouts)
+
+
+def install() -> None:
+    from functrans import _jit
+    _jit.partitioner = JitPartitioner()

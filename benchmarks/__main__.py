@@ -22,6 +22,7 @@ WORKLOADS = {
     "compile": "compile_time:compile_times",
     "rnn": "bench_rnn:rnn",
     "pmap": "bench_pmap:pmap_scaling",
+    "sharding": "bench_sharding:sharding_data_parallel",
 }
 
 SINGLE_THREAD_ENV = {

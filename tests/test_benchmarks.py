@@ -96,3 +96,15 @@ def test_model_workloads_agree_with_the_reference(workload, tmp_path):
     row = results["rows"][0]
     assert row["name"] == workload and row["checks"]["functrans"] == "ok"
     assert row["times"]["functrans"] > 0
+
+
+def test_sharding_benchmark_agrees_and_runs_without_fallbacks():
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks import bench_sharding
+    finally:
+        sys.path.remove(ROOT)
+    result = bench_sharding.run_worker("functrans", quick=True, repeats=1)
+    assert result.get("ok"), result
+    assert result["fallbacks"] == []
+    assert result["sharded_s"] > 0 and result["pmap_s"] > 0

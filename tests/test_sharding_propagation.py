@@ -347,3 +347,45 @@ def test_docstring_examples():
     functrans.config.update("cpu_device_count", 1)
     result = doctest.testmod(_constraints)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_docs_list_every_primitive_without_a_rule():
+    import pathlib
+    import sys
+    from functrans.core import Primitive
+    from functrans.interpreters.inline import INLINABLE
+    from functrans.primitives import collectives
+    from functrans.sharding import _propagation
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "sharding.md").read_text()
+    section = text.split("### What falls back")[1].split("## shard_map")[0]
+    # collectives only occur inside per-device code; custom_lin and remat_linear only in
+    # programs being transposed
+    internal = {"custom_lin", "remat_linear"}
+    library = {p for name, module in list(sys.modules.items())
+               if name.startswith("functrans.") and module is not None
+               for p in vars(module).values() if isinstance(p, Primitive)}
+    missing = sorted(p.name for p in library if p not in _propagation.RULES
+                     and p.name not in INLINABLE and p.name not in internal
+                     and not collectives.is_collective(p) and f"`{p.name}`" not in section)
+    assert not missing, f"docs/sharding.md does not list {missing} among the fallbacks"
+
+
+def test_jit_without_arguments_places_its_results(mesh22):
+    init = functrans.jit(lambda: (jnp.arange(32.0).reshape(8, 4), jnp.ones((4, 6)) * 2.0),
+                         out_shardings=(NamedSharding(mesh22, P("data", "model")),
+                                        NamedSharding(mesh22, P(None, "model"))))
+    a, b = init()
+    assert a.sharding.spec == P("data", "model") and b.sharding.spec == P(None, "model")
+    np.testing.assert_array_equal(np.asarray(a), np.arange(32.0).reshape(8, 4))
+    for shard in a.addressable_shards:  # each device made its own block
+        np.testing.assert_array_equal(np.asarray(shard.data),
+                                      np.arange(32.0).reshape(8, 4)[shard.index])
+    np.testing.assert_array_equal(np.asarray(b), np.full((4, 6), 2.0))
+
+
+def test_reshard_keeps_the_common_major_axes(mesh22):
+    x = _rand((8, 4), 5)
+    moved = functrans.jit(lambda a: a, out_shardings=NamedSharding(mesh22, P("data")))(
+        functrans.device_put(x, NamedSharding(mesh22, P(("data", "model")))))
+    assert moved.sharding.spec == P("data", None)
+    np.testing.assert_array_equal(np.asarray(moved), x)

@@ -86,19 +86,21 @@ class PartitionedArray(Array):
         sharding, aval = self._sharding, self._global_aval
         if sharding.is_fully_replicated:
             return np.asarray(_host(next(iter(self._buffers.values()))), aval.dtype)
-        if not sharding.is_fully_addressable:
+        indices = sharding.devices_indices_map(aval.shape)
+        # every block must be held by a device of this process (always so in one process)
+        local: dict = {}
+        for d, i in indices.items():  # the first copy of each block (replica 0 when local)
+            if d in self._buffers:
+                local.setdefault(_index_key(i), d)
+        if len(local) != len({_index_key(i) for i in indices.values()}):
             raise RuntimeError(
                 "Fetching value for `functrans.Array` that spans non-addressable (non process "
                 "local) devices is not possible. Use `.addressable_shards` to inspect this "
                 "process's blocks, or reshard the array to a replicated sharding first "
                 "(functrans.jit(lambda x: x, out_shardings=NamedSharding(mesh, P()))).")
         out = np.empty(aval.shape, aval.dtype)
-        done = set()
-        for device, index in sharding.devices_indices_map(aval.shape).items():
-            key = _index_key(index)
-            if key not in done:
-                done.add(key)
-                out[index] = _host(self._buffers[device])
+        for key, device in local.items():
+            out[indices[device]] = _host(self._buffers[device])
         return out
 
     @property
@@ -167,7 +169,9 @@ class PartitionedArray(Array):
         return (_rebuild, (self._value.copy(), self._sharding, self.weak_type))
 
     def __repr__(self):
-        if not (self._sharding.is_fully_addressable or self._sharding.is_fully_replicated):
+        try:
+            self._value
+        except RuntimeError:  # blocks held only by other processes
             return (f"Array(<{self._global_aval.str_short()} spanning "
                     f"{self._sharding.num_devices} devices of several processes>)")
         return super().__repr__()

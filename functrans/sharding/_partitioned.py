@@ -19,7 +19,7 @@ import numpy as np
 
 from functrans import core
 from functrans._array import Array
-from functrans.core import ClosedJaxpr, get_aval
+from functrans.core import ClosedJaxpr
 from functrans.sharding._arrays import PartitionedArray, put
 from functrans.sharding._mesh import Mesh
 from functrans.sharding._shardings import NamedSharding, Sharding, spec_of
@@ -119,8 +119,9 @@ class PartitionedExecutable:
         program = plan.program
         members = program.members
         blocks = []
-        for x, aval, sharding in zip(args, self.closed.in_avals, plan.in_shardings):
-            if not (isinstance(x, PartitionedArray) and x._sharding == sharding):
+        for x, aval, layout, sharding in zip(args, self.closed.in_avals,
+                                             plan.partitioned.in_layouts, plan.in_shardings):
+            if _layout_of_array(x, self.mesh) != layout:
                 x = put(x, sharding, aval if not isinstance(x, Array) else None)
             blocks.append(x._buffers)
         per_member = []
@@ -143,19 +144,6 @@ class PartitionedExecutable:
         return [core.to_numpy(o) for o in self.call_arrays(list(args))]
 
 
-def sharding_layout(sharding, ndim: int, what: str):
-    """The layout a sharding asks for (None for None); only NamedShardings split arrays."""
-    if sharding is None:
-        return None
-    if isinstance(sharding, NamedSharding):
-        return sharding.layout(ndim)
-    if isinstance(sharding, Sharding):
-        if sharding.num_devices == 1:
-            return None
-    raise TypeError(f"{what}: expected a NamedSharding (or None), got {sharding!r}")
-
-
-__all__ = ["PartitionedExecutable"]
 
 
 # =============================================================================================
@@ -255,9 +243,9 @@ class JitPartitioner:
 
     @staticmethod
     def wants(leaves) -> bool:
-        """Whether an argument is split over several devices."""
+        """Whether an argument lives on a mesh (its results then do too)."""
         for x in leaves:
-            if type(x) is PartitionedArray and x._sharding.num_devices > 1:
+            if type(x) is PartitionedArray:
                 return True
         return False
 
@@ -301,8 +289,7 @@ class JitPartitioner:
                 outs = tree_util.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
                 out_s = _broadcast_shardings(out_shardings, outs, "out_shardings")
         explicit = [s.mesh for s in (in_s or []) + (out_s or []) if s is not None]
-        arrays = [x._sharding.mesh for x in leaves
-                  if type(x) is PartitionedArray and x._sharding.num_devices > 1]
+        arrays = [x._sharding.mesh for x in leaves if type(x) is PartitionedArray]
         mesh = _one_mesh(explicit + _region_meshes(closed.jaxpr, []), "jit") or \
             (arrays[0] if arrays else None)
         if mesh is None:
@@ -315,6 +302,22 @@ class JitPartitioner:
         return PartitionedExecutable(closed, mesh, in_layouts, out_layouts)
 
 
+def recorded_fallbacks() -> list:
+    """(primitive, what was gathered) of every equation that ran replicated in the
+    partitioned programs jit has compiled in this process."""
+    from functrans import _jit
+    out = []
+    if _jit.partitioner is not None:
+        for per_key in list(_jit.partitioner._executables.values()):
+            for executable in per_key.values():
+                if executable is not None:
+                    out.extend(executable.fallbacks())
+    return out
+
+
 def install() -> None:
     from functrans import _jit
     _jit.partitioner = JitPartitioner()
+
+
+__all__ = ["JitPartitioner", "PartitionedExecutable", "install", "recorded_fallbacks"]

@@ -185,10 +185,12 @@ class Partitioner:
             return value
         current = list(have)
         for d, (h, w) in enumerate(zip(have, want)):
-            if h and w[:len(h)] != h:
-                for a in reversed(h):  # the minor axis first: blocks join in order
-                    value = collectives.all_gather(value, a, axis=d, tiled=True)
-                current[d] = ()
+            keep = 0  # the axes both split by, major first, stay
+            while keep < min(len(h), len(w)) and h[keep] == w[keep]:
+                keep += 1
+            for a in reversed(h[keep:]):  # the minor axis first: blocks join in order
+                value = collectives.all_gather(value, a, axis=d, tiled=True)
+            current[d] = h[:keep]
         for d, (c, w) in enumerate(zip(current, want)):
             if c != w:
                 extra = w[len(c):]
@@ -278,7 +280,30 @@ def partition(closed: ClosedJaxpr, mesh: Mesh, in_layouts, out_layouts=None, fal
                    for v, layout in zip(closed.jaxpr.invars, in_layouts)]
     with extend_axis_env_nd([(a, mesh.shape[a]) for a in axis_names]):
         jaxpr, consts = trace_to_jaxpr_dynamic(per_device, coord_avals + block_avals)
-    return Partitioned(ClosedJaxpr(jaxpr, consts), in_layouts, out_cell, fallbacks)
+    return Partitioned(ClosedJaxpr(delay_collectives(jaxpr), consts), in_layouts, out_cell,
+                       fallbacks)
+
+
+def delay_collectives(jaxpr: core.Jaxpr) -> core.Jaxpr:
+    """The same program with each collective moved down to just before the first equation
+    that reads its result (or the end): the devices then compute without meeting until a
+    result is needed, and the collectives that pile up there (the gradient sums of a
+    data-parallel step) run back to back, between the same two compiled segments. Every
+    device runs the same program, so the collectives keep one order on all of them."""
+    out, pending, produced = [], [], set()
+    for eqn in jaxpr.eqns:
+        if collectives.is_collective(eqn.primitive) and eqn.primitive is not \
+                collectives.axis_index_p:
+            pending.append(eqn)
+            produced.update(id(v) for v in eqn.outvars)
+            continue
+        if pending and any(id(v) in produced for v in eqn.invars
+                           if not isinstance(v, Literal)):
+            out.extend(pending)
+            pending, produced = [], set()
+        out.append(eqn)
+    out.extend(pending)
+    return core.Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars, out)
 
 
 def _local(mesh: Mesh, shape, layout) -> tuple:

@@ -22,7 +22,6 @@ of an input that is replicated over some axes is summed over them (``psum``), so
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import weakref
 from typing import Callable
@@ -601,10 +600,6 @@ def shard_map(f: Callable | None = None, /, *, out_specs, in_specs=Infer, mesh=N
         raise TypeError(f"shard_map requires a callable for its first argument, but got {f} "
                         f"of type {type(f)}.")
     return ShardMapFunction(f, mesh, in_specs, out_specs, axis_names, check_vma)
-
-
-def program_signature(closed: ClosedJaxpr, extra) -> str:
-    return hashlib.sha256((repr(extra) + closed.pretty_print()).encode()).hexdigest()
 
 
 __all__ = ["Infer", "ShardMapFunction", "shard_map", "shard_map_p"]

@@ -28,10 +28,7 @@ def sharding_table(shape, sharding: Sharding) -> str:
     if len(shape) not in (1, 2):
         raise ValueError(f"visualize_sharding only works for shapes with 1 or 2 dimensions, "
                          f"got shape {shape}")
-    if len(shape) == 1:
-        shape2, index_of = (1,) + shape, lambda r, c: (c,)
-    else:
-        shape2, index_of = shape, lambda r, c: (r, c)
+    index_of = (lambda r, c: (c,)) if len(shape) == 1 else (lambda r, c: (r, c))
     rows, cols, cells = _blocks(shape, sharding)
     if len(shape) == 1:
         rows, cols = [0], rows

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 import functrans
 from functrans.sharding import (AxisType, DuplicateSpecError, Mesh, NamedSharding,
-                                PartitionedArray, PartitionSpec as P, SingleDeviceSharding)
+                                PartitionSpec as P, SingleDeviceSharding)
 
 
 @pytest.fixture

@@ -345,6 +345,7 @@ def test_docstring_examples():
     import doctest
     from functrans.sharding import _constraints
     functrans.config.update("cpu_device_count", 1)
+    assert functrans.reshard is _constraints.reshard
     result = doctest.testmod(_constraints)
     assert result.attempted > 0 and result.failed == 0
 

@@ -25,6 +25,7 @@ from functrans.sharding._arrays import (PartitionedArray, Shard,  # noqa: F401
                                         make_array_from_single_device_arrays)
 from functrans.sharding._shard_map import shard_map  # noqa: F401
 from functrans.sharding._visualize import visualize_array_sharding, visualize_sharding  # noqa: F401
+from functrans.sharding._constraints import reshard  # noqa: F401
 from functrans.sharding import _partitioned
 
 _partitioned.install()  # jit partitions calls over split arrays and with in/out_shardings
@@ -33,5 +34,5 @@ __all__ = ["AxisType", "DuplicateSpecError", "Mesh", "NamedSharding", "P", "Part
            "PartitionedArray", "Shard", "Sharding", "SingleDeviceSharding",
            "get_abstract_mesh", "get_mesh", "make_array_from_callback",
            "make_array_from_process_local_data", "make_array_from_single_device_arrays",
-           "make_mesh", "make_single_device_sharding", "set_mesh", "shard_map",
+           "make_mesh", "make_single_device_sharding", "reshard", "set_mesh", "shard_map",
            "visualize_array_sharding", "visualize_sharding"]

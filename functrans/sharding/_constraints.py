@@ -86,4 +86,18 @@ def with_sharding_constraint(x, shardings):
     return tree_util.tree_map(constrain, x, targets)
 
 
-__all__ = ["sharding_constraint_p", "with_sharding_constraint"]
+def reshard(xs, out_shardings):
+    """``xs`` (a pytree) resharded to ``out_shardings``: inside ``jit`` a sharding
+    constraint, outside it ``device_put`` (as ``jax.reshard``; every mesh axis here is
+    partitioned automatically, so it is the same as :func:`with_sharding_constraint`).
+
+        >>> import functrans, numpy as np
+        >>> from functrans.sharding import NamedSharding, PartitionSpec as P
+        >>> mesh = functrans.make_mesh((1,), ('data',))
+        >>> functrans.reshard(np.ones(2), NamedSharding(mesh, P('data'))).sharding.spec
+        P('data',)
+    """
+    return with_sharding_constraint(xs, out_shardings)
+
+
+__all__ = ["reshard", "sharding_constraint_p", "with_sharding_constraint"]

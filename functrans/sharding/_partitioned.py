@@ -13,16 +13,21 @@ over the mesh as the pass decided (or as ``out_shardings`` say).
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
+import time
 
 import numpy as np
 
 from functrans import core
 from functrans._array import Array
+from functrans._config import config
 from functrans.core import ClosedJaxpr
 from functrans.sharding._arrays import PartitionedArray, put
 from functrans.sharding._mesh import Mesh
 from functrans.sharding._shardings import NamedSharding, Sharding, spec_of
+
+logger = logging.getLogger("functrans")
 
 
 def _layout_of_array(x, mesh: Mesh):
@@ -96,8 +101,14 @@ class PartitionedExecutable:
         from functrans.sharding import _propagation
         from functrans.sharding._runtime import MeshProgram
         mesh = self.mesh
+        start = time.perf_counter()
         partitioned = _propagation.partition(self._program, mesh, in_layouts,
                                              self._out_layouts)
+        if config.log_compiles:
+            logger.warning("partitioned a program of %d equations over the mesh %s in %.1f ms "
+                           "(%d equations fell back to replicated computation)",
+                           len(self._program.eqns), dict(mesh.shape),
+                           1e3 * (time.perf_counter() - start), len(partitioned.fallbacks))
         signature = hashlib.sha256((repr((mesh.axis_names, mesh.axis_sizes, in_layouts)) +
                                     partitioned.program.pretty_print()).encode()).hexdigest()
         program = MeshProgram(partitioned.program, mesh, mesh.axis_names, signature)

@@ -643,6 +643,9 @@ def _literal_value(v: Literal) -> np.ndarray:
 class _PmapProgram:
     """The staged per-device program of one pmap signature, cut at its collectives."""
 
+    # the backend of a program with a collective inside a loop or branch (run on the host)
+    nested_backend = "reference"
+
     def __init__(self, closed: ClosedJaxpr, axis_name, global_size: int, backend,
                  signature: str, devices=None):
         self.closed = closed
@@ -671,7 +674,7 @@ class _PmapProgram:
             inputs = list(constvars) + self.invars
             outputs = [v for v in self.outvars if isinstance(v, Var)]
             whole = ClosedJaxpr(Jaxpr([], inputs, outputs, eqns), [])
-            self.steps = [_Segment(inputs, outputs, compile_closed(whole, "reference"))]
+            self.steps = [_Segment(inputs, outputs, compile_closed(whole, self.nested_backend))]
         else:
             self.placement = _placement_for(devices) if devices else _HostPlacement(devices)
             self.steps = self._plan(eqns, _compile_backend(backend, platform))

@@ -285,3 +285,20 @@ def test_docstring_examples():
     functrans.config.update("cpu_device_count", 1)
     result = doctest.testmod(_shard_map)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_collectives_inside_loops_and_branches(mesh22):
+    def body(b):
+        c = lax.fori_loop(0, 3, lambda i, c: lax.psum(c, "data") * 0.5, b)
+        return lax.cond(lax.axis_index("model") == 0, lambda v: lax.pmax(v, "model"),
+                        lambda v: lax.pmax(v, "model") + 0.0, c)
+
+    # (the loop's carry is typed as varying along 'data', as JAX types it: the check
+    # cannot see that the first psum already made it equal along 'data')
+    f = functrans.shard_map(body, mesh=mesh22, in_specs=SPEC_IN, out_specs=P(None, None),
+                            check_vma=False)
+    c = [[B[0][j] + B[1][j] for j in range(2)]] * 2   # psum over data, then * 0.5, 3 times
+    for _ in range(2):
+        c = [[(c[0][j] + c[1][j]) * 0.5 for j in range(2)]] * 2
+    expected = np.maximum(c[0][0] * 0.5, c[0][1] * 0.5)
+    np.testing.assert_allclose(np.asarray(f(X)), expected, rtol=1e-5)

@@ -119,6 +119,11 @@ class MeshProgram(_pmap._PmapProgram):
     """A per-device program over the manual axes ``axis_names`` of ``mesh``, compiled once,
     run on every device of the mesh in this process (see the module docstring)."""
 
+    # A collective inside a loop or branch (a psum of each step's gradient in a scan, say):
+    # the CPU compiler runs such a loop from Python around its compiled body, and the
+    # collective's impl meets the other devices at the rendezvous on every iteration.
+    nested_backend = "cpu"
+
     def __init__(self, closed, mesh: Mesh, axis_names, signature: str, backend=None):
         self.members = MeshMembers(mesh)
         self.mesh = mesh

@@ -356,6 +356,7 @@ def test_docs_list_every_primitive_without_a_rule():
     from functrans.core import Primitive
     from functrans.interpreters.inline import INLINABLE
     from functrans.primitives import collectives
+    import functrans.ops  # noqa: F401  (the one module that defines a primitive lazily)
     from functrans.sharding import _propagation
     text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "sharding.md").read_text()
     section = text.split("### What falls back")[1].split("## shard_map")[0]
@@ -390,3 +391,15 @@ def test_reshard_keeps_the_common_major_axes(mesh22):
         functrans.device_put(x, NamedSharding(mesh22, P(("data", "model")))))
     assert moved.sharding.spec == P("data", None)
     np.testing.assert_array_equal(np.asarray(moved), x)
+
+
+def test_shardings_that_do_not_divide_are_errors(mesh22):
+    with pytest.raises(ValueError, match="does not evenly divide the dimension size 3"):
+        functrans.jit(lambda a: a * 2, out_shardings=NamedSharding(mesh22, P("data")))(
+            np.ones((3, 4), np.float32))
+    with pytest.raises(ValueError, match="does not evenly divide the dimension size 5"):
+        functrans.jit(lambda a: a * 2, in_shardings=NamedSharding(mesh22, P(None, "model")))(
+            np.ones((4, 5), np.float32))
+    with pytest.raises(ValueError, match="does not evenly divide"):
+        functrans.jit(lambda a: lax.with_sharding_constraint(
+            a, NamedSharding(mesh22, P("data"))))(np.ones((3,), np.float32))

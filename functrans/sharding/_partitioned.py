@@ -305,6 +305,10 @@ class JitPartitioner:
             (arrays[0] if arrays else None)
         if mesh is None:
             return None
+        for s, a in zip((in_s or []) + (out_s or []),
+                        list(closed.in_avals)[:len(in_s or [])] + list(closed.out_avals)):
+            if s is not None:
+                s.shard_shape(a.shape)  # a split that does not divide: ValueError
         in_layouts = [None if s is None else s.layout(a.ndim)
                       for s, a in zip(in_s or [None] * len(leaves), closed.in_avals)]
         out_layouts = [None if s is None else s.layout(a.ndim)

@@ -963,10 +963,12 @@ def _constraint_rule(p: Partitioner, eqn) -> None:
 
 
 def _register_regions() -> None:
+    from functrans import ops  # (its guard of higher derivatives is an identity)
     from functrans.sharding._constraints import sharding_constraint_p
     from functrans.sharding._shard_map import shard_map_p
     RULES[shard_map_p] = _shard_map_rule
     RULES[sharding_constraint_p] = _constraint_rule
+    RULES[ops.first_order_only_p] = _elementwise
 
 
 _register_regions()

@@ -122,12 +122,36 @@ def run_worker(impl: str, quick: bool, repeats: int, jax_python: str | None = No
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def run_rounds(impls, quick: bool, repeats: int, rounds: int, jax_python=None,
+               ndev: int = NDEV) -> dict:
+    """Each library's worker ``rounds`` times, alternating (in reversed order every other
+    round), so that a change in the machine's load reaches both; per library, the median of
+    each timing over the rounds (the first failing round's result, if any fails)."""
+    runs: dict = {impl: [] for impl in impls}
+    for r in range(rounds):
+        for impl in (impls if r % 2 == 0 else impls[::-1]):
+            runs[impl].append(run_worker(impl, quick, repeats, jax_python, ndev))
+    out = {}
+    for impl, results in runs.items():
+        bad = [res for res in results if "error" in res or not res.get("ok")]
+        if bad:
+            out[impl] = bad[0]
+            continue
+        merged = dict(results[0])
+        for key in merged:
+            if key.endswith("_s") or key.endswith("_spread"):
+                merged[key] = float(np.median([res[key] for res in results]))
+        merged["max_error"] = max(res["max_error"] for res in results)
+        out[impl] = merged
+    return out
+
+
 def sharding_data_parallel(options: Options) -> list[Row]:
     """The suite's row: the jit + NamedSharding step on 2 devices, with pmap beside it."""
     per_device = mlp.batch_for(options)
     impls = [i for i in ("functrans", "jax") if i in options.available or
              (i == "jax" and os.environ.get("FUNCTRANS_BENCH_JAX_PYTHON"))]
-    results = {impl: run_worker(impl, options.quick, options.repeats) for impl in impls}
+    results = run_rounds(impls, options.quick, max(3, options.repeats // 3), options.rounds)
     row = Row("sharding", f"jit+NamedSharding MLP step, {NDEV} devices x {per_device}")
     notes = []
     for impl, r in results.items():
@@ -152,6 +176,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--jax-python", help="the Python of an environment with JAX")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="worker processes per library, alternating (default 3)")
     parser.add_argument("--worker", action="store_true", help="measure in this process, print JSON")
     args = parser.parse_args(argv)
     options = Options(quick=args.quick)
@@ -159,10 +185,11 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(args.impl, args.devices, per_device, sizes, args.repeats)))
         return
-    results = {impl: run_worker(impl, args.quick, args.repeats, args.jax_python, args.devices)
-               for impl in ("functrans", "jax")}
+    results = run_rounds(("functrans", "jax"), args.quick, args.repeats, args.rounds,
+                         args.jax_python, args.devices)
     print(f"data-parallel MLP step {'-'.join(map(str, sizes))}, batch {per_device} per device, "
-          f"{args.devices} CPU devices, {os.cpu_count()} cores; median ms")
+          f"{args.devices} CPU devices, {os.cpu_count()} cores; median ms over {args.rounds} "
+          "alternating worker processes per library")
     print(f"  {'':28}{'functrans':>12}{'jax':>12}{'functrans/jax':>15}")
     for key, label in (("sharded", "jit + NamedSharding"), ("pmap", "pmap + pmean"),
                        ("jit_one_device", "jit, 1 device, whole batch")):

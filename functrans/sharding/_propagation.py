@@ -7,7 +7,7 @@ blocks, with the collectives that keep it equal to the original, and the layout 
 its results.
 
 The pass walks the equations in order. Each value has a layout; an equation's *rule* (one
-per primitive, in the table at the end) looks at its operands' layouts, chooses the layout
+per primitive, in the table ``RULES`` below) looks at its operands' layouts, chooses the layout
 it computes in (resharding an operand where it must), emits the equation on the blocks with
 its parameters made local (``broadcast_in_dim``'s shape, ``reshape``'s sizes, ...), adds the
 collectives its result needs (a ``psum`` after a product over a split contracting
@@ -18,9 +18,12 @@ ordinary code on per-device values.
 - **Resharding** a value between two layouts is local work where the target splits more
   (each device slices its block at its coordinates, which the program receives as inputs)
   and an ``all_gather`` along each dimension whose splitting must be undone.
-- **Broadcasts of replicated values** (constants, biases, scalars made into arrays) are not
-  computed until a consumer says which layout it needs: each device then broadcasts to its
-  block directly, instead of materializing the whole array and slicing it.
+- **Broadcasts of replicated values** (constants, biases, scalars made into arrays), iotas and
+  elementwise functions of those are not computed until a consumer says which layout it
+  needs: each device then makes its block directly, instead of materializing the whole
+  array and slicing it.
+- **Collectives run as late as they can** (``delay_collectives``): the devices meet only
+  when a result is needed, and the gradient sums of a training step run back to back.
 - **An equation without a rule** gathers its operands (every device gets the whole arrays)
   and runs replicated: correct, and logged under ``FUNCTRANS_LOG_COMPILES`` with the
   primitive and the gathered shapes, so users can see where a program stops being
@@ -41,6 +44,18 @@ from functrans._config import config
 from functrans.core import ClosedJaxpr, Literal, ShapedArray, get_aval
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans.primitives import collectives, structural
+from functrans.primitives import control_flow as _cf
+from functrans.primitives import elementwise as _ew
+from functrans.primitives import fft as _fft
+from functrans.primitives import indexing as _ix
+from functrans.primitives import lax_extras as _lx
+from functrans.primitives import linalg as _la
+from functrans.primitives import linalg_schur as _ls
+from functrans.primitives import random_bits as _rb
+from functrans.primitives import reductions as _rd
+from functrans.primitives import sorting as _so
+from functrans.primitives import special as _sp
+from functrans.primitives import windowed as _wd
 from functrans.sharding._mesh import Mesh
 from functrans.sharding._shardings import spec_of
 
@@ -124,14 +139,10 @@ class Partitioner:
 
     def position(self, axes):
         """This device's block index along a dimension split over ``axes`` (a tracer)."""
-        from functrans.primitives import elementwise
         pos = None
         for a in axes:
             c = self.coords[a]
-            if pos is None:
-                pos = c
-            else:
-                pos = elementwise.add(elementwise.mul(pos, np.int32(self.mesh.shape[a])), c)
+            pos = c if pos is None else _ew.add(_ew.mul(pos, np.int32(self.mesh.shape[a])), c)
         return pos
 
     # ---- values ------------------------------------------------------------------------
@@ -200,9 +211,8 @@ class Partitioner:
 
     def slice_block(self, value, dim, position, size):
         """The ``position``-th piece of ``size`` along ``dim`` of this device's block."""
-        from functrans.primitives import elementwise
         aval = get_aval(value)
-        start = elementwise.mul(position, np.int32(size))
+        start = _ew.mul(position, np.int32(size))
         zero = np.int32(0)
         starts = [start if d == dim else zero for d in range(aval.ndim)]
         sizes = list(aval.shape)
@@ -313,20 +323,6 @@ def _local(mesh: Mesh, shape, layout) -> tuple:
 # =============================================================================================
 # Rules
 # =============================================================================================
-
-from functrans.primitives import control_flow as _cf  # noqa: E402
-from functrans.primitives import elementwise as _ew  # noqa: E402
-from functrans.primitives import fft as _fft  # noqa: E402
-from functrans.primitives import indexing as _ix  # noqa: E402
-from functrans.primitives import lax_extras as _lx  # noqa: E402
-from functrans.primitives import linalg as _la  # noqa: E402
-from functrans.primitives import linalg_schur as _ls  # noqa: E402
-from functrans.primitives import random_bits as _rb  # noqa: E402
-from functrans.primitives import reductions as _rd  # noqa: E402
-from functrans.primitives import sorting as _so  # noqa: E402
-from functrans.primitives import special as _sp  # noqa: E402
-from functrans.primitives import windowed as _wd  # noqa: E402
-
 
 def _merge(p: Partitioner, operands, ndim: int, shape):
     """One layout for operands of one shape: each dimension split as the first operand that

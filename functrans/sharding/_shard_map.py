@@ -520,11 +520,14 @@ class ShardMapFunction:
                                 paths, "in")
         self._check_divisible(mesh, layouts, avals, paths)
         statics = tuple((i, x) for i, (x, st) in enumerate(zip(leaves, static)) if st)
-        key = (in_tree, tuple(avals), layouts, mesh, axis_names, _static_key(statics))
-        entry = self._cache.get(key)
+        key = (in_tree, tuple(avals), layouts, mesh, axis_names, statics)
+        try:
+            entry = self._cache.get(key)
+        except TypeError:  # an unhashable argument passed as it is: staged every call
+            key = entry = None
         if entry is None:
             entry = self._stage(mesh, axis_names, in_tree, leaves, static, avals, layouts)
-            if not any(isinstance(c, Tracer) for c in entry[2]):
+            if key is not None and not any(isinstance(c, Tracer) for c in entry[2]):
                 self._cache[key] = entry
         body, out_layouts, consts, out_tree = entry
         outs = shard_map_p.bind(
@@ -561,14 +564,6 @@ class ShardMapFunction:
         body = ClosedJaxpr(Jaxpr([], list(body.jaxpr.constvars) + list(body.jaxpr.invars),
                                  body.jaxpr.outvars, body.jaxpr.eqns), [])
         return body, out_layouts, consts, out_tree
-
-
-def _static_key(statics):
-    try:
-        hash(statics)
-        return statics
-    except TypeError:
-        return tuple((i, id(x)) for i, x in statics)
 
 
 def shard_map(f: Callable | None = None, /, *, out_specs, in_specs=Infer, mesh=None,

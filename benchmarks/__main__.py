@@ -24,6 +24,7 @@ WORKLOADS = {
     "rnn": "bench_rnn:rnn",
     "pmap": "bench_pmap:pmap_scaling",
     "export": "bench_export:export_latency",
+    "sharding": "bench_sharding:sharding_data_parallel",
 }
 
 SINGLE_THREAD_ENV = {

@@ -31,6 +31,11 @@ from functrans import distributed  # noqa: F401
 from functrans.distributed import process_count, process_index  # noqa: F401
 from functrans._pmap import ShardedArray, device_put_replicated, device_put_sharded, pmap  # noqa: F401
 from functrans import debug  # noqa: F401
+from functrans import sharding  # noqa: F401
+from functrans.sharding import (NamedSharding, P, make_array_from_callback,  # noqa: F401
+                                make_array_from_process_local_data,
+                                make_array_from_single_device_arrays, make_mesh, reshard,
+                                set_mesh, shard_map)
 from functrans import random  # noqa: F401
 from functrans import nn  # noqa: F401
 from functrans import optim  # noqa: F401

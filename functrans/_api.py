@@ -658,15 +658,31 @@ def block_until_ready(x):
     return x
 
 
-def device_put(x, device=None):
-    """Place every array of the pytree ``x`` on ``device`` (default: the default device)."""
-    from functrans._array import Array
-    from functrans import _devices
+def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
+    """Place every array of the pytree ``x`` on ``device``: a device (default: the default
+    device), a sharding (``NamedSharding(mesh, P('data'))`` gives each device of the mesh
+    its block, cut from ``x`` without gathering it anywhere), or a pytree prefix of ``x``
+    of devices and shardings. ``src``, ``donate`` and ``may_alias`` are accepted as in JAX.
 
-    def put(leaf):
+        >>> import functrans, numpy as np
+        >>> functrans.device_put(np.ones(2)).shape
+        (2,)
+    """
+    from functrans import _devices
+    # (functrans.sharding sits above this module; imported here, on use)
+    from functrans.sharding import _arrays, _shardings
+
+    def put(leaf, target):
+        if isinstance(target, _shardings.Sharding):
+            if isinstance(leaf, Tracer):
+                return _arrays.put_traced(leaf, target)
+            return _arrays.put(leaf, target)
         if isinstance(leaf, Tracer):
             return leaf
-        target = device if device is not None else _devices.default_device()
+        if target is None:
+            target = _devices.default_device()
+        if isinstance(leaf, _arrays.PartitionedArray):
+            leaf = leaf._value
         placer = getattr(target, "put", None)
         if placer is not None:
             return placer(leaf)
@@ -674,4 +690,8 @@ def device_put(x, device=None):
             return Array._from_buffer(leaf._value, leaf.weak_type, target)
         return host_to_array(leaf, device=target)  # host data is copied, never aliased
 
-    return tree_map(put, x)
+    if device is None or isinstance(device, (_devices.Device, _shardings.Sharding)) or \
+            hasattr(device, "put"):
+        return tree_map(lambda leaf: put(leaf, device), x)
+    targets = tree_util.tree_broadcast(device, x, is_leaf=lambda t: t is None)
+    return tree_map(put, x, targets)

@@ -73,6 +73,28 @@ class Array:
     def devices(self) -> set:
         return {self.device}
 
+    @property
+    def sharding(self):
+        """Where the array lives: ``SingleDeviceSharding(device)`` for an array on one device
+        (a ``NamedSharding`` for arrays split over a mesh)."""
+        # (functrans.sharding builds on this module; imported on use)
+        from functrans.sharding import SingleDeviceSharding
+        return SingleDeviceSharding(self.device)
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        return True
+
+    @property
+    def addressable_shards(self) -> list:
+        """The one block of an array on one device: the whole array."""
+        from functrans.sharding import Shard
+        return [Shard(self.device, (slice(None),) * self.ndim, 0, self)]
+
+    @property
+    def global_shards(self) -> list:
+        return self.addressable_shards
+
     def block_until_ready(self) -> "Array":
         return self
 

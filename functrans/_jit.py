@@ -39,6 +39,11 @@ jit_p = Primitive("jit", multiple_results=True)
 # compiled or called through here evicted first.
 _executables = WeakKeyLRUCache("executable_cache_max_entries")
 
+# Set by functrans.sharding (which builds on this module): runs calls whose arguments are
+# split over a mesh, or that have in_shardings/out_shardings, as partitioned programs, and
+# compiles programs holding shard_map regions or sharding constraints.
+partitioner = None
+
 
 def compile_closed(closed: ClosedJaxpr, backend: str | None):
     per_jaxpr = _executables.get(closed)
@@ -46,6 +51,8 @@ def compile_closed(closed: ClosedJaxpr, backend: str | None):
         per_jaxpr = {}
         _executables.insert(closed, per_jaxpr)
     executable = per_jaxpr.get(backend)
+    if executable is None and partitioner is not None and partitioner.holds_regions(closed):
+        executable = per_jaxpr[backend] = partitioner.compile(closed)
     if executable is None:
         be = _backends.get_backend(backend)
         start = time.perf_counter()
@@ -412,7 +419,7 @@ class JitWrapped:
     """A jitted function. Calling it traces once per signature and runs compiled code."""
 
     def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=(),
-                 backend=None):
+                 backend=None, shardings=None):
         functools.update_wrapper(self, fun)
         self._fun = fun
         self._static_argnums, self._static_argnames, self._positional = _normalize_argnums(
@@ -421,13 +428,16 @@ class JitWrapped:
             donate_argnums = (donate_argnums,)
         self._donate_argnums = tuple(donate_argnums or ())
         self._backend = backend
+        self._shardings = shardings  # (in_shardings, out_shardings) or None
         # Per signature, least recently called first, at most config.jit_cache_max_entries:
         # the traced program and executable, and the fast path's runner (in a plain dict,
         # whose lookup is the cheapest; see _caches.insert_plain). Shared by every jit of
         # the same function with the same options (see _caches_for).
         self._fast_cache, self._cache = _caches_for(
-            fun, (self._static_argnums, self._static_argnames, self._donate_argnums, backend))
-        self._fast_eligible = not self._static_argnums and not self._static_argnames
+            fun, (self._static_argnums, self._static_argnames, self._donate_argnums, backend,
+                  shardings))
+        self._fast_eligible = not self._static_argnums and not self._static_argnames and \
+            shardings is None
 
     def __get__(self, instance, owner):
         if instance is None:
@@ -530,6 +540,11 @@ class JitWrapped:
                                 self._backend_for(leaves))
         closed = entry.closed
         eager = core._state.dynamic.level == 0 and not any(isinstance(x, Tracer) for x in leaves)
+        if eager and partitioner is not None and (self._shardings is not None or
+                                                  partitioner.wants(leaves)):
+            outs = partitioner.call(self._shardings, entry, leaves, in_tree)
+            if outs is not None:
+                return entry.out_tree.unflatten(outs)
         if eager:
             if entry.executable is None:
                 entry.executable = compile_closed(closed, entry.backend)
@@ -765,6 +780,8 @@ def _on_gpu(x) -> bool:
 def _call_executable(executable, leaves, avals, out_avals) -> list:
     """Run a compiled program on eager values; returns functrans arrays. A backend that
     takes device buffers gets GPU arrays' buffers as they are, and wraps its own results."""
+    if hasattr(executable, "call_arrays"):  # a partitioned program places its arguments
+        return executable.call_arrays(leaves)
     if getattr(executable, "takes_device_buffers", False):
         outs = executable(*[x.device_buffer if _on_gpu(x) else core.to_numpy(x, a)
                             for x, a in zip(leaves, avals)])
@@ -791,6 +808,10 @@ def _fast_runner(entry: _CacheEntry, donated=()):
     new_array = Array._from_buffer
     out_tree = entry.out_tree
     single = out_tree.kind == "leaf"
+
+    if hasattr(executable, "call_arrays"):  # a partitioned program
+        call_arrays = executable.call_arrays
+        return lambda args: out_tree.unflatten(call_arrays(args))
 
     device = getattr(executable, "takes_device_buffers", False)
     build = _output_builder_source(out_tree, out_weak)
@@ -873,9 +894,14 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
     ``device`` or ``backend`` pick where it runs (by default where its arguments are);
     ``donate_argnums``/``donate_argnames`` let the program reuse those arguments' buffers;
     ``keep_unused`` and ``inline`` are accepted (unused arguments are always kept, and a
-    jitted function called under another ``jit`` is one equation either way). Sharded
-    placements (``in_shardings``/``out_shardings``) and compiler options are refused with
-    an error: functrans's compiler has neither.
+    jitted function called under another ``jit`` is one equation either way). Compiler
+    options are refused with an error: functrans's compiler has none.
+
+    Called with arguments split over a mesh (``device_put(x, NamedSharding(...))``), or
+    given ``in_shardings``/``out_shardings`` (shardings, or pytree prefixes of the
+    positional arguments and of the outputs), the program is partitioned over the mesh:
+    every device runs its share with the collectives it needs, and the results are split
+    as the sharding propagation decided (or as ``out_shardings`` say); see docs/sharding.md.
 
         >>> import functrans, functrans.numpy as jnp
         >>> f = functrans.jit(lambda x: jnp.sin(x) * 2)
@@ -889,10 +915,6 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
                    compiler_options=compiler_options)
     if fun is None:
         return functools.partial(jit, **options)
-    for name in ("in_shardings", "out_shardings"):
-        if options[name] is not None:
-            raise NotImplementedError(f"jit: {name} is not supported: functrans has no sharded "
-                                      "placements; remove it (the program runs on one device)")
     if compiler_options:
         raise ValueError(f"jit: functrans's compiler takes no compiler_options, got "
                          f"{sorted(compiler_options)}")
@@ -901,8 +923,13 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
             raise ValueError("jit: pass device or backend, not both")
         backend = "cuda" if getattr(device, "platform", "cpu") == "gpu" else "cpu"
     donate_argnums = _donated_positions(fun, donate_argnums, donate_argnames)
+    shardings = None if in_shardings is None and out_shardings is None else \
+        (in_shardings, out_shardings)
+    if shardings is not None and partitioner is not None:
+        partitioner.check(shardings)
     return JitWrapped(fun, () if static_argnums is None else static_argnums,
-                      () if static_argnames is None else static_argnames, donate_argnums, backend)
+                      () if static_argnames is None else static_argnames, donate_argnums, backend,
+                      shardings)
 
 
 def _donated_positions(fun, donate_argnums, donate_argnames) -> tuple:

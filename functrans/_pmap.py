@@ -69,6 +69,7 @@ class Shard:
 
 
 _array_value_slot = Array.__dict__["_value"]
+_PMAP_MESH_AXIS = "_internal_pmap_axis_name"
 
 
 class ShardedArray(Array):
@@ -123,6 +124,19 @@ class ShardedArray(Array):
 
     def devices(self) -> set:
         return set(self._shard_devices)
+
+    @property
+    def sharding(self):
+        """The leading axis split over the devices, one entry each (as JAX's pmap outputs:
+        a NamedSharding over a one-axis mesh of the devices)."""
+        # (functrans.sharding builds on pmap's placements; imported on use)
+        from functrans.sharding import Mesh, NamedSharding, PartitionSpec
+        mesh = Mesh(np.array(self._shard_devices, dtype=object), (_PMAP_MESH_AXIS,))
+        return NamedSharding(mesh, PartitionSpec(_PMAP_MESH_AXIS))
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        return len(self._shards) == 1
 
     def _shard_array(self, s, device) -> Array:
         # a shard is a buffer pmap or a device_put made (host data was copied on the way in)
@@ -407,15 +421,18 @@ def _compute_collective(primitive, params, local_inputs: list, offset: int) -> l
 class _DeviceContext:
     """What a collective executed by one device thread needs to know."""
 
-    __slots__ = ("axis_name", "axis_size", "axis_index", "member", "rendezvous", "placement")
+    __slots__ = ("axis_name", "axis_sizes", "axis_index", "member", "rendezvous", "placement")
 
     def __init__(self, axis_name, axis_size, axis_index, member, rendezvous, placement=None):
         self.axis_name = axis_name
-        self.axis_size = axis_size
+        self.axis_sizes = {axis_name: axis_size}
         self.axis_index = axis_index
         self.member = member
         self.rendezvous = rendezvous
         self.placement = placement
+
+    def index_along(self, names) -> int:
+        return self.axis_index
 
     def collective(self, primitive, args, params):
         if self.placement is None:
@@ -627,6 +644,9 @@ def _literal_value(v: Literal) -> np.ndarray:
 class _PmapProgram:
     """The staged per-device program of one pmap signature, cut at its collectives."""
 
+    # the backend of a program with a collective inside a loop or branch (run on the host)
+    nested_backend = "reference"
+
     def __init__(self, closed: ClosedJaxpr, axis_name, global_size: int, backend,
                  signature: str, devices=None):
         self.closed = closed
@@ -655,7 +675,7 @@ class _PmapProgram:
             inputs = list(constvars) + self.invars
             outputs = [v for v in self.outvars if isinstance(v, Var)]
             whole = ClosedJaxpr(Jaxpr([], inputs, outputs, eqns), [])
-            self.steps = [_Segment(inputs, outputs, compile_closed(whole, "reference"))]
+            self.steps = [_Segment(inputs, outputs, compile_closed(whole, self.nested_backend))]
         else:
             self.placement = _placement_for(devices) if devices else _HostPlacement(devices)
             self.steps = self._plan(eqns, _compile_backend(backend, platform))

@@ -26,7 +26,9 @@ from functrans import core, tree_util
 from functrans.core import Primitive, get_aval
 from functrans.interpreters import ad, batching
 
-__all__ = ["print", "callback"]
+from functrans.sharding._visualize import visualize_array_sharding, visualize_sharding  # noqa: E402,F401
+
+__all__ = ["print", "callback", "visualize_array_sharding", "visualize_sharding"]
 
 _print_lock = threading.Lock()
 

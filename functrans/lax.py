@@ -24,6 +24,7 @@ from functrans.primitives.windowed import *  # noqa: F401,F403
 from functrans.primitives.implicit import *  # noqa: F401,F403
 from functrans.primitives.special import *  # noqa: F401,F403
 from functrans.primitives.lax_extras import *  # noqa: F401,F403
+from functrans.sharding._constraints import with_sharding_constraint  # noqa: F401
 
 from functrans import _lax_linalg as linalg  # noqa: E402,F401
 

@@ -108,3 +108,15 @@ def test_cumulative_grad_worker_reports_memory_and_agrees():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["ok"] and result["max_error"] == 0.0
     assert result["n"] == 10_000 and result["seconds"] > 0 and result["extra_peak_rss_mb"] >= 0
+
+
+def test_sharding_benchmark_agrees_and_runs_without_fallbacks():
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks import bench_sharding
+    finally:
+        sys.path.remove(ROOT)
+    result = bench_sharding.run_worker("functrans", quick=True, repeats=1)
+    assert result.get("ok"), result
+    assert result["fallbacks"] == []
+    assert result["sharded_s"] > 0 and result["pmap_s"] > 0

@@ -64,3 +64,23 @@ def test_data_parallel_example_matches_single_device():
 def test_cnn_example_learns():
     out = _run("cnn_digits.py", "--epochs", "6", "--quiet")
     assert float(re.search(r"test accuracy: ([0-9.]+)", out).group(1)) > 0.9, out
+
+
+def test_data_parallel_sharding_example_matches_single_device():
+    single = _run("data_parallel_sharding.py", "--single", "--steps", "6")
+    multi = _run("data_parallel_sharding.py", "--steps", "6", env={"FUNCTRANS_CPU_DEVICES": "4"})
+    pattern = r"step +\d+ loss ([0-9.eE+-]+)"
+    a = [float(v) for v in re.findall(pattern, single)]
+    b = [float(v) for v in re.findall(pattern, multi)]
+    assert "mesh of 4 devices" in multi
+    assert len(a) == len(b) == 6 and a[-1] < a[0]
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+def test_tensor_parallel_example_equals_unsharded_and_learns():
+    out = _run("tensor_parallel_mlp.py", "--steps", "8", env={"FUNCTRANS_CPU_DEVICES": "4"})
+    assert "'data': 2, 'model': 2" in out
+    losses = [float(v) for v in re.findall(r"loss ([0-9.eE+-]+)", out)]
+    diffs = [float(v) for v in re.findall(r"grad difference ([0-9.eE+-]+)", out)]
+    assert len(losses) == 8 and losses[-1] < losses[0]
+    assert max(diffs) < 1e-5, out

@@ -74,7 +74,7 @@ def test_dict_keys_of_mixed_types_make_no_pytree():
 def test_jit_refuses_unknown_and_unsupported_options():
     with pytest.raises(TypeError, match="static_argnum"):
         functrans.jit(lambda x, y: x, static_argnum=1)  # a typo for static_argnums
-    with pytest.raises(NotImplementedError, match="in_shardings"):
+    with pytest.raises(TypeError, match="in_shardings must hold shardings"):
         functrans.jit(lambda x: x, in_shardings=object())
     with pytest.raises(ValueError, match="compiler_options"):
         functrans.jit(lambda x: x, compiler_options={"xla_cpu_fast_math": True})

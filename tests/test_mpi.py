@@ -141,6 +141,102 @@ def test_collectives_across_processes(mpiexec, tmp_path):
     assert "rank 0: collectives OK" in run.stdout and "rank 1: collectives OK" in run.stdout
 
 
+SHARDING_SCRIPT = textwrap.dedent('''
+    import numpy as np
+    import functrans
+    import functrans.numpy as jnp
+    from functrans import lax, distributed, P
+    from functrans.sharding import NamedSharding
+    distributed.initialize()
+    rank = distributed.process_index()
+    # one global mesh over both processes: 'data' across the processes, 'model' within
+    mesh = functrans.make_mesh((2, 2), ("data", "model"))
+    assert mesh.is_multi_process and len(mesh.local_devices) == 2
+    X = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    spec = NamedSharding(mesh, P("data", "model"))
+    x = functrans.make_array_from_process_local_data(spec, X[2 * rank:2 * rank + 2])
+    B = [np.split(r, 2, axis=1) for r in np.split(X, 2, axis=0)]
+    def check(name, out, expected):
+        for shard in out.addressable_shards:   # this process's blocks of the global result
+            np.testing.assert_allclose(np.asarray(shard.data), expected[shard.index],
+                                       rtol=1e-5, atol=1e-6, err_msg=name)
+    def smap(f, out_spec, check_vma=True):
+        return functrans.shard_map(f, mesh=mesh, in_specs=P("data", "model"),
+                                   out_specs=out_spec, check_vma=check_vma)(x)
+    check("psum data", smap(lambda b: lax.psum(b, "data"), P(None, "model")),
+          np.concatenate([B[0][j] + B[1][j] for j in range(2)], 1))
+    check("psum both", smap(lambda b: lax.psum(b, ("data", "model")), P()),
+          sum(sum(r) for r in B))
+    check("pmax data", smap(lambda b: lax.pmax(b, "data"), P(None, "model")),
+          np.concatenate([np.maximum(B[0][j], B[1][j]) for j in range(2)], 1))
+    check("all_gather data", smap(lambda b: lax.all_gather(b, "data", tiled=True),
+                                  P(None, "model")), X)
+    check("ppermute data", smap(lambda b: lax.ppermute(b, "data", [(0, 1), (1, 0)]),
+                                P("data", "model")), np.concatenate([X[2:], X[:2]]))
+    check("axis_index", smap(lambda b: b * 0 + lax.axis_index(("data", "model")),
+                             P("data", "model")),
+          np.block([[np.full((2, 3), 2 * i + j) for j in range(2)] for i in range(2)]))
+    check("all_to_all data", smap(lambda b: lax.all_to_all(b, "data", 0, 0, tiled=True),
+                                  P("data", "model")),
+          np.block([[np.stack([B[0][j][k], B[1][j][k]]) for j in range(2)]
+                    for k in range(2)]))
+    # jit over the split array: partitioned, a psum across the processes
+    total = functrans.jit(lambda a: jnp.sum(a * a, axis=0))(x)
+    check("jit sum", total, (X * X).sum(0))
+    print(f"rank {rank}: sharding OK", flush=True)
+''')
+
+
+def test_shard_map_and_jit_over_a_mesh_spanning_processes(mpiexec, tmp_path):
+    script = tmp_path / "sharding.py"
+    script.write_text(SHARDING_SCRIPT)
+    run = _launch(mpiexec, script)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "rank 0: sharding OK" in run.stdout and "rank 1: sharding OK" in run.stdout
+
+
+def _example_losses(output: str, pattern: str) -> dict:
+    by_rank: dict = {}
+    for rank, loss in re.findall(r"\[rank (\d+)\] step +\d+ loss ([0-9.eE+-]+)" + pattern,
+                                 output):
+        by_rank.setdefault(int(rank), []).append(float(loss))
+    return by_rank
+
+
+def test_jit_data_parallel_example_under_mpiexec(mpiexec, tmp_path):
+    script = tmp_path / "dp.py"
+    shutil.copy(ROOT / "examples" / "data_parallel_sharding.py", script)
+    run = _launch(mpiexec, script, "--steps", "8")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "a mesh of 4 devices in 2 process(es)" in run.stdout
+    by_rank = _example_losses(run.stdout, "")
+    assert sorted(by_rank) == [0, 1] and by_rank[0] == by_rank[1] and len(by_rank[0]) == 8
+    single = subprocess.run([sys.executable, str(ROOT / "examples" / "data_parallel_sharding.py"),
+                             "--single", "--steps", "8"], capture_output=True, text=True,
+                            timeout=120, cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert single.returncode == 0, single.stderr
+    reference = [float(v) for v in re.findall(r"step +\d+ loss ([0-9.eE+-]+)", single.stdout)]
+    np.testing.assert_allclose(by_rank[0], reference, rtol=1e-5)
+    assert reference[-1] < reference[0]
+
+
+def test_tensor_parallel_example_under_mpiexec(mpiexec, tmp_path):
+    script = tmp_path / "tp.py"
+    shutil.copy(ROOT / "examples" / "tensor_parallel_mlp.py", script)
+    run = _launch(mpiexec, script, "--steps", "6")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "{'data': 2, 'model': 2} in 2 process(es)" in run.stdout
+    by_rank = _example_losses(run.stdout, "")
+    assert sorted(by_rank) == [0, 1] and by_rank[0] == by_rank[1] and len(by_rank[0]) == 6
+    diffs = [float(v) for v in re.findall(r"grad difference ([0-9.eE+-]+)", run.stdout)]
+    assert len(diffs) == 12 and max(diffs) < 1e-5, run.stdout
+    single = subprocess.run([sys.executable, str(ROOT / "examples" / "tensor_parallel_mlp.py"),
+                             "--single", "--steps", "6"], capture_output=True, text=True,
+                            timeout=120, cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    reference = [float(v) for v in re.findall(r"step +\d+ loss ([0-9.eE+-]+)", single.stdout)]
+    np.testing.assert_allclose(by_rank[0], reference, rtol=1e-5)
+
+
 DEAD_RANK_SCRIPT = textwrap.dedent('''
     import sys
     import numpy as np

@@ -61,8 +61,9 @@ def current_device_context():
 
 @contextmanager
 def device_context(context):
-    """Run the block as one member of a pmap axis. ``context`` has ``axis_name``,
-    ``axis_size``, ``axis_index`` and ``collective(primitive, args, params)``."""
+    """Run the block as one member of the axes of a pmap (or of a mesh). ``context`` has
+    ``axis_sizes`` (axis name -> size), ``index_along(names)`` (this member's position
+    along those axes, the first one major) and ``collective(primitive, args, params)``."""
     previous = _execution.context
     _execution.context = context
     try:
@@ -85,7 +86,7 @@ def _bound_names() -> list:
               if m.trace_type is batching.BatchTrace and m.payload.name is not None]
     ctx = _execution.context
     if ctx is not None:
-        names.append(ctx.axis_name)
+        names.extend(ctx.axis_sizes)
     return names
 
 
@@ -108,8 +109,8 @@ def axis_size(axis_name, primitive_name: str = "axis_size") -> int:
     if size is not None:
         return size
     ctx = _execution.context
-    if ctx is not None and ctx.axis_name == axis_name:
-        return ctx.axis_size
+    if ctx is not None and axis_name in ctx.axis_sizes:
+        return ctx.axis_sizes[axis_name]
     raise _unbound_axis_error(axis_name, primitive_name)
 
 
@@ -157,7 +158,7 @@ class CollectivePrimitive(Primitive):
 
 def _running_axis(name) -> bool:
     ctx = _execution.context
-    return ctx is not None and ctx.axis_name == name
+    return ctx is not None and name in ctx.axis_sizes
 
 
 def _run_in_context(primitive):
@@ -170,8 +171,8 @@ def _run_in_context(primitive):
             raise NameError(
                 f"{primitive.name} over axis {names[0]!r} was executed outside pmap: unbound "
                 "axis name (collectives run only inside pmap or vmap with that axis_name)")
-        if any(n != ctx.axis_name for n in names):
-            bad = [n for n in names if n != ctx.axis_name]
+        bad = [n for n in names if n not in ctx.axis_sizes]
+        if bad:
             raise _unbound_axis_error(bad[0], primitive.name)
         return ctx.collective(primitive, args, params)
 
@@ -294,12 +295,19 @@ def _batch_in_groups(primitive, x, d, params, axis_data):
     return _take_members(out, inverse), 0
 
 
-def _single_name(name, axis_name):
-    names = _names_tuple(axis_name)
-    if len(names) != 1:
-        raise NotImplementedError(f"{name} over several axis names {names} is not supported; "
-                                  "use one axis name")
-    return names
+def _collective_names(name, axis_name) -> tuple:
+    """The axis names of a collective that runs over their combined members (the first name
+    major): one name under pmap or vmap; several inside ``shard_map`` over a mesh."""
+    return _names_tuple(axis_name)
+
+
+def _vmapped_alone(name, names, axis_data) -> None:
+    """A vmap computes a collective over its own axis only when that axis is the only one
+    the collective names."""
+    if len(names) > 1:
+        raise NotImplementedError(
+            f"{name} over several axis names {names} under vmap (axis {axis_data.name!r}) is "
+            "not supported; over several mesh axes it runs inside shard_map")
 
 
 def _other_names(params_names, own) -> tuple:
@@ -543,6 +551,7 @@ def _gather_like_batch(primitive, x, d, axis_params: dict, params: dict, axis_da
     collective's own rule (over its whole axis) must finish the job."""
     if axis_data.name not in params["axis_name"]:
         return _bind_under_other_axis(primitive, x, d, axis_params, params)
+    _vmapped_alone(primitive.name, params["axis_name"], axis_data)
     full = dict(params, **axis_params)
     _check_member_shape(primitive, x, d, full)
     if params["axis_index_groups"] is not None:
@@ -593,9 +602,9 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bo
                [0., 1.]], dtype=float32)
     """
     from functrans import tree_util
-    names = _single_name("all_gather", axis_name)
+    names = _collective_names("all_gather", axis_name)
     groups = _check_groups("all_gather", axis_index_groups, names)
-    size = _group_size("all_gather", groups, names[0])
+    size = _group_size("all_gather", groups, names)
 
     def gather(leaf):
         leaf = _as_operand(leaf)
@@ -681,9 +690,9 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, axis_index_groups=
         Array([2., 2.], dtype=float32)
     """
     from functrans import tree_util
-    names = _single_name("psum_scatter", axis_name)
+    names = _collective_names("psum_scatter", axis_name)
     groups = _check_groups("psum_scatter", axis_index_groups, names)
-    size = _group_size("psum_scatter", groups, names[0])
+    size = _group_size("psum_scatter", groups, names)
 
     def scatter(leaf):
         leaf = _as_operand(leaf)
@@ -796,9 +805,9 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, axis_index_gr
                [1., 3.]], dtype=float32)
     """
     from functrans import tree_util
-    names = _single_name("all_to_all", axis_name)
+    names = _collective_names("all_to_all", axis_name)
     groups = _check_groups("all_to_all", axis_index_groups, names)
-    size = _group_size("all_to_all", groups, names[0])
+    size = _group_size("all_to_all", groups, names)
 
     def exchange(leaf):
         leaf = _as_operand(leaf)
@@ -836,6 +845,7 @@ def _ppermute_batch(vals, dims, *, axis_name, perm, axis_data):
     (x,), (d,) = vals, dims
     if axis_data.name not in axis_name:
         return ppermute_p.bind(x, axis_name=axis_name, perm=perm), d
+    _vmapped_alone("ppermute", axis_name, axis_data)
     n = axis_data.size
     x = _moved_to_front(x, d, n)
     source_of = {dst: src for src, dst in perm}
@@ -880,8 +890,8 @@ def ppermute(x, axis_name, perm):
         Array([2., 0., 1.], dtype=float32)
     """
     from functrans import tree_util
-    names = _single_name("ppermute", axis_name)
-    perm = _check_perm(perm, axis_size(names[0], "ppermute"))
+    names = _collective_names("ppermute", axis_name)
+    perm = _check_perm(perm, axis_size(names, "ppermute"))
     return tree_util.tree_map(
         lambda leaf: ppermute_p.bind(_as_operand(leaf), axis_name=names, perm=perm), x)
 
@@ -907,15 +917,17 @@ def _axis_index_rule(*, axis_name):
 def _axis_index_impl(*, axis_name):
     ctx = _execution.context
     names = _names_tuple(axis_name)
-    if ctx is None or names[0] != ctx.axis_name:
-        raise _unbound_axis_error(names[0], "axis_index")
-    return np.asarray(ctx.axis_index, dtype=np.int32)
+    unbound = [n for n in names if ctx is None or n not in ctx.axis_sizes]
+    if unbound:
+        raise _unbound_axis_error(unbound[0], "axis_index")
+    return np.asarray(ctx.index_along(names), dtype=np.int32)
 
 
 def _axis_index_batch(vals, dims, *, axis_name, axis_data):
     from functrans.primitives import structural
     if axis_data.name not in axis_name:
         return axis_index_p.bind(axis_name=axis_name), None
+    _vmapped_alone("axis_index", axis_name, axis_data)
     return structural.iota(np.int32, axis_data.size), 0
 
 
@@ -931,7 +943,7 @@ def axis_index(axis_name):
         >>> functrans.vmap(lambda v: functrans.lax.axis_index('i'), axis_name='i')(jnp.zeros(3))
         Array([0, 1, 2], dtype=int32)
     """
-    names = _single_name("axis_index", axis_name)
+    names = _collective_names("axis_index", axis_name)
     return axis_index_p.bind(axis_name=names)
 
 

@@ -1,0 +1,103 @@
+"""``with_sharding_constraint``: say how a value inside a jitted function is split.
+
+The constraint is an equation (``sharding_constraint``) that computes its operand unchanged;
+the sharding propagation pass reshards the value to the given sharding at that point, and
+later equations start from it. Eagerly, it places the array as ``device_put`` does. Its
+tangent and cotangent get the same sharding; under ``vmap`` the batch dimension stays whole.
+"""
+from __future__ import annotations
+
+from functrans import tree_util
+from functrans.core import Tracer, get_aval
+from functrans.interpreters import ad
+from functrans.sharding._mesh import get_mesh
+from functrans.sharding._partition_spec import PartitionSpec
+from functrans.sharding._shard_map import RegionPrimitive
+from functrans.sharding._shardings import NamedSharding, Sharding, spec_of
+
+sharding_constraint_p = RegionPrimitive("sharding_constraint")
+
+
+@sharding_constraint_p.def_abstract_eval
+def _constraint_abstract_eval(x, *, sharding):
+    sharding.shard_shape(x.shape)  # checks the rank and that the splits divide
+    return x
+
+
+@sharding_constraint_p.def_impl
+def _constraint_impl(x, *, sharding):
+    from functrans.sharding._arrays import put
+    return put(x, sharding)
+
+
+def _constraint_batch(vals, dims, *, sharding):
+    (x,), (d,) = vals, dims
+    if d is None:
+        return sharding_constraint_p.bind(x, sharding=sharding), None
+    layout = list(sharding.layout(get_aval(x).ndim - 1))
+    layout.insert(d, ())
+    return sharding_constraint_p.bind(
+        x, sharding=NamedSharding(sharding.mesh, spec_of(tuple(layout)))), d
+
+
+sharding_constraint_p.batch = _constraint_batch
+ad.deflinear(sharding_constraint_p,
+             lambda ct, *, sharding: [sharding_constraint_p.bind(ct, sharding=sharding)])
+
+
+def _as_sharding(s):
+    if isinstance(s, PartitionSpec):
+        mesh = get_mesh()
+        if mesh.empty:
+            raise ValueError(f"with_sharding_constraint: the PartitionSpec {s} needs a mesh; "
+                             "pass a NamedSharding or set one with functrans.set_mesh(mesh)")
+        return NamedSharding(mesh, s)
+    return s
+
+
+def with_sharding_constraint(x, shardings):
+    """``x`` (a pytree) split as ``shardings`` (a sharding, a PartitionSpec under
+    ``set_mesh``, or a pytree prefix of ``x`` of them) at this point of a jitted function:
+    the partitioned program reshards there. Outside ``jit`` it places ``x`` as
+    ``device_put`` does.
+
+        >>> import functrans, functrans.numpy as jnp
+        >>> from functrans.sharding import NamedSharding, PartitionSpec as P
+        >>> mesh = functrans.make_mesh((1,), ('data',))
+        >>> f = functrans.jit(lambda x: functrans.lax.with_sharding_constraint(
+        ...     x * 2, NamedSharding(mesh, P('data'))))
+        >>> f(jnp.ones(4)).sharding.spec
+        P('data',)
+    """
+    targets = tree_util.tree_broadcast(shardings, x, is_leaf=lambda s: s is None or
+                                       isinstance(s, (Sharding, PartitionSpec)))
+
+    def constrain(leaf, s):
+        s = _as_sharding(s)
+        if s is None:
+            return leaf
+        if not isinstance(s, NamedSharding):
+            if isinstance(s, Sharding) and not isinstance(leaf, Tracer):
+                from functrans.sharding._arrays import put
+                return put(leaf, s)
+            return leaf
+        return sharding_constraint_p.bind(leaf, sharding=s)
+
+    return tree_util.tree_map(constrain, x, targets)
+
+
+def reshard(xs, out_shardings):
+    """``xs`` (a pytree) resharded to ``out_shardings``: inside ``jit`` a sharding
+    constraint, outside it ``device_put`` (as ``jax.reshard``; every mesh axis here is
+    partitioned automatically, so it is the same as :func:`with_sharding_constraint`).
+
+        >>> import functrans, numpy as np
+        >>> from functrans.sharding import NamedSharding, PartitionSpec as P
+        >>> mesh = functrans.make_mesh((1,), ('data',))
+        >>> functrans.reshard(np.ones(2), NamedSharding(mesh, P('data'))).sharding.spec
+        P('data',)
+    """
+    return with_sharding_constraint(xs, out_shardings)
+
+
+__all__ = ["reshard", "sharding_constraint_p", "with_sharding_constraint"]

@@ -648,27 +648,26 @@ def _cumulative(p: Partitioner, eqn) -> None:
     _whole_along(p, eqn, {eqn.params["axis"]})
 
 
-@rule(_rd.cumulative_tangent_p)
-def _cumulative_tangent(p: Partitioner, eqn) -> None:
-    # the operand and its tangent have the result's shape: both keep the split of the
-    # dimensions other than the one the scan runs along
-    aval = eqn.outvars[0].aval
-    axis = eqn.params["axis"]
-    layout = _merge(p, eqn.invars, aval.ndim, aval.shape) or replicated(aval.ndim)
-    layout = tuple(() if d == axis else a for d, a in enumerate(layout))
-    (out,) = p.bind(eqn, [p.read(v, layout) for v in eqn.invars])
-    p.write(eqn.outvars[0], out, layout)
-
-
-@rule(_so.sort_p)
-def _sort(p: Partitioner, eqn) -> None:
+def _all_operands_whole_along(p: Partitioner, eqn, dim: int) -> None:
+    """Rules of ops whose operands all have the result's shape and that move data along
+    ``dim`` only (a sort with its payloads, the derivative of a cumulative op): ``dim`` is
+    gathered, the other dimensions keep their split."""
     aval = eqn.invars[0].aval
-    dim = eqn.params["dimension"]
     layout = _merge(p, eqn.invars, aval.ndim, aval.shape) or replicated(aval.ndim)
     layout = tuple(() if d == dim else a for d, a in enumerate(layout))
     outs = p.bind(eqn, [p.read(v, layout) for v in eqn.invars])
     for v, o in zip(eqn.outvars, outs):
         p.write(v, o, layout)
+
+
+@rule(_rd.cumulative_tangent_p)
+def _cumulative_tangent(p: Partitioner, eqn) -> None:
+    _all_operands_whole_along(p, eqn, eqn.params["axis"])
+
+
+@rule(_so.sort_p)
+def _sort(p: Partitioner, eqn) -> None:
+    _all_operands_whole_along(p, eqn, eqn.params["dimension"])
 
 
 @rule(_so.top_k_p)

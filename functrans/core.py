@@ -670,8 +670,13 @@ class Tracer:
         raise TypeError("functrans arrays are immutable: `x[idx] = y` is not supported. "
                         "Use `x = x.at[idx].set(y)` to get an updated copy.")
 
+    def _short_repr(self) -> str:
+        """How the tracer prints (``print(x)`` inside a transform), as JAX prints it;
+        each transform's tracer overrides this with its name and contents."""
+        return f"{type(self).__name__}<{self.aval.str_short()}>"
+
     def __repr__(self):
-        return f"Traced<{self.aval.str_short()}>with<{type(self._trace).__name__}>"
+        return self._short_repr()
 
 
 # ---- the eval trace: run the reference implementation ---------------------------------------

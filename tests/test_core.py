@@ -57,6 +57,35 @@ def test_python_if_on_tracer_under_jit_names_the_fix():
     assert functrans.grad(f)(-3.0) == -1.0
 
 
+def test_tracers_print_with_the_transform_that_made_them():
+    seen = []
+
+    def record(x):
+        seen.append(repr(x))
+        assert f"{x}" == str(x) == repr(x)
+        return x.sum()
+
+    functrans.jit(record)(1.0)
+    functrans.jit(record)(jnp.ones(3))
+    functrans.grad(record)(1.0)
+    functrans.grad(record)(jnp.ones(2))
+    functrans.vmap(record)(jnp.ones(3))
+    functrans.jit(functrans.grad(record))(1.0)
+    functrans.vmap(functrans.grad(record))(jnp.ones(3))
+    functrans.jvp(record, (1.0,), (2.0,))
+    assert seen == [
+        "JitTracer(~float32[])",
+        "JitTracer(float32[3])",
+        "GradTracer(primal=1.0, typeof(tangent)=f32[])",
+        "GradTracer(primal=[1. 1.], typeof(tangent)=f32[2])",
+        "VmapTracer(aval=float32[], batched=float32[3])",
+        "GradTracer(primal=JitTracer(~float32[]), typeof(tangent)=f32[])",
+        "GradTracer(primal=VmapTracer(aval=float32[], batched=float32[3]), "
+        "typeof(tangent)=f32[])",
+        "JVPTracer(primal=1.0, tangent=2.0)",
+    ]
+
+
 def test_float_and_array_conversion_of_tracers_raise():
     with pytest.raises(functrans.ConcretizationTypeError, match="static_argnums"):
         functrans.jit(lambda x: float(x))(1.0)

@@ -42,6 +42,9 @@ class BatchTracer(Tracer):
             return core.full_lower(self.val)
         return self
 
+    def _short_repr(self) -> str:
+        return f"VmapTracer(aval={self.aval.str_short()}, batched={get_aval(self.val).str_short()})"
+
 
 class BatchTrace(core.Trace):
     @property

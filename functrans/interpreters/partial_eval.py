@@ -78,6 +78,13 @@ class PartialEvalTracer(Tracer):
             return const.to_concrete_value() if isinstance(const, Tracer) else const
         return None
 
+    def _short_repr(self) -> str:
+        # a known value prints as itself: users see the primal inside grad, as in JAX
+        if self.pval.is_known():
+            const = self.pval.const
+            return const._short_repr() if isinstance(const, Tracer) else str(const)
+        return super()._short_repr()
+
 
 class PartialEvalTrace(core.Trace):
     def new_arg(self, pval: PartialVal) -> PartialEvalTracer:

@@ -41,11 +41,11 @@ _registry: dict[type, _NodeType] = {}
 
 def register_pytree_node(nodetype: type, flatten_func, unflatten_func, flatten_with_keys_func=None):
     """Register ``nodetype`` as a container: ``flatten_func(x) -> (children, aux)`` and
-    ``unflatten_func(aux, children) -> x``."""
+    ``unflatten_func(aux, children) -> x``. Returns None, as JAX's does (the class
+    decorators below return the class)."""
     if nodetype in _registry:
         raise ValueError(f"{nodetype.__name__} is already registered as a pytree node")
     _registry[nodetype] = _NodeType(flatten_func, unflatten_func, flatten_with_keys_func)
-    return nodetype
 
 
 def register_pytree_node_class(cls):
@@ -63,7 +63,7 @@ def register_pytree_with_keys(nodetype: type, flatten_with_keys, unflatten_func,
 
         >>> class Pair:
         ...     def __init__(self, a, b): self.a, self.b = a, b
-        >>> _ = register_pytree_with_keys(
+        >>> register_pytree_with_keys(
         ...     Pair, lambda p: (((GetAttrKey("a"), p.a), (GetAttrKey("b"), p.b)), None),
         ...     lambda aux, children: Pair(*children))
         >>> [keystr(path) for path, _ in tree_flatten_with_path(Pair(1, [2]))[0]]
@@ -73,7 +73,7 @@ def register_pytree_with_keys(nodetype: type, flatten_with_keys, unflatten_func,
         def flatten_func(x):
             keyed, aux = flatten_with_keys(x)
             return [child for _, child in keyed], aux
-    return register_pytree_node(nodetype, flatten_func, unflatten_func, flatten_with_keys)
+    register_pytree_node(nodetype, flatten_func, unflatten_func, flatten_with_keys)
 
 
 def register_pytree_with_keys_class(cls):

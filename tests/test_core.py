@@ -200,6 +200,33 @@ def test_pytrees_flatten_sorted_dicts_namedtuples_dataclasses():
     assert hash(treedef) == hash(tree_util.tree_structure(tree))
 
 
+def test_registering_a_node_returns_none_and_class_decorators_the_class():
+    class Pair:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+    class KeyedPair(Pair):
+        pass
+
+    assert tree_util.register_pytree_node(
+        Pair, lambda p: ((p.a, p.b), None), lambda _, c: Pair(*c)) is None
+    assert tree_util.register_pytree_with_keys(
+        KeyedPair, lambda p: (((tree_util.GetAttrKey("a"), p.a),
+                               (tree_util.GetAttrKey("b"), p.b)), None),
+        lambda _, c: KeyedPair(*c)) is None
+    assert tree_util.tree_leaves([Pair(1, 2), KeyedPair(3, 4)]) == [1, 2, 3, 4]
+
+    @tree_util.register_pytree_node_class
+    class Node:
+        def tree_flatten(self):
+            return (), None
+
+        @classmethod
+        def tree_unflatten(cls, aux, children):
+            return cls()
+    assert isinstance(Node, type) and tree_util.tree_leaves(Node()) == []
+
+
 def test_plain_flatten_agrees_with_the_general_walker():
     """tree_flatten/tree_leaves without is_leaf take a shortcut for lists, tuples, dicts and
     leaves; it must give the general walker's leaves and structure for every node kind."""

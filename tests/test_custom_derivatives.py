@@ -466,6 +466,19 @@ def test_custom_functions_closing_over_values_of_the_vmap_that_batches_them(kind
                 lambda w, v: _closing_over(kind, w)(v))(ws, x).sum())(xs)
 
 
+@pytest.mark.parametrize("kind", ["jvp", "vjp"])
+def test_custom_functions_closing_over_vmap_values_under_an_outer_jit(kind):
+    # jit below the vmap: the custom call is staged by the jit, above which the function
+    # runs again batched; the vmap's values it closes over stay per-example values
+    ws, xs = jnp.array([1.0, 2.0]), jnp.array([0.5, 1.0])
+    out = functrans.jit(functrans.vmap(lambda w, x: _closing_over(kind, w)(x)))(ws, xs)
+    np.testing.assert_allclose(out, ws * np.sin(xs), rtol=1e-6)
+    second = functrans.grad(functrans.grad(lambda w, x: _closing_over(kind, w)(x), argnums=1),
+                            argnums=1)
+    np.testing.assert_allclose(functrans.jit(functrans.vmap(second))(ws, xs),
+                               -10 * ws * np.sin(xs), rtol=1e-6)
+
+
 def test_collectives_inside_custom_functions_see_the_vmap_axis():
     @custom_jvp
     def share(x):

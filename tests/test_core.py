@@ -23,6 +23,37 @@ def test_make_jaxpr_prints_like_jax():
     assert text.rstrip().endswith(") }") and " = add " in text
 
 
+def test_jaxpr_layout_follows_jax():
+    def unused_cos(x):
+        y = lax.sin(x)
+        lax.cos(x)
+        return y
+    # a jaxpr that fits in 80 columns is one line; results nobody reads print as _
+    assert str(functrans.make_jaxpr(unused_cos)(1.0)) == \
+        "{ lambda ; a:f32[]. let b:f32[] = sin a; _:f32[] = cos a in (b,) }"
+    # literals carry their type; dtypes in params are spelled out
+    text = str(functrans.make_jaxpr(
+        lambda x: (lax.log(x) / lax.log(2.0), x.astype(jnp.int16)))(3.0))
+    assert text.splitlines() == [
+        "{ lambda ; a:f32[]. let",
+        "    b:f32[] = log a",
+        "    c:f32[] = log 2.0:f32[]",
+        "    d:f32[] = div b c",
+        "    e:i16[] = convert_element_type[new_dtype=int16 weak_type=False] a",
+        "  in (d, e) }"]
+    # names run a..z, ba, bb, ... as JAX counts
+    text = str(functrans.make_jaxpr(lambda *xs: sum(xs[1:], xs[0]))(*[1.0] * 28))
+    assert "ba:f32[] bb:f32[]. let" in text and "bc:f32[] = add a b" in text
+    # an equation holding jaxprs puts each param on its own line
+    lines = str(functrans.make_jaxpr(
+        lambda x: lax.cond(x > 0, lambda y: y, lambda y: -y, x))(1.0)).splitlines()
+    cond = next(i for i, line in enumerate(lines) if "= cond[" in line)
+    assert lines[cond + 1] == "      branches=("
+    assert lines[cond + 2].startswith("        { lambda ; ") and \
+        lines[cond + 2].endswith(" }")
+    assert lines[cond + 4] == "      )" and lines[cond + 5].startswith("    ] ")
+
+
 def test_closed_over_arrays_become_constvars():
     w = jnp.asarray(np.arange(6.0, dtype=np.float32).reshape(2, 3))
     closed = functrans.make_jaxpr(lambda x: x * w)(np.ones((2, 3), np.float32))

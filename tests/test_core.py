@@ -445,7 +445,8 @@ def test_transforms_of_a_staged_program_keep_the_users_source_lines():
     lines, first = inspect.getsourcelines(f)
     line = next(first + k for k, text in enumerate(lines) if "lax.sin(lax.sin(x))" in text)
     cosines = [e.source_info for e in jaxpr.eqns if e.primitive.name == "cos"]
-    assert cosines and all(info.lineno == line and info.function == f.__qualname__ for info in cosines)
+    assert cosines and all(info.lineno == line and info.function == f.__qualname__
+                           for info in cosines)
     text = lines[line - first]
     # the column of each call expression: lax.sin(lax.sin(x)) and the inner lax.sin(x)
     assert {info.column for info in cosines} == {text.index("lax.sin(lax"),

@@ -343,9 +343,10 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 
     def jacfun(*args, **kwargs):
         diff_args = tuple(args[a] for a in argnums_t)
+        # checked through tree_map as JAX checks them: the rebuilt tree holds the checks'
+        # None results, so a custom node whose unflatten refuses None fails as in JAX
+        tree_map(lambda leaf: _check_grad_input(leaf, False, holomorphic), diff_args)
         leaves, tree = tree_flatten(diff_args)
-        for leaf in leaves:
-            _check_grad_input(leaf, False, holomorphic)
         leaves = [_as_array(x) for x in leaves]
         basis, total = _std_basis(leaves)
 
@@ -392,8 +393,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 
     def jacfun(*args, **kwargs):
         diff_args = tuple(args[a] for a in argnums_t)
-        for leaf in tree_util.tree_leaves(diff_args):
-            _check_grad_input(leaf, allow_int, holomorphic)
+        tree_map(lambda leaf: _check_grad_input(leaf, allow_int, holomorphic), diff_args)
 
         partial_fun = _with_fixed_args(fun, args, kwargs, argnums_t)
 
@@ -443,21 +443,12 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fal
 
 def _flatten_axes(name, treedef, axis_tree):
     """Broadcast a prefix tree of axes (ints or None) to the leaves of ``treedef``."""
-    proxy = object()
-    dummy = tree_unflatten(treedef, [proxy] * treedef.num_leaves)
-    axes = []
-
-    def add(axis, subtree):
-        n = tree_util.tree_structure(subtree).num_leaves
-        axes.extend([axis] * n)
-
     try:
-        tree_map(add, axis_tree, dummy, is_leaf=lambda x: x is None)
+        return tree_util.broadcast_prefix_to(treedef, axis_tree, is_leaf=lambda x: x is None)
     except ValueError as err:
         raise ValueError(f"vmap {name} specification must be a tree prefix of the "
                          f"corresponding value, got specification {axis_tree} for value tree "
                          f"{treedef}") from err
-    return axes
 
 
 def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size: int | None = None,
@@ -473,6 +464,10 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size: int | 
     """
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
+    if not (in_axes is None or type(in_axes) in (int, tuple)):
+        raise TypeError("vmap in_axes must be an int, None, or a tuple of entries "
+                        "corresponding to the positional arguments passed to the function, "
+                        f"but got {in_axes}.")
 
     @functools.wraps(fun)
     @api_boundary

@@ -812,10 +812,15 @@ def _batch_call(main, fun, args, size):
     ``fun`` runs under it again, so values of that vmap the function or its rules close over
     are its own values (and its axis name reaches collectives inside). Otherwise (a rule
     kept for later in a staged program, a backward rule run by transposition after the vmap
-    ended, a function being staged above it) it runs under a fresh vmap."""
-    if not main.alive or any(isinstance(x, Tracer) and x._trace.level >= main.level
-                             for x in args):
+    ended, a function being staged above it) it runs under a fresh vmap; while the vmap
+    that met the call is alive, the fresh one maps the same axis under the same name, and
+    values of the first that ``fun`` closes over are read as per-example values."""
+    if not main.alive:
         return batching.batch_fun(fun, list(args), [0] * len(args), size, lambda m: [0] * m)
+    if any(isinstance(x, Tracer) and x._trace.level >= main.level for x in args):
+        axis = main.payload
+        return batching.batch_fun(fun, list(args), [0] * len(args), size, lambda m: [0] * m,
+                                  axis.name, axis.spmd_name, stands_for=main)
     trace = batching.BatchTrace(main)
     outs = [trace.full_raise(o) for o in fun(*[batching.BatchTracer(trace, x, 0) for x in args])]
     return [batching.matchaxis(size, t.batch_dim, 0, t.val) for t in outs]

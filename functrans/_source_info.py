@@ -50,8 +50,10 @@ def user_frame(skip: int = 1) -> SourceInfo | None:
     while frame is not None:
         filename = frame.f_code.co_filename
         if not is_internal_file(filename) and "contextlib" not in filename:
-            return SourceInfo(filename, frame.f_lineno, frame.f_code.co_name, frame.f_code,
-                              frame.f_lasti)
+            # the qualified name (outer.<locals>.f), as JAX's source info names functions
+            code = frame.f_code
+            name = getattr(code, "co_qualname", code.co_name)  # Python 3.11+
+            return SourceInfo(filename, frame.f_lineno, name, code, frame.f_lasti)
         frame = frame.f_back
     return None
 

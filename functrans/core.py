@@ -223,7 +223,13 @@ class ClosedJaxpr:
     __repr__ = __str__
 
 
-# ---- printing --------------------------------------------------------------------------------
+# ---- printing ----------------------------------------------------------------------------------
+# The layout of JAX 0.10's printed jaxprs: names a..z, ba, bb, ...; `_` for a result nobody
+# reads; typed literals (`2.0:f32[]`); a jaxpr that fits in the line on one line; the params
+# of an equation that holds jaxprs one per line.
+
+_WIDTH = 80
+
 
 class _Namer:
     def __init__(self):
@@ -241,12 +247,13 @@ class _Namer:
 
 
 def _nth_name(n: int) -> str:
+    """Base 26 with a as zero, as JAX counts: a, ..., z, ba, bb, ..."""
     letters = ""
-    n += 1
-    while n:
-        n, r = divmod(n - 1, 26)
+    while True:
+        n, r = divmod(n, 26)
         letters = chr(ord("a") + r) + letters
-    return letters
+        if not n:
+            return letters
 
 
 def _pp_literal(lit: Literal) -> str:
@@ -257,49 +264,79 @@ def _pp_literal(lit: Literal) -> str:
         text = repr(float(val))
     else:
         text = str(val.item())
-    return text if lit.aval.weak_type else f"{text}:{_dtypes.short_name(lit.aval.dtype)}"
+    return f"{text}:{lit.aval.str_short(short_dtypes=True)}"
 
 
-def _pp_param(value, namer, indent, source_info) -> str:
-    if isinstance(value, ClosedJaxpr):
-        return _pp_jaxpr(value.jaxpr, namer, indent + 4, source_info)
-    if isinstance(value, Jaxpr):
-        return _pp_jaxpr(value, namer, indent + 4, source_info)
+def _holds_jaxpr(value) -> bool:
+    if isinstance(value, (ClosedJaxpr, Jaxpr)):
+        return True
+    return isinstance(value, tuple) and bool(value) and \
+        all(isinstance(v, (ClosedJaxpr, Jaxpr)) for v in value)
+
+
+def _pp_param(value) -> str:
     if isinstance(value, np.dtype):
-        return _dtypes.short_name(value)
-    if isinstance(value, tuple) and value and all(isinstance(v, (ClosedJaxpr, Jaxpr)) for v in value):
-        return "(" + ", ".join(_pp_param(v, namer, indent, source_info) for v in value) + ")"
+        return _dtypes.long_name(value)
     if isinstance(value, type) and issubclass(value, np.generic):
-        return _dtypes.short_name(np.dtype(value))
+        return _dtypes.long_name(np.dtype(value))
     return str(value)
 
 
-def _pp_eqn(eqn: Eqn, namer, indent: int, source_info: bool) -> str:
-    outs = " ".join(f"{namer(v)}:{v.aval.str_short(short_dtypes=True)}"
-                    for v in eqn.outvars) or "()"
-    params = ""
-    shown = {k: v for k, v in eqn.params.items() if v is not None or k == "axes"}
-    if shown:
-        params = "[" + " ".join(f"{k}={_pp_param(v, namer, indent, source_info)}"
-                                for k, v in sorted(shown.items())) + "]"
-    args = " ".join(namer(v) for v in eqn.invars)
-    line = f"{outs} = {eqn.primitive.name}{params} {args}".rstrip()
+def _pp_eqn(eqn: Eqn, namer, used, indent: int, source_info: bool) -> list[str]:
+    outs = " ".join(f"{namer(v) if id(v) in used else '_'}:"
+                    f"{v.aval.str_short(short_dtypes=True)}" for v in eqn.outvars) or "()"
+    shown = sorted((k, v) for k, v in eqn.params.items() if v is not None or k == "axes")
+    pad = " " * indent
+    if any(_holds_jaxpr(v) for _, v in shown):
+        lines = [f"{pad}{outs} = {eqn.primitive.name}["]
+        for k, v in shown:
+            if isinstance(v, tuple) and _holds_jaxpr(v):
+                lines.append(f"{pad}  {k}=(")
+                for j in v:
+                    lines += _pp_jaxpr_lines(_open(j), namer, indent + 4, source_info)
+                lines.append(f"{pad}  )")
+            elif _holds_jaxpr(v):
+                body = _pp_jaxpr_lines(_open(v), namer, indent + 2, source_info)
+                lines += [f"{pad}  {k}={body[0].lstrip()}"] + body[1:]
+            else:
+                lines.append(f"{pad}  {k}={_pp_param(v)}")
+        lines.append(f"{pad}] " + " ".join(namer(v) for v in eqn.invars))
+    else:
+        params = ""
+        if shown:
+            params = "[" + " ".join(f"{k}={_pp_param(v)}" for k, v in shown) + "]"
+        args = " ".join(namer(v) for v in eqn.invars)
+        lines = [f"{pad}{outs} = {eqn.primitive.name}{params} {args}".rstrip()]
     if source_info and eqn.source_info is not None:
-        line += f"  # {eqn.source_info}"
-    return " " * indent + line
+        lines[-1] += f"  # {eqn.source_info}"
+    return lines
 
 
-def _pp_jaxpr(jaxpr: Jaxpr, namer, indent: int, source_info: bool) -> str:
+def _open(j) -> "Jaxpr":
+    return j.jaxpr if isinstance(j, ClosedJaxpr) else j
+
+
+def _pp_jaxpr_lines(jaxpr: Jaxpr, namer, indent: int, source_info: bool) -> list[str]:
+    """The lines of ``jaxpr`` printed at ``indent`` (its equations at ``indent + 4``)."""
+    used = {id(v) for e in jaxpr.eqns for v in e.invars} | {id(v) for v in jaxpr.outvars}
+
     def binders(vs):
         return " ".join(f"{namer(v)}:{v.aval.str_short(short_dtypes=True)}" for v in vs)
 
     pad = " " * indent
-    head = "{ lambda " + binders(jaxpr.constvars) + ("; " if jaxpr.constvars else "; ") \
-        + binders(jaxpr.invars) + ". let"
-    body = [_pp_eqn(e, namer, indent + 4, source_info) for e in jaxpr.eqns]
+    head = f"{{ lambda {binders(jaxpr.constvars)}; {binders(jaxpr.invars)}. let"
+    body = [_pp_eqn(e, namer, used, indent + 4, source_info) for e in jaxpr.eqns]
     outs = ", ".join(namer(v) for v in jaxpr.outvars)
-    tail = pad + "  in (" + outs + ("," if len(jaxpr.outvars) == 1 else "") + ") }"
-    return "\n".join([head] + body + [tail])
+    tail = f"in ({outs}{',' if len(jaxpr.outvars) == 1 else ''}) }}"
+    if all(len(lines) == 1 for lines in body):
+        flat = " ".join([head, "; ".join(lines[0].strip() for lines in body), tail])
+        if indent + len(flat) <= _WIDTH:
+            return [pad + flat]
+    return [pad + head] + [line for lines in body for line in lines] + [f"{pad}  {tail}"]
+
+
+def _pp_jaxpr(jaxpr: Jaxpr, namer, indent: int, source_info: bool) -> str:
+    return "\n".join(_pp_jaxpr_lines(jaxpr, namer, indent, source_info)).lstrip()
 
 
 # ---- type checking ---------------------------------------------------------------------------
@@ -670,8 +707,13 @@ class Tracer:
         raise TypeError("functrans arrays are immutable: `x[idx] = y` is not supported. "
                         "Use `x = x.at[idx].set(y)` to get an updated copy.")
 
+    def _short_repr(self) -> str:
+        """How the tracer prints (``print(x)`` inside a transform), as JAX prints it;
+        each transform's tracer overrides this with its name and contents."""
+        return f"{type(self).__name__}<{self.aval.str_short()}>"
+
     def __repr__(self):
-        return f"Traced<{self.aval.str_short()}>with<{type(self._trace).__name__}>"
+        return self._short_repr()
 
 
 # ---- the eval trace: run the reference implementation ---------------------------------------

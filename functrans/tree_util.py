@@ -41,11 +41,11 @@ _registry: dict[type, _NodeType] = {}
 
 def register_pytree_node(nodetype: type, flatten_func, unflatten_func, flatten_with_keys_func=None):
     """Register ``nodetype`` as a container: ``flatten_func(x) -> (children, aux)`` and
-    ``unflatten_func(aux, children) -> x``."""
+    ``unflatten_func(aux, children) -> x``. Returns None, as JAX's does (the class
+    decorators below return the class)."""
     if nodetype in _registry:
         raise ValueError(f"{nodetype.__name__} is already registered as a pytree node")
     _registry[nodetype] = _NodeType(flatten_func, unflatten_func, flatten_with_keys_func)
-    return nodetype
 
 
 def register_pytree_node_class(cls):
@@ -63,7 +63,7 @@ def register_pytree_with_keys(nodetype: type, flatten_with_keys, unflatten_func,
 
         >>> class Pair:
         ...     def __init__(self, a, b): self.a, self.b = a, b
-        >>> _ = register_pytree_with_keys(
+        >>> register_pytree_with_keys(
         ...     Pair, lambda p: (((GetAttrKey("a"), p.a), (GetAttrKey("b"), p.b)), None),
         ...     lambda aux, children: Pair(*children))
         >>> [keystr(path) for path, _ in tree_flatten_with_path(Pair(1, [2]))[0]]
@@ -73,7 +73,7 @@ def register_pytree_with_keys(nodetype: type, flatten_with_keys, unflatten_func,
         def flatten_func(x):
             keyed, aux = flatten_with_keys(x)
             return [child for _, child in keyed], aux
-    return register_pytree_node(nodetype, flatten_func, unflatten_func, flatten_with_keys)
+    register_pytree_node(nodetype, flatten_func, unflatten_func, flatten_with_keys)
 
 
 def register_pytree_with_keys_class(cls):
@@ -231,11 +231,15 @@ class PyTreeDef:
             self.num_nodes = 1 + sum([c.num_nodes for c in children])
         self._hash = None
 
-    def _key(self):
+    def _node_key(self):
+        """This node's type and auxiliary data, without its children."""
         aux = self.aux
         if self.kind == "custom":
             aux = (aux[0], _hashable(aux[1]))
-        return (self.kind, aux, self.children)
+        return (self.kind, aux)
+
+    def _key(self):
+        return self._node_key() + (self.children,)
 
     def __hash__(self):
         if self._hash is None:
@@ -462,6 +466,33 @@ def _flatten_up_to(treedef: PyTreeDef, tree) -> list:
             walk(c_td, c, path + (k,))
 
     walk(treedef, tree, ())
+    return out
+
+
+def broadcast_prefix_to(treedef: PyTreeDef, prefix_tree, is_leaf=None) -> list:
+    """The leaves of ``prefix_tree`` (a pytree whose structure is a prefix of ``treedef``),
+    each repeated for every leaf of ``treedef`` below it. Works on the structure alone: no
+    node of ``treedef`` is rebuilt, so user classes never see placeholder children.
+    Raises ValueError when ``prefix_tree`` is not a prefix of ``treedef``.
+
+        >>> broadcast_prefix_to(tree_structure(((1, 2), [3])), (0, None),
+        ...                     is_leaf=lambda x: x is None)
+        [0, 0, None]
+    """
+    leaves, prefix_def = tree_flatten(prefix_tree, is_leaf)
+    it = iter(leaves)
+    out: list = []
+
+    def walk(prefix, full):
+        if prefix.kind == "leaf":
+            out.extend([next(it)] * full.num_leaves)
+            return
+        if prefix._node_key() != full._node_key() or len(prefix.children) != len(full.children):
+            raise ValueError(f"pytree structure {prefix_def} is not a prefix of {treedef}")
+        for p, f in zip(prefix.children, full.children):
+            walk(p, f)
+
+    walk(prefix_def, treedef)
     return out
 
 

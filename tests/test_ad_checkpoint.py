@@ -43,7 +43,7 @@ def _where(fun, text, line_offset=0):
     lines, first = inspect.getsourcelines(fun)
     for k, line in enumerate(lines):
         if text in line:
-            return f"{__file__}:{first + k}:{line.index(text)} ({fun.__name__})"
+            return f"{__file__}:{first + k}:{line.index(text)} ({fun.__qualname__})"
     raise AssertionError(text)
 
 
@@ -110,6 +110,22 @@ def test_print_saved_residuals_text(capsys):
     assert capsys.readouterr().out.splitlines() == [
         "f32[2,3] from the argument d['p']", "f32[2,3] from the argument rest[0]",
         "f32[] from the argument scale"]
+
+
+def test_residuals_name_the_qualified_function(capsys):
+    def compose(n):
+        def chained(x):
+            for _ in range(n):
+                x = jnp.sin(x)
+            return x
+        return chained
+
+    print_saved_residuals(compose(2), 3.0)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith("f32[] output of cos from ") for line in lines)
+    assert all(line.endswith(" (test_residuals_name_the_qualified_function.<locals>."
+                             "compose.<locals>.chained)") for line in lines)
 
 
 def test_the_backward_pass_recomputes_what_is_not_kept():
@@ -224,7 +240,7 @@ def test_policies_see_names_inside_a_nested_jit():
         return jnp.sum(inner(x))
 
     where = _where(f, "checkpoint_name(jnp.sin(y)")
-    where = where.replace("(f)", "(<lambda>)")
+    where = where.replace(".f)", ".f.<locals>.<lambda>)")
     report = _report(checkpoint(f, policy=cp.save_only_these_names("a")), X)
     assert report == [("f32[2,3]", "from the argument x"), ("f32[2,3]", f"named 'a' from {where}")]
     # a policy that keeps nothing inside leaves the call closed

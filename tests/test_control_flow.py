@@ -144,6 +144,21 @@ def test_fori_loop_static_and_traced_bounds():
     assert len(eqns_named(jaxpr.jaxpr, "while")) == 1
 
 
+def test_fori_loop_index_is_weakly_typed_with_known_bounds():
+    # known bounds become Python ints, so a Python-scalar carry stays weakly typed
+    total = lax.fori_loop(0, 10, lambda i, x: x + i, 0)
+    assert total.weak_type and total.dtype == np.int32 and int(total) == 45
+    assert lax.fori_loop(jnp.int16(0), 3, lambda i, x: i, 0).weak_type
+    assert not lax.fori_loop(0, 3, lambda i, x: x + i, jnp.int32(0)).weak_type
+    assert functrans.jit(lambda: lax.fori_loop(0, 4, lambda i, x: x + i, 0))().weak_type
+    # traced bounds keep their dtype; a Python int bound takes the other bound's type
+    traced = functrans.jit(lambda lo: lax.fori_loop(lo, 3, lambda i, x: i, 0))(jnp.int16(0))
+    assert traced.dtype == np.int16 and not traced.weak_type
+    for lo, hi in [(jnp.int16(0), jnp.int32(3)), (jnp.uint8(0), 3)]:
+        with pytest.raises(TypeError, match="must have equal types"):
+            lax.fori_loop(lo, hi, lambda i, x: x, 0)
+
+
 def test_make_jaxpr_of_long_loop_has_one_body():
     def f(x):
         return lax.fori_loop(0, 1000, lambda i, x: lax.sin(x) * 0.5 + 1.0, x)

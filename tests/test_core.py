@@ -23,6 +23,37 @@ def test_make_jaxpr_prints_like_jax():
     assert text.rstrip().endswith(") }") and " = add " in text
 
 
+def test_jaxpr_layout_follows_jax():
+    def unused_cos(x):
+        y = lax.sin(x)
+        lax.cos(x)
+        return y
+    # a jaxpr that fits in 80 columns is one line; results nobody reads print as _
+    assert str(functrans.make_jaxpr(unused_cos)(1.0)) == \
+        "{ lambda ; a:f32[]. let b:f32[] = sin a; _:f32[] = cos a in (b,) }"
+    # literals carry their type; dtypes in params are spelled out
+    text = str(functrans.make_jaxpr(
+        lambda x: (lax.log(x) / lax.log(2.0), x.astype(jnp.int16)))(3.0))
+    assert text.splitlines() == [
+        "{ lambda ; a:f32[]. let",
+        "    b:f32[] = log a",
+        "    c:f32[] = log 2.0:f32[]",
+        "    d:f32[] = div b c",
+        "    e:i16[] = convert_element_type[new_dtype=int16 weak_type=False] a",
+        "  in (d, e) }"]
+    # names run a..z, ba, bb, ... as JAX counts
+    text = str(functrans.make_jaxpr(lambda *xs: sum(xs[1:], xs[0]))(*[1.0] * 28))
+    assert "ba:f32[] bb:f32[]. let" in text and "bc:f32[] = add a b" in text
+    # an equation holding jaxprs puts each param on its own line
+    lines = str(functrans.make_jaxpr(
+        lambda x: lax.cond(x > 0, lambda y: y, lambda y: -y, x))(1.0)).splitlines()
+    cond = next(i for i, line in enumerate(lines) if "= cond[" in line)
+    assert lines[cond + 1] == "      branches=("
+    assert lines[cond + 2].startswith("        { lambda ; ") and \
+        lines[cond + 2].endswith(" }")
+    assert lines[cond + 4] == "      )" and lines[cond + 5].startswith("    ] ")
+
+
 def test_closed_over_arrays_become_constvars():
     w = jnp.asarray(np.arange(6.0, dtype=np.float32).reshape(2, 3))
     closed = functrans.make_jaxpr(lambda x: x * w)(np.ones((2, 3), np.float32))
@@ -55,6 +86,35 @@ def test_python_if_on_tracer_under_jit_names_the_fix():
     # eagerly and under grad the value is known, so Python control flow works
     assert f(2.0) == 2.0
     assert functrans.grad(f)(-3.0) == -1.0
+
+
+def test_tracers_print_with_the_transform_that_made_them():
+    seen = []
+
+    def record(x):
+        seen.append(repr(x))
+        assert f"{x}" == str(x) == repr(x)
+        return x.sum()
+
+    functrans.jit(record)(1.0)
+    functrans.jit(record)(jnp.ones(3))
+    functrans.grad(record)(1.0)
+    functrans.grad(record)(jnp.ones(2))
+    functrans.vmap(record)(jnp.ones(3))
+    functrans.jit(functrans.grad(record))(1.0)
+    functrans.vmap(functrans.grad(record))(jnp.ones(3))
+    functrans.jvp(record, (1.0,), (2.0,))
+    assert seen == [
+        "JitTracer(~float32[])",
+        "JitTracer(float32[3])",
+        "GradTracer(primal=1.0, typeof(tangent)=f32[])",
+        "GradTracer(primal=[1. 1.], typeof(tangent)=f32[2])",
+        "VmapTracer(aval=float32[], batched=float32[3])",
+        "GradTracer(primal=JitTracer(~float32[]), typeof(tangent)=f32[])",
+        "GradTracer(primal=VmapTracer(aval=float32[], batched=float32[3]), "
+        "typeof(tangent)=f32[])",
+        "JVPTracer(primal=1.0, tangent=2.0)",
+    ]
 
 
 def test_float_and_array_conversion_of_tracers_raise():
@@ -169,6 +229,33 @@ def test_pytrees_flatten_sorted_dicts_namedtuples_dataclasses():
     paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(tree)[0]]
     assert paths == ["['a'].x", "['a'].y", "['b'][0]", "['b'][1][0]", "['c'].w", "['c'].b"]
     assert hash(treedef) == hash(tree_util.tree_structure(tree))
+
+
+def test_registering_a_node_returns_none_and_class_decorators_the_class():
+    class Pair:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+    class KeyedPair(Pair):
+        pass
+
+    assert tree_util.register_pytree_node(
+        Pair, lambda p: ((p.a, p.b), None), lambda _, c: Pair(*c)) is None
+    assert tree_util.register_pytree_with_keys(
+        KeyedPair, lambda p: (((tree_util.GetAttrKey("a"), p.a),
+                               (tree_util.GetAttrKey("b"), p.b)), None),
+        lambda _, c: KeyedPair(*c)) is None
+    assert tree_util.tree_leaves([Pair(1, 2), KeyedPair(3, 4)]) == [1, 2, 3, 4]
+
+    @tree_util.register_pytree_node_class
+    class Node:
+        def tree_flatten(self):
+            return (), None
+
+        @classmethod
+        def tree_unflatten(cls, aux, children):
+            return cls()
+    assert isinstance(Node, type) and tree_util.tree_leaves(Node()) == []
 
 
 def test_plain_flatten_agrees_with_the_general_walker():
@@ -358,7 +445,8 @@ def test_transforms_of_a_staged_program_keep_the_users_source_lines():
     lines, first = inspect.getsourcelines(f)
     line = next(first + k for k, text in enumerate(lines) if "lax.sin(lax.sin(x))" in text)
     cosines = [e.source_info for e in jaxpr.eqns if e.primitive.name == "cos"]
-    assert cosines and all(info.lineno == line and info.function == "f" for info in cosines)
+    assert cosines and all(info.lineno == line and info.function == f.__qualname__
+                           for info in cosines)
     text = lines[line - first]
     # the column of each call expression: lax.sin(lax.sin(x)) and the inner lax.sin(x)
     assert {info.column for info in cosines} == {text.index("lax.sin(lax"),

@@ -363,6 +363,45 @@ def test_custom_jvp_under_vmap_jit_and_higher_order():
                                functrans.grad(functrans.grad(softplus))(F32(0.5)), rtol=1e-6)
 
 
+def test_a_function_called_inside_its_own_rule_is_differentiated_by_the_rule_again():
+    # The rules deliberately differ from sin's derivative: d/dx sin(x) "=" 10 sin(x), so
+    # every order of differentiation multiplies by 10 (JAX applies the rule at each level).
+    calls = []
+
+    @custom_jvp
+    def f(x):
+        calls.append("f")
+        return jnp.sin(x)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        calls.append("f_jvp")
+        (x,), (t,) = primals, tangents
+        y = f(x)
+        return y, 10.0 * y * t
+
+    @custom_vjp
+    def g(x):
+        return jnp.sin(x)
+
+    def g_fwd(x):
+        y = g(x)
+        return y, y
+
+    g.defvjp(g_fwd, lambda y, ct: (10.0 * y * ct,))
+
+    x = F32(0.7)
+    assert functrans.grad(functrans.grad(f))(x) == pytest.approx(100 * np.sin(x), rel=1e-6)
+    assert calls == ["f_jvp", "f_jvp", "f"]
+    for second in (functrans.jacfwd(functrans.grad(f)), functrans.jit(functrans.hessian(f)),
+                   functrans.grad(functrans.grad(g)), functrans.jacrev(functrans.jacrev(g))):
+        assert second(x) == pytest.approx(100 * np.sin(x), rel=1e-6)
+    third = functrans.grad(functrans.grad(functrans.grad(f)))(x)
+    assert third == pytest.approx(1000 * np.sin(x), rel=1e-6)
+    np.testing.assert_allclose(functrans.vmap(functrans.grad(functrans.grad(g)))(
+        np.array([0.5, 1.0], F32)), 100 * np.sin([0.5, 1.0]), rtol=1e-6)
+
+
 @given(st.lists(st.integers(1, 4), min_size=0, max_size=2), st.integers(0, 2**31 - 1))
 def test_custom_jvp_and_vjp_on_pytrees_of_any_shape(shape, seed):
     """A dict in, a (tuple, array) out; the rules scale the true derivative by 2 (jvp) and
@@ -464,6 +503,19 @@ def test_custom_functions_closing_over_values_of_the_vmap_that_batches_them(kind
         with pytest.raises(UnexpectedTracerError):
             functrans.grad(lambda x: functrans.vmap(
                 lambda w, v: _closing_over(kind, w)(v))(ws, x).sum())(xs)
+
+
+@pytest.mark.parametrize("kind", ["jvp", "vjp"])
+def test_custom_functions_closing_over_vmap_values_under_an_outer_jit(kind):
+    # jit below the vmap: the custom call is staged by the jit, above which the function
+    # runs again batched; the vmap's values it closes over stay per-example values
+    ws, xs = jnp.array([1.0, 2.0]), jnp.array([0.5, 1.0])
+    out = functrans.jit(functrans.vmap(lambda w, x: _closing_over(kind, w)(x)))(ws, xs)
+    np.testing.assert_allclose(out, ws * np.sin(xs), rtol=1e-6)
+    second = functrans.grad(functrans.grad(lambda w, x: _closing_over(kind, w)(x), argnums=1),
+                            argnums=1)
+    np.testing.assert_allclose(functrans.jit(functrans.vmap(second))(ws, xs),
+                               -10 * ws * np.sin(xs), rtol=1e-6)
 
 
 def test_collectives_inside_custom_functions_see_the_vmap_axis():

@@ -71,6 +71,51 @@ def test_dict_keys_of_mixed_types_make_no_pytree():
             call({1: 2.0, "a": 3.0})
 
 
+@pytest.mark.parametrize("make", [jnp.asarray, jnp.array])
+def test_arrays_of_none_ragged_lists_and_strings_raise_as_in_jax(make):
+    for value in (None, [1.0, None], (None,)):
+        with pytest.raises(ValueError, match="None is not a valid value for jnp.array"):
+            make(value)
+    with pytest.raises(ValueError, match="inhomogeneous"):
+        make([[1], [2, 3]])
+    for value in ("abc", ["a", "b"], np.array([b"x"]), {"a": 1}, [object()]):
+        with pytest.raises(TypeError):
+            make(value)
+
+
+class _Checked:
+    """A pytree node whose constructor insists on array children."""
+
+    def __init__(self, a):
+        self.a = jnp.asarray(a)
+
+
+tree_util.register_pytree_node(_Checked, lambda t: ((t.a,), None), lambda _, c: _Checked(*c))
+
+
+def test_custom_nodes_rebuilt_by_transforms_as_in_jax():
+    tree = _Checked(jnp.arange(3.0))
+    # vmap matches axes to the tree's structure without rebuilding it with placeholders
+    assert isinstance(functrans.vmap(lambda t: t)(tree), _Checked)
+    assert isinstance(functrans.vmap(_Checked)(jnp.ones((2, 3))), _Checked)
+    # the Jacobians check their inputs through tree_map, which rebuilds the node with the
+    # checks' None results: a node that refuses None fails there, as in JAX
+    for jacobian in (functrans.jacrev, functrans.jacfwd, functrans.hessian):
+        with pytest.raises(ValueError, match="None is not a valid value"):
+            jacobian(lambda t: t.a.sum())(tree)
+    assert isinstance(functrans.grad(lambda t: t.a.sum())(tree), _Checked)
+
+
+def test_vmap_in_axes_must_be_an_int_none_or_a_tuple():
+    with pytest.raises(TypeError, match="vmap in_axes must be an int, None, or a tuple"):
+        functrans.vmap(lambda d: d, in_axes={"a": 0})
+    with pytest.raises(ValueError, match="tree prefix"):
+        functrans.vmap(lambda t: t, in_axes=({"a": 0},))((jnp.ones(2),))
+    out = functrans.vmap(lambda t: t["a"] * t["b"], in_axes=({"a": 0, "b": None},))(
+        {"a": jnp.arange(3.0), "b": jnp.float32(2)})
+    np.testing.assert_array_equal(out, [0.0, 2.0, 4.0])
+
+
 def test_jit_refuses_unknown_and_unsupported_options():
     with pytest.raises(TypeError, match="static_argnum"):
         functrans.jit(lambda x, y: x, static_argnum=1)  # a typo for static_argnums

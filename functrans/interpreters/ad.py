@@ -100,6 +100,17 @@ class JVPTracer(Tracer):
             return primal.to_concrete_value()
         return primal
 
+    def _short_repr(self) -> str:
+        def show(x):
+            return x._short_repr() if isinstance(x, Tracer) else str(x)
+        tangent = self.tangent
+        # Under grad/vjp/linearize the tangent is an unknown of the linearize trace: JAX
+        # calls that tracer a GradTracer and shows only the tangent's type.
+        if isinstance(tangent, Tracer) and tangent._trace.main.name == "linearize":
+            return (f"GradTracer(primal={show(self.primal)}, "
+                    f"typeof(tangent)={tangent.aval.str_short(short_dtypes=True)})")
+        return f"JVPTracer(primal={show(self.primal)}, tangent={show(tangent)})"
+
 
 class JVPTrace(core.Trace):
     def pure(self, val):

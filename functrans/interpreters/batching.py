@@ -18,6 +18,9 @@ class AxisData(NamedTuple):
     name: object        # the axis name given to vmap (None if unnamed)
     size: int
     spmd_name: object = None
+    # A live vmap this one maps the same axis as (a custom function's body re-batched
+    # above it): tracers of that vmap met here are its per-example values, not constants.
+    stands_for: object = None
 
 
 class BatchTracer(Tracer):
@@ -42,6 +45,9 @@ class BatchTracer(Tracer):
             return core.full_lower(self.val)
         return self
 
+    def _short_repr(self) -> str:
+        return f"VmapTracer(aval={self.aval.str_short()}, batched={get_aval(self.val).str_short()})"
+
 
 class BatchTrace(core.Trace):
     @property
@@ -51,7 +57,12 @@ class BatchTrace(core.Trace):
     def pure(self, val):
         return BatchTracer(self, val, not_mapped)
 
-    lift = pure
+    def lift(self, val):
+        stands_for = self.axis_data.stands_for
+        if stands_for is not None and isinstance(val, BatchTracer) and \
+                val._trace.main is stands_for:
+            return BatchTracer(self, val.val, val.batch_dim)
+        return BatchTracer(self, val, not_mapped)
 
     def process_primitive(self, primitive, tracers, params):
         vals = [t.val for t in tracers]
@@ -89,10 +100,13 @@ def find_axis_main(name) -> core.MainTrace | None:
 
 
 def batch_fun(fun: Callable, args: Sequence, in_dims: Sequence, axis_size: int,
-              out_dims_fn: Callable[[int], Sequence], axis_name=None, spmd_axis_name=None):
+              out_dims_fn: Callable[[int], Sequence], axis_name=None, spmd_axis_name=None,
+              stands_for=None):
     """Apply ``fun`` to batched ``args`` (flat) and return outputs with their batch dims
-    moved to ``out_dims_fn(num_outputs)``."""
-    with core.new_main(BatchTrace, AxisData(axis_name, axis_size, spmd_axis_name), name="vmap") as main:
+    moved to ``out_dims_fn(num_outputs)``. ``stands_for``: a live vmap main over the same
+    axis whose tracers ``fun`` may close over (see :class:`AxisData`)."""
+    axis_data = AxisData(axis_name, axis_size, spmd_axis_name, stands_for)
+    with core.new_main(BatchTrace, axis_data, name="vmap") as main:
         trace = BatchTrace(main)
         tracers_in = [BatchTracer(trace, x, d) if d is not None else x
                       for x, d in zip(args, in_dims)]

@@ -78,6 +78,13 @@ class PartialEvalTracer(Tracer):
             return const.to_concrete_value() if isinstance(const, Tracer) else const
         return None
 
+    def _short_repr(self) -> str:
+        # a known value prints as itself: users see the primal inside grad, as in JAX
+        if self.pval.is_known():
+            const = self.pval.const
+            return const._short_repr() if isinstance(const, Tracer) else str(const)
+        return super()._short_repr()
+
 
 class PartialEvalTrace(core.Trace):
     def new_arg(self, pval: PartialVal) -> PartialEvalTracer:
@@ -115,11 +122,18 @@ class PartialEvalTrace(core.Trace):
         return tracers_out if primitive.multiple_results else tracers_out[0]
 
     def process_custom_jvp_call(self, primitive, fun, jvp, tracers, params):
-        # Known inputs and the custom rule do not matter here: the tangent side was already
-        # handled by the jvp trace above; evaluate the primal function under this trace.
+        # Known inputs: the call goes on to the transforms below with its rule, so an outer
+        # grad differentiates it by the rule (f called inside its own jvp rule, under
+        # grad(grad(f))). Unknown inputs: the jvp trace above already applied the rule;
+        # the primal function is evaluated under this trace.
+        if all(t.pval.is_known() for t in tracers):
+            return primitive.bind_call(fun, jvp, [t.pval.const for t in tracers], params)
         return fun(*tracers)
 
     def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, params):
+        if all(t.pval.is_known() for t in tracers):
+            return primitive.bind_call(fun, (fwd, bwd), [t.pval.const for t in tracers],
+                                       params)
         return fun(*tracers)
 
 

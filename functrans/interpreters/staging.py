@@ -101,6 +101,9 @@ class DynamicJaxprTracer(Tracer):
     def aval(self):
         return self._aval
 
+    def _short_repr(self) -> str:
+        return f"JitTracer({self._aval.str_short()})"
+
 
 class DynamicJaxprTrace(core.Trace):
     """Records every primitive into the builder in ``main.payload``."""

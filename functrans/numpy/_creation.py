@@ -30,6 +30,8 @@ def asarray(a, dtype=None, order=None, copy=None):
         Array(2147483648, dtype=uint32)
     """
     dtype = _canonical(dtype, "asarray")
+    if a is None:
+        raise ValueError("None is not a valid value for jnp.array")
     if isinstance(a, (Array, Tracer)):
         return a if dtype is None else elementwise.convert_element_type(a, dtype, False)
     if _dtypes.is_python_scalar(a):
@@ -41,7 +43,9 @@ def asarray(a, dtype=None, order=None, copy=None):
     if isinstance(a, (list, tuple)):
         return _sequence_to_array(a, dtype)
     if isinstance(a, (np.ndarray, np.generic)):
-        if a.dtype == object:
+        # objects, strings, bytes and records are not array values (ml_dtypes' narrow
+        # types are kind "V" too, but without fields)
+        if a.dtype.kind in "OUS" or a.dtype.names is not None:
             raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)")
         return host_to_array(a) if dtype is None else \
             Array._from_buffer(core.host_copy(np.asarray(a), dtype))
@@ -56,6 +60,8 @@ def _sequence_to_array(a, dtype):
     """A nested list or tuple as an Array of ``dtype``, by default the type its elements
     promote to (Python scalars weakly, as in ``jnp.asarray([np.int8(1), 2])``: int8)."""
     leaves = _nested_leaves(a)
+    if any(x is None for x in leaves):
+        raise ValueError("None is not a valid value for jnp.array")
     if dtype is None:
         dtype = _sequence_dtype(a, leaves)
     if any(isinstance(x, Tracer) for x in leaves):
@@ -68,7 +74,9 @@ def _sequence_to_array(a, dtype):
         a = _to_nested_numpy(a)
     try:
         value = np.array(a, dtype=dtype)
-    except (TypeError, ValueError) as err:
+    except ValueError as err:  # ragged nesting: NumPy's ValueError, as JAX raises it
+        raise ValueError(f"cannot convert {a!r} to an array: {err}") from err
+    except TypeError as err:
         raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)") from err
     return Array._from_buffer(value)
 

@@ -1440,15 +1440,16 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll: int | bool 
         aval = get_aval(bound)
         if aval.shape != () or not _dtypes.is_integer(aval.dtype):
             raise TypeError(f"fori_loop: {name} must be an integer scalar, got {aval.str_short()}")
-    dtype = _dtypes.result_type(lower, upper)
+    dtype = _fori_bound_dtype(lower, upper)
     lo, hi = _concrete_int(lower), _concrete_int(upper)
     if lo is not None and hi is not None:
         def step(carry, _):
             i, val = carry
-            return (ew.add(i, np.asarray(1, dtype)[()]), body_fun(i, val)), None
+            return (i + 1, body_fun(i, val)), None
 
-        start = np.asarray(lo, dtype)[()]
-        (_, result), _ = scan(step, (start, init_val), None, length=max(hi - lo, 0),
+        # Known bounds become Python ints, as in JAX: the index is a weakly typed integer,
+        # so `x + i` keeps a Python-scalar carry weakly typed.
+        (_, result), _ = scan(step, (lo, init_val), None, length=max(hi - lo, 0),
                               unroll=1 if unroll is None else unroll)
         return result
 
@@ -1464,6 +1465,19 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll: int | bool 
     upper = ew.convert_element_type(upper, dtype)
     _, _, result = while_loop(loop_cond, loop_body, (lower, upper, init_val))
     return result
+
+
+def _fori_bound_dtype(lower, upper):
+    """The loop index dtype: the bounds' common dtype; a weakly typed bound (a Python int)
+    takes the other's signed integer type, and other mixes are refused as in JAX."""
+    a, b = get_aval(lower), get_aval(upper)
+    if a.dtype == b.dtype:
+        return a.dtype
+    signed = _dtypes.is_signed(a.dtype) and _dtypes.is_signed(b.dtype)
+    if signed and a.weak_type != b.weak_type:
+        return b.dtype if a.weak_type else a.dtype
+    raise TypeError("lower and upper arguments to fori_loop must have equal types, got "
+                    f"{np.dtype(a.dtype).name} and {np.dtype(b.dtype).name}")
 
 
 def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 - jax.lax.map's name

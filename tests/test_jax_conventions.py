@@ -214,3 +214,13 @@ def test_enable_x64_is_a_context_manager():
     with functrans.log_compiles(True):
         assert functrans.config.log_compiles
     assert not functrans.config.log_compiles
+
+
+def test_samplers_warn_for_64_bit_dtypes_with_x64_off():
+    from functrans import random
+    key = random.key(0)
+    for sample in (lambda d: random.uniform(key, (2,), d), lambda d: random.normal(key, (2,), d),
+                   lambda d: random.randint(key, (2,), 0, 5, d if d != np.float64 else np.int64)):
+        with pytest.warns(UserWarning, match="Explicitly requested dtype (float|int)64 is not "
+                                             "available"):
+            sample(np.float64)

@@ -46,14 +46,15 @@ def broadcast_to(x, shape, name: str):
 
 
 def float_dtype(dtype, name: str) -> np.dtype:
-    dtype = _dtypes.default_float_dtype() if dtype is None else _dtypes.canonicalize_dtype(dtype)
+    # a 64-bit request with x64 off warns, as JAX's samplers do (without naming the sampler)
+    dtype = _dtypes.default_float_dtype() if dtype is None else _dtypes.check_user_dtype(dtype)
     if not _dtypes.is_float(dtype):
         raise ValueError(f"{name} needs a floating-point dtype, got {dtype}")
     return dtype
 
 
 def int_dtype(dtype, name: str) -> np.dtype:
-    dtype = _dtypes.default_int_dtype() if dtype is None else _dtypes.canonicalize_dtype(dtype)
+    dtype = _dtypes.default_int_dtype() if dtype is None else _dtypes.check_user_dtype(dtype)
     if not _dtypes.is_integer(dtype):
         raise ValueError(f"{name} needs an integer dtype, got {dtype}")
     return dtype

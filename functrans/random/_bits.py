@@ -216,7 +216,7 @@ def bits(key, shape=(), dtype=None):
         Array([4070199207, 4202968722], dtype=uint32)
     """
     key = as_key("bits", key)
-    dtype = _dtypes.default_uint_dtype() if dtype is None else _dtypes.canonicalize_dtype(dtype)
+    dtype = _dtypes.default_uint_dtype() if dtype is None else _dtypes.check_user_dtype(dtype)
     if not _dtypes.is_unsigned(dtype):
         raise ValueError(f"bits needs an unsigned integer dtype, got {dtype}")
     return random_bits(key, dtype.itemsize * 8, shape_tuple(shape, "bits"))

@@ -73,7 +73,7 @@ def randint(key, shape, minval, maxval, dtype=None):
     """
     key = as_key("randint", key)
     shape = shape_tuple(shape, "randint")
-    dtype = _dtypes.default_int_dtype() if dtype is None else _dtypes.canonicalize_dtype(dtype)
+    dtype = _dtypes.default_int_dtype() if dtype is None else _dtypes.check_user_dtype(dtype)
     if not _dtypes.is_integer(dtype):
         raise TypeError(f"randint needs an integer dtype, got {dtype}")
     minval, maxval = _integer_bound(minval), _integer_bound(maxval)

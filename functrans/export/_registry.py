@@ -25,6 +25,7 @@ from functrans.core import Primitive
 _PRIMITIVE_MODULES = (
     "functrans._jit", "functrans._api_extra", "functrans._custom_derivatives",
     "functrans._remat", "functrans.custom_batching", "functrans.debug", "functrans.ops",
+    "functrans.sharding._constraints", "functrans.sharding._shard_map",
 )
 
 _primitives: dict[str, Primitive] = {}

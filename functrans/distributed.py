@@ -152,6 +152,10 @@ def shutdown() -> None:
 # MPI_Finalize, and the launcher already ends the job when it sees that.)
 
 
+# how long a process that aborts the job from a thread waits for its output to be forwarded
+_FORWARD_SECONDS = 0.25
+
+
 def _env_abort_on_failure() -> bool:
     value = os.environ.get("FUNCTRANS_ABORT_ON_FAILURE", "").strip().lower()
     return value not in ("0", "false", "no", "off")
@@ -221,6 +225,9 @@ class _FailureGuard:
             self._previous_threading_excepthook(args)
         finally:
             _flush_std_streams()
+            # the launcher forwards output asynchronously and stops forwarding when the job
+            # is aborted: a moment for the traceback just written to reach the user
+            time.sleep(_FORWARD_SECONDS)
             _mpi().COMM_WORLD.Abort(1)
 
     def _exit(self, status=None):

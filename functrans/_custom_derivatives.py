@@ -447,26 +447,28 @@ class _JVPCall:
                             f"primal output of structure {p_tree} and a tangent output of "
                             f"structure {t_tree}; the two pytree structures must be equal.")
         p_avals = [get_aval(p) for p in p_leaves]
-        self._check_primal_out(rule_name, p_tree, p_avals)
+        _check_primal_out(self, rule_name, "rule", p_tree, p_avals)
         _check_tangent_types(p_avals, [t.aval if isinstance(t, SymbolicZero) else get_aval(t)
                                        for t in t_leaves])
         self.out_tree = p_tree
         return p_leaves, [_from_rule_tangent(t) for t in t_leaves]
 
-    def _check_primal_out(self, rule_name, p_tree, p_avals):
-        """The rule's primal output must look like the function's, when that already ran."""
-        if self.fun_out is None:
-            return
-        fun_tree, fun_avals = self.fun_out
-        if fun_tree == p_tree and _same_types(p_avals, fun_avals):
-            return
-        what = "pytree structure" if fun_tree != p_tree else "shapes/dtypes"
-        raise TypeError(
-            f"Custom JVP rule {rule_name} for function {self.name} returned a primal output "
-            f"whose {what} differs from the output of {self.name} itself (the first element of "
-            "the rule's pair is the function's output):\n"
-            f"    rule:     {_aval_tree_str(p_tree, p_avals)}\n"
-            f"    function: {_aval_tree_str(fun_tree, fun_avals)}")
+def _check_primal_out(call, rule: str, label: str, tree, avals) -> None:
+    """The primal output of a custom rule (``rule``, a custom_jvp rule or a custom_vjp fwd,
+    shown as ``label``) must look like the function's own output, when that already ran."""
+    if call.fun_out is None:
+        return
+    fun_tree, fun_avals = call.fun_out
+    if fun_tree == tree and _same_types(avals, fun_avals):
+        return
+    what = "pytree structure" if fun_tree != tree else "shapes/dtypes"
+    kind = "Custom JVP rule" if label == "rule" else "Custom VJP fwd rule"
+    raise TypeError(
+        f"{kind} {rule} for function {call.name} returned a primal output whose {what} "
+        f"differs from the output of {call.name} itself (the first element of the "
+        f"{'rule' if label == 'rule' else 'fwd'}'s pair is the function's output):\n"
+        f"    {label + ':':<10}{_aval_tree_str(tree, avals)}\n"
+        f"    function: {_aval_tree_str(fun_tree, fun_avals)}")
 
 
 def _check_tangent_types(primal_avals, tangent_avals):
@@ -606,7 +608,7 @@ class _VJPCall:
         out, res = pair
         out_leaves, out_tree = tree_flatten(out)
         res_leaves, res_tree = tree_flatten(res)
-        self._check_primal_out(fwd_name, out_tree, [get_aval(o) for o in out_leaves])
+        _check_primal_out(self, fwd_name, "fwd", out_tree, [get_aval(o) for o in out_leaves])
         self.out_tree = out_tree
         return out_leaves, res_leaves, res_tree, out_tree
 
@@ -632,20 +634,6 @@ class _VJPCall:
             num_consts=len(fwd_consts) + len(fun_consts), num_res=num_res)
         self.out_tree = trees["out"]
         return outs[num_res:], outs[:num_res], trees["res"], trees["out"]
-
-    def _check_primal_out(self, fwd_name, out_tree, avals):
-        if self.fun_out is None:
-            return
-        fun_tree, fun_avals = self.fun_out
-        if fun_tree == out_tree and _same_types(avals, fun_avals):
-            return
-        what = "pytree structure" if fun_tree != out_tree else "shapes/dtypes"
-        raise TypeError(
-            f"Custom VJP fwd rule {fwd_name} for function {self.name} returned a primal output "
-            f"whose {what} differs from the output of {self.name} itself (the first element of "
-            "fwd's pair is the function's output):\n"
-            f"    fwd:      {_aval_tree_str(out_tree, avals)}\n"
-            f"    function: {_aval_tree_str(fun_tree, fun_avals)}")
 
     def flat_bwd(self, res_tree, out_tree, res_leaves, ct_leaves):
         res = tree_unflatten(res_tree, list(res_leaves))

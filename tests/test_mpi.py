@@ -133,12 +133,17 @@ COLLECTIVES_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def test_collectives_across_processes(mpiexec, tmp_path):
-    script = tmp_path / "collectives.py"
-    script.write_text(COLLECTIVES_SCRIPT)
+def _both_ranks_report(mpiexec, tmp_path, source: str, what: str) -> None:
+    """Run ``source`` on 2 processes; each must exit 0 after printing ``rank r: what OK``."""
+    script = tmp_path / f"{what}.py"
+    script.write_text(source)
     run = _launch(mpiexec, script)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "rank 0: collectives OK" in run.stdout and "rank 1: collectives OK" in run.stdout
+    assert f"rank 0: {what} OK" in run.stdout and f"rank 1: {what} OK" in run.stdout
+
+
+def test_collectives_across_processes(mpiexec, tmp_path):
+    _both_ranks_report(mpiexec, tmp_path, COLLECTIVES_SCRIPT, "collectives")
 
 
 SHARDING_SCRIPT = textwrap.dedent('''
@@ -188,11 +193,7 @@ SHARDING_SCRIPT = textwrap.dedent('''
 
 
 def test_shard_map_and_jit_over_a_mesh_spanning_processes(mpiexec, tmp_path):
-    script = tmp_path / "sharding.py"
-    script.write_text(SHARDING_SCRIPT)
-    run = _launch(mpiexec, script)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "rank 0: sharding OK" in run.stdout and "rank 1: sharding OK" in run.stdout
+    _both_ranks_report(mpiexec, tmp_path, SHARDING_SCRIPT, "sharding")
 
 
 def _example_losses(output: str, pattern: str) -> dict:

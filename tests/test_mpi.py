@@ -320,7 +320,8 @@ FAILING_RANK_SCRIPT = textwrap.dedent('''
             except SystemExit:
                 pass
     out = functrans.pmap(lambda v: lax.psum(v, "i"), axis_name="i")(np.ones((2, 2), np.float32))
-    print(f"rank {rank} done", float(np.asarray(out).sum()), flush=True)
+    # one write per line: the launcher interleaves the two processes' writes
+    print(f"rank {rank} done {float(np.asarray(out).sum())}", flush=True)
 ''')
 
 

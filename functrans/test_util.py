@@ -62,9 +62,14 @@ def numerical_jvp(f: Callable, primals: Sequence, tangents: Sequence, eps: float
     """Central finite difference ``(f(x + eps t) - f(x - eps t)) / 2 eps`` over pytrees."""
     f_pos = f(*_add_scaled(primals, tangents, eps))
     f_neg = f(*_add_scaled(primals, tangents, -eps))
-    return tree_util.tree_map(
-        lambda a, b: (_as_np(a).astype(np.float64) - _as_np(b).astype(np.float64)) / (2 * eps)
-        if _dtypes.is_inexact(_as_np(a).dtype) else np.zeros(np.shape(a)), f_pos, f_neg)
+    def difference(a, b):
+        a, b = _as_np(a), _as_np(b)
+        if not _dtypes.is_inexact(a.dtype):
+            return np.zeros(np.shape(a))
+        # complex outputs keep their imaginary part
+        wide = np.complex128 if _dtypes.is_complex(a.dtype) else np.float64
+        return (a.astype(wide) - b.astype(wide)) / (2 * eps)
+    return tree_util.tree_map(difference, f_pos, f_neg)
 
 
 def _rand_like(rng, x):

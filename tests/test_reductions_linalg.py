@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import functrans
 from functrans import lax
 from functrans.test_util import check_grads, x64
+from primitive_table import naive_conv
 
 
 @pytest.fixture
@@ -65,40 +66,6 @@ def _check_vmap(f, args, seed, size=3):
 # Reductions
 # =============================================================================================
 
-REDUCTIONS = {
-    "reduce_sum": (lax.reduce_sum, np.sum),
-    "reduce_max": (lax.reduce_max, np.max),
-    "reduce_min": (lax.reduce_min, np.min),
-    "reduce_prod": (lax.reduce_prod, np.prod),
-}
-
-
-@pytest.mark.parametrize("name", sorted(REDUCTIONS))
-@settings(max_examples=15, deadline=None)
-@given(case=_shape_and_axes())
-def test_reduction_matches_numpy(name, case):
-    shape, axes, seed = case
-    fn, ref = REDUCTIONS[name]
-    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    np.testing.assert_allclose(_np(fn(x, axes)), ref(x, axis=axes), rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("name,ref", [("reduce_and", np.bitwise_and), ("reduce_or", np.bitwise_or),
-                                      ("reduce_xor", np.bitwise_xor)])
-@settings(max_examples=10, deadline=None)
-@given(case=_shape_and_axes())
-def test_bitwise_reductions(name, ref, case):
-    shape, axes, seed = case
-    rng = np.random.default_rng(seed)
-    ints = rng.integers(-100, 100, shape).astype(np.int32)
-    bools = rng.random(shape) < 0.5
-    fn = getattr(lax, name)
-    for x in (ints, bools):
-        out = fn(x, axes)
-        assert _np(out).dtype == x.dtype
-        np.testing.assert_array_equal(_np(out), ref.reduce(x, axis=axes) if axes else x)
-
-
 def test_empty_max_is_identity():
     assert _np(lax.reduce_max(np.zeros((0, 3), np.float32), (0,))).tolist() == [-np.inf] * 3
     assert _np(lax.reduce_min(np.zeros((0,), np.int32), (0,))) == np.iinfo(np.int32).max
@@ -119,14 +86,6 @@ def test_argmax_argmin(name, case, nan):
     np.testing.assert_array_equal(_np(out), getattr(np, name)(x, axis=axis))
 
 
-@pytest.mark.parametrize("name", sorted(REDUCTIONS))
-def test_reduction_grads(name, f64):
-    fn = REDUCTIONS[name][0]
-    x = np.random.default_rng(0).standard_normal((3, 4, 2))
-    check_grads(lambda x: fn(x, (0, 2)), (x,), order=2)
-    check_grads(lambda x: fn(x, (1,)), (x,), order=2)
-
-
 def test_reduce_max_ties_average_the_tangent(f64):
     x = np.array([1.0, 3.0, 3.0])
     _, t = functrans.jvp(lambda x: lax.reduce_max(x, (0,)), (x,), (np.array([5.0, 2.0, 4.0]),))
@@ -140,36 +99,6 @@ def test_reduce_prod_grad_with_zeros(x, f64):
     expected = [np.prod(np.delete(x, i)) for i in range(len(x))]
     np.testing.assert_allclose(_np(g), expected)
     check_grads(lambda x: lax.reduce_prod(x, (0,)), (x,), order=1)
-
-
-CUMULATIVE = {
-    "cumsum": lambda x, a: np.cumsum(x, a),
-    "cumprod": lambda x, a: np.cumprod(x, a),
-    "cummax": lambda x, a: np.maximum.accumulate(x, a),
-    "cummin": lambda x, a: np.minimum.accumulate(x, a),
-    "cumlogsumexp": lambda x, a: np.logaddexp.accumulate(x, a),
-}
-
-
-@pytest.mark.parametrize("name", sorted(CUMULATIVE))
-@settings(max_examples=12, deadline=None)
-@given(case=_shape_and_axes(), reverse=st.booleans())
-def test_cumulative_matches_numpy(name, case, reverse):
-    shape, _, seed = case
-    rng = np.random.default_rng(seed)
-    axis = int(rng.integers(0, len(shape)))
-    x = rng.standard_normal(shape).astype(np.float32)
-    expected = CUMULATIVE[name](np.flip(x, axis), axis)
-    expected = np.flip(expected, axis) if reverse else CUMULATIVE[name](x, axis)
-    out = getattr(lax, name)(x, axis=axis, reverse=reverse)
-    np.testing.assert_allclose(_np(out), expected, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", sorted(CUMULATIVE))
-@pytest.mark.parametrize("reverse", [False, True])
-def test_cumulative_grads(name, reverse, f64):
-    x = np.random.default_rng(1).standard_normal((3, 5))
-    check_grads(lambda x: getattr(lax, name)(x, axis=1, reverse=reverse), (x,), order=2)
 
 
 def test_cumulative_grads_extreme_values(f64):
@@ -396,31 +325,6 @@ def test_dot_helpers():
 # =============================================================================================
 # conv_general_dilated
 # =============================================================================================
-
-
-def naive_conv(x, w, strides, padding, lhs_dil, rhs_dil, fgc=1, bgc=1):
-    """The definition, one output element at a time (canonical [N, C, *S] / [O, I, *K])."""
-    n_, c_ = x.shape[:2]
-    o_, i_ = w.shape[:2]
-    nsp = x.ndim - 2
-    dilated = [(s - 1) * d + 1 for s, d in zip(x.shape[2:], lhs_dil)]
-    xd = np.zeros((n_, c_) + tuple(dilated))
-    xd[(slice(None), slice(None)) + tuple(slice(None, None, d) for d in lhs_dil)] = x
-    padded = [dilated[k] + padding[k][0] + padding[k][1] for k in range(nsp)]
-    window = [(w.shape[2 + k] - 1) * rhs_dil[k] + 1 for k in range(nsp)]
-    out_sp = [max(0, (padded[k] - window[k]) // strides[k] + 1) for k in range(nsp)]
-    out = np.zeros((n_ // bgc, o_) + tuple(out_sp))
-    for n, o in itertools.product(range(n_ // bgc), range(o_)):
-        g, b = o // (o_ // fgc), o // (o_ // bgc)
-        for y in np.ndindex(*out_sp):
-            acc = 0.0
-            for i in range(i_):
-                for kk in np.ndindex(*w.shape[2:]):
-                    pos = [y[k] * strides[k] + kk[k] * rhs_dil[k] - padding[k][0] for k in range(nsp)]
-                    if all(0 <= p < dilated[k] for k, p in enumerate(pos)):
-                        acc += xd[(b * (n_ // bgc) + n, g * i_ + i) + tuple(pos)] * w[(o, i) + kk]
-            out[(n, o) + y] = acc
-    return out
 
 
 CONV_CASES = [

@@ -70,7 +70,7 @@ from functrans._dtypes import float0  # noqa: F401
 from functrans.numpy._array_methods import astype, view  # noqa: F401
 from functrans.numpy._more import *  # noqa: F401,F403
 from functrans.numpy._extras import *  # noqa: F401,F403
-from functrans.numpy._ufunc import frompyfunc, ufunc  # noqa: F401
+from functrans.numpy._ufunc_objects import frompyfunc, ufunc  # noqa: F401
 
 pi = _np.pi
 e = _np.e

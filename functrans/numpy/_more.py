@@ -1,6 +1,6 @@
 """Less common ``jax.numpy`` functions: polynomial roots, block assembly, piecewise
 definitions, functional (out-of-place) writes, phase unwrapping, the Bessel function ``i0``,
-bit packing, float spacing and einsum paths (``frompyfunc`` is in ``_ufunc``).
+bit packing, float spacing and einsum paths (``frompyfunc`` is in ``_ufunc_objects``).
 
 They are written with the public ``functrans.numpy`` functions, so every transform that
 works on those works here.

@@ -7,7 +7,7 @@ import scipy.stats
 
 import functrans
 import functrans.numpy as jnp
-from functrans.numpy._ufunc import builtin_ufuncs, frompyfunc, ufunc
+from functrans.numpy._ufunc_objects import builtin_ufuncs, frompyfunc, ufunc
 from functrans.scipy.stats._kde import gaussian_kde
 from functrans.test_util import check_grads, x64
 

@@ -1,5 +1,5 @@
 """functrans.scipy.optimize (BFGS minimize, line_search), functrans.scipy.spatial.transform
-(Rotation, Slerp) and functrans.scipy.linalg_more (special matrices, polar, expm_frechet,
+(Rotation, Slerp) and functrans.scipy._special_matrices (special matrices, polar, expm_frechet,
 ...) against SciPy: values, shapes and dtypes, jit against eager, vmap against a loop."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from scipy.spatial.transform import Slerp as SSlerp
 import functrans
 import functrans.numpy as jnp
 import functrans.random as jrandom
-from functrans.scipy import linalg_more as lm
+from functrans.scipy import _special_matrices as lm
 from functrans.scipy import optimize as fopt
 from functrans.scipy.optimize import _bfgs, _line_search, _minimize
 from functrans.scipy.spatial import transform as ftransform
@@ -339,7 +339,7 @@ def test_slerp_against_scipy():
 
 
 # =============================================================================================
-# linalg_more
+# special matrices (functrans.scipy._special_matrices)
 # =============================================================================================
 
 _C = _RNG.normal(size=4).astype(np.float32)

@@ -1,4 +1,4 @@
-"""The added ``jax.scipy.special`` functions (functrans.scipy.special_more) and
+"""The added ``jax.scipy.special`` functions (functrans/scipy/_special/) and
 ``jax.scipy.stats`` distributions and summaries, against SciPy: values at ordinary and edge
 arguments (float32, and float64 under x64), jit against eager, and numerical gradients."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import scipy.stats as sst
 
 import functrans
 import functrans.numpy as jnp
-from functrans.scipy import special_more as fsp
+from functrans.scipy import special as fsp
 from functrans.scipy.stats import (betabinom, binom, dirichlet, geom, gennorm, gumbel_l,
                                    gumbel_r, multinomial, nbinom, pareto, vonmises, wrapcauchy)
 from functrans.scipy.stats import _descriptive as desc
@@ -494,7 +494,9 @@ def test_sem():
 # docstring examples
 # =============================================================================================
 
-_DOC_MODULES = ["functrans.scipy.special_more"] + [
+_DOC_MODULES = [f"functrans.scipy._special.{name}" for name in (
+    "gamma_functions", "box_cox", "error_functions", "integrals", "zeta", "hypergeometric",
+    "bessel", "spherical_harmonics")] + [
     f"functrans.scipy.stats.{name}" for name in (
         "binom", "nbinom", "geom", "betabinom", "pareto", "gennorm", "gumbel_l", "gumbel_r",
         "vonmises", "wrapcauchy", "dirichlet", "multinomial", "_descriptive")]

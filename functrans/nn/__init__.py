@@ -12,8 +12,5 @@ from functrans.nn._activations import *  # noqa: F401,F403
 from functrans.nn._activations import __all__ as _activation_names
 from functrans.nn._attention import dot_product_attention  # noqa: F401
 from functrans.nn import initializers  # noqa: F401
-from functrans.nn._more_activations import *  # noqa: F401,F403
-from functrans.nn._more_activations import __all__ as _more_activation_names
 
-__all__ = (list(_activation_names) + list(_more_activation_names)
-           + ["dot_product_attention", "initializers"])
+__all__ = list(_activation_names) + ["dot_product_attention", "initializers"]

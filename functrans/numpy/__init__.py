@@ -5,11 +5,14 @@
     Array(12., dtype=float32)
 
 The functions are grouped by topic in private modules: creation (``_creation``),
-elementwise math (``_ufuncs``), reductions (``_reductions``), shape manipulation
-(``_shape``), products and einsum (``_contractions``), sorting and data-dependent selection
-(``_sorting``), polynomials and signal helpers (``_polynomial``), dtype and array queries
-(``_array_info``), scalar types (``_scalar_types``) and indexing (``_indexing``), plus the
-public ``linalg`` submodule.
+elementwise math (``_ufuncs``), the ``ufunc`` class (``_ufunc_objects``), reductions
+(``_reductions``), shape manipulation (``_shape``), products and einsum (``_contractions``),
+sorting and data-dependent selection (``_sorting``), polynomials and signal helpers
+(``_polynomial``), dtype and array queries (``_array_info``), scalar types
+(``_scalar_types``), indexing (``_indexing``), index tricks (``_index_tricks``), out-of-place
+writes (``_functional_writes``), window functions (``_window_functions``), bit packing
+(``_bit_packing``) and host data exchange (``_io``), plus the public ``linalg`` and ``fft``
+submodules.
 """
 from __future__ import annotations
 
@@ -20,18 +23,22 @@ from functrans.numpy import fft  # noqa: F401
 from functrans.numpy import linalg  # noqa: F401
 from functrans.numpy._array_info import (  # noqa: F401
     apply_along_axis, apply_over_axes, array_equal, array_equiv, can_cast, finfo, iinfo,
-    iscomplexobj, isrealobj, isscalar, iterable, ndim, promote_types, ravel_multi_index,
+    iscomplexobj, isrealobj, isscalar, iterable, ndim, piecewise, promote_types, ravel_multi_index,
     result_type, shape, size, unravel_index, vectorize)
 from functrans.numpy._contractions import (  # noqa: F401
-    cross, dot, einsum, inner, kron, matmul, outer, tensordot, vdot, vecdot)
+    cross, dot, einsum, einsum_path, inner, kron,
+    matmul, matvec, outer, tensordot, vdot, vecdot, vecmat)
 from functrans.numpy._creation import (  # noqa: F401
-    arange, array, asarray, copy, diag, diag_indices, diagflat, empty, empty_like, eye,
+    arange, array, asarray, copy, diag,
+    diag_indices, diag_indices_from, diagflat, empty, empty_like, eye,
     fromfunction, full, full_like, geomspace, identity, indices, ix_, linspace, logspace,
-    meshgrid, ones, ones_like, tri, tril, tril_indices, triu, triu_indices, zeros, zeros_like)
+    mask_indices, meshgrid, ones, ones_like, tri,
+    tril, tril_indices, tril_indices_from, triu, triu_indices, triu_indices_from, zeros, zeros_like)
 from functrans.numpy._polynomial import (  # noqa: F401
     bincount, convolve, corrcoef, correlate, cov, diff, ediff1d, gradient, histogram,
-    histogram_bin_edges, interp, polyadd, polyder, polyfit, polyint, polymul, polysub, polyval,
-    trapezoid, vander)
+    histogram2d, histogram_bin_edges, histogramdd, interp, poly, polyadd, polyder,
+    polydiv, polyfit, polyint, polymul, polysub, polyval,
+    roots, trapezoid, unwrap, vander)
 from functrans.numpy._reductions import (  # noqa: F401
     all, amax, amin, any, argmax, argmin, average, count_nonzero, cumprod, cumproduct, cumsum,
     cumulative_prod, cumulative_sum, max, mean, median, min, nanargmax, nanargmin, nancumprod,
@@ -43,11 +50,11 @@ from functrans.numpy._scalar_types import (  # noqa: F401
     inexact, int8, int16, int32, int64, int_, integer, isdtype, issubdtype, number, object_,
     signedinteger, single, uint, uint8, uint16, uint32, uint64, unsignedinteger)
 from functrans.numpy._shape import (  # noqa: F401
-    append, array_split, atleast_1d, atleast_2d, atleast_3d, broadcast_arrays, broadcast_to,
+    append, array_split, atleast_1d, atleast_2d, atleast_3d, block, broadcast_arrays, broadcast_to,
     column_stack, concat, concatenate, delete, diagonal, dsplit, dstack, expand_dims,
     flip, fliplr, flipud, hsplit, hstack, insert, matrix_transpose, moveaxis, pad, permute_dims,
     ravel, repeat, reshape, resize, roll, rollaxis, rot90, row_stack, split, squeeze, stack,
-    swapaxes, take, take_along_axis, tile, trace, transpose, unstack, vsplit, vstack)
+    swapaxes, take, take_along_axis, tile, trace, transpose, trim_zeros, unstack, vsplit, vstack)
 from functrans.numpy._sorting import (  # noqa: F401
     argpartition, argsort, argwhere, choose, compress, digitize, extract, flatnonzero,
     intersect1d, isin, lexsort, nonzero, partition, searchsorted, setdiff1d, setxor1d, sort,
@@ -58,19 +65,31 @@ from functrans.numpy._ufuncs import (  # noqa: F401
     bitwise_invert, bitwise_left_shift, bitwise_not, bitwise_or, bitwise_right_shift,
     bitwise_xor, cbrt, ceil, clip, conj, conjugate, copysign, cos, cosh, deg2rad, degrees,
     divide, divmod, equal, exp, exp2, expm1, fabs, fix, float_power, floor, floor_divide, fmax,
-    fmin, fmod, frexp, gcd, greater, greater_equal, heaviside, hypot, imag, invert, isclose,
+    fmin, fmod, frexp, gcd, greater, greater_equal, heaviside, hypot, i0, imag, invert, isclose,
     iscomplex, isfinite, isinf, isnan, isneginf, isposinf, isreal, lcm, ldexp, left_shift, less,
     less_equal, log, log1p, log2, log10, logaddexp, logaddexp2, logical_and, logical_not,
     logical_or, logical_xor, maximum, minimum, mod, modf, multiply, nan_to_num, negative,
     nextafter, not_equal, positive, pow, power, rad2deg, radians, real, reciprocal, remainder,
-    right_shift, rint, round, round_, select, sign, signbit, sin, sinc, sinh, sqrt, square,
+    right_shift, rint, round, round_, select, sign, signbit, sin, sinc, sinh, spacing, sqrt, square,
     subtract, tan, tanh, true_divide, trunc, where)
 from functrans.numpy._promotion import broadcast_shapes  # noqa: F401
 from functrans._dtypes import float0  # noqa: F401
 from functrans.numpy._array_methods import astype, view  # noqa: F401
-from functrans.numpy._more import *  # noqa: F401,F403
-from functrans.numpy._extras import *  # noqa: F401,F403
-from functrans.numpy._ufunc import frompyfunc, ufunc  # noqa: F401
+from functrans.numpy._bit_packing import packbits, unpackbits  # noqa: F401
+from functrans.numpy._functional_writes import (  # noqa: F401
+    fill_diagonal, place, put, put_along_axis)
+from functrans.numpy._index_tricks import c_, index_exp, mgrid, ogrid, r_, s_  # noqa: F401
+from functrans.numpy._io import (  # noqa: F401
+    array_repr, array_str, from_dlpack, frombuffer, fromfile, fromiter, fromstring,
+    get_printoptions, load, printoptions, save, savez, set_printoptions)
+from functrans.numpy._scalar_types import ComplexWarning, ml_dtype_scalar_types  # noqa: F401
+from functrans.numpy._ufunc_objects import frompyfunc, ufunc  # noqa: F401
+from functrans.numpy._window_functions import (  # noqa: F401
+    bartlett, blackman, hamming, hanning, kaiser)
+
+# the narrow float and int scalar types of ml_dtypes that the installed version has
+globals().update(ml_dtype_scalar_types)
+del ml_dtype_scalar_types
 
 pi = _np.pi
 e = _np.e
@@ -78,6 +97,7 @@ euler_gamma = _np.euler_gamma
 inf = _np.inf
 nan = _np.nan
 newaxis = None
+bool = bool_  # noqa: A001, F405 - NumPy 2's name for bool_ (the very same scalar type)
 
 
 class _ArrayMeta(type):

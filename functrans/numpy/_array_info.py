@@ -7,6 +7,7 @@ import functools
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import Tracer, get_aval
 from functrans.numpy import _ufuncs as uf
@@ -262,3 +263,41 @@ def iterable(y):
     except TypeError:
         return False
     return not (isinstance(y, Tracer) or hasattr(y, "aval")) or get_aval(y).ndim > 0
+
+
+def piecewise(x, condlist, funclist, *args, **kw):
+    """Evaluate a function defined piecewise: where ``condlist[i]`` holds, the result is
+    ``funclist[i](x)`` (later conditions win). An extra last entry of ``funclist`` is the value
+    where no condition holds (otherwise 0). Entries of ``funclist`` may be constants. Each
+    function is applied element by element (vectorized) and the result has ``x``'s dtype.
+
+        >>> import functrans.numpy as jnp
+        >>> x = jnp.array([-2.0, 0.5, 3.0])
+        >>> jnp.piecewise(x, [x < 0, x > 1], [lambda v: -v, lambda v: v * 10, 0.0])
+        Array([ 2.,  0., 30.], dtype=float32)
+    """
+    x = jnp.asarray(x)
+    conditions = jnp.asarray(condlist, dtype=bool)
+    # a single condition array (same shape as x) means one condition, as in NumPy
+    if conditions.ndim == x.ndim:
+        conditions = conditions[None]
+    conditions = jnp.broadcast_to(conditions, (conditions.shape[0],) + x.shape)
+    n_cond, n_func = conditions.shape[0], len(funclist)
+    if n_func == n_cond + 1:
+        default, funclist = funclist[-1], list(funclist[:-1])
+    elif n_func == n_cond:
+        default, funclist = 0, list(funclist)
+    else:
+        raise ValueError(f"jnp.piecewise: funclist must have {n_cond} or {n_cond + 1} entries "
+                         f"for {n_cond} conditions, got {n_func}")
+
+    def evaluate(f):
+        if not callable(f):
+            return jnp.full(x.shape, f, dtype=x.dtype)
+        per_element = jnp.vectorize(lambda v: jnp.asarray(f(v, *args, **kw)).astype(x.dtype))
+        return jnp.broadcast_to(per_element(x), x.shape)
+
+    out = evaluate(default)
+    for i, f in enumerate(funclist):
+        out = jnp.where(conditions[i], evaluate(f), out)
+    return out

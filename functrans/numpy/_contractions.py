@@ -9,6 +9,7 @@ import string
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import get_aval
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axis,
@@ -447,3 +448,63 @@ def einsum(subscripts, /, *operands, out=None, optimize="greedy", precision=None
     if preferred_element_type is not None:
         x = lax.convert_element_type(x, preferred_element_type)
     return x
+
+
+# =============================================================================================
+# matvec, vecmat
+# =============================================================================================
+
+def matvec(x1, x2, /):
+    """Batched matrix-vector product: ``x1`` of shape ``(..., m, n)`` times ``x2`` of shape
+    ``(..., n)`` gives ``(..., m)`` (batch axes broadcast).
+
+        >>> matvec(jnp.array([[1.0, 2.0], [3.0, 4.0]]), jnp.array([1.0, 1.0]))
+        Array([3., 7.], dtype=float32)
+    """
+    x1, x2 = jnp.asarray(x1), jnp.asarray(x2)
+    if x1.ndim < 2 or x2.ndim < 1:
+        raise ValueError(f"jnp.matvec: needs a matrix (..., m, n) and a vector (..., n), got "
+                         f"shapes {x1.shape} and {x2.shape}")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise ValueError(f"jnp.matvec: the contracted sizes differ: x1 has shape {x1.shape} "
+                         f"and x2 has shape {x2.shape}")
+    return jnp.matmul(x1, x2[..., None])[..., 0]
+
+
+def vecmat(x1, x2, /):
+    """Batched vector-matrix product with the vector conjugated: ``conj(x1)`` of shape
+    ``(..., n)`` times ``x2`` of shape ``(..., n, m)`` gives ``(..., m)``.
+
+        >>> vecmat(jnp.array([1.0, 1.0]), jnp.array([[1.0, 2.0], [3.0, 4.0]]))
+        Array([4., 6.], dtype=float32)
+    """
+    x1, x2 = jnp.asarray(x1), jnp.asarray(x2)
+    if x1.ndim < 1 or x2.ndim < 2:
+        raise ValueError(f"jnp.vecmat: needs a vector (..., n) and a matrix (..., n, m), got "
+                         f"shapes {x1.shape} and {x2.shape}")
+    if x1.shape[-1] != x2.shape[-2]:
+        raise ValueError(f"jnp.vecmat: the contracted sizes differ: x1 has shape {x1.shape} "
+                         f"and x2 has shape {x2.shape}")
+    return jnp.matmul(jnp.conj(x1)[..., None, :], x2)[..., 0, :]
+
+
+# =============================================================================================
+# einsum_path
+# =============================================================================================
+
+def einsum_path(subscripts, *operands, optimize="greedy"):
+    """The contraction order ``einsum`` would use, without computing anything: returns
+    ``(path, description)`` as :func:`numpy.einsum_path` does (only operand shapes matter).
+
+        >>> import functrans.numpy as jnp
+        >>> path, _ = jnp.einsum_path("ij,jk,kl->il", jnp.ones((2, 3)), jnp.ones((3, 4)),
+        ...                           jnp.ones((4, 5)))
+        >>> path
+        ['einsum_path', (1, 2), (0, 1)]
+    """
+    # zero-stride stand-ins: the path depends only on shapes, so nothing is allocated
+    stand_ins = [np.broadcast_to(np.zeros((), dtype=np.float32), np.shape(op))
+                 for op in operands]
+    if optimize is True:
+        optimize = "greedy"
+    return np.einsum_path(subscripts, *stand_ins, optimize=optimize)

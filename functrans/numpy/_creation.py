@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes, core
 from functrans._array import Array, host_to_array
 from functrans.core import ConcretizationTypeError, Tracer, canonicalize_shape, get_aval
-from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axis,
-                                        concrete_value, has_lax_fn, is_arraylike, lax_fn,
-                                        operator_index, promote_dtypes_inexact, to_array)
+from functrans.numpy._promotion import (_static_int, broadcast_shapes, broadcast_to_shape,
+                                        canonicalize_axis, concrete_value, has_lax_fn,
+                                        is_arraylike, lax_fn, operator_index,
+                                        promote_dtypes_inexact, to_array)
 from functrans.primitives import elementwise, structural
 
 
@@ -540,3 +542,69 @@ def diag_indices(n, ndim=2):
     """Indices of the main diagonal of an ``n x ... x n`` array."""
     idx = Array._from_buffer(np.arange(operator_index(n, "n"), dtype=_dtypes.default_int_dtype()))
     return (idx,) * ndim
+
+
+# =============================================================================================
+# Index helpers
+# =============================================================================================
+
+def _shape_of(fname, arr):
+    shape = getattr(arr, "shape", None)
+    return tuple(shape) if shape is not None else np.shape(arr)
+
+
+def diag_indices_from(arr):
+    """Indices of the main diagonal of ``arr`` (all of whose sides must be equal).
+
+        >>> diag_indices_from(jnp.ones((2, 2)))
+        (Array([0, 1], dtype=int32), Array([0, 1], dtype=int32))
+    """
+    shape = _shape_of("diag_indices_from", arr)
+    if len(shape) < 2:
+        raise ValueError(f"jnp.diag_indices_from: the input must be at least 2-D, got shape "
+                         f"{shape}")
+    if len(set(shape)) != 1:
+        raise ValueError(f"jnp.diag_indices_from: all dimensions of the input must be equal, "
+                         f"got shape {shape}")
+    return jnp.diag_indices(shape[0], len(shape))
+
+
+def _triangle_indices_from(fname, arr, k, lower):
+    shape = _shape_of(fname, arr)
+    if len(shape) != 2:
+        raise ValueError(f"jnp.{fname}: only 2-D inputs are accepted, got shape {shape}")
+    k = _static_int(fname, k, "k")
+    make = jnp.tril_indices if lower else jnp.triu_indices
+    return make(shape[0], k=k, m=shape[1])
+
+
+def tril_indices_from(arr, k=0):
+    """Row and column indices of the lower triangle (on and below diagonal ``k``) of the
+    2-D ``arr``.
+
+        >>> tril_indices_from(jnp.ones((2, 2)))
+        (Array([0, 1, 1], dtype=int32), Array([0, 0, 1], dtype=int32))
+    """
+    return _triangle_indices_from("tril_indices_from", arr, k, lower=True)
+
+
+def triu_indices_from(arr, k=0):
+    """Row and column indices of the upper triangle (on and above diagonal ``k``) of the
+    2-D ``arr``.
+
+        >>> triu_indices_from(jnp.ones((2, 2)))
+        (Array([0, 0, 1], dtype=int32), Array([0, 1, 1], dtype=int32))
+    """
+    return _triangle_indices_from("triu_indices_from", arr, k, lower=False)
+
+
+def mask_indices(n, mask_func, k=0, *, size=None):
+    """Indices ``(rows, cols)`` where ``mask_func(ones((n, n)), k)`` is non-zero (e.g.
+    ``mask_func=jnp.triu``). ``size`` pads (with 0) or truncates to a static length.
+
+        >>> mask_indices(3, jnp.triu, 1)
+        (Array([0, 0, 1], dtype=int32), Array([1, 2, 2], dtype=int32))
+    """
+    n = _static_int("mask_indices", n, "n")
+    mask = mask_func(jnp.ones((n, n), dtype=_dtypes.default_int_dtype()), k)
+    return jnp.nonzero(mask, size=size)

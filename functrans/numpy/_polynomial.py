@@ -8,14 +8,16 @@ import builtins
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes
-from functrans.core import get_aval
+from functrans.core import Tracer, get_aval
 from functrans.numpy import _ufuncs as uf
-from functrans.numpy._promotion import (canonicalize_axis, concrete_value, has_lax_fn, lax_fn,
-                                        operator_index, promote_dtypes, promote_dtypes_inexact,
-                                        to_array)
+from functrans.numpy._promotion import (_concrete, canonicalize_axis, concrete_or_error,
+                                        concrete_value, has_lax_fn, lax_fn, operator_index,
+                                        promote_dtypes, promote_dtypes_inexact, to_array)
 from functrans.numpy._shape import (broadcast_to, concatenate, flip, ravel,
                                     slice_along_axis, take)
+from functrans.numpy._ufuncs import _inexact
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
 
@@ -456,3 +458,310 @@ def corrcoef(x, y=None, rowvar=True):
     out = uf.true_divide(uf.true_divide(c, structural.expand_dims(d, (1,))),
                          structural.expand_dims(d, (0,)))
     return uf.clip(out, -1, 1) if not _dtypes.is_complex(get_aval(out).dtype) else out
+
+
+# =============================================================================================
+# Multi-dimensional histograms
+# =============================================================================================
+
+def _is_bin_count(b) -> builtins.bool:
+    if isinstance(b, (int, np.integer)):
+        return True
+    if isinstance(b, (list, tuple, Tracer)):
+        return False
+    return np.ndim(b) == 0 and np.asarray(b).dtype.kind in "iu"
+
+
+def histogramdd(sample, bins=10, range=None, weights=None, density=None):  # noqa: A002
+    """Counts of the ``(N, D)`` points of ``sample`` in a ``D``-dimensional grid of bins.
+
+    ``bins``: a count for every dimension, or one count or array of edges per dimension.
+    ``range``: ``None``, or a ``(low, high)`` (or ``None``) per dimension. The last bin of
+    each dimension includes its right edge; points outside are not counted. Returns
+    ``(hist, [edges per dimension])``.
+
+        >>> hist, edges = histogramdd(jnp.array([[0.0, 0.0], [1.0, 1.0], [1.0, 0.0]]), bins=2)
+        >>> hist
+        Array([[1, 0],
+               [1, 1]], dtype=int32)
+    """
+    sample = jnp.asarray(sample)
+    if sample.ndim != 2:
+        raise ValueError(f"jnp.histogramdd: sample must be a 2-D array of shape (N, D), got "
+                         f"shape {sample.shape}")
+    num_points, num_dims = sample.shape
+    if _is_bin_count(bins):
+        bins = [bins] * num_dims
+    if len(bins) != num_dims:
+        raise ValueError(f"jnp.histogramdd: bins must give one entry per dimension ({num_dims})"
+                         f", got {len(bins)}")
+    if range is None:
+        range = [None] * num_dims  # noqa: A001
+    if len(range) != num_dims:
+        raise ValueError(f"jnp.histogramdd: range must give one entry per dimension "
+                         f"({num_dims}), got {len(range)}")
+    edges, cells, inside = [], None, None
+    for d in builtins.range(num_dims):
+        column, count_or_edges = sample[:, d], bins[d]
+        if _is_bin_count(count_or_edges):
+            count_or_edges = int(count_or_edges)
+        edge = jnp.histogram_bin_edges(column, count_or_edges, range[d])
+        # compare in one inexact dtype, so integer edges or samples are not truncated
+        common = jnp.result_type(edge, column, _dtypes.default_float_dtype())
+        edge, column = edge.astype(common), column.astype(common)
+        nbins = edge.shape[0] - 1
+        position = jnp.searchsorted(edge, column, side="right") - 1
+        # the right-most edge belongs to the last bin
+        position = jnp.where(column == edge[-1], nbins - 1, position)
+        ok = (position >= 0) & (position < nbins)
+        cells = position if cells is None else cells * nbins + position
+        inside = ok if inside is None else inside & ok
+        edges.append(edge)
+    shape = tuple(e.shape[0] - 1 for e in edges)
+    total = int(np.prod(shape))
+    # points outside the grid go to one extra cell that is cut off afterwards
+    cells = jnp.where(inside, cells, total)
+    if weights is None:
+        counts_dtype = (_dtypes.default_float_dtype() if density
+                        else _dtypes.default_int_dtype())
+        w = inside.astype(counts_dtype)
+    else:
+        w = jnp.where(inside, jnp.ravel(_inexact_array("histogramdd", weights)), 0)
+    hist = jnp.bincount(cells, w, length=total + 1)[:total].reshape(shape)
+    if density:
+        volume = jnp.ones((), edges[0].dtype)
+        for d, e in enumerate(edges):
+            width = jnp.diff(e).reshape((-1,) + (1,) * (num_dims - d - 1))
+            volume = volume * width
+        hist = hist / jnp.sum(hist) / volume
+    return hist, edges
+
+
+def histogram2d(x, y, bins=10, range=None, weights=None, density=None):  # noqa: A002
+    """Counts of the points ``(x[i], y[i])`` in a 2-D grid of bins: :func:`histogramdd` of
+    ``stack([x, y], axis=1)``. ``bins`` is a count, a pair (counts or edges), or one array
+    of edges for both axes. Returns ``(hist, xedges, yedges)``.
+
+        >>> hist, xe, ye = histogram2d(jnp.array([0.0, 1.0]), jnp.array([0.0, 1.0]), bins=2)
+        >>> hist
+        Array([[1, 0],
+               [0, 1]], dtype=int32)
+    """
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    try:
+        count = len(bins)
+    except TypeError:
+        count = 1
+    if count != 1 and count != 2:
+        # one array of edges shared by both axes
+        bins = [bins, bins]
+    dtype = jnp.result_type(x, y)
+    sample = jnp.stack([x.astype(dtype), y.astype(dtype)], axis=1)
+    hist, (xedges, yedges) = histogramdd(sample, bins, range, weights, density)
+    return hist, xedges, yedges
+
+
+# =============================================================================================
+# Polynomials from roots, polynomial division
+# =============================================================================================
+
+def _inexact_array(fname, x):
+    if isinstance(x, (list, tuple)):
+        x = jnp.asarray(x)
+    x = jnp.asarray(x)
+    if not _dtypes.is_inexact(x.dtype):
+        x = x.astype(_dtypes.default_float_dtype())
+    return x
+
+
+def poly(seq_of_zeros):
+    """Coefficients (highest power first, leading 1) of the monic polynomial with the given
+    roots. A square matrix stands for its eigenvalues (the result is then complex).
+
+        >>> poly(jnp.array([1.0, 2.0]))
+        Array([ 1., -3.,  2.], dtype=float32)
+    """
+    roots = jnp.atleast_1d(_inexact_array("poly", seq_of_zeros))
+    if roots.ndim == 2 and roots.shape[0] == roots.shape[1] and roots.shape[0] != 0:
+        return _characteristic_polynomial(roots)
+    if roots.ndim != 1:
+        raise ValueError(f"jnp.poly: the input must be 1-D or a non-empty square 2-D array, "
+                         f"got shape {roots.shape}")
+    if roots.shape[0] == 0:
+        return jnp.ones((), roots.dtype)
+    coeffs = jnp.ones((1,), roots.dtype)
+    zero = jnp.zeros((1,), roots.dtype)
+    for i in range(roots.shape[0]):
+        # multiply by (x - root): shift up one power, subtract root times the old polynomial
+        coeffs = (jnp.concatenate([coeffs, zero])
+                  - roots[i] * jnp.concatenate([zero, coeffs]))
+    return coeffs
+
+
+def _characteristic_polynomial(a):
+    """Coefficients of ``det(x I - a)``, i.e. ``poly`` of the eigenvalues of ``a``, by the
+    Faddeev-LeVerrier recurrence (traces of matrix products; no eigensolver needed). As in
+    JAX, whose route goes through the (complex) eigenvalues, the result is complex."""
+    n = a.shape[0]
+    identity = jnp.eye(n, dtype=a.dtype)
+    coeffs = [jnp.ones((), a.dtype)]
+    m = jnp.zeros_like(a)
+    for k in range(1, n + 1):
+        # m_k = a m_{k-1} + c_{k-1} I and c_k = -trace(a m_k) / k
+        m = a @ m + coeffs[-1] * identity
+        coeffs.append(-jnp.trace(a @ m) / k)
+    complex_dtype = jnp.result_type(a.dtype, np.complex64)
+    return jnp.stack(coeffs).astype(complex_dtype)
+
+
+def polydiv(u, v, *, trim_leading_zeros=False):
+    """Quotient and remainder of dividing polynomial ``u`` by ``v`` (coefficients highest
+    power first). To keep shapes static, the remainder has ``u``'s length (leading zeros
+    kept) unless ``trim_leading_zeros=True``, which needs concrete values.
+
+        >>> polydiv(jnp.array([1.0, -3.0, 2.0]), jnp.array([1.0, -1.0]))
+        (Array([ 1., -2.], dtype=float32), Array([0., 0., 0.], dtype=float32))
+    """
+    u, v = _inexact_array("polydiv", u), _inexact_array("polydiv", v)
+    dtype = jnp.result_type(u, v)
+    u, v = u.astype(dtype), v.astype(dtype)
+    if u.ndim != 1 or v.ndim != 1:
+        raise ValueError(f"jnp.polydiv: both inputs must be 1-D, got shapes {u.shape} and "
+                         f"{v.shape}")
+    m, n = u.shape[0] - 1, v.shape[0] - 1
+    inverse_lead = 1 / v[0]
+    quotient = jnp.zeros((builtins.max(m - n + 1, 1),), dtype)
+    remainder = u
+    # long division: each step removes the current leading term of the remainder
+    for k in range(m - n + 1):
+        term = inverse_lead * remainder[k]
+        quotient = quotient.at[k].set(term)
+        remainder = remainder.at[k:k + n + 1].add(-term * v)
+    if trim_leading_zeros:
+        value = concrete_or_error(remainder, "jnp.polydiv",
+                                  "Pass trim_leading_zeros=False under transformations.")
+        # the cancelled terms are only zero up to rounding
+        tolerance = np.sqrt(_dtypes.finfo(np.real(value).dtype).eps)
+        big = np.flatnonzero(np.abs(value) > tolerance)
+        start = int(big[0]) if big.size else value.shape[0]
+        remainder = remainder[start:]
+    return quotient, remainder
+
+
+def unwrap(p, discont=None, axis: int = -1, period=2 * np.pi):
+    """Unwrap a phase signal along ``axis``: jumps larger than ``discont`` (default
+    ``period / 2``) are replaced by their equivalent modulo ``period``.
+
+        >>> import functrans.numpy as jnp
+        >>> jnp.unwrap(jnp.array([0.0, 6.0]))
+        Array([ 0.      , -0.283185], dtype=float32)
+    """
+    p = _inexact(p)
+    if p.ndim == 0:
+        raise ValueError("jnp.unwrap: the input must have at least one dimension")
+    axis = int(axis) % p.ndim
+    if discont is None:
+        discont = period / 2
+    interval = period / 2
+    step = jnp.diff(p, axis=axis)
+    wrapped = jnp.mod(step + interval, period) - interval
+    # a jump of exactly +period/2 stays positive (NumPy's convention)
+    wrapped = jnp.where((wrapped == -interval) & (step > 0), interval, wrapped)
+    correction = jnp.where(jnp.abs(step) < discont, 0, wrapped - step)
+    first = jnp.take(p, jnp.arange(1), axis=axis)
+    rest = jnp.take(p, jnp.arange(1, p.shape[axis]), axis=axis)
+    return jnp.concatenate([first, rest + jnp.cumsum(correction, axis=axis).astype(p.dtype)],
+                           axis=axis)
+
+
+# =============================================================================================
+# Polynomial roots
+# =============================================================================================
+
+_ROOT_ITERATIONS = 80
+
+
+def _polynomial_roots(p):
+    """Roots of the polynomial with coefficients ``p`` (highest first, ``p[0] != 0``) by the
+    Aberth-Ehrlich simultaneous iteration: each estimate takes a Newton step corrected by the
+    repulsion of the other estimates, so all roots are found at once (cubic convergence for
+    simple roots). A fixed number of steps keeps it traceable; converged roots stop moving
+    because their Newton step is 0."""
+    from functrans import lax
+    n = p.shape[0] - 1
+    complex_dtype = _complex_of(p.dtype)
+    if n < 1:
+        return jnp.zeros((0,), complex_dtype)
+    monic = (p / p[0]).astype(complex_dtype)
+    derivative = monic[:-1] * jnp.arange(n, 0, -1).astype(complex_dtype)
+    # start on a circle that encloses every root (Cauchy's bound), rotated off the axes so
+    # that no start is symmetric to another under conjugation
+    radius = 1 + jnp.max(jnp.abs(monic[1:]))
+    angles = 2 * np.pi * np.arange(n) / n + 0.4
+    start = (radius * jnp.asarray(np.cos(angles) + 1j * np.sin(angles), complex_dtype))
+    off_diagonal = jnp.asarray(~np.eye(n, dtype=bool))
+
+    def horner(coefficients, z):
+        value = jnp.zeros_like(z)
+        for c in coefficients:
+            value = value * z + c
+        return value
+
+    def step(_, z):
+        value, slope = horner(monic, z), horner(derivative, z)
+        newton = jnp.where(value == 0, 0, value / jnp.where(slope == 0, 1, slope))
+        gaps = z[:, None] - z[None, :]
+        safe_gaps = jnp.where(off_diagonal & (gaps != 0), gaps, 1)
+        repulsion = jnp.sum(jnp.where(off_diagonal & (gaps != 0), 1 / safe_gaps, 0), axis=1)
+        denominator = 1 - newton * repulsion
+        return z - newton / jnp.where(denominator == 0, 1, denominator)
+
+    return lax.fori_loop(0, _ROOT_ITERATIONS, step, start)
+
+
+def roots(p, *, strip_zeros: bool = True):
+    """The roots of a polynomial with coefficients ``p`` (highest degree first), as complex
+    numbers (found all at once by the Aberth-Ehrlich iteration, in no particular order).
+
+    With ``strip_zeros=True`` (the default) leading zeros are dropped and trailing zeros
+    become roots at 0, so ``p`` must be concrete. With ``strip_zeros=False`` the result always
+    has ``len(p) - 1`` entries and each leading zero gives a NaN root instead.
+
+        >>> import functrans.numpy as jnp
+        >>> jnp.sort_complex(jnp.roots(jnp.array([1.0, -3.0, 2.0])))
+        Array([1.+0.j, 2.+0.j], dtype=complex64)
+    """
+    p = jnp.atleast_1d(_inexact(p))
+    if p.ndim != 1:
+        raise ValueError(f"jnp.roots: the coefficients must be one-dimensional, got shape "
+                         f"{p.shape}")
+    if strip_zeros:
+        values = _concrete("roots", p, "p (with strip_zeros=True)")
+        nonzero = np.flatnonzero(values)
+        if nonzero.size == 0:
+            return jnp.zeros((0,), _complex_of(p.dtype))
+        first, last = int(nonzero[0]), int(nonzero[-1])
+        found = _polynomial_roots(p[first:last + 1])
+        # each trailing zero coefficient is a factor x, i.e. a root at 0
+        trailing = jnp.zeros((p.shape[0] - 1 - last,), found.dtype)
+        return jnp.concatenate([found, trailing])
+    n = p.shape[0]
+    if n < 2:
+        return jnp.zeros((0,), _complex_of(p.dtype))
+    leading = jnp.argmax(p != 0)
+    leading = jnp.where(jnp.all(p == 0), n, leading)
+    # move the leading zeros to the end: they become roots at 0, which we then mark NaN
+    shifted = jnp.roll(p, -leading)
+    safe = shifted.at[0].set(jnp.where(shifted[0] == 0, 1, shifted[0]))
+    found = _polynomial_roots(safe)
+    # a polynomial with k trailing zeros has k roots at 0; mark those k as NaN
+    order = jnp.argsort(jnp.abs(found), stable=True)
+    nan_slot = jnp.arange(n - 1) < leading
+    nan_positions = jnp.zeros((n - 1,), bool).at[order].set(nan_slot)
+    nan = jnp.array(complex(np.nan, np.nan), found.dtype)
+    return jnp.where(nan_positions, nan, found)
+
+
+def _complex_of(dtype):
+    """The complex dtype with ``dtype``'s precision (the dtype of roots)."""
+    return np.result_type(np.dtype(dtype), np.complex64)

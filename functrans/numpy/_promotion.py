@@ -2,6 +2,8 @@
 weak types, and NumPy broadcasting (lowered to ``broadcast_in_dim``)."""
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from functrans import _dtypes
@@ -236,3 +238,26 @@ def has_lax_fn(name: str) -> bool:
         return True
     except NotImplementedError:
         return False
+
+
+def _static_int(fname, value, what) -> int:
+    """A Python int from a concrete integer-like ``value`` (floats are truncated, as JAX
+    does for window lengths); traced values get an error naming ``fname``."""
+    if isinstance(value, Tracer):
+        value = concrete_or_error(value, f"jnp.{fname}",
+                                  f"{what} must be a static integer (it sets the output shape).")
+    try:
+        return operator.index(value)
+    except TypeError:
+        scalar = np.asarray(value)
+        if scalar.ndim == 0 and scalar.dtype.kind in "iuf":
+            return int(scalar)
+        raise TypeError(f"jnp.{fname}: {what} must be an integer, got {value!r}") from None
+
+
+def _concrete(name, x, what):
+    if isinstance(x, Tracer):
+        raise TypeError(f"jnp.{name}: {what} must be concrete (its value sets the output "
+                        f"shape or the written positions), got a traced value. Call it outside "
+                        f"jit or mark the argument static.")
+    return np.asarray(x)

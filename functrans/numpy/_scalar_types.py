@@ -6,6 +6,7 @@ rather than a NumPy scalar, so it can be used inside transformed code.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from functrans import _dtypes
@@ -145,3 +146,17 @@ def isdtype(dtype_, kind) -> bool:
         elif d == np.dtype(_as_dtype_or_kind(k)):
             return True
     return False
+
+
+ComplexWarning = np.exceptions.ComplexWarning
+
+# The narrow floating-point and integer types of ml_dtypes, as far as the installed version
+# has them. Arrays of these dtypes can be created, indexed, reshaped and converted to and from
+# the standard dtypes; arithmetic on them is not supported (convert with ``.astype`` first).
+_ML_DTYPE_NAMES = (
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz",
+    "float8_e3m4", "float8_e4m3", "float8_e8m0fnu", "float4_e2m1fn", "float6_e2m3fn",
+    "float6_e3m2fn", "int4", "uint4", "int2", "uint2", "int1", "uint1",
+)
+ml_dtype_scalar_types = {name: _scalar_type(name, getattr(ml_dtypes, name))
+                         for name in _ML_DTYPE_NAMES if hasattr(ml_dtypes, name)}

@@ -12,10 +12,12 @@ import builtins
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import Tracer, canonicalize_shape, get_aval
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axes,
-                                        canonicalize_axis, check_arraylike, concrete_value,
+                                        canonicalize_axis, check_arraylike, concrete_or_error,
+                                        concrete_value,
                                         lax_fn, operator_index, promote_dtypes, to_array)
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
@@ -893,3 +895,84 @@ def insert(arr, obj, values, axis=None):
     order = np.insert(np.arange(n), positions, np.arange(n, n + k))
     joined = _concat([arr, block], axis)
     return take_static(joined, order, axis)
+
+
+def trim_zeros(filt, trim="fb", axis=None):
+    """``filt`` without its leading (``"f"`` in ``trim``) and/or trailing (``"b"``) zeros
+    along the given axes (default: every axis; a hyperplane is trimmed only if all of it is
+    zero). The result's shape depends on the values, so ``filt`` must be concrete.
+
+        >>> trim_zeros(jnp.array([0, 0, 1, 2, 0, 3, 0]))
+        Array([1, 2, 0, 3], dtype=int32)
+    """
+    arr = jnp.asarray(filt)
+    value = concrete_or_error(arr, "jnp.trim_zeros",
+                              "Call it outside jit, or slice with static bounds instead.")
+    if arr.ndim == 0:
+        raise ValueError("jnp.trim_zeros: the input must be at least 1-D")
+    trim = trim.lower()
+    axes = range(arr.ndim) if axis is None else (
+        (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis))
+    axes = sorted({int(ax) % arr.ndim for ax in axes})
+    nonzero = value != 0
+    index = [slice(None)] * arr.ndim
+    for ax in axes:
+        others = tuple(d for d in range(arr.ndim) if d != ax)
+        hit = np.flatnonzero(nonzero.any(axis=others) if others else nonzero)
+        if hit.size == 0:
+            # everything along this axis is zero: nothing survives
+            index[ax] = slice(0, 0)
+            continue
+        start = int(hit[0]) if "f" in trim else 0
+        stop = int(hit[-1]) + 1 if "b" in trim else arr.shape[ax]
+        index[ax] = slice(start, stop)
+    return arr[tuple(index)]
+
+
+def _block_depth(arrays, path=()):
+    """(list nesting depth, largest leaf ndim); every leaf must sit at the same depth."""
+    if isinstance(arrays, tuple):
+        raise TypeError(f"jnp.block: arrays{''.join(f'[{i}]' for i in path)} is a tuple; only "
+                        f"lists can be used to arrange blocks")
+    if isinstance(arrays, list):
+        if not arrays:
+            raise ValueError(f"jnp.block: arrays{''.join(f'[{i}]' for i in path)} is an empty "
+                             f"list")
+        infos = [_block_depth(a, path + (i,)) for i, a in enumerate(arrays)]
+        depths = {d for d, _ in infos}
+        if len(depths) != 1:
+            raise ValueError("jnp.block: list depths are mismatched; every block must be nested "
+                             "in the same number of lists")
+        return depths.pop() + 1, builtins.max(n for _, n in infos)
+    return 0, jnp.ndim(arrays)
+
+
+def block(arrays):
+    """Assemble an array from nested lists of blocks: the innermost lists are joined along the
+    last axis, the next level along the second-to-last, and so on (blocks are first given
+    leading 1-axes up to the common number of dimensions).
+
+        >>> import functrans.numpy as jnp
+        >>> jnp.block([[jnp.eye(2), jnp.zeros((2, 1))], [jnp.ones((1, 2)), jnp.ones((1, 1))]])
+        Array([[1., 0., 0.],
+               [0., 1., 0.],
+               [1., 1., 1.]], dtype=float32)
+    """
+    depth, leaf_ndim = _block_depth(arrays)
+    ndim = builtins.max(depth, leaf_ndim)
+    # promote all leaves together, as concatenate would
+    dtype = jnp.result_type(*_block_leaves(arrays))
+
+    def assemble(node, level):
+        if isinstance(node, list):
+            return jnp.concatenate([assemble(n, level + 1) for n in node], axis=level - depth)
+        leaf = jnp.asarray(node, dtype=dtype)
+        return jnp.reshape(leaf, (1,) * (ndim - leaf.ndim) + leaf.shape)
+
+    return assemble(arrays, 0)
+
+
+def _block_leaves(arrays):
+    if isinstance(arrays, list):
+        return [leaf for a in arrays for leaf in _block_leaves(a)]
+    return [arrays]

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import get_aval
 from functrans.numpy._promotion import (check_arraylike, has_lax_fn, lax_fn, promote_args,
@@ -918,3 +919,71 @@ def select(condlist, choicelist, default=0):
     for cond, choice in zip(reversed(condlist), reversed(choicelist)):
         out = where(cond, choice, out)
     return out
+
+
+def _inexact(x):
+    """``x`` as an array, promoted to the default float type when it is not inexact."""
+    x = jnp.asarray(x)
+    if not _dtypes.is_inexact(x.dtype):
+        x = x.astype(_dtypes.default_float_dtype())
+    return x
+
+
+# I0 by its power series sum_k (x^2/4)^k / (k!)^2 below _I0_SWITCH, and above it by the
+# asymptotic expansion e^x / sqrt(2 pi x) * sum_k ((2k-1)!!)^2 / (k! (8x)^k); both are
+# accurate to double precision with these term counts on their side of the switch.
+_I0_SWITCH = 20.0
+_I0_SERIES_TERMS = 70
+_I0_ASYMPTOTIC_TERMS = 25
+
+
+def i0(x):
+    """The modified Bessel function of the first kind, order zero, elementwise.
+
+        >>> import functrans.numpy as jnp
+        >>> jnp.i0(jnp.array([0.0, 1.0]))
+        Array([1.      , 1.266066], dtype=float32)
+    """
+    x = _inexact(x)
+    if _dtypes.is_complex(x.dtype):
+        raise NotImplementedError("jnp.i0 of complex input is not supported")
+    ax = jnp.abs(x)
+    small = ax < _I0_SWITCH
+    # each branch sees only inputs it is valid for, so neither yields inf/NaN (nor NaN
+    # gradients through the unselected side of the where)
+    # (the series is in x^2, so it takes x itself: |x| would lose the curvature at 0)
+    xs = jnp.where(small, x, 0)
+    xl = jnp.where(small, _I0_SWITCH, ax)
+
+    quarter_square = xs * xs / 4
+    term = jnp.ones_like(xs)
+    series = jnp.ones_like(xs)
+    for k in range(1, _I0_SERIES_TERMS):
+        term = term * quarter_square / (k * k)
+        series = series + term
+
+    inv_8x = 1 / (8 * xl)
+    term = jnp.ones_like(xl)
+    tail = jnp.ones_like(xl)
+    for k in range(1, _I0_ASYMPTOTIC_TERMS):
+        term = term * ((2 * k - 1) ** 2 / k) * inv_8x
+        tail = tail + term
+    # e^x split in two halves so the result overflows only where I0 itself does
+    half = jnp.exp(xl / 2)
+    asymptotic = half * (half * tail / jnp.sqrt(2 * np.pi * xl))
+    return jnp.where(small, series, asymptotic)
+
+
+def spacing(x):
+    """The distance from ``x`` to the next representable number away from zero (negative for
+    negative ``x``): the size of one unit in the last place.
+
+        >>> import functrans.numpy as jnp
+        >>> jnp.spacing(jnp.array([1.0, -1.0]))
+        Array([ 1.1920929e-07, -1.1920929e-07], dtype=float32)
+    """
+    x = _inexact(x)
+    if _dtypes.is_complex(x.dtype):
+        raise TypeError("jnp.spacing does not accept complex input")
+    away = jnp.where(x < 0, jnp.array(-np.inf, x.dtype), jnp.array(np.inf, x.dtype))
+    return jnp.nextafter(x, away) - x

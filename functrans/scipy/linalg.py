@@ -419,9 +419,9 @@ def expm(A, *, upper_triangular: bool = False, max_squarings: int = 16):
 
 
 # matrix constructors and the functions built on the decompositions above
-from functrans.scipy.linalg_more import *  # noqa: E402,F401,F403
-from functrans.scipy import linalg_more as _linalg_more  # noqa: E402
-__all__ += _linalg_more.__all__
+from functrans.scipy._special_matrices import *  # noqa: E402,F401,F403
+from functrans.scipy import _special_matrices  # noqa: E402
+__all__ += _special_matrices.__all__
 
 # Schur and Hessenberg forms, and the matrix functions built on the Schur form
 from functrans.scipy.linalg_schur import *  # noqa: E402,F401,F403

@@ -697,7 +697,20 @@ def betainc(a, b, x):
     return jnp.where(bad, np.nan, out).astype(a.dtype)
 
 
-# the less common functions (beta, zeta, hypergeometric, exponential integrals, ...)
-from functrans.scipy.special_more import *  # noqa: E402,F401,F403
-from functrans.scipy import special_more as _special_more  # noqa: E402
-__all__ += _special_more.__all__
+# the less common functions, one module per family (functrans/scipy/_special/)
+from functrans.scipy._special import (  # noqa: E402
+    bessel, box_cox, error_functions, gamma_functions, hypergeometric, integrals,
+    spherical_harmonics, zeta as _zeta_functions)
+from functrans.scipy._special.gamma_functions import *  # noqa: E402,F401,F403
+from functrans.scipy._special.box_cox import *  # noqa: E402,F401,F403
+from functrans.scipy._special.error_functions import *  # noqa: E402,F401,F403
+from functrans.scipy._special.integrals import *  # noqa: E402,F401,F403
+from functrans.scipy._special.zeta import *  # noqa: E402,F401,F403
+from functrans.scipy._special.hypergeometric import *  # noqa: E402,F401,F403
+from functrans.scipy._special.bessel import *  # noqa: E402,F401,F403
+from functrans.scipy._special.spherical_harmonics import *  # noqa: E402,F401,F403
+for _family in (gamma_functions, box_cox, error_functions, integrals, _zeta_functions,
+                hypergeometric, bessel, spherical_harmonics):
+    __all__ += _family.__all__
+del _family, bessel, box_cox, error_functions, gamma_functions, hypergeometric, integrals
+del spherical_harmonics, _zeta_functions

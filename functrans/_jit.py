@@ -706,7 +706,8 @@ core.device_eval = _eval_on_device
 
 def _fast_signature(args):
     """``(key, leaves)`` for positional arguments that are Arrays (on a CPU or a GPU), None,
-    or lists, tuples and dicts of them; None for anything else. ``key`` encodes the tree
+    or lists, tuples, dicts and registered pytree nodes (typed key arrays among them) of
+    them; None for anything else. ``key`` encodes the tree
     in preorder (each container with its length or sorted keys, so it is unambiguous) and
     each leaf's shape, dtype and weak type; ``leaves`` are in ``tree_flatten``'s order."""
     key, leaves = [], []
@@ -734,12 +735,26 @@ def _signature_walk(items, key, leaves) -> bool:
                 return False
         elif a is None:
             key.append(None)
+        elif t in _pytree_nodes:
+            # a registered container (a typed key array, a dataclass): keyed by its type and
+            # auxiliary data, as its treedef compares, then its children
+            children, aux = _pytree_nodes[t].flatten(a)
+            try:
+                key.append((t, aux))
+                hash(key[-1])
+            except TypeError:
+                return False
+            if not _signature_walk(children, key, leaves):
+                return False
         elif getattr(a, "_platform", "cpu") == "gpu":
             key.append((a.shape, a.dtype, a.weak_type, "gpu"))
             leaves.append(a)
         else:
             return False
     return True
+
+
+_pytree_nodes = tree_util._registry
 
 
 def _exclusively_owned(leaf) -> bool:

@@ -40,6 +40,11 @@ from functrans import random  # noqa: F401
 from functrans import nn  # noqa: F401
 from functrans import optim  # noqa: F401
 from functrans._disable_jit import disable_jit  # noqa: F401
+from functrans._transfer_guard import (transfer_guard,  # noqa: F401
+                                       transfer_guard_device_to_device,
+                                       transfer_guard_device_to_host,
+                                       transfer_guard_host_to_device)
+from functrans._config import default_matmul_precision  # noqa: F401
 from functrans._api_extra import *  # noqa: F401,F403
 from functrans._api_more import (copy_to_host_async, custom_gradient, debug_infs,  # noqa: F401
                                  debug_nans, enable_x64, explain_cache_misses, host_count,

@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans import _dtypes, core, tree_util
+from functrans import _dtypes, _transfer_guard, core, tree_util
 from functrans._array import Array, host_to_array
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
@@ -682,8 +682,13 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
         if placer is not None:
             return placer(leaf)
         if isinstance(leaf, Array):  # its buffer is immutable: the new Array shares it
+            if _transfer_guard.switch.on and leaf.device != target:
+                _transfer_guard.check("device_to_device", True,
+                                      lambda: f"aval={get_aval(leaf)!r}, from {leaf.device!r} "
+                                              f"to {target!r}")
             return Array._from_buffer(leaf._value, leaf.weak_type, target)
-        return host_to_array(leaf, device=target)  # host data is copied, never aliased
+        # host data is copied, never aliased
+        return host_to_array(leaf, device=target, explicit=True)
 
     if device is None or isinstance(device, (_devices.Device, _shardings.Sharding)) or \
             hasattr(device, "put"):

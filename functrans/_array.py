@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from functrans import _dtypes, core
+from functrans import _dtypes, _transfer_guard, core
 
 
 def _jnp():
@@ -215,7 +215,7 @@ class _DeletedBuffer:
 _DELETED = _DeletedBuffer()
 
 
-def host_to_array(x, aval=None, device=None) -> Array:
+def host_to_array(x, aval=None, device=None, explicit: bool = False) -> Array:
     """Host data (a NumPy array or scalar, a Python scalar) as an Array of its canonical
     dtype: a private copy in native byte order (:func:`functrans.core.to_numpy`; a Python
     int must fit its dtype). The caller's array is left as it was.
@@ -226,7 +226,14 @@ def host_to_array(x, aval=None, device=None) -> Array:
         >>> h[0] = 5.0  # h stays writeable, and x keeps its values
         >>> x
         Array([1., 1.], dtype=float32)
+
+    It is a host-to-device transfer, ``explicit`` when the program asked for it
+    (``device_put``), for the transfer guards.
     """
+    if _transfer_guard.switch.on:
+        _transfer_guard.check("host_to_device", explicit,
+                              lambda: _transfer_guard.describe_host_to_device(
+                                  aval if aval is not None else core.get_aval(x), device))
     if aval is None:
         if type(x) is np.ndarray:  # the common case, without building an aval
             return Array._from_buffer(core.host_copy(x, _dtypes.canonicalize_dtype(x.dtype)),

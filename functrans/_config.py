@@ -20,6 +20,7 @@ Memory kept between calls is bounded by the options below (sizes in bytes; -1: n
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -44,6 +45,32 @@ _ALIASES = {"compilation_cache_dir": "cache_dir"}
 # options that are a count or a number of bytes, -1 meaning no limit
 _LIMITS = ("jit_cache_max_entries", "executable_cache_max_entries", "arena_cache_threshold",
            "arena_pool_max_size", "compilation_cache_max_size")
+
+
+_TRANSFER_GUARD_LEVELS = ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
+
+# options whose value is one of a few names, or None (JAX's enum options)
+_ENUMS = {
+    **{name: _TRANSFER_GUARD_LEVELS for name in (
+        "transfer_guard", "transfer_guard_host_to_device", "transfer_guard_device_to_host",
+        "transfer_guard_device_to_device")},
+    # Accepted as JAX accepts them. Every matmul on the CPU backends computes in full
+    # float32 (float64 with x64) whatever is asked: none trades precision for speed.
+    "default_matmul_precision": (
+        "default", "high", "highest", "bfloat16", "tensorfloat32", "float32",
+        "ANY_F8_ANY_F8_F32", "ANY_F8_ANY_F8_F32_FAST_ACCUM", "ANY_F8_ANY_F8_ANY",
+        "ANY_F8_ANY_F8_ANY_FAST_ACCUM", "F16_F16_F16", "F16_F16_F32", "BF16_BF16_BF16",
+        "BF16_BF16_F32", "BF16_BF16_F32_X3", "BF16_BF16_F32_X6", "BF16_BF16_F32_X9",
+        "TF32_TF32_F32", "TF32_TF32_F32_X3", "F32_F32_F32", "F64_F64_F64"),
+}
+
+
+def check_enum(name: str, value) -> None:
+    """Raise ValueError (JAX's message) unless ``value`` is None or a name option ``name``
+    accepts."""
+    if value is not None and value not in _ENUMS[name]:
+        raise ValueError(f"new enum value must be None or in {list(_ENUMS[name])}, got "
+                         f"{value} of type {type(value)}.")
 
 
 def _check_limit(name: str, value) -> int:
@@ -88,6 +115,7 @@ class Config:
             "arena_pool_max_size": _env_int("FUNCTRANS_ARENA_POOL_MAX_SIZE", 64 << 20),
             # type-check every staged program (slow; the test suite turns it on)
             "check_jaxprs": _env_bool("FUNCTRANS_CHECK_JAXPRS", False),
+            **{name: None for name in _ENUMS},
         }
         for name in _LIMITS:
             _check_limit(name, self._values[name])
@@ -106,6 +134,8 @@ class Config:
             raise ValueError(f"unknown config option {name!r}; known: {sorted(self._values)}")
         if name in _LIMITS:
             _check_limit(name, value)
+        if name in _ENUMS:
+            check_enum(name, value)
         with self._lock:
             self._values[name] = value
         for listener in self._listeners.get(name, ()):
@@ -127,3 +157,25 @@ class Config:
 
 
 config = Config()
+
+
+@contextlib.contextmanager
+def default_matmul_precision(precision):
+    """Context manager: the precision of matmuls and convolutions that name none
+    (``jax_default_matmul_precision``); values as JAX accepts them ("default", "high",
+    "highest", "bfloat16", "tensorfloat32", "float32", and algorithm names such as
+    "BF16_BF16_F32"). An unknown value is a ValueError. The CPU backends compute every
+    matmul in full float32 (float64 with x64), so results do not depend on it.
+
+    Example::
+
+        with functrans.default_matmul_precision("float32"):
+            y = x @ w
+    """
+    check_enum("default_matmul_precision", precision)
+    saved = config.read("default_matmul_precision")
+    config.update("default_matmul_precision", precision)
+    try:
+        yield
+    finally:
+        config.update("default_matmul_precision", saved)

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from functrans import _backends, _debug_checks, core, profiler, tree_util
+from functrans import _backends, _debug_checks, _transfer_guard, core, profiler, tree_util
 from functrans._api import ShapeDtypeStruct
 from functrans._array import Array
 from functrans._array import delete as _array_delete
@@ -546,6 +546,8 @@ class JitWrapped:
             if outs is not None:
                 return entry.out_tree.unflatten(outs)
         if eager:
+            if _transfer_guard.switch.on:
+                _check_host_arguments(leaves, avals, entry.backend)
             if entry.executable is None:
                 entry.executable = compile_closed(closed, entry.backend)
             start = time.perf_counter_ns()
@@ -706,7 +708,8 @@ core.device_eval = _eval_on_device
 
 def _fast_signature(args):
     """``(key, leaves)`` for positional arguments that are Arrays (on a CPU or a GPU), None,
-    or lists, tuples and dicts of them; None for anything else. ``key`` encodes the tree
+    or lists, tuples, dicts and registered pytree nodes (typed key arrays among them) of
+    them; None for anything else. ``key`` encodes the tree
     in preorder (each container with its length or sorted keys, so it is unambiguous) and
     each leaf's shape, dtype and weak type; ``leaves`` are in ``tree_flatten``'s order."""
     key, leaves = [], []
@@ -734,12 +737,26 @@ def _signature_walk(items, key, leaves) -> bool:
                 return False
         elif a is None:
             key.append(None)
+        elif t in _pytree_nodes:
+            # a registered container (a typed key array, a dataclass): keyed by its type and
+            # auxiliary data, as its treedef compares, then its children
+            children, aux = _pytree_nodes[t].flatten(a)
+            try:
+                key.append((t, aux))
+                hash(key[-1])
+            except TypeError:
+                return False
+            if not _signature_walk(children, key, leaves):
+                return False
         elif getattr(a, "_platform", "cpu") == "gpu":
             key.append((a.shape, a.dtype, a.weak_type, "gpu"))
             leaves.append(a)
         else:
             return False
     return True
+
+
+_pytree_nodes = tree_util._registry
 
 
 def _exclusively_owned(leaf) -> bool:
@@ -788,6 +805,15 @@ def _call_executable(executable, leaves, avals, out_avals) -> list:
         return executable.wrap_outputs(outs, out_avals)
     outs = executable(*[core.to_numpy(x, a) for x, a in zip(leaves, avals)])
     return [core.wrap_array(o, a) for o, a in zip(outs, out_avals)]
+
+
+def _check_host_arguments(leaves, avals, backend) -> None:
+    """Host data (NumPy arrays, Python scalars) passed to a jitted call is an implicit
+    host-to-device transfer, for the transfer guards."""
+    for leaf, aval in zip(leaves, avals):
+        if not isinstance(leaf, Array) and not _on_gpu(leaf):
+            _transfer_guard.check("host_to_device", False,
+                                  lambda: _transfer_guard.describe_host_to_device(aval, None))
 
 
 def _slow_mode() -> bool:

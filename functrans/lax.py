@@ -26,6 +26,12 @@ from functrans.primitives.special import *  # noqa: F401,F403
 from functrans.primitives.lax_extras import *  # noqa: F401,F403
 from functrans.sharding._constraints import with_sharding_constraint  # noqa: F401
 
+from functrans.primitives import elementwise as _elementwise  # noqa: E402
+
+# jax.lax promotes no dtypes: lax.add(jnp.int32(1), 1.0) is a TypeError (the forms imported
+# above let a Python scalar take the other operand's dtype, for the library's own use)
+globals().update(_elementwise.LAX_FUNCTIONS_WITHOUT_PROMOTION)
+
 from functrans import _lax_linalg as linalg  # noqa: E402,F401
 
 # ``import functrans.lax.linalg`` (and ``from functrans.lax.linalg import ...``) as for

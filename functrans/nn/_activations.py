@@ -13,6 +13,7 @@ import numpy as np
 
 import functrans.numpy as jnp
 from functrans import _dtypes, lax
+from functrans.primitives import elementwise as ew
 from functrans.core import get_aval
 from functrans.numpy._promotion import promote_args_inexact, to_array
 
@@ -63,7 +64,7 @@ def _mask(where, shape):
     from functrans.numpy._promotion import broadcast_to_shape
     mask = to_array(where)
     if get_aval(mask).dtype != _dtypes.bool_:
-        mask = lax.ne(mask, _full_like(mask, 0))
+        mask = ew.ne(mask, _full_like(mask, 0))
     return broadcast_to_shape(mask, shape)
 
 
@@ -84,7 +85,7 @@ def _masked_sum(x, axes, mask):
 # =============================================================================================
 
 def _is_nan(x):
-    return lax.ne(x, x)
+    return ew.ne(x, x)
 
 
 def relu(x):
@@ -99,7 +100,7 @@ def relu(x):
     """
     x = to_array(x)
     zero = _full_like(x, 0)
-    return _where(lax.gt(x, zero), x, _where(_is_nan(x), x, zero))
+    return _where(ew.gt(x, zero), x, _where(_is_nan(x), x, zero))
 
 
 def relu6(x):
@@ -110,8 +111,8 @@ def relu6(x):
     """
     x = to_array(x)
     zero, six = _full_like(x, 0), _full_like(x, 6)
-    inside = lax.bitwise_and(lax.gt(x, zero), lax.lt(x, six))
-    outside = _where(lax.ge(x, six), six, _where(_is_nan(x), x, zero))
+    inside = ew.bitwise_and(ew.gt(x, zero), ew.lt(x, six))
+    outside = _where(ew.ge(x, six), six, _where(_is_nan(x), x, zero))
     return _where(inside, x, outside)
 
 
@@ -134,8 +135,8 @@ def softplus(x):
     """
     x = _inexact("softplus", x)
     zero = _full_like(x, 0)
-    high = lax.max(x, zero)
-    return lax.add(high, lax.log1p(lax.exp(lax.sub(lax.min(x, zero), high))))
+    high = ew.max(x, zero)
+    return ew.add(high, lax.log1p(lax.exp(ew.sub(ew.min(x, zero), high))))
 
 
 def log_sigmoid(x):
@@ -157,7 +158,7 @@ def soft_sign(x):
         Array([0.5], dtype=float32)
     """
     x = _inexact("soft_sign", x)
-    return lax.div(x, lax.add(lax.abs(x), _full_like(x, 1)))
+    return ew.div(x, ew.add(lax.abs(x), _full_like(x, 1)))
 
 
 def silu(x):
@@ -167,7 +168,7 @@ def silu(x):
         Array(0., dtype=float32, weak_type=True)
     """
     x = _inexact("silu", x)
-    return lax.mul(x, lax.logistic(x))
+    return ew.mul(x, lax.logistic(x))
 
 
 swish = silu
@@ -183,10 +184,10 @@ def gelu(x, approximate: bool = True):
     """
     x = _inexact("gelu", x)
     if approximate:
-        cubic = lax.mul(_full_like(x, 0.044715), lax.integer_pow(x, 3))
-        inner = lax.mul(_full_like(x, math.sqrt(2 / math.pi)), lax.add(x, cubic))
-        return lax.mul(lax.mul(_full_like(x, 0.5), x), lax.add(_full_like(x, 1), lax.tanh(inner)))
-    return lax.mul(x, lax.mul(lax.erfc(lax.mul(x, _full_like(x, -1 / math.sqrt(2)))),
+        cubic = ew.mul(_full_like(x, 0.044715), lax.integer_pow(x, 3))
+        inner = ew.mul(_full_like(x, math.sqrt(2 / math.pi)), ew.add(x, cubic))
+        return ew.mul(ew.mul(_full_like(x, 0.5), x), ew.add(_full_like(x, 1), lax.tanh(inner)))
+    return ew.mul(x, ew.mul(lax.erfc(ew.mul(x, _full_like(x, -1 / math.sqrt(2)))),
                               _full_like(x, 0.5)))
 
 
@@ -197,9 +198,9 @@ def elu(x, alpha=1.0):
         Array(-0.63212055, dtype=float32, weak_type=True)
     """
     x = _inexact("elu", x)
-    positive = lax.gt(x, _full_like(x, 0))
+    positive = ew.gt(x, _full_like(x, 0))
     # exp only of the non-positive part, so large x cannot overflow into the unused branch
-    negative_part = lax.mul(_full_like(x, alpha), lax.expm1(_where(positive, _full_like(x, 0), x)))
+    negative_part = ew.mul(_full_like(x, alpha), lax.expm1(_where(positive, _full_like(x, 0), x)))
     return _where(positive, x, negative_part)
 
 
@@ -210,7 +211,7 @@ def leaky_relu(x, negative_slope=1e-2):
         Array(-0.2, dtype=float32, weak_type=True)
     """
     x = _inexact("leaky_relu", x)
-    return _where(lax.ge(x, _full_like(x, 0)), x, lax.mul(_full_like(x, negative_slope), x))
+    return _where(ew.ge(x, _full_like(x, 0)), x, ew.mul(_full_like(x, negative_slope), x))
 
 
 def celu(x, alpha=1.0):
@@ -221,8 +222,8 @@ def celu(x, alpha=1.0):
     """
     x = _inexact("celu", x)
     zero = _full_like(x, 0)
-    return lax.add(lax.max(x, zero),
-                   lax.mul(_full_like(x, alpha), lax.expm1(lax.div(lax.min(x, zero),
+    return ew.add(ew.max(x, zero),
+                   ew.mul(_full_like(x, alpha), lax.expm1(ew.div(ew.min(x, zero),
                                                                    _full_like(x, alpha)))))
 
 
@@ -237,7 +238,7 @@ def selu(x):
         Array(1.050701, dtype=float32, weak_type=True)
     """
     x = _inexact("selu", x)
-    return lax.mul(_full_like(x, _SELU_SCALE), elu(x, _SELU_ALPHA))
+    return ew.mul(_full_like(x, _SELU_SCALE), elu(x, _SELU_ALPHA))
 
 
 def hard_tanh(x):
@@ -247,7 +248,7 @@ def hard_tanh(x):
         Array(1., dtype=float32, weak_type=True)
     """
     x = _inexact("hard_tanh", x)
-    return lax.min(lax.max(x, _full_like(x, -1)), _full_like(x, 1))
+    return ew.min(ew.max(x, _full_like(x, -1)), _full_like(x, 1))
 
 
 def hard_sigmoid(x):
@@ -257,7 +258,7 @@ def hard_sigmoid(x):
         Array(0.5, dtype=float32, weak_type=True)
     """
     x = _inexact("hard_sigmoid", x)
-    return lax.div(relu6(lax.add(x, _full_like(x, 3))), _full_like(x, 6))
+    return ew.div(relu6(ew.add(x, _full_like(x, 3))), _full_like(x, 6))
 
 
 def hard_silu(x):
@@ -267,7 +268,7 @@ def hard_silu(x):
         Array(3., dtype=float32, weak_type=True)
     """
     x = _inexact("hard_silu", x)
-    return lax.mul(x, hard_sigmoid(x))
+    return ew.mul(x, hard_sigmoid(x))
 
 
 hard_swish = hard_silu
@@ -306,7 +307,7 @@ def glu(x, axis=-1):
     half = shape[axis] // 2
     first = lax.slice_in_dim(x, 0, half, axis=axis)
     second = lax.slice_in_dim(x, half, 2 * half, axis=axis)
-    return lax.mul(first, lax.logistic(second))
+    return ew.mul(first, lax.logistic(second))
 
 
 def sparse_plus(x):
@@ -375,11 +376,11 @@ def softmax(x, axis=-1, where=None):
     # the shift cancels in the ratio, so it needs no derivative
     shift = lax.stop_gradient(_keep(_masked_max(x, axes, mask), shape, axes))
     shift = _where(lax.is_finite(shift), shift, _full_like(shift, 0))
-    unnormalized = lax.exp(lax.sub(x, shift))
+    unnormalized = lax.exp(ew.sub(x, shift))
     if mask is not None:
         unnormalized = _where(mask, unnormalized, _full_like(unnormalized, 0))
     total = _keep(lax.reduce_sum(unnormalized, axes), shape, axes)
-    return lax.div(unnormalized, total)
+    return ew.div(unnormalized, total)
 
 
 def log_softmax(x, axis=-1, where=None):
@@ -395,9 +396,9 @@ def log_softmax(x, axis=-1, where=None):
     mask = _mask(where, shape)
     shift = lax.stop_gradient(_keep(_masked_max(x, axes, mask), shape, axes))
     shift = _where(lax.is_finite(shift), shift, _full_like(shift, 0))
-    shifted = lax.sub(x, shift)
+    shifted = ew.sub(x, shift)
     log_total = lax.log(_masked_sum(lax.exp(shifted), axes, mask))
-    out = lax.sub(shifted, _keep(log_total, shape, axes))
+    out = ew.sub(shifted, _keep(log_total, shape, axes))
     if mask is not None:
         out = _where(mask, out, _full_like(out, -np.inf))
     return out
@@ -424,19 +425,19 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
     peak = _masked_max(a, axes, mask)
     # an all -inf (or empty) slice would give inf - inf: shift by 0 there
     peak = lax.stop_gradient(_where(lax.is_finite(peak), peak, _full_like(peak, 0)))
-    terms = lax.exp(lax.sub(a, _keep(peak, shape, axes)))
+    terms = lax.exp(ew.sub(a, _keep(peak, shape, axes)))
     if b is not None:
-        terms = lax.mul(terms, b)
+        terms = ew.mul(terms, b)
     total = _masked_sum(terms, axes, mask)
     sign = lax.sign(total)
-    out = lax.add(lax.log(lax.abs(total)), peak)
+    out = ew.add(lax.log(lax.abs(total)), peak)
     if keepdims:
         out = _keep_dims(out, shape, axes)
         sign = _keep_dims(sign, shape, axes)
     if return_sign:
         return out, sign
     if b is not None:
-        out = _where(lax.lt(sign, _full_like(sign, 0)), _full_like(out, np.nan), out)
+        out = _where(ew.lt(sign, _full_like(sign, 0)), _full_like(out, np.nan), out)
     return out
 
 
@@ -518,7 +519,7 @@ def one_hot(x, num_classes: int, dtype=None, axis=-1):
         # float labels compare equal to whole class numbers only
         classes = lax.broadcasted_iota(_dtypes.default_float_dtype(), out_shape, axis)
         spread = lax.broadcast_in_dim(lax.convert_element_type(x, classes.dtype), out_shape, x_dims)
-    return lax.convert_element_type(lax.eq(spread, classes), dtype)
+    return lax.convert_element_type(ew.eq(spread, classes), dtype)
 
 
 def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
@@ -541,7 +542,7 @@ def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
         count = _keep(lax.reduce_sum(ones, axes), shape, axes)
 
     def average(v):
-        return lax.div(_keep(_masked_sum(v, axes, mask), shape, axes), count)
+        return ew.div(_keep(_masked_sum(v, axes, mask), shape, axes), count)
 
     if mean is None:
         mean = average(x)
@@ -550,11 +551,11 @@ def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
         mean = _broadcast(mean, shape, get_aval(x).dtype)
     if variance is None:
         # E[x^2] - E[x]^2 (as JAX computes it)
-        variance = lax.sub(average(lax.mul(x, x)), lax.mul(mean, mean))
+        variance = ew.sub(average(ew.mul(x, x)), ew.mul(mean, mean))
     else:
         (variance,) = promote_args_inexact("standardize", variance)
         variance = _broadcast(variance, shape, get_aval(x).dtype)
-    return lax.mul(lax.sub(x, mean), lax.rsqrt(lax.add(variance, _full_like(x, epsilon))))
+    return ew.mul(ew.sub(x, mean), lax.rsqrt(ew.add(variance, _full_like(x, epsilon))))
 
 
 def _broadcast(v, shape, dtype):

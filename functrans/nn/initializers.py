@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from functrans import _dtypes, lax
+from functrans.primitives import elementwise as ew
 from functrans import random as _random
 
 __all__ = [
@@ -73,7 +74,7 @@ def uniform(scale=1e-2, dtype=None):
     """
     def init(key, shape, dtype=dtype):
         dtype = _dtype(dtype)
-        return lax.mul(_random.uniform(key, _shape(shape), dtype),
+        return ew.mul(_random.uniform(key, _shape(shape), dtype),
                        lax.full(_shape(shape), scale, dtype))
     return init
 
@@ -87,7 +88,7 @@ def normal(stddev=1e-2, dtype=None):
     """
     def init(key, shape, dtype=dtype):
         dtype = _dtype(dtype)
-        return lax.mul(_random.normal(key, _shape(shape), dtype),
+        return ew.mul(_random.normal(key, _shape(shape), dtype),
                        lax.full(_shape(shape), stddev, dtype))
     return init
 
@@ -101,7 +102,7 @@ def truncated_normal(stddev=1e-2, dtype=None, lower=-2.0, upper=2.0):
     """
     def init(key, shape, dtype=dtype):
         dtype = _dtype(dtype)
-        return lax.mul(_random.truncated_normal(key, lower, upper, _shape(shape), dtype),
+        return ew.mul(_random.truncated_normal(key, lower, upper, _shape(shape), dtype),
                        lax.full(_shape(shape), stddev, dtype))
     return init
 
@@ -167,7 +168,7 @@ def variance_scaling(scale, mode: str, distribution: str, in_axis=-2, out_axis=-
         else:
             sample = _random.uniform(key, shape, dtype, -1.0, 1.0)
             factor = math.sqrt(3 * variance)
-        return lax.mul(sample, lax.full(shape, factor, dtype))
+        return ew.mul(sample, lax.full(shape, factor, dtype))
     return init
 
 
@@ -231,7 +232,7 @@ def orthogonal(scale=1.0, column_axis=-1, dtype=None):
         gaussian = _random.normal(key, tall, dtype)
         q, r = jnp.linalg.qr(gaussian)
         diagonal_signs = lax.sign(jnp.diagonal(r))
-        q = lax.mul(q, lax.broadcast_in_dim(diagonal_signs, tall, (1,)))
+        q = ew.mul(q, lax.broadcast_in_dim(diagonal_signs, tall, (1,)))
         if n_rows < n_cols:
             q = lax.transpose(q, (1, 0))
         other = tuple(s for i, s in enumerate(shape) if i != axis)
@@ -239,7 +240,7 @@ def orthogonal(scale=1.0, column_axis=-1, dtype=None):
         perm = list(range(len(other)))
         perm.insert(axis, len(other))
         q = lax.transpose(q, tuple(perm))
-        return lax.mul(q, lax.full(shape, scale, dtype))
+        return ew.mul(q, lax.full(shape, scale, dtype))
     return init
 
 

@@ -5,8 +5,9 @@ derivative. Shape rules (operands of one shape and dtype), batching (broadcastin
 batch axis) and the lax-level function are made from the row; linear operations also get
 transpose rules. Backends key their scalar code by the primitive's name.
 
-The lax-level functions take arrays of equal shape and dtype, as ``jax.lax`` does; Python
-scalars are accepted and take the other operand's dtype.
+The lax-level functions here take arrays of equal shape and dtype; for the library's own
+convenience a Python scalar takes the other operand's dtype. ``functrans.lax`` exports the
+forms in ``LAX_FUNCTIONS_WITHOUT_PROMOTION`` instead, which promote nothing, as ``jax.lax``.
 """
 from __future__ import annotations
 
@@ -32,19 +33,46 @@ _KINDS = {
 }
 
 
-def _check_kind(name: str, kind: str, avals) -> None:
-    for a in avals:
+# the dtype classes each kind accepts, named as in jax.lax's messages
+_KIND_NAMES = {
+    "float": "floating, complexfloating", "real_float": "floating", "int": "integer",
+    "int_or_bool": "integer, bool", "numeric": "integer, floating, complexfloating",
+    "real_numeric": "integer, floating", "any": "integer, floating, complexfloating, bool",
+}
+
+# jax.numpy's promoting counterpart of a lax operation, named in the error for mixed dtypes
+JNP_EQUIVALENTS = {
+    "add": "add", "sub": "subtract", "mul": "multiply", "div": "divide", "max": "maximum",
+    "min": "minimum", "atan2": "arctan2", "nextafter": "nextafter", "pow": "float_power",
+    "eq": "equal", "ne": "not_equal", "shift_left": "left_shift",
+    "shift_right_logical": "right_shift", "shift_right_arithmetic": "right_shift",
+    "select": "where",
+}
+
+
+def _check_kind(name: str, kind: str, avals, positional: bool | None = None) -> None:
+    """``positional``: name the operand's position (by default when there are several)."""
+    for i, a in enumerate(avals):
         if not _KINDS[kind](a.dtype):
-            raise TypeError(f"{name} does not accept dtype {a.dtype.name} (operand types: "
-                            f"{', '.join(x.str_short() for x in avals)}); it needs a "
-                            f"{kind.replace('_', ' ')} dtype")
+            where = f" at position {i}" if (len(avals) > 1 if positional is None
+                                            else positional) else ""
+            raise TypeError(f"{name} does not accept dtype {a.dtype.name}{where}. Accepted "
+                            f"dtypes{where} are subtypes of {_KIND_NAMES[kind]}.")
+
+
+def check_same_dtypes(name: str, avals) -> None:
+    """Raise jax.lax's TypeError unless ``avals`` share one dtype (no implicit promotion)."""
+    if any(a.dtype != avals[0].dtype for a in avals[1:]):
+        tip = (f" (Tip: jnp.{JNP_EQUIVALENTS[name]} is a similar function that does automatic "
+               f"type promotion on inputs)." if name in JNP_EQUIVALENTS else "")
+        raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got "
+                        f"{', '.join(a.dtype.name for a in avals)}.{tip}")
 
 
 def _same_shapes_and_dtypes(name: str, avals) -> None:
-    shapes = {a.shape for a in avals}
-    dtypes = {a.dtype for a in avals}
-    if len(shapes) > 1 or len(dtypes) > 1:
-        raise TypeError(f"{name} requires operands of the same shape and dtype, got "
+    check_same_dtypes(name, avals)
+    if len({a.shape for a in avals}) > 1:
+        raise TypeError(f"{name} requires operands of the same shape, got "
                         f"{', '.join(a.str_short() for a in avals)}")
 
 
@@ -419,6 +447,69 @@ complex = _binary_fn(complex_p)  # noqa: A001
 add_any = add
 
 
+# ---- jax.lax's public binary functions: no implicit promotion -------------------------------
+# The functions above let a Python scalar take the other operand's dtype, a convenience for
+# the library's own code. jax.lax promotes nothing: a Python scalar has its own weak dtype
+# (int32, float32, complex64, bool), and operands of different dtypes are a TypeError. These
+# are the forms ``functrans.lax`` exports.
+
+def _binary_fn_without_promotion(p):
+    def fn(x, y):
+        return p.bind(*_broadcast_pair(x, y))
+    fn.__name__ = fn.__qualname__ = p.name
+    fn.__doc__ = (f"Elementwise ``{p.name}`` of two arrays of one dtype, as ``jax.lax.{p.name}``: "
+                  f"no implicit promotion (a Python scalar has its own weak dtype), a rank-0 "
+                  f"operand and size-1 axes broadcast.\n\n"
+                  f"Example::\n\n    lax.{p.name}(jnp.ones(2), jnp.ones(2))\n"
+                  f"    lax.{p.name}(jnp.ones(2), 1)   # TypeError: float32 and int32")
+    return fn
+
+
+def _pow_without_promotion(x, y):
+    """``x ** y`` elementwise, as ``jax.lax.pow``: ``x`` is float or complex, ``y`` has
+    ``x``'s dtype or an integer dtype (no other promotion).
+
+    Example::
+
+        lax.pow(jnp.float32(2.0), 3)     # 8.0
+        lax.pow(jnp.float32(2.0), 3.0)   # 8.0
+    """
+    x_aval, y_aval = get_aval(x), get_aval(y)
+    _check_kind("pow", "float", [x_aval], positional=True)
+    if _dtypes.is_integer(y_aval.dtype):
+        # an integer exponent computes as x's dtype, as XLA lowers it
+        y = convert_element_type(y, x_aval.dtype, weak_type=y_aval.weak_type)
+    elif y_aval.dtype != x_aval.dtype and not _dtypes.is_bool(y_aval.dtype):
+        raise TypeError("the first argument to pow must have an inexact dtype (float or "
+                        "complex), and the second argument must have an inexact or integer "
+                        "dtype, and two inexact dtypes must match, but got "
+                        f"{x_aval.dtype.name} and {y_aval.dtype.name} respectively.")
+    return pow_p.bind(*_broadcast_pair(x, y))
+
+
+def _clamp_without_promotion(min, x, max):  # noqa: A002
+    """``min(max(x, min), max)`` elementwise, as ``jax.lax.clamp``: the bounds are scalars or
+    of ``x``'s shape, and all three share ``x``'s dtype (a Python scalar has its own weak
+    dtype; nothing is promoted).
+
+    Example::
+
+        lax.clamp(0.0, jnp.array([-1.0, 0.5, 2.0]), 1.0)   # [0., 0.5, 1.]
+    """
+    return clamp_p.bind(min, x, max)
+
+
+LAX_FUNCTIONS_WITHOUT_PROMOTION = {
+    **{p.name if p.name not in ("and", "or", "xor") else f"bitwise_{p.name}":
+       _binary_fn_without_promotion(p)
+       for p in (add_p, sub_p, mul_p, div_p, rem_p, max_p, min_p, atan2_p, nextafter_p,
+                 polygamma_p, and_p, or_p, xor_p, shift_left_p, shift_right_logical_p,
+                 shift_right_arithmetic_p, eq_p, ne_p, lt_p, le_p, gt_p, ge_p, complex_p)},
+    "pow": _pow_without_promotion,
+    "clamp": _clamp_without_promotion,
+}
+
+
 def round(x, rounding_method=0):  # noqa: A001
     """Round to integral values: ``rounding_method`` 0 rounds half away from zero, 1 to even."""
     return round_p.bind(x, rounding_method=int(rounding_method))
@@ -445,7 +536,10 @@ def _select_n_ref(which, *cases):
 def _select_n_rule(which, *cases):
     if not cases:
         raise TypeError("select_n needs at least one case")
-    _same_shapes_and_dtypes("select_n (cases)", cases)
+    check_same_dtypes("select", cases)
+    if len({c.shape for c in cases}) > 1:
+        raise TypeError(f"select cases must have the same shapes, got "
+                        f"{[c.shape for c in cases]}.")
     if which.dtype != _dtypes.bool_ and which.dtype not in (_dtypes.int32, _dtypes.int64):
         raise TypeError(f"select_n: the selector must be bool or int32, got {which.str_short()}")
     if which.dtype == _dtypes.bool_ and len(cases) > 2:
@@ -529,8 +623,9 @@ def _clamp_ref(lo, x, hi):
 
 @clamp_p.def_abstract_eval
 def _clamp_rule(lo, x, hi):
+    check_same_dtypes("clamp", (lo, x, hi))
     for bound, which in ((lo, "min"), (hi, "max")):
-        if bound.dtype != x.dtype or bound.shape not in ((), x.shape):
+        if bound.shape not in ((), x.shape):
             raise TypeError(f"clamp: {which} {bound.str_short()} must have the operand's "
                             f"dtype and be a scalar or of its shape {x.str_short()}")
     return ShapedArray(x.shape, x.dtype, x.weak_type)

@@ -191,6 +191,43 @@ dot_general_p.transpose = _dot_general_transpose
 dot_general_p.batch = _dot_general_batch
 
 
+def _precision_rank(dtype) -> tuple:
+    """How XLA orders dtypes when a dot mixes two: complex over real, then by exponent range,
+    mantissa width, bit width, and signed over unsigned."""
+    real = np.dtype(np.float64 if dtype == np.complex128 else np.float32) \
+        if _dtypes.is_complex(dtype) else dtype
+    floating = _dtypes.is_float(real)
+    info = _dtypes.finfo(real) if floating else None
+    bits = 1 if _dtypes.is_bool(real) else np.dtype(real).itemsize * 8
+    return (_dtypes.is_complex(dtype), info.maxexp if floating else -1,
+            info.nmant if floating else -1, bits, not _dtypes.is_unsigned(real))
+
+
+def _operands_of_one_dtype(lhs, rhs):
+    """jax.lax.dot_general takes operands of different dtypes (unlike the elementwise ops):
+    the product is computed in the wider of the two, the other operand converted to it."""
+    from functrans.primitives import elementwise
+    lhs_dtype, rhs_dtype = get_aval(lhs).dtype, get_aval(rhs).dtype
+    if lhs_dtype == rhs_dtype:
+        return lhs, rhs
+    lhs_rank, rhs_rank = _precision_rank(lhs_dtype), _precision_rank(rhs_dtype)
+    if lhs_rank == rhs_rank:
+        raise TypeError(f"lax.dot_general argument type error: {lhs_dtype.name}, "
+                        f"{rhs_dtype.name}")
+    if lhs_rank > rhs_rank:
+        return lhs, elementwise.convert_element_type(rhs, lhs_dtype)
+    return elementwise.convert_element_type(lhs, rhs_dtype), rhs
+
+
+def _check_preferred_not_narrower(dtype, preferred) -> None:
+    def bits(d):
+        return 1 if _dtypes.is_bool(d) else np.dtype(d).itemsize * 8
+    if not _dtypes.is_float(dtype) and dtype != preferred and bits(preferred) < bits(dtype):
+        raise TypeError(f"`preferred_element_type` must not be narrower than the original "
+                        f"type, got preferred_element_type of {preferred.name} for result "
+                        f"type of {dtype.name}.")
+
+
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     """General tensor contraction. ``dimension_numbers`` is
     ``((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))``; the result's axes are
@@ -200,10 +237,16 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
 
         x, y = jnp.ones((5, 2, 3)), jnp.ones((5, 3, 4))
         dot_general(x, y, (((2,), (1,)), ((0,), (0,)))).shape   # (5, 2, 4)
+
+    Operands of different dtypes multiply in the wider one (``int8`` by ``float32`` gives
+    ``float32``), as in JAX; ``preferred_element_type`` picks the result's dtype.
     """
     dimension_numbers = _canonical_dimension_numbers(dimension_numbers)
     if preferred_element_type is not None:
         preferred_element_type = _dtypes.canonicalize_dtype(preferred_element_type)
+    lhs, rhs = _operands_of_one_dtype(lhs, rhs)
+    if preferred_element_type is not None:
+        _check_preferred_not_narrower(get_aval(lhs).dtype, preferred_element_type)
     return dot_general_p.bind(lhs, rhs, dimension_numbers=dimension_numbers,
                               precision=_canonical_precision(precision),
                               preferred_element_type=preferred_element_type)

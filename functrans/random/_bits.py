@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from functrans import _dtypes, lax
+from functrans.primitives import elementwise as ew
 from functrans._config import config
 from functrans.core import Tracer, get_aval
 from functrans.primitives.random_bits import threefry2x32
@@ -93,9 +94,9 @@ def _bits_partitionable(key: PRNGKeyArray, bit_width: int, shape: tuple):
     dtype = _UNSIGNED[bit_width]
     if bit_width == 64:
         high = convert(y0, dtype)
-        return lax.bitwise_or(lax.shift_left(high, const(32, dtype, shape)), convert(y1, dtype))
+        return ew.bitwise_or(ew.shift_left(high, const(32, dtype, shape)), convert(y1, dtype))
     # narrower widths keep the low bits of the 32-bit value
-    return convert(lax.bitwise_xor(y0, y1), dtype)
+    return convert(ew.bitwise_xor(y0, y1), dtype)
 
 
 # =============================================================================================
@@ -126,16 +127,16 @@ def _bits_original(key: PRNGKeyArray, bit_width: int, shape: tuple):
         # first half: high words, second half: low words
         high = convert(lax.slice_in_dim(words, 0, size), dtype)
         low = convert(lax.slice_in_dim(words, size, 2 * size), dtype)
-        out = lax.bitwise_or(lax.shift_left(high, const(32, dtype, (size,))), low)
+        out = ew.bitwise_or(ew.shift_left(high, const(32, dtype, (size,))), low)
     elif bit_width == 32:
         out = words
     else:
         # each 32-bit word gives 32 // bit_width values, lowest bits first
         per_word = 32 // bit_width
         grid = (word_count, per_word)
-        shifts = lax.mul(lax.broadcasted_iota(_UINT32, grid, 1), const(bit_width, _UINT32, grid))
-        parts = lax.bitwise_and(
-            lax.shift_right_logical(lax.broadcast_in_dim(words, grid, (0,)), shifts),
+        shifts = ew.mul(lax.broadcasted_iota(_UINT32, grid, 1), const(bit_width, _UINT32, grid))
+        parts = ew.bitwise_and(
+            ew.shift_right_logical(lax.broadcast_in_dim(words, grid, (0,)), shifts),
             const(2 ** bit_width - 1, _UINT32, grid))
         out = convert(lax.slice_in_dim(lax.reshape(parts, (word_count * per_word,)), 0, size),
                       dtype)

@@ -14,6 +14,7 @@ import numpy as np
 
 import functrans.numpy as jnp
 from functrans import _dtypes, lax
+from functrans.primitives import elementwise as ew
 from functrans._config import config
 from functrans.core import get_aval
 from functrans.random._arguments import (as_array, broadcast_shapes, broadcast_to, const,
@@ -45,8 +46,8 @@ def unit_floats(key, shape, dtype):
     nbits, nmant = int(info.bits), int(info.nmant)
     rng_bits = nbits if nmant >= 8 else 8  # bfloat16: one byte of randomness suffices
     raw = random_bits(key, rng_bits, shape)
-    mantissa = lax.shift_right_logical(raw, const(rng_bits - nmant, raw.dtype, shape))
-    return lax.mul(convert(mantissa, dtype), const(2.0 ** -nmant, dtype, shape))
+    mantissa = ew.shift_right_logical(raw, const(rng_bits - nmant, raw.dtype, shape))
+    return ew.mul(convert(mantissa, dtype), const(2.0 ** -nmant, dtype, shape))
 
 
 def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0):
@@ -60,14 +61,14 @@ def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0):
     hi = broadcast_to(convert(as_array(maxval), dtype), shape, "uniform")
     floats = unit_floats(key, shape, dtype)
     # the max guards against rounding below minval when the span is huge
-    return lax.max(lo, lax.add(lax.mul(floats, lax.sub(hi, lo)), lo))
+    return ew.max(lo, ew.add(ew.mul(floats, ew.sub(hi, lo)), lo))
 
 
 def _normal_real(key, shape, dtype):
     # inverse-CDF sampling: u uniform on (-1, 1), sqrt(2) * erfinv(u) ~ N(0, 1)
     lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
     u = uniform(key, shape, dtype, lo, 1.0)
-    return lax.mul(const(math.sqrt(2.0), dtype, shape), lax.erf_inv(u))
+    return ew.mul(const(math.sqrt(2.0), dtype, shape), lax.erf_inv(u))
 
 
 def normal(key, shape=(), dtype=None):
@@ -82,9 +83,9 @@ def normal(key, shape=(), dtype=None):
         dtype = _dtypes.canonicalize_dtype(dtype)
         real_dtype = np.dtype(np.float64 if dtype == _dtypes.complex128 else np.float32)
         key_re, key_im = split_keys(key, 2)
-        z = lax.complex(_normal_real(key_re, shape, real_dtype),
+        z = ew.complex(_normal_real(key_re, shape, real_dtype),
                         _normal_real(key_im, shape, real_dtype))
-        return lax.div(z, const(math.sqrt(2.0), dtype, shape))
+        return ew.div(z, const(math.sqrt(2.0), dtype, shape))
     return _normal_real(key, shape, float_dtype(dtype, "normal"))
 
 
@@ -103,14 +104,14 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None):
     upper = broadcast_to(upper, shape, "truncated_normal")
     sqrt2 = const(math.sqrt(2.0), dtype, shape)
     # sample the CDF's image of [lower, upper] uniformly and map back
-    a = lax.erf(lax.div(lower, sqrt2))
-    b = lax.erf(lax.div(upper, sqrt2))
-    out = lax.mul(sqrt2, lax.erf_inv(uniform(key, shape, dtype, a, b)))
+    a = lax.erf(ew.div(lower, sqrt2))
+    b = lax.erf(ew.div(upper, sqrt2))
+    out = ew.mul(sqrt2, lax.erf_inv(uniform(key, shape, dtype, a, b)))
     # rounding may land exactly on a bound: clamp into the open interval
     inf = const(np.inf, dtype, shape)
-    low_bound = lax.nextafter(lax.stop_gradient(lower), inf)
-    high_bound = lax.nextafter(lax.stop_gradient(upper), lax.neg(inf))
-    return lax.min(lax.max(out, low_bound), high_bound)
+    low_bound = ew.nextafter(lax.stop_gradient(lower), inf)
+    high_bound = ew.nextafter(lax.stop_gradient(upper), lax.neg(inf))
+    return ew.min(ew.max(out, low_bound), high_bound)
 
 
 def exponential(key, shape=(), dtype=None):
@@ -133,7 +134,7 @@ def laplace(key, shape=(), dtype=None):
     key, shape, dtype = _float_args("laplace", key, shape, dtype)
     epsneg = float(_dtypes.finfo(dtype).epsneg)
     u = uniform(key, shape, dtype, -1.0 + epsneg, 1.0)
-    return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
+    return ew.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
 
 
 def logistic(key, shape=(), dtype=None):
@@ -144,7 +145,7 @@ def logistic(key, shape=(), dtype=None):
     """
     key, shape, dtype = _float_args("logistic", key, shape, dtype)
     u = uniform(key, shape, dtype, tiny(dtype), 1.0)
-    return lax.sub(lax.log(u), lax.log1p(lax.neg(u)))
+    return ew.sub(lax.log(u), lax.log1p(lax.neg(u)))
 
 
 def gumbel_mode(mode, name: str) -> str:
@@ -165,17 +166,17 @@ def _floats_from_64_bits(words):
     high, low = (lax.index_in_dim(words, i, keepdims=False) for i in (0, 1))
     high_zeros, low_zeros = lax.clz(high), lax.clz(low)
     c = lambda v: const(v, u32, shape)  # noqa: E731
-    all_high_zero = lax.eq(high_zeros, c(32))
+    all_high_zero = ew.eq(high_zeros, c(32))
     # left-align the fraction's first set bit (shifts of 32 and more give 0)
-    mantissa = lax.bitwise_or(
-        lax.shift_left(high, high_zeros),
-        lax.select(all_high_zero, lax.shift_left(low, low_zeros),
-                   lax.shift_right_logical(low, lax.sub(c(32), high_zeros))))
-    mantissa = lax.bitwise_and(lax.shift_right_logical(mantissa, c(8)), c((1 << 23) - 1))
-    leading = lax.select(all_high_zero, lax.add(c(32), low_zeros), high_zeros)
-    exponent = lax.shift_left(lax.sub(c(126), leading), c(23))
-    exponent = lax.bitwise_and(exponent, c((1 << 30) - (1 << 22)))
-    return lax.bitcast_convert_type(lax.bitwise_or(exponent, mantissa), _dtypes.float32)
+    mantissa = ew.bitwise_or(
+        ew.shift_left(high, high_zeros),
+        lax.select(all_high_zero, ew.shift_left(low, low_zeros),
+                   ew.shift_right_logical(low, ew.sub(c(32), high_zeros))))
+    mantissa = ew.bitwise_and(ew.shift_right_logical(mantissa, c(8)), c((1 << 23) - 1))
+    leading = lax.select(all_high_zero, ew.add(c(32), low_zeros), high_zeros)
+    exponent = ew.shift_left(ew.sub(c(126), leading), c(23))
+    exponent = ew.bitwise_and(exponent, c((1 << 30) - (1 << 22)))
+    return lax.bitcast_convert_type(ew.bitwise_or(exponent, mantissa), _dtypes.float32)
 
 
 def gumbel(key, shape=(), dtype=None, mode=None):
@@ -197,10 +198,10 @@ def gumbel(key, shape=(), dtype=None, mode=None):
         raw = random_bits(key, 32, (2,) + shape)
         high, low = (lax.index_in_dim(raw, i, keepdims=False) for i in (0, 1))
         # 1 - bits as a 64-bit two's complement: ~bits + 1, carrying into the high word
-        carry = convert(lax.eq(low, const(0, u32, shape)), u32)
-        negated = jnp.stack([lax.add(lax.bitwise_not(high), carry),
-                             lax.add(lax.bitwise_not(low), const(1, u32, shape))])
-        lower_half = lax.lt(high, const(1 << 31, u32, shape))
+        carry = convert(ew.eq(low, const(0, u32, shape)), u32)
+        negated = jnp.stack([ew.add(lax.bitwise_not(high), carry),
+                             ew.add(lax.bitwise_not(low), const(1, u32, shape))])
+        lower_half = ew.lt(high, const(1 << 31, u32, shape))
         x = _floats_from_64_bits(jnp.where(lower_half, raw, negated))
         # log1p near 0 and log near 1 keep the precision x has there
         return jnp.where(lower_half, -jnp.log(-jnp.log1p(-x)), -jnp.log(-jnp.log(x)))
@@ -222,7 +223,7 @@ def cauchy(key, shape=(), dtype=None):
     """
     key, shape, dtype = _float_args("cauchy", key, shape, dtype)
     u = uniform(key, shape, dtype, float(_dtypes.finfo(dtype).eps), 1.0)
-    return lax.tan(lax.mul(const(math.pi, dtype, shape), lax.sub(u, const(0.5, dtype, shape))))
+    return lax.tan(ew.mul(const(math.pi, dtype, shape), ew.sub(u, const(0.5, dtype, shape))))
 
 
 def pareto(key, b, shape=None, dtype=None):
@@ -257,7 +258,7 @@ def rayleigh(key, scale, shape=None, dtype=None):
     key, shape, dtype, (scale,) = _param_args("rayleigh", key, shape, dtype, scale)
     u = uniform(key, shape, dtype)
     scale = broadcast_to(scale, shape, "rayleigh")
-    return lax.mul(scale, lax.sqrt(lax.mul(lax.log(u), const(-2.0, dtype, shape))))
+    return ew.mul(scale, lax.sqrt(ew.mul(lax.log(u), const(-2.0, dtype, shape))))
 
 
 def rademacher(key, shape=(), dtype=None):
@@ -270,8 +271,8 @@ def rademacher(key, shape=(), dtype=None):
     key, shape = as_key("rademacher", key), shape_tuple(shape, "rademacher")
     dtype = _dtypes.default_int_dtype() if dtype is None else _dtypes.canonicalize_dtype(dtype)
     float_type = _dtypes.default_float_dtype()
-    heads = lax.lt(uniform(key, shape, float_type), const(0.5, float_type, shape))
-    return lax.sub(lax.mul(const(2, dtype, shape), convert(heads, dtype)), const(1, dtype, shape))
+    heads = ew.lt(uniform(key, shape, float_type), const(0.5, float_type, shape))
+    return ew.sub(ew.mul(const(2, dtype, shape), convert(heads, dtype)), const(1, dtype, shape))
 
 
 def maxwell(key, shape=(), dtype=None):
@@ -333,13 +334,13 @@ def triangular(key, left, mode, right, shape=None, dtype=None):
     """
     key, shape, dtype, params = _param_args("triangular", key, shape, dtype, left, mode, right)
     left, mode, right = (broadcast_to(p, shape, "triangular") for p in params)
-    split_point = lax.div(lax.sub(mode, left), lax.sub(right, left))
+    split_point = ew.div(ew.sub(mode, left), ew.sub(right, left))
     u = uniform(key, shape, dtype)
-    width = lax.sub(right, left)
-    low = lax.add(left, lax.sqrt(lax.mul(lax.mul(u, width), lax.sub(mode, left))))
-    high = lax.sub(right, lax.sqrt(lax.mul(lax.mul(lax.sub(const(1.0, dtype, shape), u), width),
-                                           lax.sub(right, mode))))
-    return lax.select(lax.lt(u, split_point), low, high)
+    width = ew.sub(right, left)
+    low = ew.add(left, lax.sqrt(ew.mul(ew.mul(u, width), ew.sub(mode, left))))
+    high = ew.sub(right, lax.sqrt(ew.mul(ew.mul(ew.sub(const(1.0, dtype, shape), u), width),
+                                           ew.sub(right, mode))))
+    return lax.select(ew.lt(u, split_point), low, high)
 
 
 def wald(key, mean, shape=None, dtype=None):
@@ -361,4 +362,4 @@ def wald(key, mean, shape=None, dtype=None):
     mean_sq = lax.integer_pow(mean, 2)
     sqrt_term = lax.sqrt(4.0 * mean * y + mean_sq * lax.integer_pow(y, 2))
     x = mean + mean_sq * y / 2.0 - mean / 2.0 * sqrt_term
-    return lax.select(lax.le(z, mean / (mean + x)), x, mean_sq / x)
+    return lax.select(ew.le(z, mean / (mean + x)), x, mean_sq / x)

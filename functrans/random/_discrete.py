@@ -9,6 +9,7 @@ import numpy as np
 
 import functrans.numpy as jnp
 from functrans import _dtypes, lax
+from functrans.primitives import elementwise as ew
 from functrans.core import Tracer, get_aval
 from functrans.random._arguments import (as_array, broadcast_shapes, broadcast_to, const,
                                          convert, shape_tuple)
@@ -42,9 +43,9 @@ def bernoulli(key, p=0.5, shape=None, mode="low"):
         draws = uniform(key, (2,) + shape, dtype)
         coarse, fine = (lax.index_in_dim(draws, i, keepdims=False) for i in (0, 1))
         # the second draw refines the first below its spacing, 2**-nmant
-        fine = lax.mul(fine, const(2.0 ** -int(_dtypes.finfo(dtype).nmant), dtype, shape))
-        return lax.lt(fine, lax.sub(p, coarse))
-    return lax.lt(uniform(key, shape, dtype), p)
+        fine = ew.mul(fine, const(2.0 ** -int(_dtypes.finfo(dtype).nmant), dtype, shape))
+        return ew.lt(fine, ew.sub(p, coarse))
+    return ew.lt(uniform(key, shape, dtype), p)
 
 
 def _clip_to_dtype(value, dtype):
@@ -52,7 +53,7 @@ def _clip_to_dtype(value, dtype):
     source = get_aval(value).dtype
     lo = max(int(np.iinfo(dtype).min), int(np.iinfo(source).min))
     hi = min(int(np.iinfo(dtype).max), int(np.iinfo(source).max))
-    return convert(lax.clamp(np.array(lo, source)[()], value, np.array(hi, source)[()]), dtype)
+    return convert(ew.clamp(np.array(lo, source)[()], value, np.array(hi, source)[()]), dtype)
 
 
 def _integer_bound(value):
@@ -82,7 +83,7 @@ def randint(key, shape, minval, maxval, dtype=None):
         info, int32 = np.iinfo(dtype), _dtypes.int32
 
         def clip(v, lo, hi):
-            return lax.clamp(np.int32(lo), convert(v, int32), np.int32(hi))
+            return ew.clamp(np.int32(lo), convert(v, int32), np.int32(hi))
         wide = randint(key, shape, clip(minval, info.min, info.max),
                        clip(maxval, info.min, int(info.max) + 1), int32)
         return convert(wide, dtype)
@@ -90,7 +91,7 @@ def randint(key, shape, minval, maxval, dtype=None):
     # maxval may exceed the dtype (randint(k, s, 0, 256, uint8)): the span is then 2**nbits
     dtype_max = np.array(min(int(np.iinfo(dtype).max), int(np.iinfo(get_aval(maxval).dtype).max)),
                          get_aval(maxval).dtype)[()]
-    maxval_beyond_dtype = lax.gt(maxval, lax.full(get_aval(maxval).shape, dtype_max))
+    maxval_beyond_dtype = ew.gt(maxval, lax.full(get_aval(maxval).shape, dtype_max))
     minval = broadcast_to(_clip_to_dtype(minval, dtype), shape, "randint")
     maxval = broadcast_to(_clip_to_dtype(maxval, dtype), shape, "randint")
     maxval_beyond_dtype = broadcast_to(maxval_beyond_dtype, shape, "randint")
@@ -101,17 +102,17 @@ def randint(key, shape, minval, maxval, dtype=None):
 
     unsigned = _UNSIGNED[nbits]
     one = const(1, unsigned, shape)
-    span = convert(lax.sub(maxval, minval), unsigned)
-    empty = lax.le(maxval, minval)
+    span = convert(ew.sub(maxval, minval), unsigned)
+    empty = ew.le(maxval, minval)
     span = lax.select(empty, one, span)  # an empty range returns minval
-    span = lax.select(lax.bitwise_and(maxval_beyond_dtype, lax.bitwise_not(empty)),
-                      lax.add(span, one), span)
+    span = lax.select(ew.bitwise_and(maxval_beyond_dtype, lax.bitwise_not(empty)),
+                      ew.add(span, one), span)
     # offset = (high * 2**nbits + low) mod span, computed without overflow
-    multiplier = lax.rem(const(2 ** (nbits // 2), unsigned, shape), span)
-    multiplier = lax.rem(lax.mul(multiplier, multiplier), span)
-    offset = lax.add(lax.mul(lax.rem(high_bits, span), multiplier), lax.rem(low_bits, span))
-    offset = lax.rem(offset, span)
-    return lax.add(minval, convert(offset, dtype))
+    multiplier = ew.rem(const(2 ** (nbits // 2), unsigned, shape), span)
+    multiplier = ew.rem(ew.mul(multiplier, multiplier), span)
+    offset = ew.add(ew.mul(ew.rem(high_bits, span), multiplier), ew.rem(low_bits, span))
+    offset = ew.rem(offset, span)
+    return ew.add(minval, convert(offset, dtype))
 
 
 def _shuffle(key, x, axis: int):
@@ -197,7 +198,7 @@ def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None):
     if draws > logits_shape[axis]:
         raise ValueError(f"categorical: {draws} samples without replacement exceed the "
                          f"{logits_shape[axis]} categories")
-    noisy = lax.add(logits, gumbel(key, logits_shape, dtype, mode))
+    noisy = ew.add(logits, gumbel(key, logits_shape, dtype, mode))
     moved = lax.transpose(noisy, tuple(i for i in range(ndim) if i != axis) + (axis,))
     _, indices = lax.top_k(moved, draws)  # batch_shape + (draws,)
     indices = lax.transpose(indices, (len(batch_shape),) + tuple(range(len(batch_shape))))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functrans.numpy as jnp
 from functrans import _dtypes, lax
+from functrans.primitives import elementwise as ew
 from functrans._api import vmap
 from functrans.core import get_aval
 from functrans.random._arguments import (broadcast_to, convert, float_dtype, float_param,
@@ -30,20 +31,20 @@ def _gamma_one(key, alpha, log_space: bool):
     dtype = get_aval(alpha).dtype
     c = lambda v: lax.full((), v, dtype)  # noqa: E731
     # shapes below 1 (and NaN) are boosted by 1
-    unboosted = lax.ge(alpha, c(1))
+    unboosted = ew.ge(alpha, c(1))
     alpha_orig = alpha
-    alpha = lax.select(unboosted, alpha, lax.add(alpha, c(1)))
-    d = lax.sub(alpha, c(1 / 3))
-    scale = lax.div(c(1 / 3), lax.sqrt(d))
+    alpha = lax.select(unboosted, alpha, ew.add(alpha, c(1)))
+    d = ew.sub(alpha, c(1 / 3))
+    scale = ew.div(c(1 / 3), lax.sqrt(d))
 
     def rejected(state):
         _, x2, v, u = state
         # a proposal fails the cheap squeeze test and the full one (both are evaluated: the
         # loop runs vectorized); x2 is x**2, v is (1 + scale x)**3
-        squeeze_fails = lax.ge(u, lax.sub(c(1), lax.mul(c(0.0331), lax.mul(x2, x2))))
-        full_fails = lax.ge(lax.log(u), lax.add(lax.mul(x2, c(0.5)),
-                                                lax.mul(d, lax.add(lax.sub(c(1), v), lax.log(v)))))
-        return lax.bitwise_and(squeeze_fails, full_fails)
+        squeeze_fails = ew.ge(u, ew.sub(c(1), ew.mul(c(0.0331), ew.mul(x2, x2))))
+        full_fails = ew.ge(lax.log(u), ew.add(ew.mul(x2, c(0.5)),
+                                                ew.mul(d, ew.add(ew.sub(c(1), v), lax.log(v)))))
+        return ew.bitwise_and(squeeze_fails, full_fails)
 
     def propose(state):
         key = state[0]
@@ -52,24 +53,24 @@ def _gamma_one(key, alpha, log_space: bool):
         def redraw(kxv):
             k, sub = split_keys(kxv[0], 2)
             x = normal(sub, (), dtype)
-            return k, x, lax.add(c(1), lax.mul(x, scale))
+            return k, x, ew.add(c(1), ew.mul(x, scale))
 
         # v = 1 + scale * x must be positive: redraw x until it is
-        _, x, v = lax.while_loop(lambda kxv: lax.le(kxv[2], c(0)), redraw,
+        _, x, v = lax.while_loop(lambda kxv: ew.le(kxv[2], c(0)), redraw,
                                  (normal_key, c(0), c(-1)))
-        return key, lax.mul(x, x), lax.mul(lax.mul(v, v), v), uniform(uniform_key, (), dtype)
+        return key, ew.mul(x, x), ew.mul(ew.mul(v, v), v), uniform(uniform_key, (), dtype)
 
     # the initial state is one the test rejects, so the loop makes at least one proposal
     key, boost_key = split_keys(key, 2)
     _, _, v, _ = lax.while_loop(rejected, propose, (key, c(0), c(1), c(2)))
     if log_space:
         log_u = lax.neg(exponential(boost_key, (), dtype))
-        log_boost = lax.select(lax.bitwise_or(unboosted, lax.eq(log_u, c(0))),
-                               c(0), lax.mul(log_u, lax.div(c(1), alpha_orig)))
-        return lax.add(lax.add(lax.log(d), lax.log(v)), log_boost)
-    u = lax.sub(c(1), uniform(boost_key, (), dtype))
-    boost = lax.select(unboosted, c(1), lax.pow(u, lax.div(c(1), alpha_orig)))
-    return lax.mul(lax.mul(d, v), boost)
+        log_boost = lax.select(ew.bitwise_or(unboosted, ew.eq(log_u, c(0))),
+                               c(0), ew.mul(log_u, ew.div(c(1), alpha_orig)))
+        return ew.add(ew.add(lax.log(d), lax.log(v)), log_boost)
+    u = ew.sub(c(1), uniform(boost_key, (), dtype))
+    boost = lax.select(unboosted, c(1), ew.pow(u, ew.div(c(1), alpha_orig)))
+    return ew.mul(ew.mul(d, v), boost)
 
 
 def _gamma_draws(key, a, log_space: bool):

@@ -222,7 +222,9 @@ del _op
 register_pytree_with_keys(PRNGKeyArray,
                           lambda k: (((SequenceKey(0), k._words[0]), (SequenceKey(1), k._words[1])),
                                      k._impl),
-                          lambda impl, words: PRNGKeyArray(*words, impl))
+                          lambda impl, words: PRNGKeyArray(*words, impl),
+                          # without key paths: what every jit call of a key flattens
+                          flatten_func=lambda k: (k._words, k._impl))
 
 
 class KeyShapedArray(ShapedArray):

@@ -1,4 +1,4 @@
-"""Code generation: a fused :class:`~functrans.backends.llvm.fusion.Program` becomes CUDA C.
+"""Code generation: a fused :class:`~functrans.backends.compiler.fusion.Program` becomes CUDA C.
 
 The fusion pass is shared with the llvm backend; this module only decides how each step
 runs on a GPU:
@@ -40,8 +40,8 @@ import numpy as np
 from functrans.backends.cuda import scalar_ops
 from functrans.backends.cuda.prelude import PRELUDE
 from functrans.backends.cuda.scalar_ops import literal, mem_type, reg_type
-from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
+from functrans.backends.compiler import exprs as E
+from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel, ScalarTableTarget, normalize,
                                             plan_program, unique_buffers)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.backends.cuda.scalar_ops import storage_dtype
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, inline_calls
+from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program, Step, inline_calls
 from functrans.core import ShapedArray, to_numpy
 
 CONTROL_PRIMITIVES = ("while", "scan", "cond")

@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.backends.cuda import scalar_ops
-from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm.fusion import FallbackStep, unique_buffers
+from functrans.backends.compiler import exprs as E
+from functrans.backends.compiler.fusion import FallbackStep, unique_buffers
 from functrans.backends.llvm.indexing import ScatterStep, gather_rule, scatter_operands
 
 __all__ = ["gather_rule", "lower_scatter", "ScatterStep", "ScatterWriter"]

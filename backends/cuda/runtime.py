@@ -32,8 +32,8 @@ from functrans.backends.cuda import codegen
 from functrans.backends.cuda.codegen import BLOCK_SIZE, KernelLaunch
 from functrans.backends.cuda.control_flow import ControlLaunch
 from functrans.backends.cuda.scalar_ops import BFLOAT16, storage_dtype
-from functrans.backends.llvm.buffers import ALIGNMENT, plan_buffers
-from functrans.backends.llvm.fusion import Buffer, DotKernel, FallbackStep, inline_calls
+from functrans.backends.compiler.buffers import ALIGNMENT, plan_buffers
+from functrans.backends.compiler.fusion import Buffer, DotKernel, FallbackStep, inline_calls
 from functrans.core import ClosedJaxpr, to_numpy
 
 NVRTC_OPTIONS = ("--std=c++14",)

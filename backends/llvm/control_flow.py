@@ -30,9 +30,10 @@ import copy
 import llvmlite.ir as ir
 import numpy as np
 
-from functrans.backends.llvm import buffers as buffer_planning
-from functrans.backends.llvm import donation, fusion
-from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
+from functrans.backends.compiler import buffers as buffer_planning
+from functrans.backends.compiler import fusion
+from functrans.backends.llvm import donation
+from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             Step, unique_buffers)
 from functrans.core import ClosedJaxpr, ShapedArray
 

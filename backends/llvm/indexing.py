@@ -20,8 +20,8 @@ from __future__ import annotations
 import llvmlite.ir as ir
 import numpy as np
 
-from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, _move, unique_buffers
+from functrans.backends.compiler import exprs as E
+from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program, Step, _move, unique_buffers
 
 SCATTER_COMBINE = {"scatter": None, "scatter_add": "add", "scatter_mul": "mul",
                    "scatter_min": "min", "scatter_max": "max"}

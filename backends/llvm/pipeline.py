@@ -15,9 +15,9 @@ import threading
 import numpy as np
 
 from functrans.backends.llvm import thread_pool
-from functrans.backends.llvm import (buffers, cache, codegen, control_flow, donation, fusion,
-                                     host_loops, indexing, interrupts, linker, scalar_ops,
-                                     vector_math)
+from functrans.backends.compiler import buffers, fusion
+from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops, indexing,
+                                     interrupts, linker, scalar_ops, vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.interpreters.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans.backends.llvm import exprs as E
+from functrans.backends.compiler import exprs as E
 from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, ShapedArray, Var
 
 # =============================================================================================

@@ -441,7 +441,7 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, fuse: bool = True,
     ``devices``: the first one's local id picks the GPU; by default the device of the
     arguments, else CuPy's current device. ``device_outputs``: results stay on the GPU (as
     CuPy arrays) even for host arguments, as jit wants."""
-    from functrans.interpreters.decompose import decompose_closed
+    from functrans.backends.compiler.decompose import decompose_closed
     closed = decompose_closed(closed)  # e.g. convolutions as im2col + cuBLAS
     jaxpr, consts = inline_calls(closed.jaxpr, [to_numpy(c) for c in closed.consts])
     program = codegen.plan(jaxpr, consts, fuse=fuse)

@@ -19,7 +19,7 @@ from functrans.backends.compiler import buffers, fusion
 from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops, indexing,
                                      interrupts, linker, scalar_ops, vector_math)
 from functrans.backends.llvm.codegen import Segment
-from functrans.interpreters.decompose import decompose_closed
+from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
 from functrans.core import ClosedJaxpr
 

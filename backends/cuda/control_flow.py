@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.backends.cuda.scalar_ops import storage_dtype
-from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program, Step, inline_calls
+from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program, Step, flat_program
 from functrans.core import ShapedArray, to_numpy
 
 CONTROL_PRIMITIVES = ("while", "scan", "cond")
@@ -95,7 +95,8 @@ class ControlStep(Step):
 def compile_body(closed) -> Program | None:
     """``closed`` planned for CUDA, every output a buffer; None when it cannot be."""
     from functrans.backends.cuda import codegen
-    jaxpr, consts = inline_calls(closed.jaxpr, [to_numpy(c) for c in closed.consts])
+    jaxpr, consts = flat_program(closed)
+    consts = [to_numpy(c) for c in consts]
     if not all(isinstance(v.aval, ShapedArray) for v in list(jaxpr.invars) + list(jaxpr.outvars)):
         return None
     program = codegen.plan(jaxpr, consts)

@@ -33,7 +33,7 @@ from functrans.backends.cuda.codegen import BLOCK_SIZE, KernelLaunch
 from functrans.backends.cuda.control_flow import ControlLaunch
 from functrans.backends.cuda.scalar_ops import BFLOAT16, storage_dtype
 from functrans.backends.compiler.buffers import ALIGNMENT, plan_buffers
-from functrans.backends.compiler.fusion import Buffer, DotKernel, FallbackStep, inline_calls
+from functrans.backends.compiler.fusion import Buffer, DotKernel, FallbackStep, flat_program
 from functrans.core import ClosedJaxpr, to_numpy
 
 NVRTC_OPTIONS = ("--std=c++14",)
@@ -443,7 +443,8 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, fuse: bool = True,
     CuPy arrays) even for host arguments, as jit wants."""
     from functrans.backends.compiler.decompose import decompose_closed
     closed = decompose_closed(closed)  # e.g. convolutions as im2col + cuBLAS
-    jaxpr, consts = inline_calls(closed.jaxpr, [to_numpy(c) for c in closed.consts])
+    jaxpr, consts = flat_program(closed)
+    consts = [to_numpy(c) for c in consts]
     program = codegen.plan(jaxpr, consts, fuse=fuse)
     device_id = None
     if devices:

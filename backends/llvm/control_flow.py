@@ -66,7 +66,7 @@ class Body:
 
 def compile_body(closed: ClosedJaxpr, target) -> Body | None:
     """``closed`` as a :class:`Body`, or None when some part of it needs a NumPy fallback."""
-    jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
+    jaxpr, consts = fusion.flat_program(closed)
     if not all(isinstance(v.aval, ShapedArray) for v in list(jaxpr.invars) + list(jaxpr.outvars)):
         return None
     program = fusion.fuse_dot_epilogues(fusion.normalize(fusion.plan_program(jaxpr, target,

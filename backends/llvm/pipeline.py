@@ -89,7 +89,7 @@ def plan_native(closed: ClosedJaxpr, fuse: bool = True) -> NativePlan:
     planning, slot assignment and the split into native segments. The caller holds
     ``_compile_lock``."""
     closed = decompose_closed(closed)  # e.g. convolutions as im2col + BLAS
-    jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
+    jaxpr, consts = fusion.flat_program(closed)
     target = LLVMTarget()
     program = fusion.normalize(fusion.plan_program(jaxpr, target, consts, fuse=fuse))
     if fuse:

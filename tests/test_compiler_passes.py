@@ -1,0 +1,38 @@
+"""The shared compiler (backends/compiler): its passes are target independent, and every
+backend's driver is a list of them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llvmlite")
+
+import functrans  # noqa: E402
+import functrans.numpy as jnp  # noqa: E402
+from functrans.backends.compiler import fusion  # noqa: E402
+
+
+def _custom_sine():
+    f = functrans.custom_jvp(lambda x: jnp.sin(x) * 2)
+    f.defjvp(lambda primals, tangents: (f(*primals), tangents[0]))
+    return f
+
+
+def test_flat_program_inlines_every_call_like_equation():
+    f = _custom_sine()
+    closed = functrans.make_jaxpr(lambda x: functrans.jit(f)(x) + 1)(np.ones(3, np.float32))
+    jaxpr, consts = fusion.flat_program(closed)
+    names = [e.primitive.name for e in jaxpr.eqns]
+    assert "jit" not in names and "custom_jvp_call" not in names
+    assert "sin" in names
+
+
+def test_a_custom_derivative_call_fuses_with_its_neighbours():
+    from functrans.backends.llvm import pipeline
+    f = _custom_sine()
+    x = np.linspace(-1, 1, 5, dtype=np.float32)
+    closed = functrans.make_jaxpr(lambda x: f(x) + 1)(x)
+    program = pipeline.plan_native(closed).program
+    assert not any(isinstance(s, fusion.FallbackStep) for s in program.steps)
+    [out] = pipeline.compile_jaxpr(closed)(x)
+    np.testing.assert_allclose(out, np.sin(x) * 2 + 1, rtol=1e-6)

@@ -36,3 +36,28 @@ def test_a_custom_derivative_call_fuses_with_its_neighbours():
     assert not any(isinstance(s, fusion.FallbackStep) for s in program.steps)
     [out] = pipeline.compile_jaxpr(closed)(x)
     np.testing.assert_allclose(out, np.sin(x) * 2 + 1, rtol=1e-6)
+
+
+def _imported_modules(package_dir):
+    import ast
+    import pathlib
+    for path in sorted(pathlib.Path(package_dir).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                yield path.name, node.module
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield path.name, alias.name
+
+
+@pytest.mark.parametrize("package, forbidden", [
+    ("compiler", ("functrans.backends.llvm", "functrans.backends.cuda", "llvmlite", "cupy")),
+    ("cuda", ("functrans.backends.llvm", "llvmlite")),
+    ("llvm", ("functrans.backends.cuda", "cupy")),
+])
+def test_backends_share_the_compiler_and_never_import_each_other(package, forbidden):
+    import pathlib
+    import functrans.backends
+    root = pathlib.Path(functrans.backends.__file__).parent / package
+    bad = [(f, m) for f, m in _imported_modules(root) if m.startswith(forbidden)]
+    assert bad == []

@@ -42,7 +42,7 @@ from functrans.backends.llvm import cache, interrupts, linker, scalar_ops, threa
 from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep, nested_programs
 from functrans.backends.llvm.along_axis import CumulativeStep
-from functrans.backends.llvm.indexing import ScatterStep
+from functrans.backends.llvm.indexing import ScatterLoop
 from functrans.backends.llvm.lapack import CholeskyStep, TriangularSolveStep
 from functrans.backends.llvm.sorting import SortStep
 from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
@@ -420,7 +420,7 @@ def split_segments(program: Program) -> list:
 
 
 # steps that emit their own code (``step.emit(module_builder, builder, pointer, table)``)
-NATIVE_STEPS = (ControlStep, ScatterStep, CumulativeStep, SortStep, CholeskyStep,
+NATIVE_STEPS = (ControlStep, ScatterLoop, CumulativeStep, SortStep, CholeskyStep,
                 TriangularSolveStep)
 
 

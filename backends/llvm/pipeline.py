@@ -16,7 +16,8 @@ import numpy as np
 
 from functrans.backends.llvm import thread_pool
 from functrans.backends.compiler import buffers, fusion
-from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops, indexing,
+from functrans.backends.compiler.indexing import gather_rule
+from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
                                      interrupts, linker, scalar_ops, vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
@@ -44,7 +45,7 @@ class LLVMTarget(fusion.ScalarTableTarget):
         return d.kind in "fiu" and d in scalar_ops.SUPPORTED_DTYPES
 
     def movement_rule(self, eqn):
-        return indexing.gather_rule(eqn)
+        return gather_rule(eqn)
 
 
 def _assign_slots(program: fusion.Program) -> tuple[dict, list]:

@@ -61,3 +61,56 @@ def test_backends_share_the_compiler_and_never_import_each_other(package, forbid
     root = pathlib.Path(functrans.backends.__file__).parent / package
     bad = [(f, m) for f, m in _imported_modules(root) if m.startswith(forbidden)]
     assert bad == []
+
+
+@pytest.fixture
+def dump_dir(tmp_path):
+    functrans.config.update("dump_passes", str(tmp_path))
+    try:
+        yield tmp_path
+    finally:
+        functrans.config.update("dump_passes", "")
+
+
+def _dumped(root, backend):
+    [folder] = [p for p in root.iterdir() if p.name.endswith("-" + backend)]
+    return {p.stem: p.read_text() for p in sorted(folder.iterdir())}
+
+
+def _conv_program():
+    x = np.ones((1, 1, 6, 6), np.float32)
+    w = np.ones((1, 1, 3, 3), np.float32)
+    return functrans.make_jaxpr(lambda x, w: functrans.nn.relu(
+        functrans.lax.conv_general_dilated(x, w, (1, 1), "VALID")))(x, w)
+
+
+def test_llvm_passes_dump_the_program_after_each_pass(dump_dir):
+    from functrans.backends.llvm import pipeline
+    closed = _conv_program()
+    pipeline.compile_jaxpr(closed, use_cache=False)
+    dumps = _dumped(dump_dir, "llvm")
+    names = [p.name for p in pipeline.passes(closed)]
+    assert list(dumps) == ["00-input"] + [f"{k:02d}-{n}" for k, n in enumerate(names, 1)]
+    assert "conv_general_dilated" in dumps["00-input"]
+    assert "= conv_general_dilated[" not in dumps["01-decompose"]
+    assert "= jit[" in dumps["01-decompose"]
+    assert "= jit[" not in dumps["02-inline"]
+    assert "loop[" in dumps["03-fuse"] and "dot" in dumps["03-fuse"]
+    assert "arena" in dumps["07-plan_buffers"]
+
+
+def test_cuda_passes_dump_the_program_after_each_pass(dump_dir):
+    from functrans.backends.cuda import runtime
+    runtime.compile_jaxpr(_conv_program())
+    dumps = _dumped(dump_dir, "cuda")
+    names = [p.name for p in runtime.passes()]
+    assert list(dumps) == ["00-input"] + [f"{k:02d}-{n}" for k, n in enumerate(names, 1)]
+    assert "__global__" in dumps[f"{len(names):02d}-generate"]
+
+
+def test_nothing_is_dumped_by_default(tmp_path, monkeypatch):
+    from functrans.backends.llvm import pipeline
+    monkeypatch.chdir(tmp_path)
+    assert functrans.config.read("dump_passes") == ""
+    pipeline.compile_jaxpr(_conv_program(), use_cache=False)
+    assert list(tmp_path.iterdir()) == []

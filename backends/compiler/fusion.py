@@ -274,6 +274,12 @@ class Program:
 # =============================================================================================
 
 
+def flat_closed(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """:func:`flat_program` as a closed jaxpr (a compiler pass: see ``passes``)."""
+    jaxpr, consts = flat_program(closed)
+    return ClosedJaxpr(jaxpr, consts)
+
+
 def flat_program(closed: ClosedJaxpr) -> tuple[Jaxpr, list]:
     """``closed``'s program with its call-like equations (nested ``jit``, custom derivative
     calls, checkpoints, the decompositions of :mod:`decompose`) replaced by their bodies,

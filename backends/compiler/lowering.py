@@ -10,7 +10,8 @@ handles a primitive on every target, and the lookup the coverage table uses.
 """
 from __future__ import annotations
 
-from functrans.backends.compiler import fusion
+from functrans.backends.compiler import decompose, fusion
+from functrans.interpreters import inline
 
 
 def fused_kind(primitive, scalar_names, extra_fused=()) -> str | None:
@@ -31,8 +32,14 @@ def fused_kind(primitive, scalar_names, extra_fused=()) -> str | None:
 
 def native_kind(primitive, table: dict, scalar_names, extra_fused=()) -> str:
     """Where ``primitive`` runs on a backend: a fused kind (see :func:`fused_kind`),
-    ``step`` (a native step of the backend's ``table``) or ``host`` (its NumPy
-    implementation between compiled parts)."""
+    ``step`` (a native step of the backend's ``table``), ``inlined`` (a call spliced into
+    the program by the inliner), ``decomposed`` (rewritten into
+    other primitives before fusion) or ``host`` (its NumPy implementation between compiled
+    parts)."""
+    if primitive.name in inline.INLINABLE or primitive.name in inline.FORWARDED:
+        return "inlined"
+    if primitive.name in decompose.DECOMPOSABLE:
+        return "decomposed"
     if primitive in table:
         return "step"
     return fused_kind(primitive, scalar_names, extra_fused) or "host"

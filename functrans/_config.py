@@ -115,6 +115,8 @@ class Config:
             "arena_pool_max_size": _env_int("FUNCTRANS_ARENA_POOL_MAX_SIZE", 64 << 20),
             # type-check every staged program (slow; the test suite turns it on)
             "check_jaxprs": _env_bool("FUNCTRANS_CHECK_JAXPRS", False),
+            # a folder where each compilation writes its program after every compiler pass
+            "dump_passes": os.environ.get("FUNCTRANS_DUMP_PASSES", ""),
             **{name: None for name in _ENUMS},
         }
         for name in _LIMITS:

@@ -396,7 +396,7 @@ def test_fusion_makes_one_kernel_for_a_chain():
 
 
 def test_index_type_widens_for_large_shapes():
-    import functrans.backends.llvm.exprs as E
+    import functrans.backends.compiler.exprs as E
     i = E.ivar(0, 2 ** 20)
     j = E.ivar(1, 2 ** 12)
     assert codegen.index_type([E.linearize([i, j], (2 ** 20, 2 ** 12))], [2 ** 32]) == "long long"

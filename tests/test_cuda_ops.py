@@ -24,7 +24,7 @@ from functrans.backends.cuda import host_emulation, runtime, scalar_ops
 from functrans.backends.cuda.along_axis import AxisStep
 from functrans.backends.cuda.control_flow import ControlLaunch
 from functrans.backends.cuda.indexing import ScatterStep, update_kind
-from functrans.backends.llvm.fusion import FallbackStep
+from functrans.backends.compiler.fusion import FallbackStep
 from functrans.backends.reference.interpreter import eval_jaxpr_numpy
 
 BF16 = scalar_ops.BFLOAT16

@@ -1,4 +1,4 @@
-"""Compiled convolutions (im2col + matrix product, functrans/interpreters/decompose.py)
+"""Compiled convolutions (im2col + matrix product, backends/compiler/decompose.py)
 against the reference implementation, over layouts, strides, paddings, dilations and
 groups, forward and backward."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 import functrans
 from functrans import lax
-from functrans.interpreters.decompose import decompose_closed
+from functrans.backends.compiler.decompose import decompose_closed
 
 CASES = [
     # (lhs shape, rhs shape, strides, padding, lhs_dilation, rhs_dilation, dimension numbers, groups)

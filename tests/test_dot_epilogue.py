@@ -12,7 +12,7 @@ pytest.importorskip("llvmlite")
 
 import functrans  # noqa: E402
 import functrans.numpy as jnp  # noqa: E402
-from functrans.backends.llvm import fusion  # noqa: E402
+from functrans.backends.compiler import fusion  # noqa: E402
 from functrans.test_util import x64  # noqa: E402
 
 rng = np.random.default_rng(3)

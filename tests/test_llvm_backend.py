@@ -23,7 +23,8 @@ import functrans  # noqa: E402
 import functrans.lax as lax  # noqa: E402
 import functrans.numpy as jnp  # noqa: E402
 from functrans import _backends  # noqa: E402
-from functrans.backends.llvm import codegen, exprs, fusion, pipeline  # noqa: E402
+from functrans.backends.compiler import exprs, fusion  # noqa: E402
+from functrans.backends.llvm import codegen, pipeline  # noqa: E402
 from functrans.primitives import elementwise as ew  # noqa: E402
 
 hypothesis = pytest.importorskip("hypothesis")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.backends.cuda import scalar_ops
-from functrans.backends.llvm.fusion import AxisStep, Buffer, FallbackStep
+from functrans.backends.compiler.fusion import AxisStep, Buffer, FallbackStep
 
 CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}
 ARG = {"argmax": ">", "argmin": "<"}

@@ -1,4 +1,4 @@
-"""Code generation: a fused :class:`~functrans.backends.llvm.fusion.Program` becomes CUDA C.
+"""Code generation: a fused :class:`~functrans.backends.compiler.fusion.Program` becomes CUDA C.
 
 The fusion pass is shared with the llvm backend; this module only decides how each step
 runs on a GPU:
@@ -40,8 +40,8 @@ import numpy as np
 from functrans.backends.cuda import scalar_ops
 from functrans.backends.cuda.prelude import PRELUDE
 from functrans.backends.cuda.scalar_ops import literal, mem_type, reg_type
-from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
+from functrans.backends.compiler import exprs as E
+from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel, ScalarTableTarget, normalize,
                                             plan_program, unique_buffers)
 
@@ -69,9 +69,19 @@ def plan(jaxpr, consts=(), *, fuse: bool = True) -> Program:
     """The fused, loop-normalized program of ``jaxpr`` for the CUDA target, with the
     fallback steps that have CUDA code (scatters, cumulative ops, control flow) replaced
     (see :mod:`control_flow`)."""
+    return lower_native_steps(fuse_program(jaxpr, consts, fuse=fuse))
+
+
+def fuse_program(jaxpr, consts=(), *, fuse: bool = True) -> Program:
+    """The fusion pass for the CUDA target: loop kernels, reductions, products and the
+    fallback steps left for NumPy."""
+    return normalize(plan_program(jaxpr, CudaTarget(), consts, fuse=fuse))
+
+
+def lower_native_steps(program: Program) -> Program:
+    """``program`` with the fallback steps that have CUDA code replaced (in place)."""
     from functrans.backends.cuda.control_flow import replace_fallbacks
-    target = CudaTarget()
-    return replace_fallbacks(normalize(plan_program(jaxpr, target, consts, fuse=fuse)), target)
+    return replace_fallbacks(program, CudaTarget())
 
 
 # =============================================================================================
@@ -128,6 +138,11 @@ class CudaModule:
         self.source = source
         self.host_source = host_source
         self.schedule = schedule
+
+    def describe(self) -> str:
+        """The CUDA C, then the launch schedule (what a pass dump shows)."""
+        schedule = "\n".join(getattr(s, "name", None) or type(s).__name__ for s in self.schedule)
+        return f"{self.source}\n// schedule:\n{schedule}"
 
     @property
     def kernels(self) -> list:

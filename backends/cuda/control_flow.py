@@ -23,10 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.backends.cuda.scalar_ops import storage_dtype
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, inline_calls
+from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program, Step, flat_program
 from functrans.core import ShapedArray, to_numpy
 
-CONTROL_PRIMITIVES = ("while", "scan", "cond")
 
 
 # =============================================================================================
@@ -35,21 +34,17 @@ CONTROL_PRIMITIVES = ("while", "scan", "cond")
 
 
 def replace_fallbacks(program: Program, target) -> Program:
-    """Replace the fallback steps of ``program`` that have CUDA code (in place; returns
-    ``program``)."""
-    from functrans.backends.cuda.along_axis import lower_along_axis
-    from functrans.backends.cuda.indexing import lower_scatter
+    """Replace the fallback steps of ``program`` that have CUDA code, by the lowering table
+    (:data:`lowering.STEPS`), in place; returns ``program``."""
+    from functrans.backends.cuda.lowering import STEPS
     output_ids = {b.id for b in program.outputs if isinstance(b, Buffer)}
     for index, step in enumerate(program.steps):
-        if not isinstance(step, FallbackStep):
+        if not isinstance(step, FallbackStep) or step.eqn.primitive not in STEPS:
             continue
-        if step.eqn.primitive.name in CONTROL_PRIMITIVES:
-            native = lower_control(step, target)
-        else:
-            native = lower_scatter(step, program, target) or lower_along_axis(step)
-            if native is not None:
-                # the kernels write this buffer: the runtime allocates it, as for a kernel
-                native.out.kind = "output" if native.out.id in output_ids else "temp"
+        native = STEPS[step.eqn.primitive](step, program, target)
+        if native is not None and not isinstance(native, ControlStep):
+            # the kernels write this buffer: the runtime allocates it, as for a kernel
+            native.out.kind = "output" if native.out.id in output_ids else "temp"
         if native is not None:
             program.steps[index] = native
     return program
@@ -95,7 +90,8 @@ class ControlStep(Step):
 def compile_body(closed) -> Program | None:
     """``closed`` planned for CUDA, every output a buffer; None when it cannot be."""
     from functrans.backends.cuda import codegen
-    jaxpr, consts = inline_calls(closed.jaxpr, [to_numpy(c) for c in closed.consts])
+    jaxpr, consts = flat_program(closed)
+    consts = [to_numpy(c) for c in consts]
     if not all(isinstance(v.aval, ShapedArray) for v in list(jaxpr.invars) + list(jaxpr.outvars)):
         return None
     program = codegen.plan(jaxpr, consts)

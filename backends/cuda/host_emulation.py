@@ -28,7 +28,7 @@ import numpy as np
 from functrans.backends.cuda.codegen import KernelLaunch
 from functrans.backends.cuda.prelude import PRELUDE
 from functrans.backends.cuda.runtime import ArrayBackend, CudaExecutable, _logical, _storage
-from functrans.backends.llvm.fusion import Buffer
+from functrans.backends.compiler.fusion import Buffer
 
 NVCC_FLAGS = ("-std=c++14", "-shared", "-Xcompiler", "-fPIC", "-O1", "-w")
 

@@ -1,7 +1,7 @@
 """Gather and scatter as CUDA kernels.
 
 ``gather`` is data movement with computed positions: it fuses into the kernel that reads it,
-through the llvm backend's platform-neutral fusion rule (:func:`gather_rule`: each output
+through the shared compiler's fusion rule (:func:`gather_rule`: each output
 element loads its index vector, clamps the window start into the operand, or selects the
 fill value in ``FILL_OR_DROP`` mode, and loads the operand there).
 
@@ -30,9 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.backends.cuda import scalar_ops
-from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm.fusion import FallbackStep, unique_buffers
-from functrans.backends.llvm.indexing import ScatterStep, gather_rule, scatter_operands
+from functrans.backends.compiler import exprs as E
+from functrans.backends.compiler.fusion import FallbackStep, unique_buffers
+from functrans.backends.compiler.indexing import ScatterStep, gather_rule, scatter_operands
 
 __all__ = ["gather_rule", "lower_scatter", "ScatterStep", "ScatterWriter"]
 

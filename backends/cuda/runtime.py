@@ -32,8 +32,11 @@ from functrans.backends.cuda import codegen
 from functrans.backends.cuda.codegen import BLOCK_SIZE, KernelLaunch
 from functrans.backends.cuda.control_flow import ControlLaunch
 from functrans.backends.cuda.scalar_ops import BFLOAT16, storage_dtype
-from functrans.backends.llvm.buffers import ALIGNMENT, plan_buffers
-from functrans.backends.llvm.fusion import Buffer, DotKernel, FallbackStep, inline_calls
+from functrans.backends.compiler.buffers import ALIGNMENT, plan_buffers
+from functrans.backends.compiler import fusion
+from functrans.backends.compiler.decompose import decompose_closed
+from functrans.backends.compiler.fusion import Buffer, DotKernel, FallbackStep
+from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.core import ClosedJaxpr, to_numpy
 
 NVRTC_OPTIONS = ("--std=c++14",)
@@ -441,11 +444,27 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, fuse: bool = True,
     ``devices``: the first one's local id picks the GPU; by default the device of the
     arguments, else CuPy's current device. ``device_outputs``: results stay on the GPU (as
     CuPy arrays) even for host arguments, as jit wants."""
-    from functrans.interpreters.decompose import decompose_closed
-    closed = decompose_closed(closed)  # e.g. convolutions as im2col + cuBLAS
-    jaxpr, consts = inline_calls(closed.jaxpr, [to_numpy(c) for c in closed.consts])
-    program = codegen.plan(jaxpr, consts, fuse=fuse)
+    program = run_passes("cuda", passes(fuse), closed)
     device_id = None
     if devices:
         device_id = int(getattr(devices[0], "local_id", 0))
-    return CudaExecutable(codegen.generate(program), device_id, use_cuda_graph, device_outputs)
+    return CudaExecutable(program, device_id, use_cuda_graph, device_outputs)
+
+
+def passes(fuse: bool = True) -> list[Pass]:
+    """The cuda compiler, jaxpr to CUDA C, as named passes (see
+    :mod:`functrans.backends.compiler.passes` for dumping them)."""
+    return [
+        Pass("decompose", decompose_closed),  # e.g. convolutions as im2col + cuBLAS
+        Pass("inline", fusion.flat_closed),
+        Pass("consts_to_host", _consts_to_host),
+        Pass("fuse", lambda closed: codegen.fuse_program(closed.jaxpr, closed.consts,
+                                                         fuse=fuse)),
+        Pass("lower_native_steps", codegen.lower_native_steps),
+        Pass("generate", codegen.generate),
+    ]
+
+
+def _consts_to_host(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """Constants as NumPy arrays: the planner copies them into the module's buffers."""
+    return ClosedJaxpr(closed.jaxpr, [to_numpy(c) for c in closed.consts])

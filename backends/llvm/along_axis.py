@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import scalar_ops
-from functrans.backends.llvm.fusion import AxisStep, Buffer, FallbackStep
+from functrans.backends.compiler.fusion import AxisStep, Buffer, FallbackStep
 
 CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}
 I64 = ir.IntType(64)

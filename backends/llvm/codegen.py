@@ -37,15 +37,15 @@ import threading
 import llvmlite.ir as ir
 import numpy as np
 
-from functrans.backends.llvm import exprs as E
+from functrans.backends.compiler import exprs as E
 from functrans.backends.llvm import cache, interrupts, linker, scalar_ops, thread_pool
-from functrans.backends.llvm.buffers import BufferPlan
+from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep, nested_programs
 from functrans.backends.llvm.along_axis import CumulativeStep
-from functrans.backends.llvm.indexing import ScatterStep
+from functrans.backends.llvm.indexing import ScatterLoop
 from functrans.backends.llvm.lapack import CholeskyStep, TriangularSolveStep
 from functrans.backends.llvm.sorting import SortStep
-from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
+from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel, unique_buffers)
 from functrans.backends.llvm.scalar_ops import ScalarContext, constant, mem_type, reg_type
 from functrans.backends.llvm.vector_math import F32, F64, I1, I64, MathLibrary
@@ -420,7 +420,7 @@ def split_segments(program: Program) -> list:
 
 
 # steps that emit their own code (``step.emit(module_builder, builder, pointer, table)``)
-NATIVE_STEPS = (ControlStep, ScatterStep, CumulativeStep, SortStep, CholeskyStep,
+NATIVE_STEPS = (ControlStep, ScatterLoop, CumulativeStep, SortStep, CholeskyStep,
                 TriangularSolveStep)
 
 

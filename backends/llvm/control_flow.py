@@ -30,17 +30,16 @@ import copy
 import llvmlite.ir as ir
 import numpy as np
 
-from functrans.backends.llvm import buffers as buffer_planning
-from functrans.backends.llvm import donation, fusion
-from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
+from functrans.backends.compiler import buffers as buffer_planning
+from functrans.backends.compiler import fusion
+from functrans.backends.llvm import donation
+from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             Step, unique_buffers)
 from functrans.core import ClosedJaxpr, ShapedArray
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
 ALIGNMENT = buffer_planning.ALIGNMENT
-
-CONTROL_PRIMITIVES = ("while", "scan", "cond")
 
 
 def _round_up(n: int) -> int:
@@ -65,7 +64,7 @@ class Body:
 
 def compile_body(closed: ClosedJaxpr, target) -> Body | None:
     """``closed`` as a :class:`Body`, or None when some part of it needs a NumPy fallback."""
-    jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
+    jaxpr, consts = fusion.flat_program(closed)
     if not all(isinstance(v.aval, ShapedArray) for v in list(jaxpr.invars) + list(jaxpr.outvars)):
         return None
     program = fusion.fuse_dot_epilogues(fusion.normalize(fusion.plan_program(jaxpr, target,
@@ -352,30 +351,16 @@ def _first(b, array):
 
 def lower_control_flow(program: Program, target, in_body: bool = False) -> Program:
     """Replace fallback steps of ``program`` by native ones where possible (in place; returns
-    ``program``): control flow whose bodies compile natively, scatters (see :mod:`indexing`),
-    cumulative reductions (see :mod:`along_axis`), cholesky and triangular solves (see
-    :mod:`lapack`) and sorts (see :mod:`sorting`; short
-    lines only in a loop or branch body, ``in_body``, where a native sort keeps the whole loop
-    native: at the top level NumPy sorts them as fast)."""
-    from functrans.backends.llvm.along_axis import CUMULATIVE, lower_cumulative
-    from functrans.backends.llvm.indexing import lower_scatter
-    from functrans.backends.llvm.lapack import PRIMITIVES as LINALG
-    from functrans.backends.llvm.lapack import lower_linalg
-    from functrans.backends.llvm.sorting import SortStep, lower_sort
+    ``program``), by the lowering table (:data:`lowering.STEPS`): control flow whose bodies
+    compile natively, scatters, cumulative reductions, cholesky and triangular solves, and
+    sorts (``in_body``: inside a loop or branch body)."""
+    from functrans.backends.llvm.lowering import STEPS
+    from functrans.backends.llvm.sorting import SortStep
     output_ids = {b.id for b in program.outputs if isinstance(b, Buffer)}
     for index, step in enumerate(program.steps):
-        if not isinstance(step, FallbackStep):
+        if not isinstance(step, FallbackStep) or step.eqn.primitive not in STEPS:
             continue
-        if step.eqn.primitive.name in CONTROL_PRIMITIVES:
-            native = _lower(step, program, target)
-        elif step.eqn.primitive.name in CUMULATIVE:
-            native = lower_cumulative(step, target)
-        elif step.eqn.primitive.name == "sort":
-            native = lower_sort(step, program, target, short_lines=in_body)
-        elif step.eqn.primitive.name in LINALG:
-            native = lower_linalg(step)
-        else:
-            native = lower_scatter(step, program, target)
+        native = STEPS[step.eqn.primitive](step, program, target, in_body)
         if native is None:
             continue
         outputs = native.outputs if isinstance(native, (ControlStep, SortStep)) else [native.out]
@@ -406,7 +391,9 @@ def _operand_buffers(step: FallbackStep, program: Program):
     return inputs
 
 
-def _lower(step: FallbackStep, program: Program, target):
+def lower_control(step: FallbackStep, program: Program, target):
+    """A :class:`ControlStep` for a ``while``, ``scan`` or ``cond`` fallback step whose
+    bodies compile natively, or None."""
     eqn = step.eqn
     if not all(isinstance(v.aval, ShapedArray) and target.dtype_supported(v.aval.dtype)
                for v in list(eqn.invars) + list(eqn.outvars)):

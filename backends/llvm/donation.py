@@ -20,9 +20,9 @@ does so only for arrays that nothing else shares (see ``functrans._jit``).
 """
 from __future__ import annotations
 
-from functrans.backends.llvm import exprs as E
+from functrans.backends.compiler import exprs as E
 from functrans.backends.llvm import scalar_ops
-from functrans.backends.llvm.fusion import Buffer, DotKernel, LoopKernel, Program
+from functrans.backends.compiler.fusion import Buffer, DotKernel, LoopKernel, Program
 
 
 def alias_candidates(program: Program) -> dict:

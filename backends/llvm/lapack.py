@@ -22,7 +22,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 import numpy as np
 
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Step, unique_buffers
+from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, unique_buffers
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P, I32P = I8.as_pointer(), I32.as_pointer()

@@ -1,4 +1,5 @@
-"""The compiler driver: jaxpr → fusion → buffer plan → LLVM IR → machine code → Executable.
+"""The compiler driver: the shared passes (decompose, inline, fuse, buffer plan; see
+:func:`passes`), then LLVM IR → machine code → Executable.
 
     >>> import functrans, functrans.numpy as jnp, numpy as np
     >>> closed = functrans.make_jaxpr(lambda x: jnp.tanh(x) * 2)(jnp.ones(3))
@@ -15,11 +16,13 @@ import threading
 import numpy as np
 
 from functrans.backends.llvm import thread_pool
-from functrans.backends.llvm import (buffers, cache, codegen, control_flow, donation, fusion,
-                                     host_loops, indexing, interrupts, linker, scalar_ops,
-                                     vector_math)
+from functrans.backends.compiler import buffers, fusion
+from functrans.backends.compiler.indexing import gather_rule
+from functrans.backends.compiler.passes import Pass, run_passes
+from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
+                                     interrupts, linker, scalar_ops, vector_math)
 from functrans.backends.llvm.codegen import Segment
-from functrans.interpreters.decompose import decompose_closed
+from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
 from functrans.core import ClosedJaxpr
 
@@ -44,7 +47,10 @@ class LLVMTarget(fusion.ScalarTableTarget):
         return d.kind in "fiu" and d in scalar_ops.SUPPORTED_DTYPES
 
     def movement_rule(self, eqn):
-        return indexing.gather_rule(eqn)
+        return gather_rule(eqn)
+
+
+TARGET = LLVMTarget()
 
 
 def _assign_slots(program: fusion.Program) -> tuple[dict, list]:
@@ -79,30 +85,62 @@ class NativePlan:
     pointer-table slots, the constants of control-flow bodies and the schedule."""
 
     def __init__(self, closed, program, plan, slots, nested_consts, schedule):
-        self.closed = closed  # after decomposition
+        self.closed = closed  # as compiled, before any pass
         self.program, self.plan, self.slots = program, plan, slots
         self.nested_consts, self.schedule = nested_consts, schedule
 
+    def describe(self) -> str:
+        segments = [getattr(s, "name", type(s).__name__) for s in self.schedule]
+        return (f"{self.program.describe()}\narena {self.plan.arena_size} bytes, offsets "
+                f"{sorted(self.plan.offsets.items())}\nslots {sorted(self.slots.items())}\n"
+                f"schedule {segments}")
 
-def plan_native(closed: ClosedJaxpr, fuse: bool = True) -> NativePlan:
-    """Every step of compilation before LLVM: decomposition, fusion, control flow, buffer
-    planning, slot assignment and the split into native segments. The caller holds
-    ``_compile_lock``."""
-    closed = decompose_closed(closed)  # e.g. convolutions as im2col + BLAS
-    jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
-    target = LLVMTarget()
-    program = fusion.normalize(fusion.plan_program(jaxpr, target, consts, fuse=fuse))
-    if fuse:
-        program = fusion.fuse_dot_epilogues(program)
-    control_flow.lower_control_flow(program, target)
-    for step in program.steps:  # control flow whose bodies need NumPy steps
+
+def _fuse(fuse: bool):
+    def run(closed: ClosedJaxpr) -> fusion.Program:
+        return fusion.normalize(fusion.plan_program(closed.jaxpr, TARGET, closed.consts,
+                                                    fuse=fuse))
+    return run
+
+
+def _run_loops_on_host(program: fusion.Program) -> fusion.Program:
+    """Control flow left to NumPy because of its bodies runs its loop in Python around
+    bodies compiled on their own (:mod:`host_loops`)."""
+    for step in program.steps:
         if isinstance(step, fusion.FallbackStep) and \
                 step.eqn.primitive.name in host_loops.PRIMITIVES:
             step.driver = host_loops.driver_for(step.eqn)
-    plan = buffers.plan_buffers(program)
-    slots, nested_consts = _assign_slots(program)
-    return NativePlan(closed, program, plan, slots, nested_consts,
-                      codegen.split_segments(program))
+    return program
+
+
+def _plan(closed: ClosedJaxpr):
+    def run(program: fusion.Program) -> NativePlan:
+        plan = buffers.plan_buffers(program)
+        slots, nested_consts = _assign_slots(program)
+        return NativePlan(closed, program, plan, slots, nested_consts,
+                          codegen.split_segments(program))
+    return run
+
+
+def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
+    """The llvm compiler before code generation, as named passes (see
+    :mod:`functrans.backends.compiler.passes` for dumping them)."""
+    return [
+        Pass("decompose", decompose_closed),  # e.g. convolutions as im2col + BLAS
+        Pass("inline", fusion.flat_closed),
+        Pass("fuse", _fuse(fuse)),
+        *([Pass("fuse_dot_epilogues", fusion.fuse_dot_epilogues)] if fuse else []),
+        Pass("lower_native_steps", lambda program: control_flow.lower_control_flow(program,
+                                                                                   TARGET)),
+        Pass("run_loops_on_host", _run_loops_on_host),
+        Pass("plan_buffers", _plan(closed)),
+    ]
+
+
+def plan_native(closed: ClosedJaxpr, fuse: bool = True) -> NativePlan:
+    """Every step of compilation before LLVM (:func:`passes`). The caller holds
+    ``_compile_lock``."""
+    return run_passes("llvm", passes(closed, fuse), closed)
 
 
 def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,

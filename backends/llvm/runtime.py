@@ -22,9 +22,9 @@ import threading
 import numpy as np
 
 from functrans.backends.llvm import arenas, interrupts
-from functrans.backends.llvm.buffers import BufferPlan
+from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.llvm.codegen import Segment
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program
+from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program
 
 _SEGMENT_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)  # a status: see interrupts.py
 

@@ -118,7 +118,7 @@ def _lgamma(ctx, args, in_dtypes, out_dtype, params):
 
 def needs_guard(nodes) -> bool:
     """Whether expression ``nodes`` use a function with a guarded fast path."""
-    from functrans.backends.llvm import exprs as E
+    from functrans.backends.compiler import exprs as E
     return any(isinstance(n, E.ScalarExpr) and n.kind == "op" and n.args[0] in GUARDED
                and n.dtype == np.float32 for n in E.postorder(nodes))
 

@@ -26,7 +26,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import scalar_ops
-from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, unique_buffers
+from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program, Step, unique_buffers
 
 I1, I64 = ir.IntType(1), ir.IntType(64)
 RADIX = 256  # one byte per counting pass

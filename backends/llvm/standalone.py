@@ -41,7 +41,7 @@ import tempfile
 import numpy as np
 
 from functrans.backends.llvm import codegen, interrupts, pipeline, thread_pool, vector_math
-from functrans.backends.llvm.fusion import Buffer, FallbackStep
+from functrans.backends.compiler.fusion import Buffer, FallbackStep
 
 _C_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t",
             "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t",

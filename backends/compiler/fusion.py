@@ -30,8 +30,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans.backends.llvm import exprs as E
+from functrans.backends.compiler import exprs as E
 from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, ShapedArray, Var
+from functrans.interpreters import inline
 
 # =============================================================================================
 # What the target can do
@@ -269,58 +270,23 @@ class Program:
 
 
 # =============================================================================================
-# Inlining calls (nested jit)
+# Flattening: calls inlined, every variable bound once
 # =============================================================================================
 
-_CALL_PRIMITIVES = ("jit", "pjit", "closed_call", "core_call")
+
+def flat_closed(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """:func:`flat_program` as a closed jaxpr (a compiler pass: see ``passes``)."""
+    jaxpr, consts = flat_program(closed)
+    return ClosedJaxpr(jaxpr, consts)
 
 
-def inline_calls(jaxpr: Jaxpr, consts: Sequence) -> tuple[Jaxpr, list]:
-    """``jaxpr`` with nested ``jit`` equations replaced by their bodies (fresh variables for
-    each copy), so fusion sees across call boundaries. Returns the new jaxpr and consts."""
-    if not any(e.primitive.name in _CALL_PRIMITIVES for e in jaxpr.eqns):
-        return to_ssa(jaxpr), list(consts)
-    constvars, const_vals = list(jaxpr.constvars), list(consts)
-    eqns: list = []
-    rename: dict = {}
-
-    def read(v):
-        return v if isinstance(v, Literal) else rename.get(v, v)
-
-    def splice(inner: Jaxpr, inner_consts, args, outs):
-        local: dict = {}
-        for v, c in zip(inner.constvars, inner_consts):
-            nv = Var(v.aval)
-            constvars.append(nv)
-            const_vals.append(c)
-            local[v] = nv
-        for v, a in zip(inner.invars, args):
-            local[v] = a
-
-        def lread(v):
-            return v if isinstance(v, Literal) else local[v]
-
-        for e in inner.eqns:
-            ins = [lread(v) for v in e.invars]
-            new_outs = [v if isinstance(v, DropVar) else Var(v.aval) for v in e.outvars]
-            for v, nv in zip(e.outvars, new_outs):
-                local[v] = nv
-            if e.primitive.name in _CALL_PRIMITIVES and isinstance(e.params.get("jaxpr"), ClosedJaxpr):
-                splice(e.params["jaxpr"].jaxpr, e.params["jaxpr"].consts, ins, new_outs)
-            else:
-                eqns.append(e.replace(invars=ins, outvars=new_outs))
-        for v, o in zip(outs, inner.outvars):
-            if not isinstance(v, DropVar):
-                rename[v] = lread(o)
-
-    for e in jaxpr.eqns:
-        ins = [read(v) for v in e.invars]
-        if e.primitive.name in _CALL_PRIMITIVES and isinstance(e.params.get("jaxpr"), ClosedJaxpr):
-            splice(e.params["jaxpr"].jaxpr, e.params["jaxpr"].consts, ins, e.outvars)
-        else:
-            eqns.append(e.replace(invars=ins))
-    outvars = [read(v) for v in jaxpr.outvars]
-    return to_ssa(Jaxpr(constvars, jaxpr.invars, outvars, eqns)), const_vals
+def flat_program(closed: ClosedJaxpr) -> tuple[Jaxpr, list]:
+    """``closed``'s program with its call-like equations (nested ``jit``, custom derivative
+    calls, checkpoints, the decompositions of :mod:`decompose`) replaced by their bodies,
+    through the front end's one inliner, and every variable bound once: the form
+    :func:`plan_program` takes. Returns the jaxpr and its constants."""
+    closed = inline.inline_calls(closed)
+    return to_ssa(closed.jaxpr), list(closed.consts)
 
 
 def to_ssa(jaxpr: Jaxpr) -> Jaxpr:
@@ -625,7 +591,7 @@ def _classify(eqn: Eqn, target: Target, elementwise: set) -> str:
 
 def plan_program(jaxpr: Jaxpr, target: Target, consts: Sequence = (), *, fuse: bool = True,
                  force_fallback: frozenset = frozenset()) -> Program:
-    """Fuse ``jaxpr`` (already flat: see :func:`inline_calls`) into a :class:`Program`.
+    """Fuse ``jaxpr`` (already flat: see :func:`flat_program`) into a :class:`Program`.
 
     ``fuse=False`` materializes every value (one kernel per equation), the schedule used to
     isolate a fusion bug. Equations whose index is in ``force_fallback`` run in NumPy."""

@@ -22,6 +22,9 @@ from functrans.core import ClosedJaxpr, Jaxpr
 
 _WINDOW_REDUCTIONS = {"reduce_window_sum": "sum", "reduce_window_max": "max",
                       "reduce_window_min": "min"}
+# primitives rewritten here (when their instance qualifies: see _decompose_eqn)
+DECOMPOSABLE = frozenset({"conv_general_dilated", *_WINDOW_REDUCTIONS, "window_select",
+                          "threefry2x32", "argmax", "argmin"})
 
 
 def decompose_closed(closed: ClosedJaxpr) -> ClosedJaxpr:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 
-from functrans.backends.llvm.fusion import Program
+from functrans.backends.compiler.fusion import Program
 
 ALIGNMENT = 64  # a cache line, and the widest vector register
 

@@ -1,0 +1,53 @@
+"""The cuda backend's lowering table, keyed by the ``Primitive`` object.
+
+The shared fusion pass turns elementwise ops (CUDA C from :mod:`scalar_ops`), data
+movement, gathers, reductions and ``dot_general`` into kernels and cuBLAS calls. Every
+primitive that instead becomes kernels of its own is a row of :data:`STEPS`: its lowering
+takes the NumPy fallback step the fusion pass left and returns the native step, or None
+when this instance stays on the host. A primitive in neither place runs its NumPy
+implementation between kernels.
+
+    >>> from functrans.primitives.control_flow import scan_p
+    >>> scan_p in STEPS
+    True
+"""
+from __future__ import annotations
+
+from functrans.backends.compiler import lowering
+from functrans.backends.cuda import along_axis, control_flow, indexing, scalar_ops
+from functrans.primitives import control_flow as control_prims
+from functrans.primitives import indexing as indexing_prims
+from functrans.primitives import reductions
+
+
+def _control(step, program, target):
+    return control_flow.lower_control(step, target)
+
+
+def _along_axis(step, program, target):
+    return along_axis.lower_along_axis(step)
+
+
+def _scatter(step, program, target):
+    return indexing.lower_scatter(step, program, target)
+
+
+# primitive -> lowering(fallback_step, program, target) -> native step or None
+STEPS = {
+    control_prims.while_p: _control, control_prims.scan_p: _control,
+    control_prims.cond_p: _control,
+    reductions.cumsum_p: _along_axis, reductions.cumprod_p: _along_axis,
+    reductions.cummax_p: _along_axis, reductions.cummin_p: _along_axis,
+    reductions.argmax_p: _along_axis, reductions.argmin_p: _along_axis,
+    indexing_prims.scatter_p: _scatter, indexing_prims.scatter_add_p: _scatter,
+    indexing_prims.scatter_mul_p: _scatter, indexing_prims.scatter_min_p: _scatter,
+    indexing_prims.scatter_max_p: _scatter,
+}
+
+# primitives fused by rules of this backend's own (the shared table lacks them)
+EXTRA_FUSED = ("gather",)
+
+
+def native_kind(primitive) -> str:
+    """``fused``, ``reduce``, ``dot``, ``step`` or ``host``: where ``primitive`` runs."""
+    return lowering.native_kind(primitive, STEPS, scalar_ops.EMITTERS, EXTRA_FUSED)

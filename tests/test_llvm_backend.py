@@ -373,7 +373,7 @@ SPLIT_GEMMS = [
     ("m", (200, 700), (200, 130), "ji,jk->ik"),        # rows of C, A transposed
     ("m", (515, 257), (257, 300), "ij,jk->ik"),        # an uneven last chunk
     ("batch", (8, 128, 160), (8, 160, 128), "bij,bjk->bik"),
-    ("n", (32, 256), (256, 256), "ij,jk->ik"),          # GEMM_SPLIT_MIN_FLOPS: two chunks
+    ("n", (32, 256), (256, 256), "ij,jk->ik"),          # two chunks of GEMM_CHUNK_EXTENT
 ]
 
 

@@ -59,6 +59,11 @@ def parse_args(argv):
     parser.add_argument("--single-thread", action="store_true",
                         help="one thread per library (BLAS, OpenMP, XLA, PyTorch): steadier "
                              "numbers on a loaded machine, and pmap devices get a core each")
+    parser.add_argument("--contention", type=int, nargs="?", const=2, default=None,
+                        metavar="CORES",
+                        help="run beside busy CPU-bound processes, one per CORES cores "
+                             "(default 2, at least one), started before the first workload "
+                             "and stopped at the end (see benchmarks/contention.py)")
     parser.add_argument("--torch-compile", action=argparse.BooleanOptionalAction, default=None,
                         help="also time torch.compile (default: on, off with --quick)")
     args = parser.parse_args(argv)
@@ -66,6 +71,8 @@ def parse_args(argv):
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    if args.contention is not None and args.contention < 1:
+        parser.error(f"--contention takes cores per busy process (>= 1), got {args.contention}")
     return args, names
 
 
@@ -76,7 +83,7 @@ def main(argv=None) -> int:
         for key, value in SINGLE_THREAD_ENV.items():
             os.environ[key] = (os.environ.get(key, "") + " " + value).strip() \
                 if key == "XLA_FLAGS" else value
-    from benchmarks import frameworks, report
+    from benchmarks import contention, frameworks, report
     from benchmarks.harness import Options
     wanted = set(args.impls.split(",")) | {"functrans", "numpy"}
     options = Options(
@@ -91,12 +98,18 @@ def main(argv=None) -> int:
         frameworks.load("torch").set_num_threads(1)
     info = report.machine()
     info["threads"] = "1 per library (--single-thread)" if args.single_thread else "library defaults"
+    busy = 0
+    if args.contention is not None:
+        busy = contention.count_for(args.contention)
+        info["contention"] = f"{busy} busy process(es) beside this one (--contention {args.contention})"
     rows = []
-    for name in names:
-        start = time.perf_counter()
-        print(f"[{name}] running...", file=sys.stderr, flush=True)
-        rows += _workload(name)(options)
-        print(f"[{name}] done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    with contention.busy_processes(busy):
+        for name in names:
+            start = time.perf_counter()
+            print(f"[{name}] running...", file=sys.stderr, flush=True)
+            rows += _workload(name)(options)
+            print(f"[{name}] done in {time.perf_counter() - start:.1f} s", file=sys.stderr,
+                  flush=True)
     print(report.format_table(rows, info))
     if args.json:
         report.write_json(args.json, rows, info, sys.argv[1:] if argv is None else argv)

@@ -76,6 +76,8 @@ def format_table(rows: list[Row], info: dict) -> str:
         "versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()),
         "BLAS: " + "; ".join(info["blas"]) + f"; threads: {info.get('threads', '?')}",
     ]
+    if info.get("contention"):
+        lines.append("contention: " + info["contention"])
     if info["environment"]:
         lines.append("environment: " + " ".join(f"{k}={v}" for k, v in info["environment"].items()))
     lines.append("median times; ft/X = functrans time / X time (below 1: functrans faster); "

@@ -120,3 +120,25 @@ def test_sharding_benchmark_agrees_and_runs_without_fallbacks():
     assert result.get("ok"), result
     assert result["fallbacks"] == []
     assert result["sharded_s"] > 0 and result["pmap_s"] > 0
+
+
+def test_contention_processes_run_for_the_block_and_stop_after_it():
+    """--contention's busy processes spin while the workloads run and are gone afterwards,
+    also when the run stops with an exception (as with Ctrl-C)."""
+    from benchmarks import contention
+    assert contention.count_for(2, cores=8) == 4 and contention.count_for(4, cores=2) == 1
+    with pytest.raises(ValueError, match="cores per busy process"):
+        contention.count_for(0)
+    with pytest.raises(KeyboardInterrupt):
+        with contention.busy_processes(2) as procs:
+            assert len(procs) == 2 and all(p.poll() is None for p in procs)
+            raise KeyboardInterrupt
+    assert all(p.poll() is not None for p in procs)
+
+
+def test_contention_flag_is_reported(tmp_path):
+    proc, results = run_suite("--quick", "--only", "dispatch", "--impls", "functrans,numpy",
+                              "--contention", "64", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "contention: 1 busy process(es)" in proc.stdout
+    assert "--contention 64" in results["machine"]["contention"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -24,7 +23,7 @@ import functrans.lax as lax  # noqa: E402
 import functrans.numpy as jnp  # noqa: E402
 from functrans import _backends  # noqa: E402
 from functrans.backends.compiler import exprs, fusion  # noqa: E402
-from functrans.backends.llvm import codegen, pipeline  # noqa: E402
+from functrans.backends.llvm import codegen, pipeline, thread_pool  # noqa: E402
 from functrans.primitives import elementwise as ew  # noqa: E402
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -375,7 +374,7 @@ SPLIT_GEMMS = [
     ("m", (200, 700), (200, 130), "ji,jk->ik"),        # rows of C, A transposed
     ("m", (515, 257), (257, 300), "ij,jk->ik"),        # an uneven last chunk
     ("batch", (8, 128, 160), (8, 160, 128), "bij,bjk->bik"),
-    ("n", (32, 256), (256, 256), "ij,jk->ik"),          # GEMM_SPLIT_MIN_FLOPS: two chunks
+    ("n", (32, 256), (256, 256), "ij,jk->ik"),          # two chunks of GEMM_CHUNK_EXTENT
 ]
 
 
@@ -392,10 +391,15 @@ def test_split_matrix_products(dtype, x64):
         expected = np.einsum(spec, lhs.astype(np.float64), rhs.astype(np.float64)).astype(dtype)
         tol = 1e-4 if dtype == "float32" else 1e-10
         assert_close(np.asarray(fn(lhs, rhs)), expected, tol, tol * ls[-1], what=spec)
-    small = fusion.DotKernel(None, None, None, 1, 16, 256, 256, False, False)  # 2 MFLOP
+    small = fusion.DotKernel(None, None, None, 1, 16, 128, 128, False, False)  # 0.5 MFLOP
     assert codegen.gemm_split(small, threads=2) == (None, 1)
     batched = fusion.DotKernel(None, None, None, 4, 32, 64, 256, False, False)  # 4 MFLOP
-    assert codegen.gemm_split(batched, threads=2) == (None, 1)
+    assert codegen.gemm_split(batched, threads=2) == ("batch", 4)
+    # several chunks per thread (a thread that loses its core holds up one of them), and
+    # the same split whatever the load: it depends on the shape and thread count alone
+    mlp = fusion.DotKernel(None, None, None, 1, 128, 512, 784, False, False)
+    assert codegen.gemm_split(mlp, threads=2) == ("n", 4)
+    assert codegen.gemm_split(mlp, threads=1) == (None, 1)
 
 
 def test_dot_with_fused_operands_and_grad():
@@ -779,12 +783,13 @@ def test_large_loops_run_in_parallel_chunks():
 
 def test_mid_sized_loops_use_the_pool_only_beside_split_products(monkeypatch):
     """A 64K-element loop runs on the pool in a program whose large product is split there
-    (the workers are awake anyway), and its unsplit products are single-threaded BLAS
-    calls; a program without split products keeps both to the calling thread and BLAS."""
+    (the workers are awake anyway), and that product holds BLAS to one thread; a program
+    without split products keeps its loop to the calling thread, and its small product
+    (which BLAS runs on one thread anyway) takes no hold."""
     monkeypatch.setenv("FUNCTRANS_NUM_THREADS", "2")
     rng = np.random.default_rng(12)
     x = rng.normal(size=(256, 256)).astype(np.float32)
-    small = rng.normal(size=(16, 256)).astype(np.float32)  # a product too small to split
+    small = rng.normal(size=(4, 256)).astype(np.float32)  # a product too small to split
     a = rng.normal(size=(128, 784)).astype(np.float32)
     w = rng.normal(size=(784, 512)).astype(np.float32)
     assert codegen.POOLED_MIN_ELEMENTS <= x.size < codegen.PARALLEL_MIN_ELEMENTS
@@ -797,11 +802,9 @@ def test_mid_sized_loops_use_the_pool_only_beside_split_products(monkeypatch):
 
     pooled = functrans.jit(with_split, backend="llvm").lower(x, small, a, w).compile().as_text()
     plain = functrans.jit(without_split, backend="llvm").lower(x, small).compile().as_text()
-    for name in (codegen.GEMM_FOR_SYMBOL, "ft_parallel_for", codegen.BLAS_THREADS_SYMBOL):
+    for name in (codegen.GEMM_FOR_SYMBOL, "ft_parallel_for", thread_pool.BLAS_HOLD_SYMBOL):
         assert name in pooled, name
-    segment = re.search(r'define [^\n]*@"?ft_segment_0"?\(.*?\n}', pooled, re.S).group(0)
-    assert codegen.BLAS_THREADS_SYMBOL in segment  # around the unsplit product itself
-    for name in (codegen.GEMM_FOR_SYMBOL, "ft_parallel_for", codegen.BLAS_THREADS_SYMBOL):
+    for name in (codegen.GEMM_FOR_SYMBOL, "ft_parallel_for", thread_pool.BLAS_HOLD_SYMBOL):
         assert name not in plain, name
     _check_against_reference(with_split, x, small, a, w, rtol=2e-5, atol=2e-4)
     _check_against_reference(without_split, x, small, rtol=2e-5, atol=1e-4)

@@ -249,24 +249,22 @@ _gemm_registered = False
 
 
 def register_gemm_symbols() -> None:
-    """Register what split matrix products call (see :func:`gemm_split`): ``ft_gemm_for``
-    runs the chunks on the thread pool, and ``ft_blas_threads_local`` is OpenBLAS's
-    ``openblas_set_num_threads_local`` (the calling thread's BLAS thread count), so each
-    chunk's BLAS call stays on its thread. A BLAS without that function keeps its own
-    threads: the chunks then run one after another on the calling thread."""
+    """Register what matrix products call: ``ft_gemm_for`` runs a split product's chunks
+    (see :func:`gemm_split`) on the thread pool, and ``ft_blas_hold`` keeps BLAS on one
+    thread around a product (see :mod:`thread_pool`) through OpenBLAS's
+    ``openblas_set_num_threads_local``. A BLAS without that function keeps its own threads:
+    the chunks then run one after another on the calling thread, and the hold does
+    nothing."""
     global _gemm_registered
     if _gemm_registered:
         return
     register_blas_symbols()
     local_threads = _blas_local_threads_address()
+    thread_pool.hold_blas_with(local_threads)  # starts the pool: it defines ft_blas_hold
     if local_threads is not None and thread_pool.num_threads() > 1:
-        thread_pool.ensure_started()
         linker.register_symbol(GEMM_FOR_SYMBOL, thread_pool._state["address"])
-        linker.register_symbol(BLAS_THREADS_SYMBOL, local_threads)
     else:
         linker.register_symbol(GEMM_FOR_SYMBOL, thread_pool.helper_address(thread_pool.SERIAL_SYMBOL))
-        linker.register_symbol(BLAS_THREADS_SYMBOL,
-                        thread_pool.helper_address(thread_pool.NOOP_THREADS_SYMBOL))
     _gemm_registered = True
 
 
@@ -321,9 +319,10 @@ def needs_blas(object_code: bytes) -> bool:
 
 
 def splits_gemms(object_code: bytes) -> bool:
-    """Whether compiled code runs matrix products in chunks (see :func:`gemm_split`) or sets
-    the BLAS thread count around a product."""
-    return GEMM_FOR_SYMBOL.encode() in object_code or BLAS_THREADS_SYMBOL.encode() in object_code
+    """Whether compiled code runs matrix products in chunks (see :func:`gemm_split`) or
+    holds BLAS to one thread around a product."""
+    return (GEMM_FOR_SYMBOL.encode() in object_code
+            or thread_pool.BLAS_HOLD_SYMBOL.encode() in object_code)
 
 
 def support_object(label: str, build) -> bytes:
@@ -882,19 +881,25 @@ class ModuleBuilder:
         """Row-major C = op(A) op(B) as the column-major product Cᵀ = op(B)ᵀ op(A)ᵀ: BLAS
         sees our row-major B as its first operand and A as its second. A large product is
         split into chunks (see :func:`gemm_split`) that the thread pool runs, each a
-        single-threaded BLAS call."""
+        single-threaded BLAS call: a product large enough for BLAS to thread holds BLAS to
+        one thread while it runs (see :mod:`thread_pool`), so that its result never depends
+        on the BLAS thread count another thread left behind."""
+        held = step.batch * step.m * step.n * step.k > BLAS_SERIAL_MNK
+        if held:
+            hold = self.math.declare(thread_pool.BLAS_HOLD_SYMBOL, ir.VoidType(), [I32])
+            b.call(hold, [ir.Constant(I32, 1)])
         axis, chunks = gemm_split(step)
         if chunks <= 1:
-            # not split: one call; a single-threaded one in a program that keeps the pool
-            # busy (BLAS threads woken for it would compete with the pool's for the cores)
-            single = self.pool_in_use
-            if single:
-                threads = self.math.declare(BLAS_THREADS_SYMBOL, I32, [I32])
-                previous = b.call(threads, [ir.Constant(I32, 1)])
             self.gemm_calls(b, step, a_ptr, b_ptr, c_ptr, lambda ty, v: self.entry_alloca(b, ty))
-            if single:
-                b.call(threads, [previous])
-            return
+        else:
+            self.emit_split_gemm(b, step, a_ptr, b_ptr, c_ptr, axis, chunks)
+        if held:
+            b.call(hold, [ir.Constant(I32, 0)])
+
+    def emit_split_gemm(self, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chunks: int):
+        """The product in ``chunks`` chunks along ``axis``, run by ``ft_gemm_for``. Each
+        chunk writes its own block of C with the whole k sum, so which thread runs which
+        chunk never changes the result."""
         self.kernel_count += 1
         name = f"gemm{self.kernel_count}_chunk"
         self.names[name] = f"a matrix product {step.describe()}"
@@ -915,12 +920,8 @@ class ModuleBuilder:
         end = cb.add(start, ir.Constant(I64, rows), flags=["nuw", "nsw"])
         end = cb.select(cb.icmp_signed("<", end, ir.Constant(I64, extent)), end,
                         ir.Constant(I64, extent))
-        # each chunk is one thread's work: BLAS must not start threads of its own
-        threads = self.math.declare(BLAS_THREADS_SYMBOL, I32, [I32])
-        previous = cb.call(threads, [ir.Constant(I32, 1)])
         slot = lambda ty, v: stack.alloca(ty)  # noqa: E731 (stack slots in the entry block)
         self.gemm_calls(cb, step, *ptrs, slot, split=(axis, start, end))
-        cb.call(threads, [previous])
         cb.ret_void()
         fn = self.shared(fn)
         ctx = self.chunk_context(b, (a_ptr, b_ptr, c_ptr))
@@ -1008,42 +1009,48 @@ class ModuleBuilder:
 
 
 
-# A matrix product is split across the thread pool (each chunk a single-threaded BLAS call,
-# claimed dynamically, so a preempted thread delays one chunk, not half the product). A
-# batch of products with at least two chunks of GEMM_CHUNK_FLOPS is split into as many
-# chunks. A split of rows or columns re-packs the operand the chunks share once per chunk,
-# so it gets one chunk per thread from GEMM_SPLIT_MIN_FLOPS up (smaller products are one
-# call), and more (a multiple of the threads, for balance) only beyond GEMM_THREAD_FLOPS per
-# thread; each chunk keeps at least GEMM_CHUNK_EXTENT rows or columns.
-GEMM_CHUNK_FLOPS = 1 << 23
-GEMM_SPLIT_MIN_FLOPS = 1 << 22
-GEMM_THREAD_FLOPS = 1 << 28
+# A matrix product is split across the thread pool into a fixed number of chunks (each a
+# single-threaded BLAS call, claimed dynamically): several per thread, so that a thread that
+# loses its core to another process holds up one small chunk, not half the product, while
+# the others take the rest. The split depends only on the product's shape and the pool's
+# thread count, never on which threads are free, so results do not change from run to run.
+# Products from GEMM_SPLIT_MIN_FLOPS up are split (from about there OpenBLAS would thread
+# them itself, which the hold rules out), into chunks of at least GEMM_CHUNK_FLOPS, at most
+# GEMM_CHUNKS_PER_THREAD per thread. A split of rows or columns re-packs the operand the
+# chunks share once per chunk, so each such chunk keeps at least GEMM_CHUNK_EXTENT rows or
+# columns (more when that operand is large); a batch of products re-packs nothing.
+GEMM_SPLIT_MIN_FLOPS = 1 << 20
+GEMM_CHUNK_FLOPS = 1 << 19
+GEMM_CHUNKS_PER_THREAD = 4
 GEMM_CHUNK_EXTENT = 128
-GEMM_MAX_CHUNKS = 16
+GEMM_MAX_CHUNKS = 64
 GEMM_FOR_SYMBOL = "ft_gemm_for"
-BLAS_THREADS_SYMBOL = "ft_blas_threads_local"
+# OpenBLAS runs a product of m * n * k up to this on one thread whatever its thread count
+# (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD in its interface/gemm.c): no hold needed
+BLAS_SERIAL_MNK = 65536 * 4
 
 
 def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     """``(axis, chunks)``: how a product is split for ``threads`` threads (default: the thread
     pool's), over "batch" elements, rows of C ("m") or columns of C ("n") (the longer side:
     each chunk re-packs the other operand); ``chunks`` is 1 for a product run by one BLAS
-    call."""
+    call. A 128x784 by 784x512 product on two threads: ``("n", 4)``, four chunks of 128
+    columns."""
     threads = thread_pool.num_threads() if threads is None else threads
     flops = 2 * step.batch * step.m * step.n * step.k
-    by_flops = min(flops // GEMM_CHUNK_FLOPS, GEMM_MAX_CHUNKS)
     if threads < 2 or flops < GEMM_SPLIT_MIN_FLOPS:
         return None, 1
-    if step.batch > 1:  # nothing is re-packed: small chunks balance best
-        return ("batch", int(min(step.batch, by_flops))) if by_flops >= 2 else (None, 1)
-    rounds = max(1, round(flops / (threads * GEMM_THREAD_FLOPS)))
-    wanted = min(threads * rounds, max(by_flops, threads))
-    axis, extent, other = ("n", step.n, step.m) if step.n >= step.m else ("m", step.m, step.n)
-    # each chunk re-packs the other operand (other x k): wider chunks when it is large
-    chunks = min(extent // max(GEMM_CHUNK_EXTENT, other // 4), wanted)
+    wanted = min(flops // GEMM_CHUNK_FLOPS, threads * GEMM_CHUNKS_PER_THREAD, GEMM_MAX_CHUNKS)
+    if step.batch > 1:
+        chunks = min(step.batch, wanted)
+    else:
+        axis, extent, other = ("n", step.n, step.m) if step.n >= step.m else ("m", step.m, step.n)
+        chunks = min(extent // max(GEMM_CHUNK_EXTENT, other // 4), wanted)
     if chunks > threads:
-        chunks -= chunks % threads
-    return (axis, int(chunks)) if chunks >= 2 else (None, 1)
+        chunks -= chunks % threads  # whole rounds, for balance on a quiet machine
+    if chunks < 2:
+        return None, 1
+    return ("batch" if step.batch > 1 else axis), int(chunks)
 
 
 def splits_products(program: Program) -> bool:

@@ -53,10 +53,10 @@ _POOL_LIBC = ("pthread_mutex_init", "pthread_cond_init", "pthread_mutex_lock",
               "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_broadcast",
               "pthread_create", "clock_gettime")
 _POOL_DEFINES = ("ft_parallel_for", "ft_serial_for", "ft_pool_start", "ft_pool_reserve",
-                 "ft_blas_threads_noop")
+                 "ft_pool_set_blas", thread_pool.BLAS_HOLD_SYMBOL)
 # defined by the generated C file
 _C_DEFINES = tuple(f"ft_{r}" for r in codegen.BLAS_ROUTINES + codegen.LAPACK_ROUTINES) + (
-    codegen.GEMM_FOR_SYMBOL, codegen.BLAS_THREADS_SYMBOL)
+    codegen.GEMM_FOR_SYMBOL,)
 # the C library's (memset, memcpy, ... that LLVM lowers some intrinsics to)
 _LIBC = ("memset", "memcpy", "memmove")
 
@@ -428,6 +428,7 @@ def _c_source(compiled: list, library: str, build: str, needs_blas: bool,
         "(void *)(pointer), table[slot] = &objects[(slot) * FT_OBJECT_WORDS])", "",
         *segments,
         "extern int ft_pool_start(int workers);",
+        "extern void ft_pool_set_blas(void *set_threads);",
         "extern void ft_parallel_for(void *chunk, void *context, int64_t count);",
         "extern void ft_serial_for(void *chunk, void *context, int64_t count);", "",
         *blobs, "",
@@ -549,6 +550,8 @@ static void ft_initialize(void) {
         return;
     }
     ft_status = ft_load_blas();
+    /* products hold BLAS to one thread while they run (see thread_pool.py) */
+    if (!ft_status) ft_pool_set_blas((void *)ft_local_threads);
     /* worker threads only for programs with parallel loops or split products */
     if (!ft_status && @POOL@) ft_workers = ft_pool_start(ft_thread_count() - 1);
 }
@@ -564,10 +567,6 @@ __attribute__((visibility("hidden"))) void ft_gemm_for(void *chunk, void *contex
                                                        int64_t count) {
     if (ft_local_threads && ft_workers > 0) ft_parallel_for(chunk, context, count);
     else ft_serial_for(chunk, context, count);
-}
-
-__attribute__((visibility("hidden"))) int ft_blas_threads_local(int count) {
-    return ft_local_threads ? ft_local_threads(count) : 0;
 }
 
 static void *ft_thread_workspace(size_t size) {

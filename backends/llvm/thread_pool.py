@@ -23,6 +23,12 @@ Design, and why:
 * One job at a time: a second thread calling ``ft_parallel_for`` while the pool is busy (two
   Python threads in compiled code, or a chunk that itself contains a parallel loop) runs
   its chunks serially instead of waiting, so nothing can deadlock.
+* Matrix products hold BLAS to one thread while they run (``ft_blas_hold``): OpenBLAS's
+  thread count is one process-wide number even through ``openblas_set_num_threads_local``,
+  and its 1- and 2-thread products differ in their last bits, so chunks that each set it
+  and restored it raced: a chunk could start just after another restored the count and
+  run multi-threaded. The hold is counted: the first holder sets one thread, the last
+  restores the count it found, and chunks never touch it.
 * The number of workers is ``FUNCTRANS_NUM_THREADS - 1`` (default: the CPUs this process
   may run on, minus the caller). With one thread, ``ft_parallel_for`` is a plain loop.
 
@@ -51,7 +57,8 @@ CHUNK_FN = ir.FunctionType(VOID, [I8P, I64])
 SYMBOL = "ft_parallel_for"
 RESERVE_SYMBOL = "ft_pool_reserve"
 SERIAL_SYMBOL = "ft_serial_for"
-NOOP_THREADS_SYMBOL = "ft_blas_threads_noop"
+BLAS_HOLD_SYMBOL = "ft_blas_hold"
+_SET_BLAS_SYMBOL = "ft_pool_set_blas"
 _NO_CHUNK = 0xFFFFFFFF  # the low half of the counter while a job is being published
 # A worker spins this many cycle-counter ticks (about 2 ms) after a job before sleeping:
 # the serial code between two parallel loops of a program (its small kernels, or the next
@@ -67,7 +74,11 @@ _WORKER_SPIN_TICKS = 5_000_000
 _CONTENTION_CHECK_SPINS = 1024
 _CONTENTION_MIN_NS = 20_000
 _CONTENTION_SHARE = (3, 5)  # 60%, as a fraction
-_CALLER_SPINS = 200000  # the caller waits for the last chunks a little longer
+# The caller, its own chunks done, spins this many ticks (about 30 us) for the last chunks
+# before it sleeps: long enough for chunks that finish together, short enough that a chunk
+# whose worker lost its core does not keep the caller's core (which that worker may need)
+# busy for a whole time slice.
+_CALLER_SPIN_TICKS = 100_000
 
 # clock ids of clock_gettime (the platform's values, as Python's time module knows them)
 _THREAD_CPU_CLOCK = getattr(time, "CLOCK_THREAD_CPUTIME_ID", 3)
@@ -342,18 +353,15 @@ def _build_module(triple: str) -> str:
     spin, spin_next, sleep, sleep_check, wait_block, release = (
         pf.append_basic_block(n) for n in ("spin", "spin_next", "sleep", "sleep_check", "wait",
                                            "release"))
-    start = b.block
+    waited_from = b.call(ticks, [])
     b.branch(spin)
     b.position_at_end(spin)
-    k = b.phi(I32)
-    k.add_incoming(ir.Constant(I32, 0), start)
     all_done = b.icmp_unsigned(">=", b.load_atomic(done, "acquire", 8), n_arg)
     b.cbranch(all_done, release, spin_next)
     b.position_at_end(spin_next)
     relax(b)
-    k_next = b.add(k, ir.Constant(I32, 1))
-    k.add_incoming(k_next, spin_next)
-    b.cbranch(b.icmp_unsigned("<", k_next, ir.Constant(I32, _CALLER_SPINS)), spin, sleep)
+    waited = b.sub(b.call(ticks, []), waited_from)
+    b.cbranch(b.icmp_unsigned("<", waited, ir.Constant(I64, _CALLER_SPIN_TICKS)), spin, sleep)
     b.position_at_end(sleep)
     b.call(lock, [ptr(b, mutex)])
     b.branch(sleep_check)
@@ -408,17 +416,67 @@ def _build_module(triple: str) -> str:
     b.store_atomic(ir.Constant(I32, 0), busy, "release", 4)
     b.ret(ir.Constant(I32, 1))
 
+    _add_blas_hold(m, lock, unlock, mutex_init, global_)
     _add_serial_helpers(m)
     return str(m)
 
 
+def _add_blas_hold(m: ir.Module, lock, unlock, mutex_init, global_) -> None:
+    """``ft_pool_set_blas(set_threads)``: the BLAS's thread-count setter (it returns the
+    count it replaces), or null; it resets the hold. ``ft_blas_hold(on)``: take (1) or give
+    back (0) the hold that keeps BLAS on one thread (see the module doc)."""
+    setter_type = ir.FunctionType(I32, [I32]).as_pointer()
+    setter = global_("blas_set_threads", setter_type)
+    holders = global_("blas_holders", I32)
+    saved = global_("blas_saved_threads", I32)
+    blas_mutex = global_("blas_mutex", ir.ArrayType(I64, 16))
+
+    def mutex_ptr(b):
+        return b.bitcast(blas_mutex, I8P)
+
+    set_fn = ir.Function(m, ir.FunctionType(VOID, [I8P]), name=_SET_BLAS_SYMBOL)
+    b = ir.IRBuilder(set_fn.append_basic_block("entry"))
+    b.store(ir.Constant(blas_mutex.value_type, None), blas_mutex)
+    b.call(mutex_init, [mutex_ptr(b), ir.Constant(I8P, None)])
+    b.store(ir.Constant(I32, 0), holders)
+    b.store_atomic(b.bitcast(set_fn.args[0], setter_type), setter, "release", 8)
+    b.ret_void()
+
+    hold = ir.Function(m, ir.FunctionType(VOID, [I32]), name=BLAS_HOLD_SYMBOL)
+    b = ir.IRBuilder(hold.append_basic_block("entry"))
+    take, give, first, last, out, locked = (hold.append_basic_block(n) for n in (
+        "take", "give", "first", "last", "out", "locked"))
+    fn = b.load_atomic(setter, "acquire", 8)
+    b.cbranch(b.icmp_unsigned("==", fn, ir.Constant(setter_type, None)), out, locked)
+    b.position_at_end(locked)
+    b.call(lock, [mutex_ptr(b)])
+    count = b.load(holders)
+    b.cbranch(b.icmp_unsigned("!=", hold.args[0], ir.Constant(I32, 0)), take, give)
+    b.position_at_end(take)
+    b.store(b.add(count, ir.Constant(I32, 1)), holders)
+    unlock_block = hold.append_basic_block("unlock")
+    b.cbranch(b.icmp_unsigned("==", count, ir.Constant(I32, 0)), first, unlock_block)
+    b.position_at_end(first)  # the first holder: one thread, remembering the count it found
+    b.store(b.call(fn, [ir.Constant(I32, 1)]), saved)
+    b.branch(unlock_block)
+    b.position_at_end(give)
+    remaining = b.sub(count, ir.Constant(I32, 1))
+    b.store(remaining, holders)
+    b.cbranch(b.icmp_unsigned("==", remaining, ir.Constant(I32, 0)), last, unlock_block)
+    b.position_at_end(last)  # the last holder: the count the first one found
+    b.call(fn, [b.load(saved)])
+    b.branch(unlock_block)
+    b.position_at_end(unlock_block)
+    b.call(unlock, [mutex_ptr(b)])
+    b.branch(out)
+    b.position_at_end(out)
+    b.ret_void()
+
+
 def _add_serial_helpers(m: ir.Module) -> None:
-    """``ft_serial_for`` (``ft_parallel_for`` as a plain loop on the calling thread) and
-    ``ft_blas_threads_noop`` (takes a thread count, returns 0), for products whose BLAS
-    threads cannot be set per thread (see ``codegen.register_gemm_symbols``)."""
+    """``ft_serial_for``: ``ft_parallel_for`` as a plain loop on the calling thread, for
+    products whose BLAS threads cannot be held (see ``codegen.register_gemm_symbols``)."""
     _serial_loop(m, SERIAL_SYMBOL)
-    noop = ir.Function(m, ir.FunctionType(I32, [I32]), name=NOOP_THREADS_SYMBOL)
-    ir.IRBuilder(noop.append_basic_block("entry")).ret(ir.Constant(I32, 0))
 
 
 def _serial_loop(m: ir.Module, name: str) -> None:
@@ -448,6 +506,11 @@ def _build_serial_module(triple: str) -> str:
     ir.IRBuilder(start.append_basic_block("entry")).ret(ir.Constant(I32, 0))
     reserve = ir.Function(m, ir.FunctionType(I32, [I32]), name=RESERVE_SYMBOL)
     ir.IRBuilder(reserve.append_basic_block("entry")).ret(ir.Constant(I32, 1))
+    # without threads of ours nothing races for the BLAS's thread count: no hold
+    set_blas = ir.Function(m, ir.FunctionType(VOID, [I8P]), name=_SET_BLAS_SYMBOL)
+    ir.IRBuilder(set_blas.append_basic_block("entry")).ret_void()
+    hold = ir.Function(m, ir.FunctionType(VOID, [I32]), name=BLAS_HOLD_SYMBOL)
+    ir.IRBuilder(hold.append_basic_block("entry")).ret_void()
     return str(m)
 
 
@@ -474,17 +537,21 @@ def ensure_started() -> None:
         loaded.keep()
         address = loaded.address(SYMBOL)
         linker.register_symbol(SYMBOL, address)
-        helpers = {name: loaded.address(name) for name in (SERIAL_SYMBOL, NOOP_THREADS_SYMBOL)}
+        linker.register_symbol(BLAS_HOLD_SYMBOL, loaded.address(BLAS_HOLD_SYMBOL))
+        helpers = {SERIAL_SYMBOL: loaded.address(SERIAL_SYMBOL)}
         start = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(loaded.address("ft_pool_start"))
         reserve = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(loaded.address(RESERVE_SYMBOL))
-        _state.update(engine=loaded, address=address, start=start, reserve=reserve, **helpers)
+        set_blas = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(loaded.address(_SET_BLAS_SYMBOL))
+        hold = ctypes.CFUNCTYPE(None, ctypes.c_int)(loaded.address(BLAS_HOLD_SYMBOL))
+        _state.update(engine=loaded, address=address, start=start, reserve=reserve,
+                      set_blas=set_blas, hold=hold, blas_setter=None, **helpers)
         _state["workers"] = start(num_threads() - 1)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_restart_after_fork)
 
 
 def helper_address(name: str) -> int:
-    """The address of ``SERIAL_SYMBOL`` or ``NOOP_THREADS_SYMBOL`` (the pool is started)."""
+    """The address of ``SERIAL_SYMBOL`` (the pool is started)."""
     ensure_started()
     return _state[name]
 
@@ -492,6 +559,20 @@ def helper_address(name: str) -> int:
 def _restart_after_fork() -> None:
     if _state:
         _state["workers"] = _state["start"](num_threads() - 1)
+        # a hold taken by another thread of the parent is never given back here
+        _state["set_blas"](_state["blas_setter"])
+
+
+def hold_blas_with(set_threads_address: int | None) -> None:
+    """Make ``ft_blas_hold`` set the BLAS's thread count through the function at
+    ``set_threads_address`` (``int f(int count)``, returning the count it replaces, such as
+    OpenBLAS's ``openblas_set_num_threads_local``); None makes the hold do nothing."""
+    ensure_started()
+    with _lock:
+        if _state["blas_setter"] != set_threads_address:
+            _state["blas_setter"] = set_threads_address
+            _state["set_blas"](set_threads_address)
+
 
 
 @contextlib.contextmanager

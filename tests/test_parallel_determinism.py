@@ -11,7 +11,8 @@ import subprocess
 import sys
 import textwrap
 
-from functrans.backends.llvm import codegen, fusion
+from functrans.backends.compiler import fusion
+from functrans.backends.llvm import codegen
 
 # Run in a process of its own: the pool's thread count is fixed when it starts.
 SCRIPT = textwrap.dedent("""

@@ -37,7 +37,7 @@ VMAP_SIZE = 3
 def _fallback_step_class():
     """The llvm compiler's marker for an equation left to NumPy (where the compiler package
     keeps it)."""
-    from functrans.backends.llvm.fusion import FallbackStep
+    from functrans.backends.compiler.fusion import FallbackStep
     return FallbackStep
 
 

@@ -546,3 +546,25 @@ def test_jit_conv_grad_matches_eager():
     g_jit = functrans.jit(functrans.grad(loss, argnums=(0, 1)))(x, w)
     for a, b in zip(g_jit, g_eager):
         np.testing.assert_allclose(_np(a), _np(b), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,axes", [((2, 0), (0, 1)), ((2, 0, 3), (0, 1)), ((2, 0, 3), (1,)),
+                                        ((0, 3), (0,)), ((3, 0, 0), (0, 2))])
+@pytest.mark.parametrize("op,ufunc", [(lax.reduce_xor, np.bitwise_xor), (lax.reduce_sum, np.add)])
+def test_compiled_reductions_of_empty_operands(shape, axes, op, ufunc):
+    # the compiler's loop merging divided by the empty extent
+    x = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    got = functrans.jit(lambda x: op(x, axes))(x)
+    np.testing.assert_array_equal(np.asarray(got), ufunc.reduce(x, axis=axes))
+
+
+def test_products_of_integers_differentiate_to_float0():
+    # an integer operand's tangent and cotangent are float0 zeros, never multiplied
+    f = lambda x, y: lax.dot_general(x, y, (((0,), (0,)), ((), ())))  # noqa: E731
+    x, y = np.arange(3, dtype=np.int32), np.ones(3, np.int32)
+    out, vjp_fun = functrans.vjp(f, x, y)
+    ct_x, ct_y = vjp_fun(np.zeros((), functrans.dtypes.float0))
+    assert ct_x.dtype == functrans.dtypes.float0 and ct_x.shape == (3,)
+    assert ct_y.dtype == functrans.dtypes.float0
+    _, t = functrans.jvp(f, (x, y), (np.zeros(3, functrans.dtypes.float0),) * 2)
+    assert int(out) == 3 and t.dtype == functrans.dtypes.float0

@@ -915,6 +915,10 @@ def collapse_dims(shape, groups, roots):
         roots = E.substitute(roots, mapping) if mapping else roots
         shape = [shape[d] for d in keep]
         groups = [groups[d] for d in keep]
+    if 0 in shape:
+        # an empty loop runs no iteration (a reduction's output just gets its identity):
+        # nothing to gain, and merging would divide by the empty extent
+        return tuple(shape), tuple(groups), roots
     k = len(shape) - 2
     while k >= 0:
         if groups[k] == groups[k + 1]:

@@ -120,7 +120,9 @@ class JVPTrace(core.Trace):
 
     def process_primitive(self, primitive, tracers, params):
         primals = [t.primal for t in tracers]
-        tangents = [t.tangent for t in tracers]
+        # an integer input's float0 tangent is a zero however it was given: rules never see one
+        tangents = [Zero(get_aval(t)) if not isinstance(t, Zero) and is_float0(t) else t
+                    for t in (t.tangent for t in tracers)]
         if all(isinstance(t, Zero) for t in tangents):
             out = primitive.bind(*primals, **params)
             if primitive.multiple_results:
@@ -290,7 +292,9 @@ def backward_pass(jaxpr: core.Jaxpr, consts, primals_in, cotangents_out):
     def write_cotangent(v, ct):
         if ct is None or isinstance(v, (core.Literal, core.DropVar)):
             return
-        if isinstance(ct, Zero):
+        # a float0 cotangent (of an integer or boolean value) carries nothing: it is a Zero,
+        # and no transpose rule should see one (dot_general's would multiply it)
+        if isinstance(ct, Zero) or is_float0(ct):
             return
         prev = ct_env.get(id(v))
         ct_env[id(v)] = ct if prev is None else add_tangents(prev, ct)

@@ -1357,14 +1357,14 @@ EXCLUDED = {
     "custom_vjp_call": _CALL + " (test_custom_derivatives.py)",
     "custom_vjp_fwd": _CALL + " (test_custom_derivatives.py)",
     "custom_lin": _CALL + " (test_custom_derivatives.py)",
-    "custom_vmap_call": _CALL + " (test_api_extra.py)",
-    "pure_callback": _CALL + ": a host callback, never native (test_api_extra.py)",
+    "custom_vmap_call": _CALL + " (test_custom_batching.py)",
+    "pure_callback": _CALL + ": a host callback, never native (test_callbacks.py)",
     "debug_callback": _CALL + ": a host callback with effects (test_debug.py)",
     "shard_map": _CALL + " (test_shard_map.py)",
     "sharding_constraint": "a placement annotation, the identity on values; tested with "
                            "sharding propagation (test_sharding_propagation.py)",
     "first_order_only": "an internal guard of segment_prod's derivative that raises on a "
-                        "second derivative; tested with segment_prod (test_numpy_api_gaps.py)",
+                        "second derivative; tested with segment_prod (test_ops.py)",
 }
 
 

@@ -18,6 +18,7 @@ from functrans.core import UnexpectedTracerError
 from functrans.custom_derivatives import (CustomVJPPrimal, SymbolicZero, custom_jvp,
                                           custom_vjp, custom_vjp_primal_tree_values,
                                           zero_from_primal)
+from functrans.test_util import check_grads
 
 F32 = np.float32
 
@@ -620,3 +621,73 @@ def test_custom_vjp_rule_output_errors():
         functrans.grad(functrans.jit(lambda x: f(x, {"a": 1.0, "b": 2.0})))(1.0)
     with pytest.raises(AttributeError, match="No VJP defined for custom_vjp function <lambda>"):
         custom_vjp(lambda x: x)(1.0)
+
+
+# =============================================================================================
+# custom_gradient
+# =============================================================================================
+
+
+def test_custom_gradient_uses_the_given_gradient():
+    @functrans.custom_gradient
+    def f(x):
+        return x ** 2, lambda g: (g * x,)  # "wrong" on purpose: d/dx is x, not 2x
+
+    assert float(f(3.0)) == 9.0
+    assert float(functrans.grad(f)(3.0)) == 3.0
+    # under jit, vmap and with the function jitted inside
+    np.testing.assert_allclose(functrans.jit(functrans.grad(f))(F32(2.0)), 2.0)
+    np.testing.assert_allclose(functrans.vmap(functrans.grad(f))(jnp.arange(3.0)), [0, 1, 2])
+    np.testing.assert_allclose(functrans.grad(functrans.jit(f))(F32(5.0)), 5.0)
+
+
+def test_custom_gradient_two_arguments_none_and_bare_cotangent():
+    @functrans.custom_gradient
+    def f(x, y):
+        return x * y, lambda g: (g * y, g * x)
+
+    gx, gy = functrans.grad(f, argnums=(0, 1))(3.0, 4.0)
+    assert (float(gx), float(gy)) == (4.0, 3.0)
+
+    @functrans.custom_gradient
+    def h(x, y):
+        return x * y, lambda g: (g * y, None)  # None: zero cotangent for y
+
+    gx, gy = functrans.grad(h, argnums=(0, 1))(3.0, 4.0)
+    assert (float(gx), float(gy)) == (4.0, 0.0)
+
+    @functrans.custom_gradient
+    def k(x):
+        return 2.0 * x, lambda g: 10.0 * g  # one argument: a bare cotangent is accepted
+
+    assert float(functrans.grad(k)(1.0)) == 10.0
+
+
+def test_custom_gradient_closes_over_forward_values_and_pytrees(x64):
+    # softplus with its gradient written from the forward pass's exp(x)
+    @functrans.custom_gradient
+    def softplus(x):
+        e = jnp.exp(x)
+        return jnp.log1p(e), lambda g: (g * e / (1.0 + e),)
+
+    x = np.linspace(-2.0, 2.0, 5)
+    np.testing.assert_allclose(softplus(x), np.log1p(np.exp(x)), rtol=1e-12)
+    check_grads(lambda v: jnp.sum(softplus(v)), (x,), order=1, modes=("rev",))
+    np.testing.assert_allclose(functrans.grad(lambda v: jnp.sum(softplus(v)))(x),
+                               1.0 / (1.0 + np.exp(-x)), rtol=1e-12)
+
+    @functrans.custom_gradient
+    def scale(p):
+        return {"y": p["a"] * p["b"]}, lambda g: ({"a": g["y"] * p["b"], "b": g["y"] * p["a"]},)
+
+    g = functrans.grad(lambda p: scale(p)["y"])({"a": 2.0, "b": 5.0})
+    assert (float(g["a"]), float(g["b"])) == (5.0, 2.0)
+
+
+def test_custom_gradient_keyword_arguments():
+    @functrans.custom_gradient
+    def f(x, scale=3.0):
+        return x * scale, lambda g: (g * 100.0, g * 0.0)
+
+    assert float(f(2.0, scale=4.0)) == 8.0
+    assert float(functrans.grad(lambda x: f(x, scale=4.0))(2.0)) == 100.0

@@ -9,6 +9,7 @@ import pytest
 
 import functrans
 from functrans import lax
+import functrans.numpy as jnp
 
 
 def test_debug_print_under_jit_vmap_grad(capsys):
@@ -104,3 +105,50 @@ def test_callback_under_pmap_sees_per_device_shapes():
     f(np.arange(2, dtype=np.float32))
     f(np.ones((2, 3), np.float32))
     assert sorted(shapes) == [(), (), (3,), (3,)]
+
+
+F32 = np.float32
+
+
+# =============================================================================================
+# debug_nans / debug_infs
+# =============================================================================================
+
+
+def test_debug_nans_config_with_jax_prefix_raises_and_is_restored():
+    assert functrans.config.jax_debug_nans is False
+    functrans.config.update("jax_debug_nans", True)
+    try:
+        assert functrans.config.jax_debug_nans is True and functrans.debug_nans.value
+        f = lambda x: jnp.log(x) * 2.0  # noqa: E731
+        with pytest.raises(FloatingPointError, match="log"):
+            functrans.jit(f)(F32(-1.0))
+        with pytest.raises(FloatingPointError, match="log"):
+            f(F32(-1.0))
+        # nested jit: the innermost primitive is named
+        with pytest.raises(FloatingPointError, match="'log'"):
+            functrans.jit(lambda x: functrans.jit(f)(x) + 1.0)(F32(-1.0))
+        # no NaN, no error; an inf is not a NaN
+        np.testing.assert_allclose(functrans.jit(f)(F32(1.0)), 0.0)
+        assert np.isinf(functrans.jit(lambda x: 1.0 / x)(F32(0.0)))
+    finally:
+        functrans.config.update("jax_debug_nans", False)
+    assert functrans.config.jax_debug_nans is False
+    assert np.isnan(functrans.jit(lambda x: jnp.log(x))(F32(-1.0)))
+
+
+def test_debug_nans_and_infs_context_managers():
+    assert not functrans.debug_infs.value
+    with functrans.debug_infs(True):
+        assert functrans.config.jax_debug_infs
+        with pytest.raises(FloatingPointError, match="inf.*'div'"):
+            functrans.jit(lambda x: 1.0 / x)(F32(0.0))
+        with pytest.raises(FloatingPointError, match="inf"):
+            jnp.exp(F32(1000.0))
+        np.testing.assert_allclose(jnp.exp(F32(0.0)), 1.0)
+    assert not functrans.config.jax_debug_infs
+    with functrans.debug_nans(True):
+        with pytest.raises(FloatingPointError, match="NaN"):
+            jnp.sqrt(F32(-1.0))
+    assert not functrans.config.jax_debug_nans
+    assert np.isnan(jnp.sqrt(F32(-1.0)))

@@ -14,7 +14,7 @@ import functrans.numpy as jnp
 import functrans.random as random
 from functrans import nn, optim
 from functrans.nn import initializers
-from functrans.test_util import check_grads
+from functrans.test_util import check_grads, x64
 
 X = np.array([-3.0, -1.0, -0.25, 0.0, 0.5, 2.0, 7.0], np.float32)
 
@@ -571,3 +571,115 @@ def test_optimizer_state_checkpoint_round_trip(tmp_path):
     u2, _ = opt.update(functrans.grad(_loss)(params), restored["opt"], restored["params"])
     for k in u1:
         np.testing.assert_array_equal(_np(u1[k]), _np(u2[k]))
+
+
+# =============================================================================================
+# nn: log1mexp, the less common activations, logmeanexp, delta_orthogonal
+# =============================================================================================
+
+
+def assert_same(actual, expected, dtype=None, atol=1e-6, rtol=1e-6):
+    """Values, shape and (when given) dtype of ``actual`` against NumPy's ``expected``."""
+    actual_np = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual_np.shape == expected.shape, (actual_np.shape, expected.shape)
+    if dtype is not None:
+        assert actual.dtype == np.dtype(dtype), (actual.dtype, dtype)
+    np.testing.assert_allclose(actual_np, expected, atol=atol, rtol=rtol)
+
+
+def _close(actual, expected, tol=2e-5):
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
+
+
+def _jit_equals_eager(f, *args, tol=1e-6):
+    eager = f(*args)
+    compiled = functrans.jit(f)(*args)
+    _close(compiled, eager, tol)
+
+
+def test_log1mexp():
+    x = np.array([1e-8, 1e-3, 0.3, np.log(2.0), 1.0, 5.0, 40.0])
+    # float64 reference from whichever classic form is accurate at each x (expm1 below 0.5,
+    # log1p above: a different switch point than the implementation's log 2)
+    with np.errstate(divide="ignore"):
+        reference = np.where(x < 0.5, np.log(-np.expm1(-x)), np.log1p(-np.exp(-x)))
+    with x64():
+        assert_same(nn.log1mexp(x), reference, np.float64, rtol=1e-14, atol=0)
+        check_grads(nn.log1mexp, (np.array([0.2, 0.5, 0.69, 0.7, 3.0]),), order=2)
+    got = nn.log1mexp(jnp.asarray(x, jnp.float32))
+    assert_same(got, reference, np.float32, rtol=2e-6, atol=1e-30)
+    assert nn.log1mexp(2).dtype == np.float32
+    assert np.isnan(float(nn.log1mexp(-1.0)))
+    assert float(nn.log1mexp(0.0)) == -np.inf
+    assert float(functrans.grad(nn.log1mexp)(0.0)) == np.inf  # not NaN
+    assert "log1mexp" in nn.__all__
+
+
+def _np_softplus(x):
+    return np.logaddexp(x, 0)
+
+
+NN_CASES = [
+    ("sparse_plus", nn.sparse_plus,
+     lambda x: np.where(x <= -1, 0, np.where(x >= 1, x, (x + 1) ** 2 / 4))),
+    ("sparse_sigmoid", nn.sparse_sigmoid, lambda x: np.clip((x + 1) / 2, 0, 1)),
+    ("squareplus", nn.squareplus, lambda x: (x + np.sqrt(x * x + 4)) / 2),
+    ("squareplus_b", lambda x: nn.squareplus(x, b=0.5), lambda x: (x + np.sqrt(x * x + 0.5)) / 2),
+    ("mish", nn.mish, lambda x: x * np.tanh(_np_softplus(x))),
+]
+
+
+@pytest.mark.parametrize("name,fn,reference", NN_CASES, ids=[c[0] for c in NN_CASES])
+def test_activation_matches_numpy(name, fn, reference):
+    x = np.linspace(-3, 3, 25)
+    got = fn(x.astype(np.float32))
+    assert got.dtype == np.float32
+    _close(got, reference(x), 2e-6)
+    _jit_equals_eager(fn, x.astype(np.float32))
+    # away from the kinks at +-1 of the sparse functions
+    smooth = np.array([-2.3, -0.4, 0.3, 1.7])
+    with x64():
+        check_grads(fn, (smooth,), order=2 if name != "sparse_sigmoid" else 1)
+
+
+def test_sparse_sigmoid_is_the_derivative_of_sparse_plus():
+    x = np.array([-2.5, -0.5, 0.0, 0.4, 2.0], np.float32)
+    derivative = functrans.vmap(functrans.grad(nn.sparse_plus))(x)
+    _close(derivative, nn.sparse_sigmoid(x))
+
+
+@pytest.mark.parametrize("axis,keepdims,masked", [(None, False, False), (1, False, False),
+                                                  ((0, 2), True, False), (-1, False, True)])
+def test_logmeanexp_matches_numpy(axis, keepdims, masked):
+    x = RNG.normal(size=(3, 4, 5)) * 3
+    where = RNG.random(size=x.shape) > 0.3 if masked else None
+    if masked:
+        where[..., 0] = True  # an empty slice has no mean
+    weights = np.ones_like(x) if where is None else where.astype(float)
+    expected = np.log(np.sum(np.exp(x) * weights, axis=axis, keepdims=keepdims)
+                      / np.sum(weights, axis=axis, keepdims=keepdims))
+    got = nn.logmeanexp(x.astype(np.float32), axis=axis, where=where, keepdims=keepdims)
+    _close(got, expected, 1e-5)
+    _close(nn.logmeanexp(np.array([1000.0, 1000.0], np.float32)), 1000.0)
+    with x64():
+        check_grads(lambda v: nn.logmeanexp(v, axis=axis, where=where, keepdims=keepdims),
+                    (x,), order=1)
+
+
+def test_delta_orthogonal():
+    for shape in [(3, 2, 5), (3, 3, 4, 4), (3, 3, 3, 2, 6)]:
+        w = np.asarray(nn.initializers.delta_orthogonal(scale=2.0)(random.PRNGKey(1), shape))
+        assert w.shape == shape and w.dtype == np.float32
+        centre = tuple((k - 1) // 2 for k in shape[:-2])
+        matrix = w[centre]
+        np.testing.assert_allclose(matrix @ matrix.T, 4 * np.eye(shape[-2]), atol=1e-5)
+        # nothing outside the centre of the window
+        assert np.abs(w).sum() == pytest.approx(np.abs(matrix).sum())
+    with pytest.raises(ValueError):
+        nn.initializers.delta_orthogonal()(random.PRNGKey(0), (3, 3))
+    with pytest.raises(ValueError):
+        nn.initializers.delta_orthogonal()(random.PRNGKey(0), (3, 5, 2))

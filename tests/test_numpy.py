@@ -16,6 +16,7 @@ import functrans
 import functrans.numpy as jnp
 from functrans.core import ConcretizationTypeError
 from functrans.test_util import check_grads, x64
+import io
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(0)
@@ -1267,3 +1268,684 @@ def test_matmul_never_copies_an_operand_across_the_other_batch():
     assert eqns[0].params["dimension_numbers"] == (((2,), (0,)), ((), ()))
     eqns = functrans.make_jaxpr(lambda x, w: x @ w)(x[:, :, :24], w.T).jaxpr.eqns
     assert all(e.primitive.name != "broadcast_in_dim" for e in eqns)
+
+
+# =============================================================================================
+# Helpers of the routine tests below
+# =============================================================================================
+
+
+def assert_same(actual, expected, dtype=None, atol=1e-6, rtol=1e-6):
+    """Values, shape and (when given) dtype of ``actual`` against NumPy's ``expected``."""
+    actual_np = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual_np.shape == expected.shape, (actual_np.shape, expected.shape)
+    if dtype is not None:
+        assert actual.dtype == np.dtype(dtype), (actual.dtype, dtype)
+    np.testing.assert_allclose(actual_np, expected, atol=atol, rtol=rtol)
+
+
+def _close(actual, expected, tol=2e-5):
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
+
+
+def _jit_equals_eager(f, *args, tol=1e-6):
+    eager = f(*args)
+    compiled = functrans.jit(f)(*args)
+    _close(compiled, eager, tol)
+
+
+# =============================================================================================
+# Scalar types, dtypes, warnings
+# =============================================================================================
+
+_NEW_NUMPY_NAMES = (
+    "bool", "ComplexWarning", "c_", "r_", "s_", "index_exp", "mgrid", "ogrid", "bartlett",
+    "blackman", "hamming", "hanning", "kaiser", "diag_indices_from", "tril_indices_from",
+    "triu_indices_from", "mask_indices", "put", "trim_zeros", "poly", "polydiv", "histogram2d",
+    "histogramdd", "matvec", "vecmat", "frombuffer", "fromstring", "fromiter", "fromfile",
+    "save", "load", "savez", "array_repr", "array_str", "printoptions", "get_printoptions",
+    "set_printoptions", "from_dlpack",
+)
+
+
+@pytest.mark.parametrize("name", _NEW_NUMPY_NAMES)
+def test_new_names_are_exported(name):
+    # each is exercised by a test below; here: reachable from functrans.numpy, JAX's spelling
+    assert name in vars(jnp), f"functrans.numpy.{name} is missing"
+
+
+def test_bool_is_bool_():
+    assert jnp.bool is jnp.bool_
+    assert jnp.zeros(2, jnp.bool).dtype == np.bool_
+    assert jnp.bool(3).dtype == np.bool_ and bool(jnp.bool(3))
+
+
+def test_complex_warning_is_numpys():
+    assert jnp.ComplexWarning is np.exceptions.ComplexWarning
+
+
+_ML_NAMES = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+             "float8_e4m3b11fnuz", "float8_e3m4", "float8_e4m3", "float8_e8m0fnu",
+             "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "int4", "uint4", "int2",
+             "uint2"]
+
+
+@pytest.mark.parametrize("name", [n for n in _ML_NAMES if hasattr(ml_dtypes, n)])
+def test_ml_dtypes_create_and_convert(name):
+    scalar_type = getattr(jnp, name)
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    assert np.dtype(scalar_type.dtype) == dtype
+    host = (np.array([1, 2, 0.5, 1], np.float32) if name.startswith("float")
+            else np.array([1, 0, 1, 1]))
+    expected = host.astype(dtype)
+    x = jnp.asarray(host, dtype=scalar_type)
+    assert x.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(x).astype(np.float32), expected.astype(np.float32))
+    # converting back, eagerly and compiled
+    back = x.astype(jnp.float32)
+    assert back.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(back), expected.astype(np.float32))
+    compiled = functrans.jit(lambda a: a.astype(jnp.float32))(x)
+    np.testing.assert_array_equal(np.asarray(compiled), expected.astype(np.float32))
+    assert scalar_type(1).dtype == dtype
+    np.testing.assert_array_equal(np.asarray(x.reshape(2, 2)[1]).astype(np.float32),
+                                  expected.astype(np.float32)[2:])
+
+
+def test_ml_dtypes_arithmetic_within_one_type():
+    x = jnp.asarray(np.array([1.0, 2.0], np.float32), dtype=jnp.float8_e4m3fn)
+    for y in (x + x, functrans.jit(lambda v: v + v)(x)):
+        assert y.dtype == jnp.float8_e4m3fn
+        np.testing.assert_array_equal(np.asarray(y).astype(np.float32), [2.0, 4.0])
+
+
+# =============================================================================================
+# Index tricks
+# =============================================================================================
+
+@pytest.mark.parametrize("key", [
+    (slice(0, 3), slice(0, 2)), slice(0, 1, 5j), slice(0.0, 1, 0.25), slice(-3, 0),
+    slice(1, 5, 2), (slice(0, 2), slice(0.0, 1, 0.5)), (slice(0, 1, 3j), slice(2, 4)),
+])
+def test_mgrid_ogrid_match_numpy(key):
+    expected_m = np.mgrid[key]
+    got = jnp.mgrid[key]
+    dtype = np.int32 if expected_m.dtype.kind == "i" else np.float32
+    assert_same(got, expected_m, dtype)
+    expected_o = np.ogrid[key]
+    got_o = jnp.ogrid[key]
+    if isinstance(expected_o, (list, tuple)):
+        assert isinstance(got_o, list) and len(got_o) == len(expected_o)
+        for g, e in zip(got_o, expected_o):
+            assert_same(g, e, dtype)
+    else:
+        assert_same(got_o, expected_o, dtype)
+
+
+def test_mgrid_rejects_non_slices():
+    with pytest.raises(TypeError, match="mgrid"):
+        jnp.mgrid[3, 4]
+
+
+@pytest.mark.parametrize("build", [
+    lambda m: m.r_[1:4, 0, np.array([7, 8])],
+    lambda m: m.r_["-1", np.ones((2, 2)), np.zeros((2, 1))],
+    lambda m: m.r_["0,2", [1, 2, 3], [4, 5, 6]],
+    lambda m: m.r_["0,2,0", [1, 2, 3], [4, 5, 6]],
+    lambda m: m.r_["0,3,1", [1, 2], [3, 4]],
+    lambda m: m.r_["0,3,-2", [1, 2], [3, 4]],
+    lambda m: m.r_["1", np.ones((2, 2)), np.zeros((2, 2))],
+    lambda m: m.r_[-1:1:6j, [0] * 3, 5, 6],
+    lambda m: m.r_[np.ones((2, 2)), [[3, 4]]],
+    lambda m: m.c_[np.array([1, 2, 3]), np.array([4, 5, 6])],
+    lambda m: m.c_[np.array([[1, 2, 3]]), 0, 0, np.array([[4, 5, 6]])],
+    lambda m: m.c_[1:3, 4:6],
+    lambda m: m.c_[[1, 2]],
+])
+def test_r_c_match_numpy(build):
+    expected = build(np)
+    got = build(jnp)
+    assert_same(got, expected, np.int32 if expected.dtype.kind == "i" else np.float32)
+
+
+def test_r_matrix_directives():
+    assert_same(jnp.r_["r", [1, 2], [3, 4]], [[1, 2, 3, 4]], np.int32)
+    assert_same(jnp.r_["c", [1, 2], [3, 4]], [[1], [2], [3], [4]], np.int32)
+    with pytest.raises(ValueError, match="directive"):
+        jnp.r_["bogus", [1]]
+
+
+def test_r_promotes_like_concatenate():
+    assert jnp.r_[jnp.array([1], jnp.int8), 5].dtype == np.int8
+    assert jnp.r_[True, False].dtype == np.bool_
+
+
+def test_s_and_index_exp():
+    assert jnp.s_[1:2, ::3] == np.s_[1:2, ::3]
+    assert jnp.index_exp[2] == (2,)
+
+
+# =============================================================================================
+# Window functions
+# =============================================================================================
+
+@pytest.mark.parametrize("name", ["bartlett", "blackman", "hamming", "hanning"])
+@pytest.mark.parametrize("M", [0, 1, 2, 5, 8])
+def test_windows_match_numpy(name, M):
+    assert_same(getattr(jnp, name)(M), getattr(np, name)(M), np.float32, atol=1e-6)
+
+
+@pytest.mark.parametrize("M", [0, 1, 2, 5, 8])
+def test_kaiser_matches_numpy(M):
+    assert_same(jnp.kaiser(M, 3.5), np.kaiser(M, 3.5), np.float32, atol=1e-6, rtol=1e-5)
+
+
+def test_windows_are_float64_with_x64():
+    with x64():
+        assert jnp.hamming(4).dtype == np.float64
+        assert_same(jnp.kaiser(6, 2.0), np.kaiser(6, 2.0), np.float64, atol=1e-12, rtol=1e-12)
+
+
+def test_kaiser_beta_traced_and_differentiable():
+    compiled = functrans.jit(jnp.kaiser, static_argnums=0)(5, 2.0)
+    assert_same(compiled, jnp.kaiser(5, 2.0), atol=1e-6)
+    with x64():
+        check_grads(lambda b: jnp.kaiser(6, b), (np.float64(1.7),), order=1)
+
+
+def test_window_length_must_be_static():
+    with pytest.raises(TypeError):
+        functrans.jit(jnp.hanning)(4)
+
+
+# =============================================================================================
+# Index helpers
+# =============================================================================================
+
+def test_indices_from_match_numpy():
+    a = np.ones((3, 3, 3))
+    for g, e in zip(jnp.diag_indices_from(a), np.diag_indices_from(a)):
+        assert_same(g, e, np.int32)
+    for k in (-1, 0, 2):
+        for g, e in zip(jnp.tril_indices_from(np.ones((3, 4)), k),
+                        np.tril_indices_from(np.ones((3, 4)), k)):
+            assert_same(g, e, np.int32)
+        for g, e in zip(jnp.triu_indices_from(jnp.ones((4, 3)), k),
+                        np.triu_indices_from(np.ones((4, 3)), k)):
+            assert_same(g, e, np.int32)
+    with pytest.raises(ValueError, match="equal"):
+        jnp.diag_indices_from(jnp.ones((3, 2)))
+    with pytest.raises(ValueError, match="2-D"):
+        jnp.tril_indices_from(jnp.ones(3))
+
+
+def test_mask_indices():
+    for g, e in zip(jnp.mask_indices(4, jnp.triu, 1), np.mask_indices(4, np.triu, 1)):
+        assert_same(g, e, np.int32)
+    rows, cols = jnp.mask_indices(3, jnp.triu, 1, size=5)
+    assert_same(rows, [0, 0, 1, 0, 0])
+    assert_same(cols, [1, 2, 2, 0, 0])
+
+
+# =============================================================================================
+# put, trim_zeros
+# =============================================================================================
+
+@pytest.mark.parametrize("mode", [None, "clip", "wrap"])
+def test_put_matches_numpy(mode):
+    a = np.arange(6.0).reshape(2, 3)
+    ind = np.array([0, 2, 7, -1, -8]) if mode else np.array([0, 2, -1, 4])
+    v = np.array([10.0, 20.0])
+    expected = a.copy()
+    np.put(expected, ind, v, mode=mode or "raise")
+    assert_same(jnp.put(a, jnp.asarray(ind), jnp.asarray(v), mode=mode, inplace=False),
+                expected, np.float32)
+
+
+def test_put_drops_out_of_range_by_default_and_casts():
+    out = jnp.put(jnp.arange(5), jnp.array([1, 9]), jnp.array([2.7, 3.3]), inplace=False)
+    assert_same(out, [0, 2, 2, 3, 4], np.int32)
+
+
+def test_put_errors_and_transforms():
+    with pytest.raises(ValueError, match="inplace=False"):
+        jnp.put(jnp.arange(3), jnp.array([0]), 1)
+    with pytest.raises(NotImplementedError, match="raise"):
+        jnp.put(jnp.arange(3), jnp.array([0]), 1, mode="raise", inplace=False)
+    f = lambda a, v: jnp.put(a, jnp.array([0, 3]), v, inplace=False)  # noqa: E731
+    a, v = jnp.arange(8.0).reshape(2, 4), jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    assert_same(functrans.jit(f)(a, v[0]), f(a, v[0]))
+    batched = functrans.vmap(f, in_axes=(None, 0))(a, v)
+    assert_same(batched, np.stack([np.asarray(f(a, row)) for row in v]))
+    with x64():
+        check_grads(lambda a, v: f(a, v), (np.arange(8.0).reshape(2, 4), np.array([1.0, 2.0])),
+                    order=1)
+
+
+@pytest.mark.parametrize("value,trim", [
+    ([0, 0, 1, 2, 0, 3, 0, 0], "fb"), ([0, 0, 1, 2, 0, 3, 0, 0], "f"),
+    ([0, 0, 1, 2, 0, 3, 0, 0], "b"), ([0.0, 0.0], "fb"), ([], "fb"), ([1, 0], "B"),
+])
+def test_trim_zeros_1d(value, trim):
+    a = np.array(value)
+    expected = np.trim_zeros(a, trim)
+    got = jnp.trim_zeros(jnp.asarray(a), trim)
+    assert_same(got, expected)
+
+
+def test_trim_zeros_nd():
+    a = np.zeros((4, 5), np.int32)
+    a[1, 2] = a[2, 3] = 7
+    assert_same(jnp.trim_zeros(a), np.trim_zeros(a))
+    assert_same(jnp.trim_zeros(a, axis=1), np.trim_zeros(a, axis=1))
+    assert_same(jnp.trim_zeros(a, "f", axis=0), np.trim_zeros(a, "f", axis=0))
+    assert jnp.trim_zeros(jnp.zeros((3, 3))).shape == (0, 0)
+    with pytest.raises(functrans.ConcretizationTypeError):
+        functrans.jit(jnp.trim_zeros)(jnp.array([0, 1, 0]))
+
+
+# =============================================================================================
+# poly, polydiv
+# =============================================================================================
+
+def test_poly_matches_numpy():
+    assert_same(jnp.poly(jnp.array([1.0, 2.0, 3.0])), np.poly([1.0, 2.0, 3.0]), np.float32)
+    assert_same(jnp.poly(jnp.array([1, 2])), np.poly([1, 2]), np.float32)
+    assert_same(jnp.poly(2.0), np.poly([2.0]), np.float32)
+    empty = jnp.poly(jnp.array([]))
+    assert empty.shape == () and float(empty) == 1.0
+    roots = np.array([1 + 1j, 1 - 1j, 0.5j])
+    assert_same(jnp.poly(roots), np.poly(roots), np.complex64, atol=1e-5)
+
+
+def test_poly_of_matrix_is_its_characteristic_polynomial():
+    a = np.random.default_rng(0).normal(size=(4, 4))
+    got = jnp.poly(a.astype(np.float32))
+    assert got.dtype == np.complex64  # as JAX (its route goes through complex eigenvalues)
+    assert_same(got, np.poly(a), atol=1e-4, rtol=1e-4)
+
+
+def test_poly_gradient():
+    with x64():
+        check_grads(jnp.poly, (np.array([0.3, -1.2, 2.0]),), order=2)
+
+
+@pytest.mark.parametrize("u,v", [
+    ([1.0, -3.0, 2.0], [1.0, -1.0]), ([1.0, 2.0, 3.0, 4.0], [2.0, 1.0]),
+    ([1.0], [1.0, 2.0, 3.0]), ([1, 2, 3], [1, 1]), ([3.0, 1.0, 4.0, 1.0, 5.0], [2.0, 7.0, 1.0]),
+])
+def test_polydiv_matches_numpy(u, v):
+    q, r = jnp.polydiv(jnp.asarray(u), jnp.asarray(v))
+    q_np, r_np = np.polydiv(np.asarray(u, float), np.asarray(v, float))
+    assert_same(q, q_np, np.float32, atol=1e-5)
+    # the remainder keeps u's length; its trailing part is NumPy's remainder
+    assert r.shape == (len(u),)
+    assert_same(r[len(u) - len(r_np):], r_np, atol=1e-5)
+    assert_same(r[:len(u) - len(r_np)], np.zeros(len(u) - len(r_np)), atol=1e-5)
+    q2, r2 = jnp.polydiv(jnp.asarray(u), jnp.asarray(v), trim_leading_zeros=True)
+    if np.any(np.abs(r_np) > 1e-3):
+        assert_same(r2, np.trim_zeros(r_np, "f"), atol=1e-5)
+
+
+def test_polydiv_jit_and_grad():
+    u, v = np.array([1.0, 2.0, 3.0, 4.0]), np.array([2.0, 1.0])
+    q, r = functrans.jit(jnp.polydiv)(u, v)
+    q0, r0 = jnp.polydiv(u, v)
+    assert_same(q, q0)
+    assert_same(r, r0)
+    with x64():
+        check_grads(lambda u, v: jnp.polydiv(u, v), (u, v), order=1)
+
+
+# =============================================================================================
+# histogram2d, histogramdd
+# =============================================================================================
+
+_X = np.array([0.1, 0.5, 0.9, 0.3, 1.0, 0.65, 0.2])
+_Y = np.array([0.2, 0.8, 0.4, 0.4, 0.0, 0.95, 0.33])
+_Z = np.array([0.3, 0.2, 0.1, 0.9, 0.5, 0.7, 0.6])
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(bins=3), dict(bins=[2, 3], range=[[0, 1], [0, 1]]), dict(bins=[2, 3], density=True),
+    dict(bins=[np.array([0.0, 0.5, 1.0]), 3]), dict(bins=np.array([0.0, 0.3, 0.6, 1.0])),
+    dict(bins=4, weights=np.arange(7.0)), dict(bins=2, range=[[0.2, 0.8], [0.0, 0.5]]),
+])
+def test_histogram2d_matches_numpy(kwargs):
+    hist, xe, ye = jnp.histogram2d(_X, _Y, **kwargs)
+    h_np, xe_np, ye_np = np.histogram2d(_X, _Y, **kwargs)
+    counts = "weights" not in kwargs and not kwargs.get("density")
+    assert hist.dtype == (np.int32 if counts else np.float32)
+    assert_same(hist, h_np, atol=1e-5, rtol=1e-5)
+    assert_same(xe, xe_np, np.float32, atol=1e-6)
+    assert_same(ye, ye_np, np.float32, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(bins=2), dict(bins=[2, 3, 1]), dict(bins=3, density=True),
+    dict(bins=2, range=[None, (0, 0.5), (0, 1)]), dict(bins=2, weights=np.arange(7)),
+])
+def test_histogramdd_matches_numpy(kwargs):
+    sample = np.stack([_X, _Y, _Z], axis=1)
+    hist, edges = jnp.histogramdd(sample, **kwargs)
+    h_np, edges_np = np.histogramdd(sample, **kwargs)
+    assert_same(hist, h_np, atol=1e-5, rtol=1e-5)
+    assert isinstance(edges, list) and len(edges) == 3
+    for e, e_np in zip(edges, edges_np):
+        assert_same(e, e_np, np.float32, atol=1e-6)
+    if "weights" in kwargs:
+        assert hist.dtype == np.float32  # integer weights are promoted
+
+
+def test_histogramdd_jit_and_errors():
+    sample = np.stack([_X, _Y], axis=1).astype(np.float32)
+    compiled = functrans.jit(lambda s: jnp.histogramdd(s, bins=3)[0])(sample)
+    assert_same(compiled, jnp.histogramdd(sample, bins=3)[0])
+    with pytest.raises(ValueError, match="2-D"):
+        jnp.histogramdd(_X, bins=2)
+
+
+# =============================================================================================
+# matvec, vecmat
+# =============================================================================================
+
+def _matvec_np(a, b):
+    return np.einsum("...mn,...n->...m", a, b)
+
+
+def _vecmat_np(a, b):
+    return np.einsum("...n,...nm->...m", np.conj(a), b)
+
+
+@pytest.mark.parametrize("shapes", [((3, 4), (4,)), ((2, 3, 4), (4,)), ((2, 1, 3, 4), (5, 4))])
+def test_matvec_vecmat_match_numpy(shapes):
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=shapes[0]).astype(np.float32)
+    b = rng.normal(size=shapes[1]).astype(np.float32)
+    assert_same(jnp.matvec(a, b), _matvec_np(a, b), np.float32, atol=1e-5)
+    m = np.swapaxes(a, -1, -2)
+    assert_same(jnp.vecmat(b, m), _vecmat_np(b, m), np.float32, atol=1e-5)
+
+
+def test_vecmat_conjugates_and_int_dtype():
+    x, m = np.array([1j, 2]), np.array([[1, 2], [3, 4j]])
+    assert_same(jnp.vecmat(x, m), _vecmat_np(x, m), np.complex64)
+    assert jnp.matvec(jnp.ones((2, 3), jnp.int32), jnp.arange(3)).dtype == np.int32
+    with pytest.raises(ValueError):
+        jnp.matvec(jnp.ones(3), jnp.ones(3))
+    with pytest.raises(ValueError):
+        jnp.matvec(jnp.ones((3, 2)), jnp.ones(3))
+
+
+def test_matvec_transforms():
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(5, 3, 4)), rng.normal(size=(5, 4))
+    batched = functrans.vmap(jnp.matvec)(a.astype(np.float32), b.astype(np.float32))
+    loop = np.stack([np.asarray(jnp.matvec(a[i].astype(np.float32), b[i].astype(np.float32)))
+                     for i in range(5)])
+    assert_same(batched, loop, atol=1e-5)
+    assert_same(functrans.jit(jnp.vecmat)(b[0], a[0].T), jnp.vecmat(b[0], a[0].T), atol=1e-5)
+    with x64():
+        check_grads(jnp.matvec, (a[0], b[0]), order=1)
+        check_grads(jnp.vecmat, (b[0], a[0].T), order=1)
+
+
+# =============================================================================================
+# Host-side creation, save/load, printing, DLPack
+# =============================================================================================
+
+def test_from_buffer_string_iter_file(tmp_path):
+    assert_same(jnp.frombuffer(b"\x01\x02\x03", dtype=jnp.uint8), [1, 2, 3], np.uint8)
+    data = np.array([1.5, 2.5, 3.5], np.float32).tobytes()
+    assert_same(jnp.frombuffer(data, dtype=np.float32, count=2, offset=4), [2.5, 3.5])
+    assert_same(jnp.frombuffer(np.arange(3.0).tobytes()), [0.0, 1.0, 2.0], np.float32)
+    assert_same(jnp.fromstring("1, 2, 3", dtype=int, sep=","), [1, 2, 3], np.int32)
+    assert_same(jnp.fromiter((i * i for i in range(4)), dtype=float), [0, 1, 4, 9], np.float32)
+    path = tmp_path / "raw.bin"
+    np.arange(5, dtype=np.int16).tofile(path)
+    assert_same(jnp.fromfile(path, dtype=np.int16), np.arange(5), np.int16)
+    with x64():
+        assert jnp.frombuffer(np.arange(3.0).tobytes()).dtype == np.float64
+
+
+def test_save_load_savez(tmp_path):
+    f = io.BytesIO()
+    jnp.save(f, jnp.arange(3.0))
+    f.seek(0)
+    loaded = jnp.load(f)
+    assert isinstance(loaded, functrans.Array)
+    assert_same(loaded, [0.0, 1.0, 2.0], np.float32)
+    f = io.BytesIO()
+    jnp.save(f, jnp.array([1.5, -2.0], dtype=jnp.bfloat16))
+    f.seek(0)
+    restored = jnp.load(f)
+    assert restored.dtype == jnp.bfloat16
+    assert_same(restored.astype(jnp.float32), [1.5, -2.0])
+    path = tmp_path / "arrays.npz"
+    jnp.savez(path, jnp.ones(2), b=jnp.arange(3))
+    archive = jnp.load(path)
+    assert_same(archive["arr_0"], [1.0, 1.0])
+    assert_same(archive["b"], [0, 1, 2])
+
+
+def test_printing():
+    x = jnp.array([1.0, 2.5])
+    assert jnp.array_repr(x) == repr(x)
+    assert jnp.array_repr(x, precision=1) == "Array([1. , 2.5], dtype=float32)"
+    assert jnp.array_repr(np.arange(2)) == np.array_repr(np.arange(2))
+    assert jnp.array_str(x) == np.array_str(np.asarray(x))
+    with jnp.printoptions(precision=2):
+        assert jnp.get_printoptions()["precision"] == 2
+        assert repr(jnp.array([1.23456])) == "Array([1.23], dtype=float32)"
+    old = jnp.get_printoptions()["precision"]
+    try:
+        jnp.set_printoptions(precision=3)
+        assert np.get_printoptions()["precision"] == 3
+    finally:
+        jnp.set_printoptions(precision=old)
+
+
+def test_from_dlpack_copies():
+    host = np.arange(4.0)
+    x = jnp.from_dlpack(host)
+    assert x.dtype == np.float32
+    host[0] = 100.0
+    assert float(x[0]) == 0.0
+    assert_same(jnp.from_dlpack(jnp.arange(3)), [0, 1, 2], np.int32)
+
+
+def test_narrow_ml_dtypes_sort_and_refuse_implicit_promotion():
+    import ml_dtypes
+    ints = np.array([3, -2, 1, -8, 7], dtype=ml_dtypes.int4)
+    np.testing.assert_array_equal(np.asarray(jnp.sort(jnp.asarray(ints))).astype(np.int8),
+                                  [-8, -2, 1, 3, 7])
+    floats = np.array([3, -2, 0.5, -448, np.nan], dtype=ml_dtypes.float8_e4m3fn)
+    got = np.asarray(jnp.sort(jnp.asarray(floats))).astype(np.float32)
+    np.testing.assert_array_equal(got[:4], [-448, -2, 0.5, 3])
+    assert np.isnan(got[4])
+    with pytest.raises(TypeError, match="no implicit promotion"):
+        jnp.asarray(ints) + jnp.asarray(floats)
+    assert (jnp.asarray(ints) + 1).dtype == ml_dtypes.int4
+
+
+# =============================================================================================
+# Polynomials, block, piecewise, functional writes, unwrap, i0, spacing, packbits, einsum_path
+# =============================================================================================
+
+
+@pytest.mark.parametrize("coefficients", [
+    [1.0, -3.0, 2.0], [2.0, 0.0, -8.0, 1.5, 1.0], [0.0, 0.0, 1.0, -1.0, 0.0, 0.0],
+    [3.0], [0.0, 0.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]])
+def test_roots_matches_numpy(coefficients):
+    expected = np.sort_complex(np.roots(coefficients))
+    got = np.sort_complex(np.asarray(jnp.roots(jnp.array(coefficients))))
+    assert got.dtype == np.complex64
+    _close(got, expected.astype(np.complex64), 1e-4)
+
+
+def test_roots_without_stripping_marks_leading_zeros_nan():
+    p = jnp.array([0.0, 1.0, -3.0, 2.0])
+    got = np.asarray(jnp.roots(p, strip_zeros=False))
+    assert got.shape == (3,) and np.isnan(got).sum() == 1
+    _close(np.sort_complex(got[~np.isnan(got)]), np.array([1.0, 2.0], np.complex64), 1e-4)
+    compiled = np.asarray(functrans.jit(lambda q: jnp.roots(q, strip_zeros=False))(p))
+    _close(np.sort_complex(compiled), np.sort_complex(got), 1e-4)
+
+
+def test_block_matches_numpy():
+    a, b = RNG.normal(size=(2, 2)), RNG.normal(size=(2, 3))
+    c, d = RNG.normal(size=(1, 2)), RNG.normal(size=(1, 3))
+    _close(jnp.block([[a, b], [c, d]]), np.block([[a, b], [c, d]]))
+    _close(jnp.block([1.0, np.arange(3.0)]), np.block([1.0, np.arange(3.0)]))
+    _close(jnp.block([[[a]], [[a]]]), np.block([[[a]], [[a]]]))
+    with pytest.raises(ValueError):
+        jnp.block([[a], a])
+    with pytest.raises(TypeError):
+        jnp.block((a, a))
+    with x64():
+        check_grads(lambda x, y: jnp.block([[x, y]]), (a, b), order=1)
+
+
+def test_piecewise_matches_numpy():
+    x = np.linspace(-3, 3, 13)
+    conds = [x < -1, x > 1]
+    funcs = [lambda v: -v, lambda v: v ** 2, 0.5]
+    expected = np.piecewise(x, conds, funcs)
+    _close(jnp.piecewise(x, conds, funcs), expected)
+    # one condition array, and funclist without a default
+    _close(jnp.piecewise(x, x > 0, [jnp.sin]), np.piecewise(x, x > 0, [np.sin]))
+    _close(jnp.piecewise(x, [x > 0, x > 2], [1.0, 2.0]), np.piecewise(x, [x > 0, x > 2], [1, 2]))
+    fn = lambda v: jnp.piecewise(v, [v < 0], [lambda t: t * t, lambda t: jnp.exp(t)])  # noqa
+    _jit_equals_eager(fn, x.astype(np.float32))
+    with x64():
+        check_grads(fn, (x + 0.01,), order=1)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, None])
+def test_put_along_axis_matches_numpy(axis):
+    arr = RNG.normal(size=(3, 4)).astype(np.float32)
+    if axis is None:
+        indices = np.array([0, 5, -1])
+        values = np.array([1.0, 2.0, 3.0], np.float32)
+    else:
+        indices = np.argsort(arr, axis=axis).take([0, -1], axis=axis % 2)
+        values = np.float32(9.0)
+    expected = arr.copy()
+    np.put_along_axis(expected, indices, values, axis)
+    got = jnp.put_along_axis(arr, indices, values, axis, inplace=False)
+    _close(got, expected)
+    with pytest.raises(ValueError, match="inplace"):
+        jnp.put_along_axis(arr, indices, values, axis)
+
+
+def test_put_along_axis_grad_and_jit():
+    indices = np.array([[1], [0], [2]])
+    f = lambda a, v: jnp.put_along_axis(a, indices, v, axis=1, inplace=False)  # noqa: E731
+    _jit_equals_eager(f, RNG.normal(size=(3, 3)).astype(np.float32),
+                      RNG.normal(size=(3, 1)).astype(np.float32))
+    with x64():
+        check_grads(f, (RNG.normal(size=(3, 3)), RNG.normal(size=(3, 1))), order=1)
+
+
+@pytest.mark.parametrize("shape,val,wrap", [((4, 4), 5.0, False), ((5, 2), [1.0, 2.0, 3.0], True),
+                                            ((5, 2), [1.0, 2.0], False), ((2, 5), 7.0, False),
+                                            ((3, 3, 3), [1.0, 2.0], False)])
+def test_fill_diagonal_matches_numpy(shape, val, wrap):
+    a = RNG.normal(size=shape)
+    expected = a.copy()
+    np.fill_diagonal(expected, val, wrap=wrap)
+    _close(jnp.fill_diagonal(a, jnp.asarray(val), wrap=wrap, inplace=False), expected)
+    with pytest.raises(ValueError, match="inplace"):
+        jnp.fill_diagonal(a, val)
+
+
+def test_fill_diagonal_grad_and_jit():
+    f = lambda a, v: jnp.fill_diagonal(a, v, inplace=False)  # noqa: E731
+    _jit_equals_eager(f, np.ones((3, 3), np.float32), np.float32(2.0))
+    with x64():
+        check_grads(f, (RNG.normal(size=(3, 4)), RNG.normal(size=(3,))), order=1)
+
+
+def test_place_matches_numpy():
+    arr = RNG.normal(size=(3, 4))
+    mask = arr > 0
+    vals = np.array([10.0, 20.0, 30.0])
+    expected = arr.copy()
+    np.place(expected, mask, vals)
+    _close(jnp.place(arr, mask, vals, inplace=False), expected)
+    _close(jnp.place(arr, np.zeros_like(mask), vals, inplace=False), arr)
+    with pytest.raises(ValueError, match="inplace"):
+        jnp.place(arr, mask, vals)
+    with x64():
+        check_grads(lambda a, v: jnp.place(a, mask, v, inplace=False), (arr, vals), order=1)
+
+
+@pytest.mark.parametrize("axis,period,discont", [(-1, 2 * np.pi, None), (0, 2 * np.pi, 4.0),
+                                                 (1, 6.0, None)])
+def test_unwrap_matches_numpy(axis, period, discont):
+    p = np.cumsum(RNG.uniform(-4, 4, size=(6, 7)), axis=axis)
+    expected = np.unwrap(p, discont=discont, axis=axis, period=period)
+    with x64():
+        _close(jnp.unwrap(p, discont=discont, axis=axis, period=period), expected, 1e-10)
+        check_grads(lambda q: jnp.unwrap(q, axis=axis), (p,), order=1)
+    _jit_equals_eager(lambda q: jnp.unwrap(q, axis=axis), p.astype(np.float32), tol=1e-5)
+
+
+def test_i0_matches_numpy():
+    x = np.concatenate([np.linspace(-30, 30, 121), [19.99, 20.0, 20.01, 0.0, 85.0]])
+    with x64():
+        got = np.asarray(jnp.i0(x))
+        np.testing.assert_allclose(got, np.i0(x), rtol=1e-13)
+        # the derivative of I0 is I1 (checked here against a power series)
+        pts = np.array([-3.0, -0.5, 0.0, 0.7, 2.5, 25.0])
+        check_grads(jnp.i0, (pts,), order=2)
+    got32 = jnp.i0(x.astype(np.float32))
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got32), np.i0(x), rtol=2e-6)
+    assert jnp.i0(jnp.arange(3)).dtype == np.float32
+    _jit_equals_eager(jnp.i0, x.astype(np.float32), tol=1e-6 * np.i0(85.0))
+
+
+def test_spacing_matches_numpy():
+    x = np.array([1.0, -1.0, 0.0, -0.0, 1e-30, 3e5, -7.5, np.inf, np.nan], np.float32)
+    _close(jnp.spacing(x), np.spacing(x), 0)
+    with x64():
+        x64_values = x.astype(np.float64)
+        got = jnp.spacing(x64_values)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(np.asarray(got), np.spacing(x64_values))
+    _jit_equals_eager(jnp.spacing, np.array([1.0, -2.5, 1e3], np.float32), tol=0)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+@pytest.mark.parametrize("bitorder", ["big", "little"])
+def test_packbits_unpackbits_match_numpy(axis, bitorder):
+    a = RNG.integers(0, 2, size=(5, 11)).astype(np.uint8)
+    packed = np.packbits(a, axis=axis, bitorder=bitorder)
+    got = jnp.packbits(a, axis=axis, bitorder=bitorder)
+    assert got.dtype == np.uint8
+    np.testing.assert_array_equal(np.asarray(got), packed)
+    np.testing.assert_array_equal(np.asarray(jnp.packbits(a.astype(bool) * 3, axis=axis,
+                                                          bitorder=bitorder)), packed)
+    for count in (None, 3, -2, 200):
+        if count == 200 and axis is not None:
+            continue
+        expected = np.unpackbits(packed, axis=axis, count=count, bitorder=bitorder)
+        got = jnp.unpackbits(packed, axis=axis, count=count, bitorder=bitorder)
+        np.testing.assert_array_equal(np.asarray(got), expected)
+    _jit_equals_eager(lambda v: jnp.unpackbits(jnp.packbits(v, axis=axis), axis=axis), a, tol=0)
+
+
+@pytest.mark.parametrize("subscripts,shapes", [
+    ("ij,jk,kl->il", [(2, 3), (3, 40), (40, 5)]),
+    ("bij,bjk->bik", [(4, 2, 3), (4, 3, 5)]),
+    ("i,i->", [(7,), (7,)])])
+def test_einsum_path_matches_numpy(subscripts, shapes):
+    operands = [np.ones(s, np.float32) for s in shapes]
+    path, text = jnp.einsum_path(subscripts, *operands)
+    expected_path, expected_text = np.einsum_path(subscripts, *operands, optimize="greedy")
+    assert path == expected_path and text == expected_text

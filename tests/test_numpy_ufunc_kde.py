@@ -212,3 +212,39 @@ def test_public_names():
     times = jnp.ufunc(lambda x, y: x * y, 2, 1, identity=1)
     np.testing.assert_allclose(np.asarray(times.reduce(jnp.arange(1.0, 5.0))), 24.0)
     assert isinstance(jnp.frompyfunc(lambda x: x, 1, 1), ufunc)
+
+
+def _close(actual, expected, tol=2e-5):
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
+
+
+def _jit_equals_eager(f, *args, tol=1e-6):
+    eager = f(*args)
+    compiled = functrans.jit(f)(*args)
+    _close(compiled, eager, tol)
+
+
+def test_frompyfunc_ufunc_methods():
+    add = jnp.frompyfunc(lambda x, y: x + y, 2, 1, identity=0)
+    hyp = jnp.frompyfunc(lambda x, y: jnp.sqrt(x * x + y * y), nin=2, nout=1)
+    a = RNG.normal(size=(3, 4)).astype(np.float32)
+    b = RNG.normal(size=(4,)).astype(np.float32)
+    _close(hyp(a, b), np.hypot(a, b))
+    _close(add.reduce(a, axis=1), a.sum(axis=1))
+    _close(add.reduce(a, axis=None), a.sum(), 1e-5)
+    _close(add.reduce(a, axis=0, keepdims=True, initial=2.0), a.sum(0, keepdims=True) + 2)
+    _close(hyp.reduce(a, axis=0), np.sqrt((a ** 2).sum(0)), 1e-5)
+    _close(add.accumulate(a, axis=1), np.cumsum(a, axis=1), 1e-5)
+    _close(add.outer(b, b[:3]), np.add.outer(b, b[:3]))
+    expected = a.copy()
+    np.add.at(expected, (np.array([0, 0, 2]), np.array([1, 1, 3])), 1.5)
+    _close(add.at(a, (np.array([0, 0, 2]), np.array([1, 1, 3])), 1.5, inplace=False), expected)
+    with pytest.raises(NotImplementedError, match="inplace"):
+        add.at(a, 0, 1.0)  # arrays are immutable, as in JAX
+    _jit_equals_eager(lambda v: add.reduce(v, axis=0), a, tol=1e-6)
+    with x64():
+        check_grads(lambda v: hyp.reduce(v, axis=1), (np.abs(a.astype(np.float64)) + 0.5,),
+                    order=1)

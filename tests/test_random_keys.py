@@ -275,3 +275,19 @@ def test_checkpoints_save_and_restore_key_arrays(tmp_path):
         # the restored key draws what the saved one did
         np.testing.assert_array_equal(np.asarray(random.normal(restored["key"], (2,))),
                                       np.asarray(random.normal(state["key"], (2,))))
+
+
+def test_key_impl_and_key_dtype():
+    assert random.key_impl(random.PRNGKey(0)) == "threefry2x32"
+    assert random.key_impl(random.split(random.PRNGKey(0), 3)) == "threefry2x32"
+    assert random.key_impl(random.key(1)) == "threefry2x32"
+    with pytest.raises(TypeError, match="uint32"):
+        random.key_impl(jnp.zeros(3))
+    # the dtype of typed keys (random.key), as in JAX; raw keys stay uint32
+    assert random.key_dtype() == random.key(0).dtype and str(random.key_dtype()) == "key<fry>"
+    assert random.key_dtype("threefry2x32") == random.key_dtype() != np.uint32
+    assert random.PRNGKey(0).dtype == np.uint32
+    with pytest.raises(NotImplementedError):
+        random.key_dtype("rbg")
+    with pytest.raises(ValueError):
+        random.key_dtype("nonsense")

@@ -23,6 +23,7 @@ import functrans.tree as tree
 from functrans import _dtypes, tree_util
 from functrans.flatten_util import ravel_pytree
 from functrans.test_util import check_grads
+import operator
 
 # ---- pytrees used throughout -------------------------------------------------------------------
 
@@ -636,3 +637,169 @@ def test_tree_and_ravel_against_jax():
         ours, theirs = ravel_pytree(case)[0], jax_ravel_pytree(case)[0]
         assert ours.dtype == theirs.dtype
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+# =============================================================================================
+# tree_util
+# =============================================================================================
+
+class _Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __eq__(self, other):
+        return isinstance(other, _Pair) and (self.a, self.b) == (other.a, other.b)
+
+    def __repr__(self):
+        return f"_Pair({self.a!r}, {self.b!r})"
+
+
+tree_util.register_pytree_with_keys(
+    _Pair, lambda p: (((tree_util.GetAttrKey("a"), p.a), (tree_util.GetAttrKey("b"), p.b)), "aux"),
+    lambda aux, children: _Pair(*children))
+
+
+@tree_util.register_pytree_with_keys_class
+class _Boxed:
+    def __init__(self, items):
+        self.items = items
+
+    def tree_flatten_with_keys(self):
+        return (((tree_util.DictKey("items"), self.items),), None)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+
+@tree_util.register_static
+class _Tag:
+    def __init__(self, name):
+        self.name = name
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __eq__(self, other):
+        return isinstance(other, _Tag) and other.name == self.name
+
+
+def test_register_pytree_with_keys():
+    tree = _Pair(1, [2, 3])
+    leaves, treedef = tree_util.tree_flatten(tree)
+    assert leaves == [1, 2, 3]
+    assert treedef.unflatten([4, 5, 6]) == _Pair(4, [5, 6])
+    paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(tree)[0]]
+    assert paths == [".a", ".b[0]", ".b[1]"]
+    boxed_paths = tree_util.tree_flatten_with_path(_Boxed([7, 8]))[0]
+    assert [(tree_util.keystr(p), v) for p, v in boxed_paths] == [("['items'][0]", 7),
+                                                                   ("['items'][1]", 8)]
+    assert tree_util.tree_leaves(_Boxed([7, 8])) == [7, 8]
+    with pytest.raises(ValueError):
+        tree_util.register_pytree_with_keys(_Pair, lambda p: ((), None), lambda a, c: None)
+
+
+def test_register_static():
+    tree = [_Tag("x"), 1.0]
+    leaves, treedef = tree_util.tree_flatten(tree)
+    assert leaves == [1.0]
+    assert tree_util.tree_map(lambda v: v * 10, tree)[0] == _Tag("x")
+    assert tree_util.tree_structure(_Tag("x")) == tree_util.tree_structure(_Tag("x"))
+    assert tree_util.tree_structure(_Tag("x")) != tree_util.tree_structure(_Tag("y"))
+    assert tree_util.flatten_one_level(_Tag("z")) == ((), _Tag("z"))
+    # a static node reaches a jitted function as part of the structure, not as a tracer
+    seen = []
+
+    def f(t):
+        seen.append(type(t[0]))
+        return t[1] * 2
+
+    assert float(functrans.jit(f)((_Tag("k"), jnp.float32(3.0)))) == 6.0
+    assert seen == [_Tag]
+
+
+def test_flatten_one_level():
+    assert tree_util.flatten_one_level({"b": 1, "a": [2, 3]}) == (([2, 3], 1), ("a", "b"))
+    assert tree_util.flatten_one_level([1, (2,)]) == ([1, (2,)], None)
+    assert tree_util.flatten_one_level((1, 2)) == ((1, 2), None)
+    assert tree_util.flatten_one_level(None) == ((), None)
+    point = collections.namedtuple("Point", "x y")
+    assert tree_util.flatten_one_level(point(1, 2)) == ([1, 2], point)
+    assert tree_util.flatten_one_level(_Pair(1, 2)) == ([1, 2], "aux")
+    with pytest.raises(ValueError, match="float"):
+        tree_util.flatten_one_level(1.0)
+    keyed, aux = tree_util.flatten_one_level_with_keys({"b": 1, "a": 2})
+    assert keyed == [(tree_util.DictKey("a"), 2), (tree_util.DictKey("b"), 1)] and aux == ("a", "b")
+    keyed, _ = tree_util.flatten_one_level_with_keys(point(1, 2))
+    assert keyed == [(tree_util.GetAttrKey("x"), 1), (tree_util.GetAttrKey("y"), 2)]
+    keyed, _ = tree_util.flatten_one_level_with_keys(tree_util.Partial(operator.add, 1))
+    assert [k for k, _ in keyed] == [tree_util.FlattenedIndexKey(0), tree_util.FlattenedIndexKey(1)]
+    with pytest.raises(ValueError):
+        tree_util.flatten_one_level_with_keys(3)
+
+
+def test_is_tree_node():
+    point = collections.namedtuple("Point", "x y")
+    for typ in (list, tuple, dict, type(None), collections.OrderedDict, point, _Pair, _Tag,
+                tree_util.Partial):
+        assert tree_util.is_tree_node(typ), typ
+    for typ in (int, float, np.ndarray, functrans.Array, str):
+        assert not tree_util.is_tree_node(typ), typ
+    with pytest.raises(TypeError):
+        tree_util.is_tree_node([1])
+
+
+def test_treedef_children_and_tuple():
+    treedef = tree_util.tree_structure({"a": [1, 2], "b": (3,)})
+    children = tree_util.treedef_children(treedef)
+    assert children == [tree_util.tree_structure([0, 0]), tree_util.tree_structure((0,))]
+    assert tree_util.treedef_children(tree_util.tree_structure(1)) == []
+    joined = tree_util.treedef_tuple([treedef, tree_util.tree_structure(1)])
+    assert joined == tree_util.tree_structure(({"a": [0, 0], "b": (0,)}, 0))
+    assert joined.unflatten([1, 2, 3, 4]) == ({"a": [1, 2], "b": (3,)}, 4)
+    assert tree_util.treedef_tuple([]) == tree_util.tree_structure(())
+    assert tree_util.treedef_tuple(iter([treedef])).num_leaves == 3
+
+
+def test_tree_broadcast():
+    assert tree_util.tree_broadcast([1, {"a": 2}], [(3, 4), {"a": [5, 6]}]) == \
+        [(1, 1), {"a": [2, 2]}]
+    assert tree_util.tree_broadcast(1, {"a": 2, "b": [3, 4]}) == {"a": 1, "b": [1, 1]}
+    assert tree_util.tree_broadcast({"a": 1, "b": 2}, {"a": [1, 2], "b": None}) == \
+        {"a": [1, 1], "b": None}
+    assert tree_util.tree_broadcast([1, None], [[1, 2], [3]], is_leaf=lambda x: x is None) == \
+        [[1, 1], [None]]
+    with pytest.raises(ValueError):
+        tree_util.tree_broadcast([1, 2], [1, 2, 3])
+    with pytest.raises(ValueError):
+        tree_util.tree_broadcast((1, None), ((1, 2), 5))
+
+
+def test_tree_reduce_associative():
+    assert tree_util.tree_reduce_associative(operator.add, [1, 2, 3, 4, 5]) == 15
+    joined = tree_util.tree_reduce_associative(lambda a, b: f"({a}+{b})",
+                                               ["a", "b", "c", "d", "e"])
+    assert joined == "((a+b)+(c+(d+e)))"  # balanced, as JAX pairs them
+    assert tree_util.tree_reduce_associative(operator.add, [], identity=0) == 0
+    assert tree_util.tree_reduce_associative(operator.add, {"x": 5}) == 5
+    with pytest.raises(TypeError, match="identity"):
+        tree_util.tree_reduce_associative(operator.add, [])
+
+
+def test_key_types_and_default_registry():
+    assert tree_util.KeyPath == tuple[tree_util.KeyEntry, ...]
+    registry = tree_util.default_registry
+    leaves, treedef = registry.flatten([1, {"a": 2}])
+    assert leaves == [1, 2] and treedef == tree_util.tree_structure([0, {"a": 0}])
+    keyed, _ = registry.flatten_with_path([1, {"a": 2}])
+    assert [tree_util.keystr(p) for p, _ in keyed] == ["[0]", "[1]['a']"]
+    assert registry.flatten_one_level(3) is None
+    assert registry.flatten_one_level([1, 2]) == ([1, 2], None)
+    assert registry.is_node(list) and not registry.is_node(int)
+
+    class Fresh:
+        def __init__(self, v):
+            self.v = v
+
+    registry.register_node(Fresh, lambda f: ([f.v], None), lambda aux, c: Fresh(*c))
+    assert tree_util.tree_leaves(Fresh(9)) == [9]

@@ -1,6 +1,9 @@
-"""The rest of jax.lax (functrans/primitives/lax_extras.py and special.py): functions against
-NumPy/SciPy, new primitives under grad (finite differences in x64), vmap (against a Python
-loop) and jit (against eager), and the ``*_p`` exports."""
+"""functrans.lax beyond the generic primitive table: the enums, the small functions, the
+convolution and scatter helpers, mulhi, bitcast_convert_type, reduce_precision, the rng
+primitives and the special functions against NumPy/SciPy, under grad (finite differences in
+x64), vmap (against a Python loop) and jit (against eager), and the ``*_p`` exports."""
+
+
 from __future__ import annotations
 
 import itertools

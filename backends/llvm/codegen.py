@@ -38,7 +38,8 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import exprs as E
-from functrans.backends.llvm import cache, interrupts, linker, scalar_ops, thread_pool
+from functrans.backends.llvm import (cache, interrupts, linker, scalar_ops, streaming_stores,
+                                     thread_pool)
 from functrans.backends.llvm.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep, nested_programs
 from functrans.backends.llvm.along_axis import CumulativeStep
@@ -123,8 +124,10 @@ def target_description() -> str:
     global _target_description
     if _target_description is None:
         _target_description = f"{cache.host_target(_llvm_host_target)}|data@{array_data_offset()}"
-    # the thread count decides how matrix products are split
-    return f"{_target_description}|threads={thread_pool.num_threads()}"
+    # the thread count decides how matrix products are split, the cache size which loops
+    # stream their output past the cache
+    return (f"{_target_description}|threads={thread_pool.num_threads()}"
+            f"|streamed>{streaming_stores.min_streamed_bytes()}")
 
 
 def _llvm_host_target() -> str:
@@ -790,7 +793,18 @@ class ModuleBuilder:
             for buf, off, value in values:
                 ev.store(buf, off, value)
             ev.record_guards(flag)
-        if step.shape:
+
+        def value_at(indices):
+            ev = _Evaluator(self, b, indices, ptrs, exact)
+            value = ev.scalar(step.outputs[0][2])
+            ev.record_guards(flag)
+            return value
+        # the exact path (rare: inputs outside the fast math's domain) keeps plain stores
+        streamed = None if exact else streaming_stores.streamed_output(step)
+        if streamed is not None:
+            streaming_stores.emit_streamed_loops(self, b, step, ptrs[streamed.id], value_at,
+                                                 bounds)
+        elif step.shape:
             self.loop_nest(b, list(step.shape), body, bounds=bounds)
         else:
             body([])

@@ -46,6 +46,7 @@ from functrans.backends.llvm.along_axis import CumulativeStep
 from functrans.backends.llvm.indexing import ScatterStep
 from functrans.backends.llvm.lapack import CholeskyStep, TriangularSolveStep
 from functrans.backends.llvm.sorting import SortStep
+from functrans.backends.llvm.row_fusion import RowGroup
 from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel, unique_buffers)
 from functrans.backends.llvm.scalar_ops import ScalarContext, constant, mem_type, reg_type
@@ -695,8 +696,10 @@ class ModuleBuilder:
         ptrs = {buf.id: arg for buf, arg in zip(buffers, fn.args)}
         bounds = tuple(fn.args[len(buffers):])
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        emit = self.emit_loop_kernel if isinstance(step, LoopKernel) else self.emit_reduce_kernel
-        values = ([v for _, _, v in step.outputs] if isinstance(step, LoopKernel) else [step.value])
+        emit = (self.emit_loop_kernel if isinstance(step, LoopKernel) else
+                self.emit_row_group if isinstance(step, RowGroup) else self.emit_reduce_kernel)
+        values = ([v for _, _, v in step.outputs] if isinstance(step, LoopKernel) else
+                  step.values() if isinstance(step, RowGroup) else [step.value])
         if scalar_ops.needs_guard(values):
             # fast vectorized pass, noting elements outside the fast path's domain; if there
             # were any, redo the whole range with C library calls (outputs never alias
@@ -813,6 +816,40 @@ class ModuleBuilder:
             self.loop_nest(b, list(step.shape), body, bounds=bounds)
         else:
             body([])
+
+    def emit_row_group(self, b, step: RowGroup, ptrs, bounds, flag=None, exact=False):
+        """For each row (within ``bounds``), each part's loop over the row's columns in turn;
+        internal buffers are stack slots of one row (see :mod:`row_fusion`)."""
+        rows, width = step.shape
+        ptrs = dict(ptrs)
+        for buf in step.internal:
+            slot = kernel_alloca(b, ir.ArrayType(mem_type(buf.dtype), step.row_slots(buf)))
+            ptrs[buf.id] = b.gep(slot, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
+
+        def row(r):
+            for part in step.parts:
+                if isinstance(part, LoopKernel):
+                    def element(j, part=part):
+                        ev = _Evaluator(self, b, [r, j], ptrs, exact)
+                        values = [(buf, ev.index(off), ev.scalar(node))
+                                  for buf, off, node in part.outputs]
+                        for buf, off, value in values:
+                            ev.store(buf, off, value)
+                        ev.record_guards(flag)
+                    self.loop(b, width, element, name="col")
+                    continue
+
+                def value_at(idx, part=part):
+                    ev = _Evaluator(self, b, idx, ptrs, exact)
+                    value = ev.scalar(part.value)
+                    ev.record_guards(flag)
+                    return ev, value
+                dtype = part.out.dtype
+                acc = self.accumulate(b, part.monoid, dtype, _identity(part.monoid, dtype), [r],
+                                      [width], value_at)
+                ev = _Evaluator(self, b, [r, ir.Constant(I64, 0)], ptrs)
+                ev.store(part.out, ev.index(part.out_offset), acc)
+        self.loop(b, rows, row, name="row", bounds=bounds)
 
     def emit_reduce_kernel(self, b, step: ReduceKernel, ptrs, bounds, flag=None, exact=False):
         shape, reduced = list(step.shape), list(step.reduced)
@@ -1043,6 +1080,17 @@ GEMM_FOR_SYMBOL = "ft_gemm_for"
 BLAS_THREADS_SYMBOL = "ft_blas_threads_local"
 
 
+def kernel_alloca(b: ir.IRBuilder, ty):
+    """A stack slot in the entry block of ``b``'s function (allocated once, not per loop
+    iteration: an alloca in a loop grows the stack at every iteration)."""
+    entry_block = b.function.entry_basic_block
+    if b.block is entry_block or not entry_block.instructions:
+        return b.alloca(ty)
+    entry = ir.IRBuilder(entry_block)
+    entry.position_before(entry_block.instructions[0])
+    return entry.alloca(ty)
+
+
 def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     """``(axis, chunks)``: how a product is split for ``threads`` threads (default: the thread
     pool's), over "batch" elements, rows of C ("m") or columns of C ("n") (the longer side:
@@ -1088,7 +1136,7 @@ def parallel_chunks(step, min_elements: int = PARALLEL_MIN_ELEMENTS) -> int:
         kept = [d for d, r in enumerate(step.reduced) if not r]
         if step.reduced[0] or any(step.reduced[:kept[-1] + 1]):
             return 1
-    elif not isinstance(step, LoopKernel):
+    elif not isinstance(step, (LoopKernel, RowGroup)):  # a group's rows are independent
         return 1
     return int(min(step.shape[0], max(2, size // CHUNK_ELEMENTS)))
 

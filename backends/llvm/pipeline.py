@@ -16,8 +16,8 @@ import numpy as np
 
 from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm import (buffers, cache, codegen, control_flow, donation, fusion,
-                                     host_loops, indexing, interrupts, linker, scalar_ops,
-                                     vector_math)
+                                     host_loops, indexing, interrupts, linker, row_fusion,
+                                     scalar_ops, vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.interpreters.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -93,7 +93,7 @@ def plan_native(closed: ClosedJaxpr, fuse: bool = True) -> NativePlan:
     target = LLVMTarget()
     program = fusion.normalize(fusion.plan_program(jaxpr, target, consts, fuse=fuse))
     if fuse:
-        program = fusion.fuse_dot_epilogues(program)
+        program = row_fusion.fuse_rows(fusion.fuse_dot_epilogues(program))
     control_flow.lower_control_flow(program, target)
     for step in program.steps:  # control flow whose bodies need NumPy steps
         if isinstance(step, fusion.FallbackStep) and \

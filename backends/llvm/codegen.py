@@ -444,6 +444,8 @@ class ModuleBuilder:
         self.prologues: dict = {}  # function name -> the builder of its entry block
         self.kernel_count = 0
         self.function_texts: dict = {}  # a function's IR with its name blanked -> function
+        self.kernels: dict = {}  # kernel_structure(...) -> its function
+        self.chunk_functions: dict = {}  # (kernel function, rows per chunk, extent) -> wrapper
         # per function, the SIGINT counter's value when the running segment started (see
         # interrupts.py): read in a segment's prologue, a parameter of a body; only functions
         # that poll ask for it (a segment that never does returns 0 without reading it)
@@ -477,6 +479,11 @@ class ModuleBuilder:
     def build_segment(self, segment: Segment):
         fn = ir.Function(self.module, ir.FunctionType(I32, [I8P.as_pointer()]), name=segment.name)
         fn.attributes.add("nounwind")
+        if all(calls_only(step) for step in segment.steps):
+            # straight-line calls of kernels and BLAS, as long as the program: optimizing
+            # them gains nothing, and took most of LLVM's time for large programs
+            fn.attributes.add("noinline")
+            fn.attributes.add("optnone")
         prologue, b = self.prologue_and_body(fn)
         self.baseline_sources[fn.name] = lambda: self.epoch(prologue)
         table = fn.args[0]
@@ -677,6 +684,11 @@ class ModuleBuilder:
         """The kernel's function ``k<n>_<prims>(buffers..., i64 start, i64 end)``, which runs
         the outermost loop from ``start`` to ``end`` (the whole loop, or one chunk of it)."""
         buffers = unique_buffers(step.writes() + step.reads())
+        # kernels repeat (each layer's bias add, each parameter's update): a kernel whose
+        # structure was built before is that function, found without building its IR
+        key = kernel_structure(step, buffers)
+        if key in self.kernels:
+            return self.kernels[key], buffers
         self.kernel_count += 1
         prims = "_".join(p for p in step.prims[:6]) or "copy"
         name = f"k{self.kernel_count}_{re.sub(r'[^A-Za-z0-9_]', '_', prims)}"
@@ -717,7 +729,8 @@ class ModuleBuilder:
         else:
             emit(b, step, ptrs, bounds)
         b.ret_void()
-        return self.shared(fn), buffers
+        self.kernels[key] = self.shared(fn)
+        return self.kernels[key], buffers
 
     def call_kernel(self, b: ir.IRBuilder, step, pointer):
         """Run ``step``'s kernel: directly, or in chunks of its outermost loop on the thread
@@ -732,6 +745,18 @@ class ModuleBuilder:
             return
         rows = -(-extent // chunks)
         chunks = -(-extent // rows)
+        chunk_fn = self.chunk_functions.get((kernel_fn.name, rows, extent))
+        if chunk_fn is None:
+            chunk_fn = self.chunk_function(kernel_fn, args, rows, extent)
+            self.chunk_functions[(kernel_fn.name, rows, extent)] = chunk_fn
+        # the pointers travel to the workers in an array on this thread's stack
+        ctx = self.chunk_context(b, args)
+        parallel_for = self.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
+        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, ir.Constant(I64, chunks)])
+
+    def chunk_function(self, kernel_fn, args, rows: int, extent: int):
+        """The wrapper running chunk ``c`` (rows ``[c * rows, (c + 1) * rows)`` of
+        ``extent``) of ``kernel_fn`` on the thread pool, its arguments in an array."""
         self.kernel_count += 1  # a fresh name: the kernel may be shared with another step
         chunk_fn = ir.Function(self.module, CHUNK_FN,
                                name=f"{kernel_fn.name}_chunk{self.kernel_count}")
@@ -748,11 +773,7 @@ class ModuleBuilder:
                         ir.Constant(I64, extent))
         cb.call(kernel_fn, loaded + [start, end])
         cb.ret_void()
-        chunk_fn = self.shared(chunk_fn)
-        # the pointers travel to the workers in an array on this thread's stack
-        ctx = self.chunk_context(b, args)
-        parallel_for = self.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
-        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, ir.Constant(I64, chunks)])
+        return self.shared(chunk_fn)
 
     def entry_alloca(self, b: ir.IRBuilder, ty):
         """A stack slot allocated in the prologue of ``b``'s function (once, even if the code
@@ -1078,6 +1099,53 @@ GEMM_CHUNK_EXTENT = 128
 GEMM_MAX_CHUNKS = 16
 GEMM_FOR_SYMBOL = "ft_gemm_for"
 BLAS_THREADS_SYMBOL = "ft_blas_threads_local"
+
+
+def kernel_structure(step, buffers) -> tuple:
+    """A key equal for two kernels exactly when they compile to the same function: their
+    loops, expressions and buffer types, with buffers named by their position among the
+    function's arguments (``buffers``)."""
+    position = {b.id: k for k, b in enumerate(buffers)}
+    if isinstance(step, RowGroup):
+        position.update((b.id, ("row", k)) for k, b in enumerate(step.internal))
+    ids: dict = {}
+    nodes = []
+
+    def canon(x):
+        if isinstance(x, (E.IndexExpr, E.ScalarExpr)):
+            return ids[x]
+        if isinstance(x, Buffer):
+            return ("buffer", position[x.id])
+        if isinstance(x, (tuple, list)):
+            return tuple(canon(y) for y in x)
+        return (type(x).__name__, repr(x))  # repr: 0.0 and -0.0 differ, as do int and float
+
+    def frame(part):
+        if isinstance(part, LoopKernel):
+            roots = [r for _, off, v in part.outputs for r in (off, v)]
+            fields = ("loop", part.shape, tuple(position[b.id] for b, _, _ in part.outputs))
+        elif isinstance(part, ReduceKernel):
+            roots = [part.value, part.out_offset]
+            fields = ("reduce", part.shape, part.reduced, part.monoid, position[part.out.id])
+        else:
+            return ("rows", part.shape, tuple(frame(p) for p in part.parts))
+        for node in E.postorder(roots):
+            if node not in ids:
+                ids[node] = len(nodes)
+                nodes.append((node.kind, canon(node.args), str(getattr(node, "dtype", ""))))
+        return fields + (tuple(ids[r] for r in roots),)
+
+    shape = frame(step)
+    return (shape, tuple(nodes), tuple((b.dtype.str, b.shape) for b in buffers),
+            tuple((b.dtype.str, b.shape) for b in getattr(step, "internal", ())))
+
+
+def calls_only(step) -> bool:
+    """Whether ``step``'s code in a segment is only a call: a kernel (run by
+    :meth:`ModuleBuilder.call_kernel`) or a floating-point product (BLAS)."""
+    if isinstance(step, DotKernel):
+        return step.k > 0 and step.out.dtype in (np.float32, np.float64)
+    return isinstance(step, (LoopKernel, ReduceKernel, RowGroup))
 
 
 def kernel_alloca(b: ir.IRBuilder, ty):

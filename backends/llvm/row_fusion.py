@@ -21,6 +21,8 @@ splits over threads by rows.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from functrans.backends.llvm import exprs as E
@@ -75,30 +77,45 @@ class RowGroup(Step):
 # =============================================================================================
 
 
+@functools.lru_cache(maxsize=1024)
+def _row_major(shape: tuple):
+    """The row-major offset of the loop indices of ``shape`` (callers hold ``E.lock``)."""
+    return E.linearize(E.index_vars(shape), shape)
+
+
+def _row_shape(step, rows_width=None):
+    """``(rows, width)`` of ``step`` viewed as rows (see :func:`_row_view`), or None; cheap:
+    nothing is built."""
+    if isinstance(step, LoopKernel):
+        shape = step.shape
+        if not shape or any(off is not _row_major(shape) for _, off, _ in step.outputs):
+            return None
+        if rows_width is not None and shape[-1] != rows_width[1] and \
+                int(np.prod(shape, dtype=np.int64)) == rows_width[0] * rows_width[1]:
+            return tuple(rows_width)
+    elif isinstance(step, ReduceKernel):
+        shape = step.shape
+        if len(shape) < 2 or step.reduced != (False,) * (len(shape) - 1) + (True,) or \
+                step.out_offset is not _row_major(shape[:-1]):
+            return None
+    else:
+        return None
+    width, rows = shape[-1], int(np.prod(shape[:-1], dtype=np.int64))
+    return (rows, width) if width >= 2 and rows >= 1 else None
+
+
 def _row_view(step, rows_width=None):
     """``(rows, width, step in the [rows, width] view)``, or None if ``step`` is not a
     row-major loop over rows or a reduction of each row's last axis. A row-major loop of
     another shape with as many elements is viewed as ``rows_width`` when given (fusion
     flattens elementwise loops to one dimension)."""
-    if isinstance(step, LoopKernel):
-        shape = step.shape
-        if len(shape) < 1 or any(off is not E.linearize(E.index_vars(shape), shape)
-                                 for _, off, _ in step.outputs):
-            return None
-        if rows_width is not None and shape[-1] != rows_width[1] and \
-                int(np.prod(shape, dtype=np.int64)) == rows_width[0] * rows_width[1]:
-            return _reshaped_loop(step, *rows_width)
-    elif isinstance(step, ReduceKernel):
-        shape = step.shape
-        if len(shape) < 2 or step.reduced != (False,) * (len(shape) - 1) + (True,) or \
-                step.out_offset is not E.linearize(E.index_vars(shape[:-1]), shape[:-1]):
-            return None
-    else:
+    found = _row_shape(step, rows_width)
+    if found is None:
         return None
-    width = shape[-1]
-    rows = int(np.prod(shape[:-1], dtype=np.int64))
-    if width < 2 or rows < 1:
-        return None
+    if isinstance(step, LoopKernel) and step.shape[-1] != found[1]:
+        return _reshaped_loop(step, *found)
+    shape = step.shape
+    rows, width = found
     row, col = E.ivar(0, rows), E.ivar(1, width)
     mapping = dict(zip(E.index_vars(shape[:-1]), E.delinearize(row, shape[:-1])))
     mapping[E.ivar(len(shape) - 1, width)] = col
@@ -198,23 +215,25 @@ def _grow_group(steps, start: int, readers: dict, results: set):
     """The group of the longest run of row kernels from ``steps[start]`` that read what the
     run wrote only within the row: (RowGroup, index after it), or (None, start + 1) when
     no buffer would stay inside the group."""
-    first = _row_view(steps[start])
-    if first is None:
+    shape = _row_shape(steps[start])
+    after = _row_shape(steps[start + 1]) if start + 1 < len(steps) else None
+    if shape is not None and after is not None and after != shape:  # e.g. a flattened loop
+        shape = _row_shape(steps[start], after)
+        shape = shape if shape == after else None
+    if shape is None:
         return None, start + 1
-    rows, width, view = first
-    after = _row_view(steps[start + 1]) if start + 1 < len(steps) else None
-    if after is not None and after[:2] != (rows, width):  # e.g. a flattened loop first
-        first = _row_view(steps[start], after[:2])
-        if first is None or first[:2] != after[:2]:
-            return None, start + 1
-        rows, width, view = first
-    parts, written, end = [view], {b.id: b for b in steps[start].writes()}, start + 1
-    while end < len(steps):
-        found = _row_view(steps[end], (rows, width))
-        if found is None or found[:2] != (rows, width) or \
-                not _reads_within_row(found[2], set(written), rows, width):
+    rows, width = shape
+    run = start + 1
+    while run < len(steps) and _row_shape(steps[run], shape) == shape:
+        run += 1
+    if not any(isinstance(s, ReduceKernel) for s in steps[start:run]):
+        return None, start + 1
+    parts, written, end = [], {}, start
+    while end < run:
+        view = _row_view(steps[end], shape)[2]
+        if not _reads_within_row(view, set(written), rows, width):
             break
-        parts.append(found[2])
+        parts.append(view)
         written.update((b.id, b) for b in steps[end].writes())
         end += 1
     members = set(range(start, end))

@@ -75,7 +75,7 @@ def compile_scaling(options: Options) -> list[Row]:
     runs = 1 if options.quick else max(1, options.rounds)
     impls = ["functrans"] + (["jax"] if "jax" in options.available else [])
     _write_bytecode()
-    rows = []
+    rows, previous = [], {}
     for layers in depths_for(options):
         results = {impl: [] for impl in impls}
         for _ in range(runs):  # interleaved, so a burst of load hits both
@@ -91,7 +91,13 @@ def compile_scaling(options: Options) -> list[Row]:
             row.times[impl] = float(np.median(good)) if good else None
             row.checks[impl] = bad[0] if bad else "ok"
             if good:
-                per_layer.append(f"{impl} {1e3 * np.median(good) / layers:.1f} ms/layer")
+                total = float(np.median(good))
+                text = f"{impl} {1e3 * total / layers:.0f} ms/layer"
+                if impl in previous:  # the cost of the added layers, without the fixed part
+                    depth, before = previous[impl]
+                    text += f" (+{1e3 * (total - before) / (layers - depth):.0f} ms per added layer)"
+                previous[impl] = (layers, total)
+                per_layer.append(text)
         row.notes = ", ".join(per_layer) + f"; median of {runs} process{'es' if runs > 1 else ''}"
         row.extra = {"layers": layers, **results}
         rows.append(row)

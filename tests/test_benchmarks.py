@@ -142,3 +142,25 @@ def test_contention_flag_is_reported(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "contention: 1 busy process(es)" in proc.stdout
     assert "--contention 64" in results["machine"]["contention"]
+
+
+def test_large_transformer_agrees_and_reports_peak_memory(tmp_path):
+    proc, results = run_suite("--quick", "--only", "transformer_large", "--impls",
+                              "functrans,numpy", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = results["rows"][0]
+    assert row["name"] == "transformer_large" and row["checks"]["functrans"] == "ok"
+    assert row["extra"]["memory_errors"] == {}
+    assert row["extra"]["peak_rss_growth_mb"]["functrans"] > 0
+    assert "peak RSS growth: functrans" in row["notes"]
+
+
+def test_compile_scaling_compiles_each_depth_cold(tmp_path):
+    proc, results = run_suite("--quick", "--only", "compile_scaling", "--impls",
+                              "functrans,numpy", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = results["rows"]
+    assert [r["extra"]["layers"] for r in rows] == [2, 4]
+    for row in rows:
+        assert row["checks"]["functrans"] == "ok" and row["times"]["functrans"] > 0
+        assert "ms/layer" in row["notes"]

@@ -460,8 +460,9 @@ def postorder(roots) -> list:
     return order
 
 
-def substitute(roots, mapping: dict) -> list:
-    """``roots`` with loop variables replaced by the index expressions in ``mapping``."""
+def substitute(roots, mapping: dict, rebuild_load=None) -> list:
+    """``roots`` with loop variables replaced by the index expressions in ``mapping``;
+    ``rebuild_load(buffer, offset)``, if given, builds each load (to redirect some)."""
     new: dict = {}
     for node in postorder(roots):
         if isinstance(node, IndexExpr):
@@ -485,7 +486,7 @@ def substitute(roots, mapping: dict) -> list:
         else:
             k, a = node.kind, node.args
             if k == "load":
-                new[node] = load(a[0], new[a[1]])
+                new[node] = (rebuild_load or load)(a[0], new[a[1]])
             elif k == "const":
                 new[node] = node
             elif k == "op":

@@ -38,13 +38,15 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.compiler import exprs as E
-from functrans.backends.llvm import cache, interrupts, linker, scalar_ops, thread_pool
+from functrans.backends.llvm import (cache, interrupts, linker, scalar_ops, streaming_stores,
+                                     thread_pool)
 from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep, nested_programs
 from functrans.backends.llvm.along_axis import CumulativeStep
 from functrans.backends.llvm.indexing import ScatterLoop
 from functrans.backends.llvm.lapack import CholeskyStep, TriangularSolveStep
 from functrans.backends.llvm.sorting import SortStep
+from functrans.backends.llvm.row_fusion import RowGroup
 from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel, unique_buffers)
 from functrans.backends.llvm.scalar_ops import ScalarContext, constant, mem_type, reg_type
@@ -123,8 +125,10 @@ def target_description() -> str:
     global _target_description
     if _target_description is None:
         _target_description = f"{cache.host_target(_llvm_host_target)}|data@{array_data_offset()}"
-    # the thread count decides how matrix products are split
-    return f"{_target_description}|threads={thread_pool.num_threads()}"
+    # the thread count decides how matrix products are split, the cache size which loops
+    # stream their output past the cache
+    return (f"{_target_description}|threads={thread_pool.num_threads()}"
+            f"|streamed>{streaming_stores.min_streamed_bytes()}")
 
 
 def _llvm_host_target() -> str:
@@ -439,6 +443,8 @@ class ModuleBuilder:
         self.prologues: dict = {}  # function name -> the builder of its entry block
         self.kernel_count = 0
         self.function_texts: dict = {}  # a function's IR with its name blanked -> function
+        self.kernels: dict = {}  # kernel_structure(...) -> its function
+        self.chunk_functions: dict = {}  # (kernel function, rows per chunk, extent) -> wrapper
         # per function, the SIGINT counter's value when the running segment started (see
         # interrupts.py): read in a segment's prologue, a parameter of a body; only functions
         # that poll ask for it (a segment that never does returns 0 without reading it)
@@ -472,6 +478,11 @@ class ModuleBuilder:
     def build_segment(self, segment: Segment):
         fn = ir.Function(self.module, ir.FunctionType(I32, [I8P.as_pointer()]), name=segment.name)
         fn.attributes.add("nounwind")
+        if all(calls_only(step) for step in segment.steps):
+            # straight-line calls of kernels and BLAS, as long as the program: optimizing
+            # them gains nothing, and took most of LLVM's time for large programs
+            fn.attributes.add("noinline")
+            fn.attributes.add("optnone")
         prologue, b = self.prologue_and_body(fn)
         self.baseline_sources[fn.name] = lambda: self.epoch(prologue)
         table = fn.args[0]
@@ -672,6 +683,11 @@ class ModuleBuilder:
         """The kernel's function ``k<n>_<prims>(buffers..., i64 start, i64 end)``, which runs
         the outermost loop from ``start`` to ``end`` (the whole loop, or one chunk of it)."""
         buffers = unique_buffers(step.writes() + step.reads())
+        # kernels repeat (each layer's bias add, each parameter's update): a kernel whose
+        # structure was built before is that function, found without building its IR
+        key = kernel_structure(step, buffers)
+        if key in self.kernels:
+            return self.kernels[key], buffers
         self.kernel_count += 1
         prims = "_".join(p for p in step.prims[:6]) or "copy"
         name = f"k{self.kernel_count}_{re.sub(r'[^A-Za-z0-9_]', '_', prims)}"
@@ -681,13 +697,20 @@ class ModuleBuilder:
         fn = ir.Function(self.module, fty, name=name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
+        # a kernel stays its own function: inlined, a program's hundreds of kernels become
+        # one segment function whose optimization grows faster than the program (a 64-layer
+        # MLP step: 22 s in LLVM, against 4 s as separate functions). A call per kernel
+        # costs nanoseconds.
+        fn.attributes.add("noinline")
         for arg in fn.args[:len(buffers)]:
             arg.add_attribute("noalias")
         ptrs = {buf.id: arg for buf, arg in zip(buffers, fn.args)}
         bounds = tuple(fn.args[len(buffers):])
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        emit = self.emit_loop_kernel if isinstance(step, LoopKernel) else self.emit_reduce_kernel
-        values = ([v for _, _, v in step.outputs] if isinstance(step, LoopKernel) else [step.value])
+        emit = (self.emit_loop_kernel if isinstance(step, LoopKernel) else
+                self.emit_row_group if isinstance(step, RowGroup) else self.emit_reduce_kernel)
+        values = ([v for _, _, v in step.outputs] if isinstance(step, LoopKernel) else
+                  step.values() if isinstance(step, RowGroup) else [step.value])
         if scalar_ops.needs_guard(values):
             # fast vectorized pass, noting elements outside the fast path's domain; if there
             # were any, redo the whole range with C library calls (outputs never alias
@@ -705,7 +728,8 @@ class ModuleBuilder:
         else:
             emit(b, step, ptrs, bounds)
         b.ret_void()
-        return self.shared(fn), buffers
+        self.kernels[key] = self.shared(fn)
+        return self.kernels[key], buffers
 
     def call_kernel(self, b: ir.IRBuilder, step, pointer):
         """Run ``step``'s kernel: directly, or in chunks of its outermost loop on the thread
@@ -720,6 +744,18 @@ class ModuleBuilder:
             return
         rows = -(-extent // chunks)
         chunks = -(-extent // rows)
+        chunk_fn = self.chunk_functions.get((kernel_fn.name, rows, extent))
+        if chunk_fn is None:
+            chunk_fn = self.chunk_function(kernel_fn, args, rows, extent)
+            self.chunk_functions[(kernel_fn.name, rows, extent)] = chunk_fn
+        # the pointers travel to the workers in an array on this thread's stack
+        ctx = self.chunk_context(b, args)
+        parallel_for = self.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
+        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, ir.Constant(I64, chunks)])
+
+    def chunk_function(self, kernel_fn, args, rows: int, extent: int):
+        """The wrapper running chunk ``c`` (rows ``[c * rows, (c + 1) * rows)`` of
+        ``extent``) of ``kernel_fn`` on the thread pool, its arguments in an array."""
         self.kernel_count += 1  # a fresh name: the kernel may be shared with another step
         chunk_fn = ir.Function(self.module, CHUNK_FN,
                                name=f"{kernel_fn.name}_chunk{self.kernel_count}")
@@ -736,11 +772,7 @@ class ModuleBuilder:
                         ir.Constant(I64, extent))
         cb.call(kernel_fn, loaded + [start, end])
         cb.ret_void()
-        chunk_fn = self.shared(chunk_fn)
-        # the pointers travel to the workers in an array on this thread's stack
-        ctx = self.chunk_context(b, args)
-        parallel_for = self.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
-        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, ir.Constant(I64, chunks)])
+        return self.shared(chunk_fn)
 
     def entry_alloca(self, b: ir.IRBuilder, ty):
         """A stack slot allocated in the prologue of ``b``'s function (once, even if the code
@@ -789,10 +821,55 @@ class ModuleBuilder:
             for buf, off, value in values:
                 ev.store(buf, off, value)
             ev.record_guards(flag)
-        if step.shape:
+
+        def value_at(indices):
+            ev = _Evaluator(self, b, indices, ptrs, exact)
+            value = ev.scalar(step.outputs[0][2])
+            ev.record_guards(flag)
+            return value
+        # the exact path (rare: inputs outside the fast math's domain) keeps plain stores
+        streamed = None if exact else streaming_stores.streamed_output(step)
+        if streamed is not None:
+            streaming_stores.emit_streamed_loops(self, b, step, ptrs[streamed.id], value_at,
+                                                 bounds)
+        elif step.shape:
             self.loop_nest(b, list(step.shape), body, bounds=bounds)
         else:
             body([])
+
+    def emit_row_group(self, b, step: RowGroup, ptrs, bounds, flag=None, exact=False):
+        """For each row (within ``bounds``), each part's loop over the row's columns in turn;
+        internal buffers are stack slots of one row (see :mod:`row_fusion`)."""
+        rows, width = step.shape
+        ptrs = dict(ptrs)
+        for buf in step.internal:
+            slot = kernel_alloca(b, ir.ArrayType(mem_type(buf.dtype), step.row_slots(buf)))
+            ptrs[buf.id] = b.gep(slot, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
+
+        def row(r):
+            for part in step.parts:
+                if isinstance(part, LoopKernel):
+                    def element(j, part=part):
+                        ev = _Evaluator(self, b, [r, j], ptrs, exact)
+                        values = [(buf, ev.index(off), ev.scalar(node))
+                                  for buf, off, node in part.outputs]
+                        for buf, off, value in values:
+                            ev.store(buf, off, value)
+                        ev.record_guards(flag)
+                    self.loop(b, width, element, name="col")
+                    continue
+
+                def value_at(idx, part=part):
+                    ev = _Evaluator(self, b, idx, ptrs, exact)
+                    value = ev.scalar(part.value)
+                    ev.record_guards(flag)
+                    return ev, value
+                dtype = part.out.dtype
+                acc = self.accumulate(b, part.monoid, dtype, _identity(part.monoid, dtype), [r],
+                                      [width], value_at)
+                ev = _Evaluator(self, b, [r, ir.Constant(I64, 0)], ptrs)
+                ev.store(part.out, ev.index(part.out_offset), acc)
+        self.loop(b, rows, row, name="row", bounds=bounds)
 
     def emit_reduce_kernel(self, b, step: ReduceKernel, ptrs, bounds, flag=None, exact=False):
         shape, reduced = list(step.shape), list(step.reduced)
@@ -1030,6 +1107,64 @@ GEMM_FOR_SYMBOL = "ft_gemm_for"
 BLAS_SERIAL_MNK = 65536 * 4
 
 
+def kernel_structure(step, buffers) -> tuple:
+    """A key equal for two kernels exactly when they compile to the same function: their
+    loops, expressions and buffer types, with buffers named by their position among the
+    function's arguments (``buffers``)."""
+    position = {b.id: k for k, b in enumerate(buffers)}
+    if isinstance(step, RowGroup):
+        position.update((b.id, ("row", k)) for k, b in enumerate(step.internal))
+    ids: dict = {}
+    nodes = []
+
+    def canon(x):
+        if isinstance(x, (E.IndexExpr, E.ScalarExpr)):
+            return ids[x]
+        if isinstance(x, Buffer):
+            return ("buffer", position[x.id])
+        if isinstance(x, (tuple, list)):
+            return tuple(canon(y) for y in x)
+        return (type(x).__name__, repr(x))  # repr: 0.0 and -0.0 differ, as do int and float
+
+    def frame(part):
+        if isinstance(part, LoopKernel):
+            roots = [r for _, off, v in part.outputs for r in (off, v)]
+            fields = ("loop", part.shape, tuple(position[b.id] for b, _, _ in part.outputs))
+        elif isinstance(part, ReduceKernel):
+            roots = [part.value, part.out_offset]
+            fields = ("reduce", part.shape, part.reduced, part.monoid, position[part.out.id])
+        else:
+            return ("rows", part.shape, tuple(frame(p) for p in part.parts))
+        for node in E.postorder(roots):
+            if node not in ids:
+                ids[node] = len(nodes)
+                nodes.append((node.kind, canon(node.args), str(getattr(node, "dtype", ""))))
+        return fields + (tuple(ids[r] for r in roots),)
+
+    shape = frame(step)
+    return (shape, tuple(nodes), tuple((b.dtype.str, b.shape) for b in buffers),
+            tuple((b.dtype.str, b.shape) for b in getattr(step, "internal", ())))
+
+
+def calls_only(step) -> bool:
+    """Whether ``step``'s code in a segment is only a call: a kernel (run by
+    :meth:`ModuleBuilder.call_kernel`) or a floating-point product (BLAS)."""
+    if isinstance(step, DotKernel):
+        return step.k > 0 and step.out.dtype in (np.float32, np.float64)
+    return isinstance(step, (LoopKernel, ReduceKernel, RowGroup))
+
+
+def kernel_alloca(b: ir.IRBuilder, ty):
+    """A stack slot in the entry block of ``b``'s function (allocated once, not per loop
+    iteration: an alloca in a loop grows the stack at every iteration)."""
+    entry_block = b.function.entry_basic_block
+    if b.block is entry_block or not entry_block.instructions:
+        return b.alloca(ty)
+    entry = ir.IRBuilder(entry_block)
+    entry.position_before(entry_block.instructions[0])
+    return entry.alloca(ty)
+
+
 def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     """``(axis, chunks)``: how a product is split for ``threads`` threads (default: the thread
     pool's), over "batch" elements, rows of C ("m") or columns of C ("n") (the longer side:
@@ -1076,7 +1211,7 @@ def parallel_chunks(step, min_elements: int = PARALLEL_MIN_ELEMENTS) -> int:
         kept = [d for d, r in enumerate(step.reduced) if not r]
         if step.reduced[0] or any(step.reduced[:kept[-1] + 1]):
             return 1
-    elif not isinstance(step, LoopKernel):
+    elif not isinstance(step, (LoopKernel, RowGroup)):  # a group's rows are independent
         return 1
     return int(min(step.shape[0], max(2, size // CHUNK_ELEMENTS)))
 

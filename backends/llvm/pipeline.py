@@ -20,7 +20,7 @@ from functrans.backends.compiler import buffers, fusion
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
-                                     interrupts, linker, scalar_ops, vector_math)
+                                     interrupts, linker, row_fusion, scalar_ops, vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -129,7 +129,8 @@ def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
         Pass("decompose", decompose_closed),  # e.g. convolutions as im2col + BLAS
         Pass("inline", fusion.flat_closed),
         Pass("fuse", _fuse(fuse)),
-        *([Pass("fuse_dot_epilogues", fusion.fuse_dot_epilogues)] if fuse else []),
+        *([Pass("fuse_dot_epilogues", fusion.fuse_dot_epilogues),
+           Pass("fuse_rows", row_fusion.fuse_rows)] if fuse else []),
         Pass("lower_native_steps", lambda program: control_flow.lower_control_flow(program,
                                                                                    TARGET)),
         Pass("run_loops_on_host", _run_loops_on_host),

@@ -7,6 +7,7 @@ so ``grad(relu)(0.0) == 0``.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 import functrans.numpy as jnp
 from functrans import _dtypes, lax
 from functrans.primitives import elementwise as ew
+from functrans._custom_derivatives import custom_jvp
 from functrans.core import get_aval
 from functrans.numpy._promotion import promote_args_inexact, to_array
 
@@ -371,8 +373,11 @@ def softmax(x, axis=-1, where=None):
     """
     x = _inexact("softmax", x)
     shape = get_aval(x).shape
-    axes = _axes(axis, len(shape))
-    mask = _mask(where, shape)
+    return _softmax(x, _axes(axis, len(shape)), _mask(where, shape))
+
+
+def _softmax_of(x, axes, mask):
+    shape = get_aval(x).shape
     # the shift cancels in the ratio, so it needs no derivative
     shift = lax.stop_gradient(_keep(_masked_max(x, axes, mask), shape, axes))
     shift = _where(lax.is_finite(shift), shift, _full_like(shift, 0))
@@ -381,6 +386,22 @@ def softmax(x, axis=-1, where=None):
         unnormalized = _where(mask, unnormalized, _full_like(unnormalized, 0))
     total = _keep(lax.reduce_sum(unnormalized, axes), shape, axes)
     return ew.div(unnormalized, total)
+
+
+@functools.partial(custom_jvp, nondiff_argnums=(1,))
+def _softmax(x, axes, mask):
+    return _softmax_of(x, axes, mask)
+
+
+@_softmax.defjvp
+def _softmax_jvp(axes, primals, tangents):
+    # d softmax = y * (dx - sum(y * dx)), as JAX's rule: the derivative keeps only the output
+    # y, where differentiating the formula would also keep the exponentials (in attention, a
+    # second [batch, heads, query, key] array)
+    (x, mask), (dx, _) = primals, tangents
+    y = _softmax(x, axes, mask)
+    total = lax.reduce_sum(lax.mul(y, dx), axes)
+    return y, lax.mul(y, lax.sub(dx, _keep(total, get_aval(x).shape, axes)))
 
 
 def log_softmax(x, axis=-1, where=None):

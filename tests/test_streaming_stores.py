@@ -1,0 +1,95 @@
+"""Loop kernels larger than the cache write their output with non-temporal stores.
+
+The threshold is lowered for these tests (it is the last-level cache's size, megabytes), so
+small arrays take the streaming path; each program is compiled both ways and the results
+must agree bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import functrans
+import functrans.numpy as jnp
+from functrans.backends.llvm import pipeline, streaming_stores
+
+THRESHOLD = 1 << 14   # bytes a kernel touches (inputs + outputs) before it streams
+
+
+def chain(x):
+    y = jnp.tanh(x * 1.5 + 0.5)
+    return jnp.maximum(jnp.abs(jnp.exp(-y * y) + x) * 0.5, 0.1)
+
+
+def compiled(fn, *args, streamed_above: int):
+    """``fn`` compiled for ``args`` with the streaming threshold at ``streamed_above``."""
+    closed = functrans.make_jaxpr(fn)(*args)
+    original = streaming_stores.min_streamed_bytes
+    streaming_stores.min_streamed_bytes = lambda: streamed_above
+    try:
+        return pipeline.compile_jaxpr(closed, use_cache=False)
+    finally:
+        streaming_stores.min_streamed_bytes = original
+
+
+def both_ways(fn, *args):
+    """(streamed executable, plain executable) for ``fn`` at ``args``."""
+    return (compiled(fn, *args, streamed_above=THRESHOLD),
+            compiled(fn, *args, streamed_above=1 << 62))
+
+
+@pytest.mark.parametrize("n", [THRESHOLD // 8 - 16, THRESHOLD // 8, THRESHOLD // 8 + 1,
+                               THRESHOLD // 8 + 7, THRESHOLD // 8 + 61, 3 * THRESHOLD + 5])
+def test_results_are_bitwise_unchanged_around_the_threshold(n):
+    # a float32 chain touches 8 bytes per element: n = THRESHOLD // 8 is the last size below
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    streamed, plain = both_ways(chain, x)
+    assert ("!nontemporal" in streamed.ir_text) == (8 * n > THRESHOLD)
+    assert "!nontemporal" not in plain.ir_text
+    got, want = streamed(x)[0], plain(x)[0]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_allclose(got, chain(x), rtol=2e-6)
+
+
+@pytest.mark.parametrize("start", range(0, 17, 3))
+def test_misaligned_views_give_the_same_bits(start):
+    base = np.random.default_rng(start).standard_normal(THRESHOLD + 64).astype(np.float32)
+    x = base[start:start + THRESHOLD // 2 + 13]   # data 4 * start bytes past the allocation
+    assert x.ctypes.data % 64 == (base.ctypes.data + 4 * start) % 64
+    streamed, plain = both_ways(chain, np.empty_like(x))
+    assert "!nontemporal" in streamed.ir_text
+    got, want = streamed(x)[0], plain(x)[0]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("shape", [(37, 301), (5, 4099), (3, 7, 129)])
+def test_rows_of_a_loop_nest_are_peeled_each(shape):
+    # each row starts at its own alignment: the peel is computed per row
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    bias = rng.standard_normal(shape[-1]).astype(np.float32)
+    fn = lambda x, b: jnp.sin(x) * 2 + b  # noqa: E731
+    streamed, plain = both_ways(fn, x, bias)
+    assert "!nontemporal" in streamed.ir_text
+    got, want = streamed(x, bias)[0], plain(x, bias)[0]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_the_hint_survives_optimization_as_an_aligned_vector_store():
+    x = np.ones(THRESHOLD, np.float32)
+    streamed, _ = both_ways(chain, x)
+    stores = [line for line in streamed.optimized_ir.splitlines()
+              if "!nontemporal" in line and line.strip().startswith("store")]
+    assert stores and all("x float>" in line and "align 32" in line for line in stores), stores
+
+
+def test_reductions_keep_plain_stores():
+    y = np.ones(THRESHOLD, np.float32)
+    streamed, _ = both_ways(lambda y: jnp.sum(y * y), y)
+    assert "!nontemporal" not in streamed.ir_text
+
+
+def test_the_threshold_is_the_last_level_cache():
+    size = streaming_stores.last_level_cache_bytes()
+    assert size >= 1 << 18 and streaming_stores.min_streamed_bytes() == size

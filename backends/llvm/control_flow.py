@@ -353,11 +353,13 @@ def _first(b, array):
 def lower_control_flow(program: Program, target, in_body: bool = False) -> Program:
     """Replace fallback steps of ``program`` by native ones where possible (in place; returns
     ``program``): control flow whose bodies compile natively, scatters (see :mod:`indexing`),
-    cumulative reductions (see :mod:`along_axis`), cholesky and triangular solves (see
+    cumulative reductions (see :mod:`along_axis`), direct convolutions (see
+    :mod:`convolution`), cholesky and triangular solves (see
     :mod:`lapack`) and sorts (see :mod:`sorting`; short
     lines only in a loop or branch body, ``in_body``, where a native sort keeps the whole loop
     native: at the top level NumPy sorts them as fast)."""
     from functrans.backends.llvm.along_axis import CUMULATIVE, lower_cumulative
+    from functrans.backends.llvm.convolution import lower_convolution
     from functrans.backends.llvm.indexing import lower_scatter
     from functrans.backends.llvm.lapack import PRIMITIVES as LINALG
     from functrans.backends.llvm.lapack import lower_linalg
@@ -374,6 +376,8 @@ def lower_control_flow(program: Program, target, in_body: bool = False) -> Progr
             native = lower_sort(step, program, target, short_lines=in_body)
         elif step.eqn.primitive.name in LINALG:
             native = lower_linalg(step)
+        elif step.eqn.primitive.name == "conv_general_dilated":
+            native = lower_convolution(step, program)
         else:
             native = lower_scatter(step, program, target)
         if native is None:

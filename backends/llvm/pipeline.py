@@ -88,7 +88,7 @@ def plan_native(closed: ClosedJaxpr, fuse: bool = True) -> NativePlan:
     """Every step of compilation before LLVM: decomposition, fusion, control flow, buffer
     planning, slot assignment and the split into native segments. The caller holds
     ``_compile_lock``."""
-    closed = decompose_closed(closed)  # e.g. convolutions as im2col + BLAS
+    closed = decompose_closed(closed, direct_convolutions=True)  # see convolution.py
     jaxpr, consts = fusion.inline_calls(closed.jaxpr, closed.consts)
     target = LLVMTarget()
     program = fusion.normalize(fusion.plan_program(jaxpr, target, consts, fuse=fuse))

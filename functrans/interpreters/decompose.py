@@ -8,6 +8,12 @@ feature groups, multiplies it by the reshaped kernel. The pad, gathers, reshapes
 transposes fuse into a few loops, and the product goes to BLAS (CPU) or cuBLAS (GPU), where
 the backends would otherwise run the primitive's NumPy implementation.
 
+A backend with its own direct convolution kernels (``direct_convolutions=True``: the llvm
+backend) gets float32/float64 convolutions in one channels-last form instead (see
+:func:`is_direct_convolution`): the input padded and dilated, the kernel as ``[*K, I, O]``
+with each group's output features padded to whole 32-byte vectors, the output cropped and
+laid out afterwards; the layout changes fuse into loops around the kernel.
+
 The rewrite happens at compile time only (the IR users see keeps ``conv_general_dilated``,
 and transforms use its own rules): each equation is replaced by a ``jit`` equation of the
 decomposition, which the compilers inline. Bodies of control flow are rewritten too.
@@ -24,17 +30,18 @@ _WINDOW_REDUCTIONS = {"reduce_window_sum": "sum", "reduce_window_max": "max",
                       "reduce_window_min": "min"}
 
 
-def decompose_closed(closed: ClosedJaxpr) -> ClosedJaxpr:
+def decompose_closed(closed: ClosedJaxpr, direct_convolutions: bool = False) -> ClosedJaxpr:
     """``closed`` with every decomposable equation (here and in nested programs) rewritten;
-    the same object when there is nothing to rewrite."""
-    jaxpr = _decompose_jaxpr(closed.jaxpr)
+    the same object when there is nothing to rewrite. ``direct_convolutions``: convolutions
+    become the form of :func:`is_direct_convolution` rather than im2col and a product."""
+    jaxpr = _decompose_jaxpr(closed.jaxpr, direct_convolutions)
     return closed if jaxpr is closed.jaxpr else ClosedJaxpr(jaxpr, closed.consts)
 
 
-def _decompose_jaxpr(jaxpr: Jaxpr) -> Jaxpr:
+def _decompose_jaxpr(jaxpr: Jaxpr, direct: bool = False) -> Jaxpr:
     eqns, changed = [], False
     for eqn in jaxpr.eqns:
-        new = _decompose_eqn(eqn)
+        new = _decompose_eqn(eqn, direct)
         changed |= new is not eqn
         eqns.append(new)
     if not changed:
@@ -42,19 +49,21 @@ def _decompose_jaxpr(jaxpr: Jaxpr) -> Jaxpr:
     return Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars, eqns)
 
 
-def _decompose_param(value):
+def _decompose_param(value, direct: bool):
     if isinstance(value, ClosedJaxpr):
-        return decompose_closed(value)
+        return decompose_closed(value, direct)
     if isinstance(value, Jaxpr):
-        return _decompose_jaxpr(value)
+        return _decompose_jaxpr(value, direct)
     if isinstance(value, tuple) and any(isinstance(v, (ClosedJaxpr, Jaxpr)) for v in value):
-        new = tuple(_decompose_param(v) for v in value)
+        new = tuple(_decompose_param(v, direct) for v in value)
         return value if all(a is b for a, b in zip(new, value)) else new
     return value
 
 
-def _decompose_eqn(eqn):
+def _decompose_eqn(eqn, direct: bool = False):
     name = eqn.primitive.name
+    if name == "conv_general_dilated" and direct and _conv_direct_possible(eqn):
+        return eqn if is_direct_convolution(eqn) else _as_jit_eqn(eqn, _conv_as_direct)
     if name == "conv_general_dilated" and _conv_decomposable(eqn):
         return _as_jit_eqn(eqn, _conv_as_matmul)
     if name in _WINDOW_REDUCTIONS and _window_decomposable(eqn):
@@ -65,7 +74,7 @@ def _decompose_eqn(eqn):
         return _as_jit_eqn(eqn, _threefry2x32)
     if name in ("argmax", "argmin") and _arg_decomposable(eqn):
         return _as_jit_eqn(eqn, _arg_extreme("max" if name == "argmax" else "min"))
-    params = {k: _decompose_param(v) for k, v in eqn.params.items()}
+    params = {k: _decompose_param(v, direct) for k, v in eqn.params.items()}
     if all(params[k] is eqn.params[k] for k in params):
         return eqn
     return eqn.replace(params=params)
@@ -142,6 +151,85 @@ def _conv_as_matmul(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dila
     # (G, rows, O/G) -> (N, *out, O) -> the output layout
     out = lax.reshape(lax.transpose(product, (1, 0, 2)), (n, *out_sizes, out_features))
     order = [0, nsp + 1] + list(range(1, nsp + 1))  # (N, O, *spatial) in spec order
+    current = [None] * (nsp + 2)
+    for axis, source in zip(out_spec, order):
+        current[axis] = source
+    return lax.transpose(out, tuple(current))
+
+
+# ---- convolution in the direct form -----------------------------------------------------------
+
+VECTOR_BYTES = 32  # each group's output features are padded to whole vectors of this size
+
+
+def _feature_multiple(dtype) -> int:
+    return VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+def _conv_direct_possible(eqn) -> bool:
+    lhs, rhs = (v.aval for v in eqn.invars)
+    preferred = eqn.params["preferred_element_type"]
+    return (lhs.dtype in (np.float32, np.float64) and rhs.dtype == lhs.dtype
+            and (preferred is None or np.dtype(preferred) == lhs.dtype)
+            and lhs.ndim >= 3 and lhs.size > 0 and rhs.size > 0
+            and eqn.outvars[0].aval.size > 0)
+
+
+def is_direct_convolution(eqn) -> bool:
+    """Whether a ``conv_general_dilated`` equation is in the form direct kernels take:
+    float32/float64, channels last (``x[N, *S, C]``, ``w[*K, I, O]``, ``out[N', *OS, O]``),
+    no padding, no input dilation, and output features per group a multiple of a 32-byte
+    vector. Strides, kernel dilation and feature or batch groups are the kernel's."""
+    if eqn.primitive.name != "conv_general_dilated" or not _conv_direct_possible(eqn):
+        return False
+    p = eqn.params
+    nsp = eqn.invars[0].aval.ndim - 2
+    last = tuple(range(1, nsp + 1))
+    lhs_spec, rhs_spec, out_spec = (tuple(s) for s in p["dimension_numbers"])
+    groups = max(p["feature_group_count"], p["batch_group_count"])
+    out_features = eqn.invars[1].aval.shape[-1]
+    return (lhs_spec == (0, nsp + 1) + last and out_spec == lhs_spec
+            and rhs_spec == (nsp + 1, nsp) + tuple(range(nsp))
+            and all(tuple(pad) == (0, 0) for pad in p["padding"])
+            and all(d == 1 for d in p["lhs_dilation"])
+            and (out_features // groups) % _feature_multiple(eqn.invars[0].aval.dtype) == 0)
+
+
+def _conv_as_direct(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
+                    dimension_numbers, feature_group_count, batch_group_count, precision=None,
+                    preferred_element_type=None):
+    from functrans import lax
+    from functrans.primitives.linalg import ConvDimensionNumbers, conv_general_dilated_p
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    nsp = len(window_strides)
+    groups = max(feature_group_count, batch_group_count)
+    x = lax.transpose(lhs, (lhs_spec[0],) + tuple(lhs_spec[2:]) + (lhs_spec[1],))
+    x = lax.pad(x, lax.convert_element_type(0, x.dtype),
+                [(0, 0, 0)] + [(lo, hi, d - 1) for (lo, hi), d in zip(padding, lhs_dilation)]
+                + [(0, 0, 0)])
+    w = lax.transpose(rhs, tuple(rhs_spec[2:]) + (rhs_spec[1], rhs_spec[0]))
+    out_features = w.shape[-1]
+    per_group = out_features // groups
+    multiple = _feature_multiple(w.dtype)
+    padded = -(-per_group // multiple) * multiple
+    if padded != per_group:  # zero kernels for the padding features, cropped below
+        w = lax.reshape(w, w.shape[:-1] + (groups, per_group))
+        w = lax.pad(w, lax.convert_element_type(0, w.dtype),
+                    [(0, 0, 0)] * (w.ndim - 1) + [(0, padded - per_group, 0)])
+        w = lax.reshape(w, w.shape[:-2] + (groups * padded,))
+    spec = (0, nsp + 1) + tuple(range(1, nsp + 1))
+    out = conv_general_dilated_p.bind(
+        x, w, window_strides=tuple(window_strides), padding=((0, 0),) * nsp,
+        lhs_dilation=(1,) * nsp, rhs_dilation=tuple(rhs_dilation),
+        dimension_numbers=ConvDimensionNumbers(spec, (nsp + 1, nsp) + tuple(range(nsp)), spec),
+        feature_group_count=feature_group_count, batch_group_count=batch_group_count,
+        precision=precision, preferred_element_type=None)
+    if padded != per_group:
+        out = lax.reshape(out, out.shape[:-1] + (groups, padded))
+        out = lax.slice_in_dim(out, 0, per_group, axis=out.ndim - 1)
+        out = lax.reshape(out, out.shape[:-2] + (out_features,))
+    # (N, *spatial, O) -> the output layout
+    order = [0, nsp + 1] + list(range(1, nsp + 1))
     current = [None] * (nsp + 2)
     for axis, source in zip(out_spec, order):
         current[axis] = source

@@ -1,26 +1,31 @@
-"""Direct convolution kernels: ``conv_general_dilated`` in its channels-last form, computed
-in registers without a patch matrix.
+"""Direct convolution kernels: ``conv_general_dilated`` computed in registers, without a
+patch matrix.
 
 The compile-time rewrite (``decompose_closed(..., direct_convolutions=True)``, see
 :func:`functrans.interpreters.decompose.is_direct_convolution`) brings every float32/float64
 convolution, forward or either gradient, into one form: an already padded (and, for a
-transposed convolution, dilated) input ``x[N, *S, C]``, a kernel ``w[*K, I, O]`` and an output
-``out[N', *OS, O]`` whose features per group are a whole number of 32-byte vectors. The
-padding, dilation and layout changes fuse into the loops that produce ``x`` and ``w`` and
-consume ``out``.
+transposed convolution, dilated) input, and a kernel and an output whose feature axes are
+innermost in memory, with each group's output features a whole number of 32-byte vectors.
+Other axes keep the layout they have (a channels-last network's tensors are not copied);
+the kernel reads every operand through its strides.
 
-The kernel computes a tile of R output positions along the last spatial axis times V
-vectors of output features at a time, with its R x V accumulators in registers::
+The kernel computes a tile of R outputs along one axis times V vectors of output features,
+with its R x V accumulators in registers::
 
     for every tap t of the kernel window, for every input feature c of the group:
-        wv[v] = w[t, c, o0 + v*W : o0 + (v+1)*W]          (V vector loads)
-        for r: acc[r][v] += x[position(r) + offset(t), c] * wv[v]   (a broadcast, V FMAs)
+        wv[v] = w[t, c, f0 + v*W : f0 + (v+1)*W]                 (V vector loads)
+        for r: acc[r][v] += x[position(r) + offset(t), c] * wv[v]  (a broadcast, V FMAs)
 
 so each loaded weight vector feeds R multiply-adds and each input element V: the loop is
-bound by the FMA units, not by memory, and the input is read from cache once per tile.
-Rows of the output (batch x all spatial axes but the last) are split among the thread pool's
-workers. Feature groups read their slice of the input channels; batch groups their slice of
-the input batch.
+bound by the FMA units, not by memory. The tile runs along the last spatial axis of the
+output; when the input's batch axis is innermost in memory (a kernel gradient, whose "batch"
+is the forward input's feature axis) it runs along the batch axis instead, so the R inputs
+of a step are adjacent. The reduction loops go from the largest input stride to the
+smallest; when the outermost one is long (a kernel gradient sums over the whole batch) it
+is cut into blocks whose slice of the kernel operand stays in cache while every tile of the
+row uses it, the accumulators going through the output between blocks. Rows of the output
+(every other axis) are split among the thread pool's workers. Feature groups read their
+slice of the input features, batch groups their slice of the input batch.
 
     >>> step = lower_convolution(fallback_step, program)   # doctest: +SKIP
 """
@@ -36,9 +41,10 @@ from functrans.interpreters.decompose import is_direct_convolution
 I32, I64 = ir.IntType(32), ir.IntType(64)
 I8P = ir.IntType(8).as_pointer()
 VECTOR_BYTES = 32          # AVX2 registers; the rewrite pads output features to this
-MAX_VECTORS = 4            # output-feature vectors per tile
+MAX_VECTORS = 2            # output-feature vectors per tile (2 x 6 beat 4 x 3 measured)
 MAX_ACCUMULATORS = 12      # of 16 vector registers: the rest hold weights and a broadcast
 CHUNK_FLOPS = 4_000_000    # below this a convolution runs on the calling thread
+BLOCK_BYTES = 96 * 1024    # a reduction block's slice of the kernel operand (L2-resident)
 
 
 def _c(value: int):
@@ -51,17 +57,39 @@ class ConvolutionStep(Step):
     def __init__(self, lhs: Buffer, rhs: Buffer, out: Buffer, params: dict):
         self.prims = ("conv_general_dilated",)
         self.inputs, self.out = [lhs, rhs], out
-        nsp = len(lhs.shape) - 2
-        self.strides = tuple(params["window_strides"])
+        lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+        x_strides, w_strides, o_strides = (_row_major_strides(b.shape) for b in (lhs, rhs, out))
+        self.window_strides = tuple(params["window_strides"])
         self.dilation = tuple(params["rhs_dilation"])
         self.feature_groups = params["feature_group_count"]
         self.batch_groups = params["batch_group_count"]
         self.groups = max(self.feature_groups, self.batch_groups)
-        self.kernel = tuple(rhs.shape[:nsp])
-        self.in_features, out_features = rhs.shape[nsp], rhs.shape[-1]
-        self.group_features = out_features // self.groups
+        self.kernel = tuple(rhs.shape[a] for a in rhs_spec[2:])
+        self.in_features = rhs.shape[rhs_spec[1]]
+        self.out_features = rhs.shape[rhs_spec[0]]
+        self.group_features = self.out_features // self.groups
         self.width = VECTOR_BYTES // out.dtype.itemsize
-        self.rows = int(np.prod(out.shape[:-2], dtype=np.int64))
+        self.batch = out.shape[out_spec[0]]
+        self.out_spatial = tuple(out.shape[a] for a in out_spec[2:])
+        # element strides: x (batch, feature, spatial...), w (in-feature, taps...), out
+        # (batch, spatial...); the output-feature axes of w and out have stride 1
+        self.x_batch, self.x_feature = x_strides[lhs_spec[0]], x_strides[lhs_spec[1]]
+        self.x_spatial = tuple(x_strides[a] for a in lhs_spec[2:])
+        self.w_in, self.w_taps = w_strides[rhs_spec[1]], tuple(w_strides[a] for a in rhs_spec[2:])
+        self.o_batch, self.o_spatial = o_strides[out_spec[0]], tuple(o_strides[a] for a in out_spec[2:])
+        # output axes as (extent, x step, out step): the tile's axis, then the rows' axes
+        axes = [(self.batch, self.x_batch, self.o_batch)] + [
+            (size, st * xs, os) for size, st, xs, os in
+            zip(self.out_spatial, self.window_strides, self.x_spatial, self.o_spatial)]
+        tile_axis = 0 if self.x_batch == 1 and self.batch > 1 else len(axes) - 1
+        self.tile_axis = axes[tile_axis]
+        self.row_axes = [a for k, a in enumerate(axes) if k != tile_axis]
+        self.rows = int(np.prod([a[0] for a in self.row_axes], dtype=np.int64))
+        # reduction axes as (extent, x stride, w stride), largest x stride first
+        reduction = [(self.in_features, self.x_feature, self.w_in)] + [
+            (k, d * xs, ws) for k, d, xs, ws in
+            zip(self.kernel, self.dilation, self.x_spatial, self.w_taps)]
+        self.reduction = sorted(reduction, key=lambda a: -a[1])
 
     def reads(self):
         return unique_buffers(self.inputs)
@@ -71,9 +99,9 @@ class ConvolutionStep(Step):
 
     def describe(self):
         x, w = self.inputs
-        return (f"conv[direct, strides {list(self.strides)}, dilation {list(self.dilation)}, "
-                f"groups {self.feature_groups}/{self.batch_groups}] {x!r} * {w!r} -> "
-                f"{self.out!r}")
+        return (f"conv[direct, strides {list(self.window_strides)}, dilation "
+                f"{list(self.dilation)}, groups {self.feature_groups}/{self.batch_groups}] "
+                f"{x!r} * {w!r} -> {self.out!r}")
 
     def flops(self) -> int:
         return 2 * self.out.size * int(np.prod(self.kernel, dtype=np.int64)) * self.in_features
@@ -86,6 +114,15 @@ class ConvolutionStep(Step):
             return 1
         wanted = max(threads, min(8 * threads, self.flops() // CHUNK_FLOPS))
         return int(min(self.rows, wanted))
+
+    def reduction_block(self) -> int:
+        """How many steps of the outermost reduction axis one pass over a row's tiles takes:
+        enough that their slice of w (all inner steps, one group's features) fits in
+        ``BLOCK_BYTES``; the whole axis when it all does."""
+        extent = self.reduction[0][0]
+        inner = int(np.prod([a[0] for a in self.reduction[1:]], dtype=np.int64))
+        per_step = inner * self.group_features * self.out.dtype.itemsize
+        return int(max(1, min(extent, BLOCK_BYTES // max(per_step, 1))))
 
     # ---- code ----------------------------------------------------------------------------
 
@@ -138,59 +175,59 @@ class ConvolutionStep(Step):
         ir.IRBuilder(entry).branch(body)
         b = ir.IRBuilder(body)
         x, w, out, start, end = fn.args
-        _Tile(self, mb, b, ty, entry, x, w).rows(out, start, end)
+        _Tiles(self, mb, b, ty, entry, x, w, out).rows(start, end)
         b.ret_void()
         return fn
 
 
-class _Tile:
+def _row_major_strides(shape) -> list:
+    return [int(np.prod(shape[k + 1:], dtype=np.int64)) for k in range(len(shape))]
+
+
+class _Tiles:
     """The loops of one convolution kernel (see :class:`ConvolutionStep`)."""
 
-    def __init__(self, step: ConvolutionStep, mb, b: ir.IRBuilder, ty, entry, x, w):
+    def __init__(self, step: ConvolutionStep, mb, b: ir.IRBuilder, ty, entry, x, w, out):
         self.step, self.mb, self.b, self.ty, self.entry = step, mb, b, ty, entry
-        self.x, self.w = x, w
-        lhs, rhs = step.inputs
+        self.x, self.w, self.out = x, w, out
         self.vec = ir.VectorType(ty, step.width)
         suffix = f"v{step.width}f{8 * step.out.dtype.itemsize}"
         self.fma = mb.math.declare(f"llvm.fma.{suffix}", self.vec, [self.vec] * 3)
-        shape = lhs.shape
-        # element strides of x: batch, each spatial axis, feature
-        self.x_strides = [int(np.prod(shape[k + 1:], dtype=np.int64)) for k in range(len(shape))]
-        self.out_features = rhs.shape[-1]
         self.align = step.out.dtype.itemsize
 
-    # ---- row loop: batch and every spatial axis but the last -------------------------------
+    # ---- rows: every output axis but the tile's -----------------------------------------
 
-    def rows(self, out, start, end):
+    def rows(self, start, end):
         step, b = self.step, self.b
-        out_shape = step.out.shape
-        nsp = len(out_shape) - 2
-        out_row = out_shape[-2] * out_shape[-1]
+        block = step.reduction_block()
+        outer = step.reduction[0][0]
 
         def row(r):
-            # r = ((n * OS_1 + o_1) * OS_2 + o_2) ... over the spatial axes but the last
-            coords, rest = [], r
-            for size in reversed(out_shape[1:nsp]):
-                coords.append(b.urem(rest, _c(size)))
-                rest = b.udiv(rest, _c(size))
-            coords.reverse()
-            n = rest
-            base = _c(0)
-            for k, o in enumerate(coords):
-                base = b.add(base, b.mul(o, _c(step.strides[k] * self.x_strides[k + 1])))
-            out_base = b.mul(r, _c(out_row))
+            x_base, o_base, rest = _c(0), _c(0), r
+            for extent, x_step, o_step in reversed(step.row_axes):
+                index = b.urem(rest, _c(extent))
+                rest = b.udiv(rest, _c(extent))
+                x_base = b.add(x_base, b.mul(index, _c(x_step)))
+                o_base = b.add(o_base, b.mul(index, _c(o_step)))
             for g in range(step.groups):
-                self.group(n, g, base, out_base, out)
+                if block >= outer:
+                    self.group(g, x_base, o_base, None)
+                    continue
+
+                def blocked(k, g=g):
+                    first = b.mul(k, _c(block))
+                    last = b.add(first, _c(block))
+                    last = b.select(b.icmp_signed("<", last, _c(outer)), last, _c(outer))
+                    self.group(g, x_base, o_base, (first, last))
+                self.mb.loop(b, -(-outer // block), blocked, name="block")
         self.mb.loop(b, step.rows, row, name="row", bounds=(start, end))
 
-    def group(self, n, g, base, out_base, out):
+    def group(self, g, x_base, o_base, block):
         step, b = self.step, self.b
         if step.batch_groups > 1:  # batch groups are group-major slices of the input batch
-            n = b.add(n, _c(g * step.out.shape[0]))
-            channel = 0
+            x_base = b.add(x_base, _c(g * step.batch * step.x_batch))
         else:
-            channel = g * step.in_features
-        x_base = b.add(b.add(b.mul(n, _c(self.x_strides[0])), base), _c(channel))
+            x_base = b.add(x_base, _c(g * step.in_features * step.x_feature))
         width, vectors = step.width, step.group_features // step.width
         feature = g * step.group_features
         blocks = []
@@ -199,62 +236,67 @@ class _Tile:
             blocks.append((feature, take))
             feature += take * width
             vectors -= take
-        positions = step.out.shape[-2]
-        x_step = step.strides[-1] * self.x_strides[-2]
+        extent, x_step, o_step = step.tile_axis
         for f0, v in blocks:
-            r = max(1, MAX_ACCUMULATORS // v)
-            full, tail = divmod(positions, r)
+            r = max(1, min(extent, MAX_ACCUMULATORS // v))
+            full, tail = divmod(extent, r)
 
             def tiles(t, f0=f0, v=v, r=r):
-                self.tile(r, v, b.add(x_base, b.mul(t, _c(r * x_step))), f0,
-                          out, b.add(out_base, b.add(b.mul(t, _c(r * self.out_features)), _c(f0))))
+                self.tile(r, v, b.add(x_base, b.mul(t, _c(r * x_step))),
+                          b.add(o_base, b.add(b.mul(t, _c(r * o_step)), _c(f0))), f0, block)
             self.mb.loop(b, full, tiles, name="tile")
             if tail:
-                self.tile(tail, v, b.add(x_base, _c(full * r * x_step)), f0, out,
-                          b.add(out_base, _c(full * r * self.out_features + f0)))
+                self.tile(tail, v, b.add(x_base, _c(full * r * x_step)),
+                          b.add(o_base, _c(full * r * o_step + f0)), f0, block)
 
-    # ---- one tile: r positions x v feature vectors -------------------------------------------
+    # ---- one tile: r outputs x v feature vectors ----------------------------------------------
 
-    def tile(self, r, v, x_base, f0, out, out_offset):
+    def tile(self, r, v, x_base, o_offset, f0, block):
+        """``out[o_offset + i*o_step + j*W ...] (+)= the sum over the reduction axes`` (over
+        ``block`` = (first, last) of the outermost one: the partial sums go through the
+        output, starting from zero at the first block)."""
         step, b, vec = self.step, self.b, self.vec
         entry = ir.IRBuilder(self.entry)
         entry.position_at_start(self.entry)
         accs = [[entry.alloca(vec) for _ in range(v)] for _ in range(r)]
+        _, x_step, o_step = step.tile_axis
+        outs = [[b.add(o_offset, _c(i * o_step + j * step.width)) for j in range(v)]
+                for i in range(r)]
         zero = ir.Constant(vec, [0.0] * step.width)
-        for row in accs:
-            for acc in row:
-                b.store(zero, acc)
-        nsp = len(step.kernel)
-        x_step = step.strides[-1] * self.x_strides[-2]
-        in_features, o = step.in_features, self.out_features
-        undef = ir.Constant(vec, ir.Undefined)
-        splat_mask = ir.Constant(ir.VectorType(I32, step.width), [0] * step.width)
-
-        def taps(t):
-            x_tap, w_tap = x_base, _c(0)
-            for k in range(nsp):
-                x_tap = b.add(x_tap, b.mul(t[k], _c(step.dilation[k] * self.x_strides[k + 1])))
-                w_tap = b.add(b.mul(w_tap, _c(step.kernel[k])), t[k])
-            w_tap = b.add(b.mul(w_tap, _c(in_features * o)), _c(f0))
-
-            def feature(c):
-                w_at = b.add(w_tap, b.mul(c, _c(o)))
-                weights = [self.load_vector(self.w, b.add(w_at, _c(j * step.width)))
-                           for j in range(v)]
-                x_at = b.add(x_tap, c)
-                for i in range(r):
-                    scalar = b.load(b.gep(self.x, [b.add(x_at, _c(i * x_step))], inbounds=True))
-                    lanes = b.shuffle_vector(b.insert_element(undef, scalar, ir.Constant(I32, 0)),
-                                             undef, splat_mask)
-                    for j in range(v):
-                        b.store(b.call(self.fma, [lanes, weights[j], b.load(accs[i][j])]),
-                                accs[i][j])
-            self.mb.loop(b, in_features, feature, name="c")
-        self.mb.loop_nest(b, list(step.kernel), taps)
+        first = None if block is None else b.icmp_signed("!=", block[0], _c(0))
         for i in range(r):
             for j in range(v):
-                at = b.add(out_offset, _c(i * o + j * step.width))
-                self.store_vector(out, at, b.load(accs[i][j]))
+                start = zero
+                if first is not None:
+                    start = b.select(first, self.load_vector(self.out, outs[i][j]), zero)
+                b.store(start, accs[i][j])
+        undef = ir.Constant(vec, ir.Undefined)
+        splat_mask = ir.Constant(ir.VectorType(I32, step.width), [0] * step.width)
+        axes = step.reduction
+
+        def level(k, x_at, w_at):
+            if k == len(axes):
+                return self.accumulate(accs, r, v, x_at, w_at, x_step, undef, splat_mask)
+            extent, xs, ws = axes[k]
+
+            def body(i):
+                level(k + 1, b.add(x_at, b.mul(i, _c(xs))), b.add(w_at, b.mul(i, _c(ws))))
+            bounds = block if k == 0 and block is not None else None
+            self.mb.loop(b, extent, body, name=f"red{k}", bounds=bounds)
+        level(0, x_base, _c(f0))
+        for i in range(r):
+            for j in range(v):
+                self.store_vector(self.out, outs[i][j], b.load(accs[i][j]))
+
+    def accumulate(self, accs, r, v, x_at, w_at, x_step, undef, splat_mask):
+        b, width = self.b, self.step.width
+        weights = [self.load_vector(self.w, b.add(w_at, _c(j * width))) for j in range(v)]
+        for i in range(r):
+            scalar = b.load(b.gep(self.x, [b.add(x_at, _c(i * x_step))], inbounds=True))
+            lanes = b.shuffle_vector(b.insert_element(undef, scalar, ir.Constant(I32, 0)),
+                                     undef, splat_mask)
+            for j in range(v):
+                b.store(b.call(self.fma, [lanes, weights[j], b.load(accs[i][j])]), accs[i][j])
 
     def load_vector(self, base, offset):
         b = self.b

@@ -177,36 +177,51 @@ def _conv_direct_possible(eqn) -> bool:
 
 def is_direct_convolution(eqn) -> bool:
     """Whether a ``conv_general_dilated`` equation is in the form direct kernels take:
-    float32/float64, channels last (``x[N, *S, C]``, ``w[*K, I, O]``, ``out[N', *OS, O]``),
-    no padding, no input dilation, and output features per group a multiple of a 32-byte
-    vector. Strides, kernel dilation and feature or batch groups are the kernel's."""
+    float32/float64, no padding, no input dilation, the output-feature axes of the kernel
+    and of the output innermost, and the output features per group a multiple of a 32-byte
+    vector. The input's layout, strides, kernel dilation and feature or batch groups are
+    the kernel's."""
     if eqn.primitive.name != "conv_general_dilated" or not _conv_direct_possible(eqn):
         return False
     p = eqn.params
-    nsp = eqn.invars[0].aval.ndim - 2
-    last = tuple(range(1, nsp + 1))
-    lhs_spec, rhs_spec, out_spec = (tuple(s) for s in p["dimension_numbers"])
-    groups = max(p["feature_group_count"], p["batch_group_count"])
-    out_features = eqn.invars[1].aval.shape[-1]
-    return (lhs_spec == (0, nsp + 1) + last and out_spec == lhs_spec
-            and rhs_spec == (nsp + 1, nsp) + tuple(range(nsp))
-            and all(tuple(pad) == (0, 0) for pad in p["padding"])
+    return (all(tuple(pad) == (0, 0) for pad in p["padding"])
             and all(d == 1 for d in p["lhs_dilation"])
-            and (out_features // groups) % _feature_multiple(eqn.invars[0].aval.dtype) == 0)
+            and _features_innermost(eqn.invars[1].aval, eqn.outvars[0].aval, p))
+
+
+def _features_innermost(rhs, out, params) -> bool:
+    _, rhs_spec, out_spec = params["dimension_numbers"]
+    groups = max(params["feature_group_count"], params["batch_group_count"])
+    return (rhs_spec[0] == rhs.ndim - 1 and out_spec[1] == out.ndim - 1
+            and (rhs.shape[-1] // groups) % _feature_multiple(rhs.dtype) == 0)
 
 
 def _conv_as_direct(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
                     dimension_numbers, feature_group_count, batch_group_count, precision=None,
                     preferred_element_type=None):
+    """The padding and input dilation applied to the input (in its own layout); the kernel
+    and output moved to features-last layouts with whole vectors of features per group
+    where they are not already."""
     from functrans import lax
+    from functrans.core import get_aval
     from functrans.primitives.linalg import ConvDimensionNumbers, conv_general_dilated_p
-    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    lhs_spec, rhs_spec, out_spec = (tuple(s) for s in dimension_numbers)
     nsp = len(window_strides)
+    config = [(0, 0, 0)] * (nsp + 2)
+    for k, ((lo, hi), d) in enumerate(zip(padding, lhs_dilation)):
+        config[lhs_spec[2 + k]] = (lo, hi, d - 1)
+    x = lhs if all(c == (0, 0, 0) for c in config) else \
+        lax.pad(lhs, lax.convert_element_type(0, lhs.dtype), config)
+    params = dict(window_strides=tuple(window_strides), padding=((0, 0),) * nsp,
+                  lhs_dilation=(1,) * nsp, rhs_dilation=tuple(rhs_dilation),
+                  feature_group_count=feature_group_count,
+                  batch_group_count=batch_group_count, precision=precision,
+                  preferred_element_type=None)
+    out_aval = _conv_out_aval(lhs, rhs, dimension_numbers, window_strides, padding,
+                              lhs_dilation, rhs_dilation, batch_group_count)
+    if _features_innermost(get_aval(rhs), out_aval, {**params, "dimension_numbers": dimension_numbers}):
+        return conv_general_dilated_p.bind(x, rhs, dimension_numbers=dimension_numbers, **params)
     groups = max(feature_group_count, batch_group_count)
-    x = lax.transpose(lhs, (lhs_spec[0],) + tuple(lhs_spec[2:]) + (lhs_spec[1],))
-    x = lax.pad(x, lax.convert_element_type(0, x.dtype),
-                [(0, 0, 0)] + [(lo, hi, d - 1) for (lo, hi), d in zip(padding, lhs_dilation)]
-                + [(0, 0, 0)])
     w = lax.transpose(rhs, tuple(rhs_spec[2:]) + (rhs_spec[1], rhs_spec[0]))
     out_features = w.shape[-1]
     per_group = out_features // groups
@@ -219,11 +234,8 @@ def _conv_as_direct(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dila
         w = lax.reshape(w, w.shape[:-2] + (groups * padded,))
     spec = (0, nsp + 1) + tuple(range(1, nsp + 1))
     out = conv_general_dilated_p.bind(
-        x, w, window_strides=tuple(window_strides), padding=((0, 0),) * nsp,
-        lhs_dilation=(1,) * nsp, rhs_dilation=tuple(rhs_dilation),
-        dimension_numbers=ConvDimensionNumbers(spec, (nsp + 1, nsp) + tuple(range(nsp)), spec),
-        feature_group_count=feature_group_count, batch_group_count=batch_group_count,
-        precision=precision, preferred_element_type=None)
+        x, w, dimension_numbers=ConvDimensionNumbers(
+            lhs_spec, (nsp + 1, nsp) + tuple(range(nsp)), spec), **params)
     if padded != per_group:
         out = lax.reshape(out, out.shape[:-1] + (groups, padded))
         out = lax.slice_in_dim(out, 0, per_group, axis=out.ndim - 1)
@@ -234,6 +246,25 @@ def _conv_as_direct(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dila
     for axis, source in zip(out_spec, order):
         current[axis] = source
     return lax.transpose(out, tuple(current))
+
+
+def _conv_out_aval(lhs, rhs, dimension_numbers, window_strides, padding, lhs_dilation,
+                   rhs_dilation, batch_group_count):
+    """The abstract output of the convolution (its shape tells the output's layout)."""
+    from functrans.core import ShapedArray, get_aval
+    lhs_aval, rhs_aval = get_aval(lhs), get_aval(rhs)
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    spatial = []
+    for k in range(len(window_strides)):
+        size = (lhs_aval.shape[lhs_spec[2 + k]] - 1) * lhs_dilation[k] + 1 + sum(padding[k])
+        window = (rhs_aval.shape[rhs_spec[2 + k]] - 1) * rhs_dilation[k] + 1
+        spatial.append((size - window) // window_strides[k] + 1)
+    canonical = (lhs_aval.shape[lhs_spec[0]] // batch_group_count,
+                 rhs_aval.shape[rhs_spec[0]]) + tuple(spatial)
+    shape = [0] * len(canonical)
+    for position, axis in enumerate(out_spec):
+        shape[axis] = canonical[position]
+    return ShapedArray(tuple(shape), lhs_aval.dtype)
 
 
 # ---- windowed reductions (pooling) -------------------------------------------------------------

@@ -377,7 +377,7 @@ def lower_control_flow(program: Program, target, in_body: bool = False) -> Progr
         elif step.eqn.primitive.name in LINALG:
             native = lower_linalg(step)
         elif step.eqn.primitive.name == "conv_general_dilated":
-            native = lower_convolution(step, program)
+            native = lower_convolution(step)
         else:
             native = lower_scatter(step, program, target)
         if native is None:

@@ -27,7 +27,7 @@ row uses it, the accumulators going through the output between blocks. Rows of t
 (every other axis) are split among the thread pool's workers. Feature groups read their
 slice of the input features, batch groups their slice of the input batch.
 
-    >>> step = lower_convolution(fallback_step, program)   # doctest: +SKIP
+    >>> step = lower_convolution(fallback_step)   # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -36,11 +36,10 @@ import numpy as np
 
 from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm.fusion import Buffer, FallbackStep, Step, unique_buffers
-from functrans.interpreters.decompose import is_direct_convolution
+from functrans.interpreters.decompose import VECTOR_BYTES, is_direct_convolution
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 I8P = ir.IntType(8).as_pointer()
-VECTOR_BYTES = 32          # AVX2 registers; the rewrite pads output features to this
 MAX_VECTORS = 2            # output-feature vectors per tile (2 x 6 beat 4 x 3 measured)
 MAX_ACCUMULATORS = 12      # of 16 vector registers: the rest hold weights and a broadcast
 CHUNK_FLOPS = 4_000_000    # below this a convolution runs on the calling thread
@@ -231,8 +230,8 @@ class _Tiles:
         width, vectors = step.width, step.group_features // step.width
         feature = g * step.group_features
         blocks = []
-        while vectors > 0:
-            take = min(vectors, MAX_VECTORS) if vectors != MAX_VECTORS + 1 else 3
+        while vectors > 0:  # one more vector than a tile joins it, rather than go alone
+            take = vectors if vectors == MAX_VECTORS + 1 else min(vectors, MAX_VECTORS)
             blocks.append((feature, take))
             feature += take * width
             vectors -= take
@@ -309,7 +308,7 @@ class _Tiles:
         b.store(value, ptr, align=self.align)
 
 
-def lower_convolution(step: FallbackStep, program) -> ConvolutionStep | None:
+def lower_convolution(step: FallbackStep) -> ConvolutionStep | None:
     """A native step for a ``conv_general_dilated`` fallback step already in the direct form,
     or None (the step then runs the NumPy implementation)."""
     eqn = step.eqn

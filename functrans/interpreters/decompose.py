@@ -9,10 +9,11 @@ transposes fuse into a few loops, and the product goes to BLAS (CPU) or cuBLAS (
 the backends would otherwise run the primitive's NumPy implementation.
 
 A backend with its own direct convolution kernels (``direct_convolutions=True``: the llvm
-backend) gets float32/float64 convolutions in one channels-last form instead (see
-:func:`is_direct_convolution`): the input padded and dilated, the kernel as ``[*K, I, O]``
-with each group's output features padded to whole 32-byte vectors, the output cropped and
-laid out afterwards; the layout changes fuse into loops around the kernel.
+backend) gets float32/float64 convolutions in the form of :func:`is_direct_convolution`
+instead: the input padded and dilated in its own layout, and, only where they are not so
+already, the kernel and output moved to features-last layouts with each group's output
+features padded to whole 32-byte vectors (cropped afterwards); these fuse into loops
+around the kernel.
 
 The rewrite happens at compile time only (the IR users see keeps ``conv_general_dilated``,
 and transforms use its own rules): each equation is replaced by a ``jit`` equation of the

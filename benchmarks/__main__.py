@@ -13,6 +13,7 @@ WORKLOADS = {
     "mlp": "mlp:mlp_train_step",
     "per_example": "mlp:per_example_gradients",
     "cnn": "cnn:cnn_train_step",
+    "resnet": "resnet:resnet_train_step",
     "transformer": "transformer:transformer_train_step",
     "transformer_large": "transformer_large:transformer_large_train_step",
     "elementwise": "kernels:elementwise_chain",

@@ -88,7 +88,7 @@ def test_gpu_benchmarks_say_what_they_need():
     assert proc.returncode == 2 and "needs CuPy and a CUDA GPU" in proc.stderr
 
 
-@pytest.mark.parametrize("workload", ["cnn", "transformer"])
+@pytest.mark.parametrize("workload", ["cnn", "resnet", "transformer"])
 def test_model_workloads_agree_with_the_reference(workload, tmp_path):
     proc, results = run_suite("--quick", "--only", workload, "--impls", "functrans,numpy",
                               tmp_path=tmp_path)

@@ -553,3 +553,33 @@ def test_low_precision_and_float64(x64):
     half = lax.reduce_window_max(jnp.asarray(x.astype(np.float16)), (2,), (2,), "VALID")
     assert half.dtype == np.float16
     np.testing.assert_array_equal(np.asarray(half), x.astype(np.float16).reshape(3, 2).max(1))
+
+
+def _first_max_gradient(x, window, ct):
+    """NumPy oracle: each window's cotangent goes to its first maximum (row-major within the
+    window), for windows that tile ``x`` (stride = window, VALID)."""
+    out = np.zeros_like(x)
+    for index in np.ndindex(ct.shape):
+        corner = tuple(i * w for i, w in zip(index, window))
+        block = x[tuple(slice(c, c + w) for c, w in zip(corner, window))]
+        first = np.unravel_index(np.argmax(block), block.shape)
+        out[tuple(c + f for c, f in zip(corner, first))] += ct[index]
+    return out
+
+
+@pytest.mark.parametrize("shape,window", [((2, 9, 8, 3), (1, 2, 2, 1)), ((3, 7, 6), (1, 3, 2)),
+                                          ((4, 6), (2, 3)), ((5,), (1,))])
+def test_max_pool_gradient_of_tiling_windows_is_elementwise(shape, window):
+    """Windows that tile the operand (stride = window): the gradient goes to the first
+    maximum of each window, ties included, and compiles without a scatter."""
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 3, shape).astype(np.float32)  # many ties
+    pool = lambda v: lax.reduce_window(v, -np.inf, lax.max, window, window, "VALID")  # noqa: E731
+    out_shape = ft.eval_shape(pool, x).shape
+    ct = rng.standard_normal(out_shape).astype(np.float32)
+    grad = lambda v: ft.vjp(pool, v)[1](ct)[0]  # noqa: E731
+    expected = _first_max_gradient(x, window, ct)
+    np.testing.assert_allclose(np.asarray(grad(x)), expected, rtol=1e-6, atol=1e-6)
+    compiled = ft.jit(grad)
+    np.testing.assert_allclose(np.asarray(compiled(x)), expected, rtol=1e-6, atol=1e-6)
+    assert "scatter" not in compiled.lower(x).compile()._executable.program.describe()

@@ -8,6 +8,13 @@ feature groups, multiplies it by the reshaped kernel. The pad, gathers, reshapes
 transposes fuse into a few loops, and the product goes to BLAS (CPU) or cuBLAS (GPU), where
 the backends would otherwise run the primitive's NumPy implementation.
 
+A backend with its own direct convolution kernels (``direct_convolutions=True``: the llvm
+backend) gets float32/float64 convolutions in the form of :func:`is_direct_convolution`
+instead: the input padded and dilated in its own layout, and, only where they are not so
+already, the kernel and output moved to features-last layouts with each group's output
+features padded to whole 32-byte vectors (cropped afterwards); these fuse into loops
+around the kernel.
+
 The rewrite happens at compile time only (the IR users see keeps ``conv_general_dilated``,
 and transforms use its own rules): each equation is replaced by a ``jit`` equation of the
 decomposition, which the compilers inline. Bodies of control flow are rewritten too.
@@ -27,17 +34,18 @@ DECOMPOSABLE = frozenset({"conv_general_dilated", *_WINDOW_REDUCTIONS, "window_s
                           "threefry2x32", "argmax", "argmin"})
 
 
-def decompose_closed(closed: ClosedJaxpr) -> ClosedJaxpr:
+def decompose_closed(closed: ClosedJaxpr, direct_convolutions: bool = False) -> ClosedJaxpr:
     """``closed`` with every decomposable equation (here and in nested programs) rewritten;
-    the same object when there is nothing to rewrite."""
-    jaxpr = _decompose_jaxpr(closed.jaxpr)
+    the same object when there is nothing to rewrite. ``direct_convolutions``: convolutions
+    become the form of :func:`is_direct_convolution` rather than im2col and a product."""
+    jaxpr = _decompose_jaxpr(closed.jaxpr, direct_convolutions)
     return closed if jaxpr is closed.jaxpr else ClosedJaxpr(jaxpr, closed.consts)
 
 
-def _decompose_jaxpr(jaxpr: Jaxpr) -> Jaxpr:
+def _decompose_jaxpr(jaxpr: Jaxpr, direct: bool = False) -> Jaxpr:
     eqns, changed = [], False
     for eqn in jaxpr.eqns:
-        new = _decompose_eqn(eqn)
+        new = _decompose_eqn(eqn, direct)
         changed |= new is not eqn
         eqns.append(new)
     if not changed:
@@ -45,19 +53,21 @@ def _decompose_jaxpr(jaxpr: Jaxpr) -> Jaxpr:
     return Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars, eqns)
 
 
-def _decompose_param(value):
+def _decompose_param(value, direct: bool):
     if isinstance(value, ClosedJaxpr):
-        return decompose_closed(value)
+        return decompose_closed(value, direct)
     if isinstance(value, Jaxpr):
-        return _decompose_jaxpr(value)
+        return _decompose_jaxpr(value, direct)
     if isinstance(value, tuple) and any(isinstance(v, (ClosedJaxpr, Jaxpr)) for v in value):
-        new = tuple(_decompose_param(v) for v in value)
+        new = tuple(_decompose_param(v, direct) for v in value)
         return value if all(a is b for a, b in zip(new, value)) else new
     return value
 
 
-def _decompose_eqn(eqn):
+def _decompose_eqn(eqn, direct: bool = False):
     name = eqn.primitive.name
+    if name == "conv_general_dilated" and direct and _conv_direct_possible(eqn):
+        return eqn if is_direct_convolution(eqn) else _as_jit_eqn(eqn, _conv_as_direct)
     if name == "conv_general_dilated" and _conv_decomposable(eqn):
         return _as_jit_eqn(eqn, _conv_as_matmul)
     if name in _WINDOW_REDUCTIONS and _window_decomposable(eqn):
@@ -68,7 +78,7 @@ def _decompose_eqn(eqn):
         return _as_jit_eqn(eqn, _threefry2x32)
     if name in ("argmax", "argmin") and _arg_decomposable(eqn):
         return _as_jit_eqn(eqn, _arg_extreme("max" if name == "argmax" else "min"))
-    params = {k: _decompose_param(v) for k, v in eqn.params.items()}
+    params = {k: _decompose_param(v, direct) for k, v in eqn.params.items()}
     if all(params[k] is eqn.params[k] for k in params):
         return eqn
     return eqn.replace(params=params)
@@ -149,6 +159,116 @@ def _conv_as_matmul(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dila
     for axis, source in zip(out_spec, order):
         current[axis] = source
     return lax.transpose(out, tuple(current))
+
+
+# ---- convolution in the direct form -----------------------------------------------------------
+
+VECTOR_BYTES = 32  # each group's output features are padded to whole vectors of this size
+
+
+def _feature_multiple(dtype) -> int:
+    return VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+def _conv_direct_possible(eqn) -> bool:
+    lhs, rhs = (v.aval for v in eqn.invars)
+    preferred = eqn.params["preferred_element_type"]
+    return (lhs.dtype in (np.float32, np.float64) and rhs.dtype == lhs.dtype
+            and (preferred is None or np.dtype(preferred) == lhs.dtype)
+            and lhs.ndim >= 3 and lhs.size > 0 and rhs.size > 0
+            and eqn.outvars[0].aval.size > 0)
+
+
+def is_direct_convolution(eqn) -> bool:
+    """Whether a ``conv_general_dilated`` equation is in the form direct kernels take:
+    float32/float64, no padding, no input dilation, the output-feature axes of the kernel
+    and of the output innermost, and the output features per group a multiple of a 32-byte
+    vector. The input's layout, strides, kernel dilation and feature or batch groups are
+    the kernel's."""
+    if eqn.primitive.name != "conv_general_dilated" or not _conv_direct_possible(eqn):
+        return False
+    p = eqn.params
+    return (all(tuple(pad) == (0, 0) for pad in p["padding"])
+            and all(d == 1 for d in p["lhs_dilation"])
+            and _features_innermost(eqn.invars[1].aval, eqn.outvars[0].aval, p))
+
+
+def _features_innermost(rhs, out, params) -> bool:
+    _, rhs_spec, out_spec = params["dimension_numbers"]
+    groups = max(params["feature_group_count"], params["batch_group_count"])
+    return (rhs_spec[0] == rhs.ndim - 1 and out_spec[1] == out.ndim - 1
+            and (rhs.shape[-1] // groups) % _feature_multiple(rhs.dtype) == 0)
+
+
+def _conv_as_direct(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
+                    dimension_numbers, feature_group_count, batch_group_count, precision=None,
+                    preferred_element_type=None):
+    """The padding and input dilation applied to the input (in its own layout); the kernel
+    and output moved to features-last layouts with whole vectors of features per group
+    where they are not already."""
+    from functrans import lax
+    from functrans.core import get_aval
+    from functrans.primitives.linalg import ConvDimensionNumbers, conv_general_dilated_p
+    lhs_spec, rhs_spec, out_spec = (tuple(s) for s in dimension_numbers)
+    nsp = len(window_strides)
+    config = [(0, 0, 0)] * (nsp + 2)
+    for k, ((lo, hi), d) in enumerate(zip(padding, lhs_dilation)):
+        config[lhs_spec[2 + k]] = (lo, hi, d - 1)
+    x = lhs if all(c == (0, 0, 0) for c in config) else \
+        lax.pad(lhs, lax.convert_element_type(0, lhs.dtype), config)
+    params = dict(window_strides=tuple(window_strides), padding=((0, 0),) * nsp,
+                  lhs_dilation=(1,) * nsp, rhs_dilation=tuple(rhs_dilation),
+                  feature_group_count=feature_group_count,
+                  batch_group_count=batch_group_count, precision=precision,
+                  preferred_element_type=None)
+    out_aval = _conv_out_aval(lhs, rhs, dimension_numbers, window_strides, padding,
+                              lhs_dilation, rhs_dilation, batch_group_count)
+    if _features_innermost(get_aval(rhs), out_aval, {**params, "dimension_numbers": dimension_numbers}):
+        return conv_general_dilated_p.bind(x, rhs, dimension_numbers=dimension_numbers, **params)
+    groups = max(feature_group_count, batch_group_count)
+    w = lax.transpose(rhs, tuple(rhs_spec[2:]) + (rhs_spec[1], rhs_spec[0]))
+    out_features = w.shape[-1]
+    per_group = out_features // groups
+    multiple = _feature_multiple(w.dtype)
+    padded = -(-per_group // multiple) * multiple
+    if padded != per_group:  # zero kernels for the padding features, cropped below
+        w = lax.reshape(w, w.shape[:-1] + (groups, per_group))
+        w = lax.pad(w, lax.convert_element_type(0, w.dtype),
+                    [(0, 0, 0)] * (w.ndim - 1) + [(0, padded - per_group, 0)])
+        w = lax.reshape(w, w.shape[:-2] + (groups * padded,))
+    spec = (0, nsp + 1) + tuple(range(1, nsp + 1))
+    out = conv_general_dilated_p.bind(
+        x, w, dimension_numbers=ConvDimensionNumbers(
+            lhs_spec, (nsp + 1, nsp) + tuple(range(nsp)), spec), **params)
+    if padded != per_group:
+        out = lax.reshape(out, out.shape[:-1] + (groups, padded))
+        out = lax.slice_in_dim(out, 0, per_group, axis=out.ndim - 1)
+        out = lax.reshape(out, out.shape[:-2] + (out_features,))
+    # (N, *spatial, O) -> the output layout
+    order = [0, nsp + 1] + list(range(1, nsp + 1))
+    current = [None] * (nsp + 2)
+    for axis, source in zip(out_spec, order):
+        current[axis] = source
+    return lax.transpose(out, tuple(current))
+
+
+def _conv_out_aval(lhs, rhs, dimension_numbers, window_strides, padding, lhs_dilation,
+                   rhs_dilation, batch_group_count):
+    """The abstract output of the convolution (its shape tells the output's layout)."""
+    from functrans.core import ShapedArray, get_aval
+    lhs_aval, rhs_aval = get_aval(lhs), get_aval(rhs)
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    spatial = []
+    for k in range(len(window_strides)):
+        size = (lhs_aval.shape[lhs_spec[2 + k]] - 1) * lhs_dilation[k] + 1 + sum(padding[k])
+        window = (rhs_aval.shape[rhs_spec[2 + k]] - 1) * rhs_dilation[k] + 1
+        spatial.append((size - window) // window_strides[k] + 1)
+    canonical = (lhs_aval.shape[lhs_spec[0]] // batch_group_count,
+                 rhs_aval.shape[rhs_spec[0]]) + tuple(spatial)
+    shape = [0] * len(canonical)
+    for position, axis in enumerate(out_spec):
+        shape[axis] = canonical[position]
+    return ShapedArray(tuple(shape), lhs_aval.dtype)
 
 
 # ---- windowed reductions (pooling) -------------------------------------------------------------

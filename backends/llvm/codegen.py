@@ -44,6 +44,7 @@ from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep, nested_programs
 from functrans.backends.llvm.along_axis import CumulativeStep
 from functrans.backends.llvm.indexing import ScatterLoop
+from functrans.backends.llvm.convolution import ConvolutionStep
 from functrans.backends.llvm.lapack import CholeskyStep, TriangularSolveStep
 from functrans.backends.llvm.sorting import SortStep
 from functrans.backends.llvm.row_fusion import RowGroup
@@ -424,7 +425,7 @@ def split_segments(program: Program) -> list:
 
 # steps that emit their own code (``step.emit(module_builder, builder, pointer, table)``)
 NATIVE_STEPS = (ControlStep, ScatterLoop, CumulativeStep, SortStep, CholeskyStep,
-                TriangularSolveStep)
+                TriangularSolveStep, ConvolutionStep)
 
 
 class ModuleBuilder:
@@ -1189,10 +1190,12 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
 
 
 def splits_products(program: Program) -> bool:
-    """Whether ``program`` (or a loop body in it) runs a matrix product on the thread pool."""
+    """Whether ``program`` (or a loop body in it) runs a matrix product or a convolution on
+    the thread pool (its other products then keep BLAS to one thread)."""
     programs = [program] + [body.program for body in nested_programs(program)]
-    return any(isinstance(s, DotKernel) and s.out.dtype in (np.float32, np.float64)
-               and gemm_split(s)[1] > 1 for p in programs for s in p.steps)
+    return any((isinstance(s, DotKernel) and s.out.dtype in (np.float32, np.float64)
+                and gemm_split(s)[1] > 1) or (isinstance(s, ConvolutionStep) and s.chunks() > 1)
+               for p in programs for s in p.steps)
 
 
 def parallel_chunks(step, min_elements: int = PARALLEL_MIN_ELEMENTS) -> int:

@@ -352,8 +352,8 @@ def _first(b, array):
 def lower_control_flow(program: Program, target, in_body: bool = False) -> Program:
     """Replace fallback steps of ``program`` by native ones where possible (in place; returns
     ``program``), by the lowering table (:data:`lowering.STEPS`): control flow whose bodies
-    compile natively, scatters, cumulative reductions, cholesky and triangular solves, and
-    sorts (``in_body``: inside a loop or branch body)."""
+    compile natively, scatters, cumulative reductions, direct convolutions, cholesky and
+    triangular solves, and sorts (``in_body``: inside a loop or branch body)."""
     from functrans.backends.llvm.lowering import STEPS
     from functrans.backends.llvm.sorting import SortStep
     output_ids = {b.id for b in program.outputs if isinstance(b, Buffer)}

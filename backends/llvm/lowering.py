@@ -14,7 +14,8 @@ neither place runs its NumPy implementation between compiled segments.
 from __future__ import annotations
 
 from functrans.backends.compiler import lowering
-from functrans.backends.llvm import along_axis, control_flow, indexing, lapack, scalar_ops, sorting
+from functrans.backends.llvm import (along_axis, control_flow, convolution, indexing, lapack,
+                                     scalar_ops, sorting)
 from functrans.primitives import control_flow as control_prims
 from functrans.primitives import indexing as indexing_prims
 from functrans.primitives import linalg, reductions
@@ -39,6 +40,10 @@ def _linalg(step, program, target, in_body):
     return lapack.lower_linalg(step)
 
 
+def _convolution(step, program, target, in_body):
+    return convolution.lower_convolution(step)
+
+
 def _scatter(step, program, target, in_body):
     return indexing.lower_scatter(step, program, target)
 
@@ -51,6 +56,7 @@ STEPS = {
     reductions.cummax_p: _cumulative, reductions.cummin_p: _cumulative,
     sort_p: _sort,
     linalg.cholesky_p: _linalg, linalg.triangular_solve_p: _linalg,
+    linalg.conv_general_dilated_p: _convolution,
     indexing_prims.scatter_p: _scatter, indexing_prims.scatter_add_p: _scatter,
     indexing_prims.scatter_mul_p: _scatter, indexing_prims.scatter_min_p: _scatter,
     indexing_prims.scatter_max_p: _scatter,

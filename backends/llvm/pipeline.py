@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -126,7 +127,8 @@ def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
     """The llvm compiler before code generation, as named passes (see
     :mod:`functrans.backends.compiler.passes` for dumping them)."""
     return [
-        Pass("decompose", decompose_closed),  # e.g. convolutions as im2col + BLAS
+        # convolutions in the forms the direct kernels run (see convolution.py)
+        Pass("decompose", functools.partial(decompose_closed, direct_convolutions=True)),
         Pass("inline", fusion.flat_closed),
         Pass("fuse", _fuse(fuse)),
         *([Pass("fuse_dot_epilogues", fusion.fuse_dot_epilogues),

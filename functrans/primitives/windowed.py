@@ -279,6 +279,42 @@ def _take_selected(t, offsets, *, window_dimensions, window_strides, padding, ba
                            indices_are_sorted=False, unique_indices=False)
 
 
+def _tiles_exactly(operand_shape, window_dimensions, window_strides, padding, base_dilation,
+                   window_dilation) -> bool:
+    """Whether the windows tile the operand without overlap or gaps between them (stride =
+    window, no padding or dilation), as in the usual 2x2 max pool."""
+    return (tuple(window_strides) == tuple(window_dimensions)
+            and all(tuple(p) == (0, 0) for p in padding)
+            and all(d == 1 for d in base_dilation) and all(d == 1 for d in window_dilation)
+            and all(w <= n for w, n in zip(window_dimensions, operand_shape)))
+
+
+def _take_selected_tiled(t, offsets, *, window_dimensions, **_):
+    """:func:`_take_selected` for windows that tile the operand: ``t`` split into (windows,
+    position in window) per axis, and summed over the window positions where the position is
+    the selected one. Elementwise and a reduction, so its transpose (the pooling gradient) is
+    one elementwise loop over the operand instead of a scatter-add."""
+    out_shape = get_aval(offsets).shape
+    nd = len(out_shape)
+    covered = tuple(o * w for o, w in zip(out_shape, window_dimensions))
+    if covered != get_aval(t).shape:  # the last, partial windows hold no selected element
+        t = structural.slice(t, (0,) * nd, covered)
+    split = tuple(d for o, w in zip(out_shape, window_dimensions) for d in (o, w))
+    t = structural.reshape(t, split)
+    position, stride = None, 1
+    for axis in reversed(range(nd)):  # the row-major offset within the window
+        if window_dimensions[axis] > 1:
+            term = _scaled(structural.broadcasted_iota(np.int32, split, 2 * axis + 1), stride)
+            position = term if position is None else ew.add(position, term)
+        stride *= window_dimensions[axis]
+    if position is None:
+        position = structural.full(split, 0, np.int32)
+    selected = structural.broadcast_in_dim(offsets, split, tuple(range(0, 2 * nd, 2)))
+    zeros = structural.full(split, 0, get_aval(t).dtype)
+    picked = ew.select(ew.eq(position, selected), t, zeros)
+    return reductions.reduce_sum(picked, tuple(range(1, 2 * nd, 2)))
+
+
 def _scaled(x, factor):
     return x if factor == 1 else ew.mul(x, factor)
 
@@ -295,6 +331,8 @@ def _chooser_jvp(primitive, kind):
         if 0 in out_aval.shape:  # no windows: nothing to gather (the padded operand may be empty)
             return ans, structural.full(out_aval.shape, 0, get_aval(t).dtype)
         offsets = window_select_p.bind(x, select=kind, **params)
+        if _tiles_exactly(get_aval(x).shape, **params):
+            return ans, _take_selected_tiled(t, offsets, **params)
         return ans, _take_selected(t, offsets, **params)
     return rule
 

@@ -1,0 +1,319 @@
+"""Direct convolution kernels: ``conv_general_dilated`` computed in registers, without a
+patch matrix.
+
+The compile-time rewrite (``decompose_closed(..., direct_convolutions=True)``, see
+:func:`functrans.backends.compiler.decompose.is_direct_convolution`) brings every float32/float64
+convolution, forward or either gradient, into one form: an already padded (and, for a
+transposed convolution, dilated) input, and a kernel and an output whose feature axes are
+innermost in memory, with each group's output features a whole number of 32-byte vectors.
+Other axes keep the layout they have (a channels-last network's tensors are not copied);
+the kernel reads every operand through its strides.
+
+The kernel computes a tile of R outputs along one axis times V vectors of output features,
+with its R x V accumulators in registers::
+
+    for every tap t of the kernel window, for every input feature c of the group:
+        wv[v] = w[t, c, f0 + v*W : f0 + (v+1)*W]                 (V vector loads)
+        for r: acc[r][v] += x[position(r) + offset(t), c] * wv[v]  (a broadcast, V FMAs)
+
+so each loaded weight vector feeds R multiply-adds and each input element V: the loop is
+bound by the FMA units, not by memory. The tile runs along the last spatial axis of the
+output; when the input's batch axis is innermost in memory (a kernel gradient, whose "batch"
+is the forward input's feature axis) it runs along the batch axis instead, so the R inputs
+of a step are adjacent. The reduction loops go from the largest input stride to the
+smallest; when the outermost one is long (a kernel gradient sums over the whole batch) it
+is cut into blocks whose slice of the kernel operand stays in cache while every tile of the
+row uses it, the accumulators going through the output between blocks. Rows of the output
+(every other axis) are split among the thread pool's workers. Feature groups read their
+slice of the input features, batch groups their slice of the input batch.
+
+    >>> step = lower_convolution(fallback_step)   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+import numpy as np
+
+from functrans.backends.llvm import thread_pool
+from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, unique_buffers
+from functrans.backends.compiler.decompose import VECTOR_BYTES, is_direct_convolution
+
+I32, I64 = ir.IntType(32), ir.IntType(64)
+I8P = ir.IntType(8).as_pointer()
+MAX_VECTORS = 2            # output-feature vectors per tile (2 x 6 beat 4 x 3 measured)
+MAX_ACCUMULATORS = 12      # of 16 vector registers: the rest hold weights and a broadcast
+CHUNK_FLOPS = 4_000_000    # below this a convolution runs on the calling thread
+BLOCK_BYTES = 96 * 1024    # a reduction block's slice of the kernel operand (L2-resident)
+
+
+def _c(value: int):
+    return ir.Constant(I64, int(value))
+
+
+class ConvolutionStep(Step):
+    """``out = conv(x, w)`` in the direct form described in the module docstring."""
+
+    def __init__(self, lhs: Buffer, rhs: Buffer, out: Buffer, params: dict):
+        self.prims = ("conv_general_dilated",)
+        self.inputs, self.out = [lhs, rhs], out
+        lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+        x_strides, w_strides, o_strides = (_row_major_strides(b.shape) for b in (lhs, rhs, out))
+        self.window_strides = tuple(params["window_strides"])
+        self.dilation = tuple(params["rhs_dilation"])
+        self.feature_groups = params["feature_group_count"]
+        self.batch_groups = params["batch_group_count"]
+        self.groups = max(self.feature_groups, self.batch_groups)
+        self.kernel = tuple(rhs.shape[a] for a in rhs_spec[2:])
+        self.in_features = rhs.shape[rhs_spec[1]]
+        self.out_features = rhs.shape[rhs_spec[0]]
+        self.group_features = self.out_features // self.groups
+        self.width = VECTOR_BYTES // out.dtype.itemsize
+        self.batch = out.shape[out_spec[0]]
+        self.out_spatial = tuple(out.shape[a] for a in out_spec[2:])
+        # element strides: x (batch, feature, spatial...), w (in-feature, taps...), out
+        # (batch, spatial...); the output-feature axes of w and out have stride 1
+        self.x_batch, self.x_feature = x_strides[lhs_spec[0]], x_strides[lhs_spec[1]]
+        self.x_spatial = tuple(x_strides[a] for a in lhs_spec[2:])
+        self.w_in, self.w_taps = w_strides[rhs_spec[1]], tuple(w_strides[a] for a in rhs_spec[2:])
+        self.o_batch, self.o_spatial = o_strides[out_spec[0]], tuple(o_strides[a] for a in out_spec[2:])
+        # output axes as (extent, x step, out step): the tile's axis, then the rows' axes
+        axes = [(self.batch, self.x_batch, self.o_batch)] + [
+            (size, st * xs, os) for size, st, xs, os in
+            zip(self.out_spatial, self.window_strides, self.x_spatial, self.o_spatial)]
+        tile_axis = 0 if self.x_batch == 1 and self.batch > 1 else len(axes) - 1
+        self.tile_axis = axes[tile_axis]
+        self.row_axes = [a for k, a in enumerate(axes) if k != tile_axis]
+        self.rows = int(np.prod([a[0] for a in self.row_axes], dtype=np.int64))
+        # reduction axes as (extent, x stride, w stride), largest x stride first
+        reduction = [(self.in_features, self.x_feature, self.w_in)] + [
+            (k, d * xs, ws) for k, d, xs, ws in
+            zip(self.kernel, self.dilation, self.x_spatial, self.w_taps)]
+        self.reduction = sorted(reduction, key=lambda a: -a[1])
+
+    def reads(self):
+        return unique_buffers(self.inputs)
+
+    def writes(self):
+        return [self.out]
+
+    def describe(self):
+        x, w = self.inputs
+        return (f"conv[direct, strides {list(self.window_strides)}, dilation "
+                f"{list(self.dilation)}, groups {self.feature_groups}/{self.batch_groups}] "
+                f"{x!r} * {w!r} -> {self.out!r}")
+
+    def flops(self) -> int:
+        return 2 * self.out.size * int(np.prod(self.kernel, dtype=np.int64)) * self.in_features
+
+    def chunks(self, threads: int | None = None) -> int:
+        """How many pieces of its rows the convolution is split into for the thread pool
+        (more than the threads: a preempted worker's share is picked up by the others)."""
+        threads = thread_pool.num_threads() if threads is None else threads
+        if threads < 2 or self.flops() < CHUNK_FLOPS:
+            return 1
+        wanted = max(threads, min(8 * threads, self.flops() // CHUNK_FLOPS))
+        return int(min(self.rows, wanted))
+
+    def reduction_block(self) -> int:
+        """How many steps of the outermost reduction axis one pass over a row's tiles takes:
+        enough that their slice of w (all inner steps, one group's features) fits in
+        ``BLOCK_BYTES``; the whole axis when it all does."""
+        extent = self.reduction[0][0]
+        inner = int(np.prod([a[0] for a in self.reduction[1:]], dtype=np.int64))
+        per_step = inner * self.group_features * self.out.dtype.itemsize
+        return int(max(1, min(extent, BLOCK_BYTES // max(per_step, 1))))
+
+    # ---- code ----------------------------------------------------------------------------
+
+    def emit(self, mb, b: ir.IRBuilder, pointer, table):
+        if self.out.size == 0:
+            return
+        kernel = mb.shared(self._kernel_function(mb))
+        args = [pointer(buf) for buf in (*self.inputs, self.out)]
+        chunks = self.chunks()
+        if chunks <= 1:
+            b.call(kernel, args + [_c(0), _c(self.rows)])
+            return
+        rows = -(-self.rows // chunks)
+        chunks = -(-self.rows // rows)
+        mb.kernel_count += 1
+        chunk_fn = ir.Function(mb.module, thread_pool.CHUNK_FN,
+                               name=f"{kernel.name}_chunk{mb.kernel_count}")
+        chunk_fn.linkage = "internal"
+        chunk_fn.attributes.add("nounwind")
+        cb = ir.IRBuilder(chunk_fn.append_basic_block("entry"))
+        ctx = cb.bitcast(chunk_fn.args[0], I8P.as_pointer())
+        mb.skip_chunk_if_interrupted(cb, ctx, len(args))
+        loaded = [cb.bitcast(cb.load(cb.gep(ctx, [_c(k)], inbounds=True)), a.type)
+                  for k, a in enumerate(args)]
+        start = cb.mul(chunk_fn.args[1], _c(rows), flags=["nuw", "nsw"])
+        end = cb.add(start, _c(rows), flags=["nuw", "nsw"])
+        end = cb.select(cb.icmp_signed("<", end, _c(self.rows)), end, _c(self.rows))
+        cb.call(kernel, loaded + [start, end])
+        cb.ret_void()
+        chunk_fn = mb.shared(chunk_fn)
+        ctx = mb.chunk_context(b, args)
+        parallel_for = mb.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
+        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, _c(chunks)])
+
+    def _kernel_function(self, mb) -> ir.Function:
+        """``void conv(x*, w*, out*, i64 start, i64 end)``: output rows [start, end)."""
+        from functrans.backends.llvm.scalar_ops import mem_type
+        ty = mem_type(self.out.dtype)
+        mb.kernel_count += 1
+        name = f"conv{mb.kernel_count}"
+        mb.names[name] = f"a convolution {self.describe()}"
+        fn = ir.Function(mb.module, ir.FunctionType(
+            ir.VoidType(), [ty.as_pointer()] * 3 + [I64, I64]), name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for arg in fn.args[:3]:
+            arg.add_attribute("noalias")
+        entry = fn.append_basic_block("entry")
+        body = fn.append_basic_block("body")
+        ir.IRBuilder(entry).branch(body)
+        b = ir.IRBuilder(body)
+        x, w, out, start, end = fn.args
+        _Tiles(self, mb, b, ty, entry, x, w, out).rows(start, end)
+        b.ret_void()
+        return fn
+
+
+def _row_major_strides(shape) -> list:
+    return [int(np.prod(shape[k + 1:], dtype=np.int64)) for k in range(len(shape))]
+
+
+class _Tiles:
+    """The loops of one convolution kernel (see :class:`ConvolutionStep`)."""
+
+    def __init__(self, step: ConvolutionStep, mb, b: ir.IRBuilder, ty, entry, x, w, out):
+        self.step, self.mb, self.b, self.ty, self.entry = step, mb, b, ty, entry
+        self.x, self.w, self.out = x, w, out
+        self.vec = ir.VectorType(ty, step.width)
+        suffix = f"v{step.width}f{8 * step.out.dtype.itemsize}"
+        self.fma = mb.math.declare(f"llvm.fma.{suffix}", self.vec, [self.vec] * 3)
+        self.align = step.out.dtype.itemsize
+
+    # ---- rows: every output axis but the tile's -----------------------------------------
+
+    def rows(self, start, end):
+        step, b = self.step, self.b
+        block = step.reduction_block()
+        outer = step.reduction[0][0]
+
+        def row(r):
+            x_base, o_base, rest = _c(0), _c(0), r
+            for extent, x_step, o_step in reversed(step.row_axes):
+                index = b.urem(rest, _c(extent))
+                rest = b.udiv(rest, _c(extent))
+                x_base = b.add(x_base, b.mul(index, _c(x_step)))
+                o_base = b.add(o_base, b.mul(index, _c(o_step)))
+            for g in range(step.groups):
+                if block >= outer:
+                    self.group(g, x_base, o_base, None)
+                    continue
+
+                def blocked(k, g=g):
+                    first = b.mul(k, _c(block))
+                    last = b.add(first, _c(block))
+                    last = b.select(b.icmp_signed("<", last, _c(outer)), last, _c(outer))
+                    self.group(g, x_base, o_base, (first, last))
+                self.mb.loop(b, -(-outer // block), blocked, name="block")
+        self.mb.loop(b, step.rows, row, name="row", bounds=(start, end))
+
+    def group(self, g, x_base, o_base, block):
+        step, b = self.step, self.b
+        if step.batch_groups > 1:  # batch groups are group-major slices of the input batch
+            x_base = b.add(x_base, _c(g * step.batch * step.x_batch))
+        else:
+            x_base = b.add(x_base, _c(g * step.in_features * step.x_feature))
+        width, vectors = step.width, step.group_features // step.width
+        feature = g * step.group_features
+        blocks = []
+        while vectors > 0:  # one more vector than a tile joins it, rather than go alone
+            take = vectors if vectors == MAX_VECTORS + 1 else min(vectors, MAX_VECTORS)
+            blocks.append((feature, take))
+            feature += take * width
+            vectors -= take
+        extent, x_step, o_step = step.tile_axis
+        for f0, v in blocks:
+            r = max(1, min(extent, MAX_ACCUMULATORS // v))
+            full, tail = divmod(extent, r)
+
+            def tiles(t, f0=f0, v=v, r=r):
+                self.tile(r, v, b.add(x_base, b.mul(t, _c(r * x_step))),
+                          b.add(o_base, b.add(b.mul(t, _c(r * o_step)), _c(f0))), f0, block)
+            self.mb.loop(b, full, tiles, name="tile")
+            if tail:
+                self.tile(tail, v, b.add(x_base, _c(full * r * x_step)),
+                          b.add(o_base, _c(full * r * o_step + f0)), f0, block)
+
+    # ---- one tile: r outputs x v feature vectors ----------------------------------------------
+
+    def tile(self, r, v, x_base, o_offset, f0, block):
+        """``out[o_offset + i*o_step + j*W ...] (+)= the sum over the reduction axes`` (over
+        ``block`` = (first, last) of the outermost one: the partial sums go through the
+        output, starting from zero at the first block)."""
+        step, b, vec = self.step, self.b, self.vec
+        entry = ir.IRBuilder(self.entry)
+        entry.position_at_start(self.entry)
+        accs = [[entry.alloca(vec) for _ in range(v)] for _ in range(r)]
+        _, x_step, o_step = step.tile_axis
+        outs = [[b.add(o_offset, _c(i * o_step + j * step.width)) for j in range(v)]
+                for i in range(r)]
+        zero = ir.Constant(vec, [0.0] * step.width)
+        first = None if block is None else b.icmp_signed("!=", block[0], _c(0))
+        for i in range(r):
+            for j in range(v):
+                start = zero
+                if first is not None:
+                    start = b.select(first, self.load_vector(self.out, outs[i][j]), zero)
+                b.store(start, accs[i][j])
+        undef = ir.Constant(vec, ir.Undefined)
+        splat_mask = ir.Constant(ir.VectorType(I32, step.width), [0] * step.width)
+        axes = step.reduction
+
+        def level(k, x_at, w_at):
+            if k == len(axes):
+                return self.accumulate(accs, r, v, x_at, w_at, x_step, undef, splat_mask)
+            extent, xs, ws = axes[k]
+
+            def body(i):
+                level(k + 1, b.add(x_at, b.mul(i, _c(xs))), b.add(w_at, b.mul(i, _c(ws))))
+            bounds = block if k == 0 and block is not None else None
+            self.mb.loop(b, extent, body, name=f"red{k}", bounds=bounds)
+        level(0, x_base, _c(f0))
+        for i in range(r):
+            for j in range(v):
+                self.store_vector(self.out, outs[i][j], b.load(accs[i][j]))
+
+    def accumulate(self, accs, r, v, x_at, w_at, x_step, undef, splat_mask):
+        b, width = self.b, self.step.width
+        weights = [self.load_vector(self.w, b.add(w_at, _c(j * width))) for j in range(v)]
+        for i in range(r):
+            scalar = b.load(b.gep(self.x, [b.add(x_at, _c(i * x_step))], inbounds=True))
+            lanes = b.shuffle_vector(b.insert_element(undef, scalar, ir.Constant(I32, 0)),
+                                     undef, splat_mask)
+            for j in range(v):
+                b.store(b.call(self.fma, [lanes, weights[j], b.load(accs[i][j])]), accs[i][j])
+
+    def load_vector(self, base, offset):
+        b = self.b
+        ptr = b.bitcast(b.gep(base, [offset], inbounds=True), self.vec.as_pointer())
+        return b.load(ptr, align=self.align)
+
+    def store_vector(self, base, offset, value):
+        b = self.b
+        ptr = b.bitcast(b.gep(base, [offset], inbounds=True), self.vec.as_pointer())
+        b.store(value, ptr, align=self.align)
+
+
+def lower_convolution(step: FallbackStep) -> ConvolutionStep | None:
+    """A native step for a ``conv_general_dilated`` fallback step already in the direct form,
+    or None (the step then runs the NumPy implementation)."""
+    eqn = step.eqn
+    if not is_direct_convolution(eqn) or step.outputs[0] is None:
+        return None
+    if not all(isinstance(x, Buffer) and x.is_array for x in step.inputs):
+        return None
+    return ConvolutionStep(step.inputs[0], step.inputs[1], step.outputs[0], eqn.params)

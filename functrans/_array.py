@@ -214,6 +214,8 @@ class _DeletedBuffer:
 
 _DELETED = _DeletedBuffer()
 
+core.register_array_type(Array)
+
 
 def host_to_array(x, aval=None, device=None) -> Array:
     """Host data (a NumPy array or scalar, a Python scalar) as an Array of its canonical

@@ -304,8 +304,7 @@ def _custom_call_abstract_eval(*avals, call_jaxpr, num_consts, **params):
 
 
 def _custom_call_impl(*args, call_jaxpr, num_consts, **params):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
-    return eval_jaxpr_numpy(call_jaxpr.jaxpr, [core.to_numpy(c) for c in call_jaxpr.consts], args)
+    return core.eval_jaxpr_numpy(call_jaxpr.jaxpr, [core.to_numpy(c) for c in call_jaxpr.consts], args)
 
 
 for _p in (custom_jvp_call_p, custom_vjp_call_p):
@@ -756,8 +755,7 @@ def _custom_vjp_fwd_abstract_eval(*avals, fwd_jaxpr, fun_jaxpr, num_consts, num_
 
 @custom_vjp_fwd_p.def_impl
 def _custom_vjp_fwd_impl(*args, fwd_jaxpr, fun_jaxpr, num_consts, num_res):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
-    return eval_jaxpr_numpy(fwd_jaxpr.jaxpr, [], args)
+    return core.eval_jaxpr_numpy(fwd_jaxpr.jaxpr, [], args)
 
 
 def _custom_vjp_fwd_jvp(primals, tangents, *, fwd_jaxpr, **params):

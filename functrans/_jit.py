@@ -701,7 +701,7 @@ def _holds_code(value) -> bool:
         inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value)
 
 
-core.device_eval = _eval_on_device
+core.register_device_eval(_eval_on_device)
 
 
 def _fast_signature(args):

@@ -588,7 +588,7 @@ def _sub_jaxprs(eqn):
 
 
 def _has_collective(jaxpr: Jaxpr) -> bool:
-    return any(collectives.is_collective(e.primitive) or any(_has_collective(j) for j in _sub_jaxprs(e))
+    return any(e.primitive.is_collective or any(_has_collective(j) for j in _sub_jaxprs(e))
                for e in jaxpr.eqns)
 
 
@@ -663,7 +663,7 @@ class _PmapProgram:
         self._const_avals = {id(v): v.aval for v in constvars}
         devices = list(devices or [])
         platform = _platform_of(devices) if devices else "cpu"
-        nested = any(not collectives.is_collective(e.primitive) and
+        nested = any(not e.primitive.is_collective and
                      any(_has_collective(j) for j in _sub_jaxprs(e)) for e in eqns)
         if nested:
             # A collective inside a loop or branch: run the whole program on the reference
@@ -689,7 +689,7 @@ class _PmapProgram:
         groups: list = []
         current: list = []
         for eqn in eqns:
-            if collectives.is_collective(eqn.primitive):
+            if eqn.primitive.is_collective:
                 if current:
                     groups.append(current)
                     current = []

@@ -58,8 +58,7 @@ def _custom_vmap_abstract_eval(*avals, call_jaxpr, rule, closed_mask, name, num_
 
 @custom_vmap_call_p.def_impl
 def _custom_vmap_impl(*args, call_jaxpr, rule, closed_mask, name, num_primals):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
-    return eval_jaxpr_numpy(call_jaxpr.jaxpr, [core.to_numpy(c) for c in call_jaxpr.consts],
+    return core.eval_jaxpr_numpy(call_jaxpr.jaxpr, [core.to_numpy(c) for c in call_jaxpr.consts],
                             args)
 
 

@@ -67,13 +67,13 @@ class BatchTrace(core.Trace):
     def process_primitive(self, primitive, tracers, params):
         vals = [t.val for t in tracers]
         dims = [t.batch_dim for t in tracers]
-        if all(d is None for d in dims) and not getattr(primitive, "is_collective", False):
+        if all(d is None for d in dims) and not primitive.is_collective:
             return primitive.bind(*vals, **params)
         if primitive.batch is None:
             raise NotImplementedError(f"batching (vmap) of primitive '{primitive.name}' is "
                                       "not supported")
         outs, out_dims = primitive.batch(vals, dims, **params, axis_data=self.axis_data) \
-            if getattr(primitive, "batch_needs_axis", False) else primitive.batch(vals, dims, **params)
+            if primitive.batch_needs_axis else primitive.batch(vals, dims, **params)
         if primitive.multiple_results:
             return [BatchTracer(self, o, d) for o, d in zip(outs, out_dims)]
         return BatchTracer(self, outs, out_dims)

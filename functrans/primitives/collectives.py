@@ -123,11 +123,8 @@ class CollectivePrimitive(Primitive):
     a vmap owns one of them, raises the operands into that vmap so its batching rule runs
     even for operands that do not vary along the axis."""
 
-    is_collective = True
-    batch_needs_axis = True
-
     def __init__(self, name: str, names_param: str):
-        super().__init__(name)
+        super().__init__(name, is_collective=True, batch_needs_axis=True)
         self.names_param = names_param
         self.group_impl = None      # reference semantics over all members' buffers
         self.reduce_op = None       # "sum"/"max"/"min" for reductions (an MPI Allreduce)
@@ -949,10 +946,6 @@ def axis_index(axis_name):
 
 COLLECTIVES = (psum_p, pmax_p, pmin_p, all_gather_p, reduce_scatter_p, all_to_all_p,
                ppermute_p, axis_index_p)
-
-
-def is_collective(primitive) -> bool:
-    return getattr(primitive, "is_collective", False)
 
 
 __all__ = ["all_gather", "all_to_all", "axis_index", "pmax", "pmean", "pmin", "ppermute",

@@ -73,9 +73,8 @@ def _eval(closed: ClosedJaxpr, *args) -> list:
 
 def _eval_numpy(closed: ClosedJaxpr, args) -> list:
     """Evaluate a closed jaxpr on NumPy values with the reference interpreter."""
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
     consts = [core.to_numpy(c) for c in closed.consts]
-    return eval_jaxpr_numpy(closed.jaxpr, consts, list(args))
+    return core.eval_jaxpr_numpy(closed.jaxpr, consts, list(args))
 
 
 def _staged(fun: Callable, in_avals) -> ClosedJaxpr:
@@ -1012,14 +1011,13 @@ scan_p = Primitive("scan", multiple_results=True)
 
 @scan_p.def_impl
 def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, linear, unroll):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
     consts, carry, xs = _split(args, [num_consts, num_carry])
     y_avals = jaxpr.out_avals[num_carry:]
     ys = [np.empty((length,) + a.shape, a.dtype) for a in y_avals]
     body_consts = [core.to_numpy(c) for c in jaxpr.consts]
     for step in range(length):
         i = length - 1 - step if reverse else step
-        outs = eval_jaxpr_numpy(jaxpr.jaxpr, body_consts, consts + carry + [x[i] for x in xs])
+        outs = core.eval_jaxpr_numpy(jaxpr.jaxpr, body_consts, consts + carry + [x[i] for x in xs])
         carry = outs[:num_carry]
         for y, o in zip(ys, outs[num_carry:]):
             y[i] = o

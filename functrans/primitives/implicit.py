@@ -305,10 +305,9 @@ def _linear_solve_abstract_eval(*avals, const_lengths, jaxprs):
 
 @linear_solve_p.def_impl
 def _linear_solve_impl(*args, const_lengths, jaxprs):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
     _, _, solve_consts, _, b = _split(args, const_lengths)
     closed = jaxprs.solve
-    return eval_jaxpr_numpy(closed.jaxpr, [core.to_numpy(c) for c in closed.consts],
+    return core.eval_jaxpr_numpy(closed.jaxpr, [core.to_numpy(c) for c in closed.consts],
                             list(solve_consts) + list(b))
 
 

@@ -303,7 +303,7 @@ def delay_collectives(jaxpr: core.Jaxpr) -> core.Jaxpr:
     device runs the same program, so the collectives keep one order on all of them."""
     out, pending, produced = [], [], set()
     for eqn in jaxpr.eqns:
-        if collectives.is_collective(eqn.primitive) and eqn.primitive is not \
+        if eqn.primitive.is_collective and eqn.primitive is not \
                 collectives.axis_index_p:
             pending.append(eqn)
             produced.update(id(v) for v in eqn.outvars)

@@ -306,7 +306,7 @@ def varying_axes(jaxpr: Jaxpr, in_vary: list) -> list:
         ins = [read(v) for v in eqn.invars]
         union = frozenset().union(*ins)
         prim = eqn.primitive
-        if collectives.is_collective(prim):
+        if prim.is_collective:
             names = frozenset(prim.axis_names(eqn.params))
             if prim in (collectives.psum_p, collectives.pmax_p, collectives.pmin_p,
                         collectives.all_gather_p):

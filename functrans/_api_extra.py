@@ -30,6 +30,7 @@ from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans.random._keys import PRNGKeyArray, key_aval
 from functrans.tree_util import tree_flatten, tree_unflatten
+from functrans.version import __version__
 
 __all__ = ["pure_callback", "jacobian", "device_get", "default_backend", "named_scope",
            "named_call", "ensure_compile_time_eval", "linear_transpose", "closure_convert",
@@ -512,10 +513,9 @@ def print_environment_info(return_string: bool = False) -> str | None:
         >>> "functrans" in print_environment_info(return_string=True)
         True
     """
-    import functrans
-    from functrans import _backends
+    from functrans import _backends, _devices
 
-    lines = [f"functrans:    {functrans.__version__}",
+    lines = [f"functrans:    {__version__}",
              f"numpy:        {np.__version__}",
              f"python:       {sys.version.splitlines()[0]}",
              f"platform:     {platform.platform()}"]
@@ -531,7 +531,7 @@ def print_environment_info(return_string: bool = False) -> str | None:
     lines.append(f"backends:     {names}")
     lines.append(f"default:      {default_backend()}")
     try:
-        lines.append(f"devices:      {functrans.devices()}")
+        lines.append(f"devices:      {_devices.devices()}")
     except Exception as err:  # report, do not fail, in a bug-report helper
         lines.append(f"devices:      unavailable ({err})")
     text = "\n".join(lines)

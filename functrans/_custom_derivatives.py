@@ -249,6 +249,12 @@ class CustomCallPrimitive(Primitive):
     def __init__(self, name, kind):
         super().__init__(name, multiple_results=True)
         self.kind = kind
+        # The transforms' rules for the call (read by the JVP and batching traces, which
+        # sit below this module): ``custom_jvp(fwd, bwd, primals, tangents, params)`` for a
+        # custom_vjp call under jvp, ``custom_batch(trace, primitive, fun, rule..., vals,
+        # dims, params)`` under vmap.
+        self.custom_jvp: Callable | None = None
+        self.custom_batch: Callable | None = None
 
     def bind_call(self, fun, rule, args, params):
         trace = core.find_top_trace(args)
@@ -907,3 +913,7 @@ def _symbolic_zeros_of(bwd) -> bool:
         return owner.f.symbolic_zeros
     return getattr(bwd, "symbolic_zeros", False)
 
+
+custom_vjp_call_p.custom_jvp = custom_vjp_jvp
+custom_jvp_call_p.custom_batch = batch_custom_jvp
+custom_vjp_call_p.custom_batch = batch_custom_vjp

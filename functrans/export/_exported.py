@@ -36,6 +36,7 @@ from functrans.core import Tracer
 from functrans.export import (_container, _dimensions, _polymorphism, _program, _pytrees,
                               _registry)
 from functrans.export._dimensions import aval_with_shape, is_symbolic_dim
+from functrans.version import __version__
 
 _KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # JAX's names
 _PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu"}  # where each runs here
@@ -456,7 +457,6 @@ def _tangent_dtype(dtype):
 
 
 def _version() -> str:
-    from functrans import __version__
     return __version__
 
 

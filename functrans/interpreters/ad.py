@@ -45,12 +45,27 @@ class Zero:
         return f"Zero({self.aval.str_short()})"
 
 
+# Materialized zeros and tangent sums are primitives (broadcast of a constant, add_any),
+# declared in the primitives layer above this one, which registers them when it defines them.
+_full: Callable | None = None
+_add_any: Callable | None = None
+
+
+def register_tangent_primitives(*, full: Callable | None = None,
+                                add_any: Callable | None = None) -> None:
+    """Register ``full(shape, fill_value, dtype, weak_type=...)`` (to materialize zero
+    tangents) and ``add_any(a, b)`` (to sum tangents and cotangents)."""
+    global _full, _add_any
+    if full is not None:
+        _full = full
+    if add_any is not None:
+        _add_any = add_any
+
+
 def zeros_like_aval(aval):
-    from functrans.primitives import structural
     if aval.dtype == _dtypes.float0:
-        from functrans._array import Array
-        return Array(np.zeros(aval.shape, dtype=_dtypes.float0))
-    return structural.full(aval.shape, 0, aval.dtype, weak_type=aval.weak_type)
+        return core.wrap_array(np.zeros(aval.shape, dtype=_dtypes.float0), aval)
+    return _full(aval.shape, 0, aval.dtype, weak_type=aval.weak_type)
 
 
 def instantiate_zeros(t):
@@ -64,8 +79,7 @@ def add_tangents(a, b):
         return a
     if get_aval(a).dtype == _dtypes.float0:
         return a
-    from functrans.primitives import elementwise
-    return elementwise.add_any(a, b)
+    return _add_any(a, b)
 
 
 def is_float0(x) -> bool:
@@ -149,9 +163,7 @@ class JVPTrace(core.Trace):
         if all(isinstance(t, Zero) for t in tangents):
             outs = primitive.bind_call(fun, (fwd, bwd), primals, params)
             return [JVPTracer(self, o, Zero.from_value(o)) for o in outs]
-        from functrans import _custom_derivatives
-        primals_out, tangents_out = _custom_derivatives.custom_vjp_jvp(
-            fwd, bwd, primals, tangents, params)
+        primals_out, tangents_out = primitive.custom_jvp(fwd, bwd, primals, tangents, params)
         return [JVPTracer(self, p, t) for p, t in zip(primals_out, tangents_out)]
 
 

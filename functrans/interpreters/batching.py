@@ -81,14 +81,25 @@ class BatchTrace(core.Trace):
     def process_custom_jvp_call(self, primitive, fun, jvp, tracers, params):
         vals = [t.val for t in tracers]
         dims = [t.batch_dim for t in tracers]
-        from functrans import _custom_derivatives
-        return _custom_derivatives.batch_custom_jvp(self, primitive, fun, jvp, vals, dims, params)
+        return primitive.custom_batch(self, primitive, fun, jvp, vals, dims, params)
 
     def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, params):
         vals = [t.val for t in tracers]
         dims = [t.batch_dim for t in tracers]
-        from functrans import _custom_derivatives
-        return _custom_derivatives.batch_custom_vjp(self, primitive, fun, fwd, bwd, vals, dims, params)
+        return primitive.custom_batch(self, primitive, fun, fwd, bwd, vals, dims, params)
+
+
+# Moving and inserting batch axes binds primitives of the layer above (transpose,
+# broadcast_in_dim), which registers them here when it defines them.
+_transpose: Callable | None = None
+_broadcast_in_dim: Callable | None = None
+
+
+def register_axis_primitives(transpose: Callable, broadcast_in_dim: Callable) -> None:
+    """Register ``transpose(x, permutation)`` and ``broadcast_in_dim(x, shape, dims)``,
+    with which batch axes are moved and inserted."""
+    global _transpose, _broadcast_in_dim
+    _transpose, _broadcast_in_dim = transpose, broadcast_in_dim
 
 
 def find_axis_main(name) -> core.MainTrace | None:
@@ -132,18 +143,16 @@ def moveaxis(x, src: int, dst: int):
         return x
     perm = [i for i in range(ndim) if i != src]
     perm.insert(dst, src)
-    from functrans.primitives import structural
-    return structural.transpose(x, tuple(perm))
+    return _transpose(x, tuple(perm))
 
 
 def broadcast(x, size: int, axis: int):
     """Insert a new axis of length ``size`` at ``axis``, broadcasting ``x`` along it."""
-    from functrans.primitives import structural
     aval = get_aval(x)
     shape = list(aval.shape)
     shape.insert(axis, size)
     dims = tuple(i for i in range(len(shape)) if i != axis)
-    return structural.broadcast_in_dim(x, tuple(shape), dims)
+    return _broadcast_in_dim(x, tuple(shape), dims)
 
 
 def bdim_at_front(x, bdim, size: int):

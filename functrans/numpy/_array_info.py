@@ -187,7 +187,7 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
 def apply_along_axis(func1d, axis, arr, *args, **kwargs):
     """``func1d`` applied to each 1-D slice of ``arr`` along ``axis`` (with ``vmap``); the
     function's output dimensions take the place of ``axis``."""
-    from functrans import vmap
+    from functrans._api import vmap
     from functrans.numpy._shape import moveaxis
     arr = to_array(arr)
     ndim = get_aval(arr).ndim
@@ -231,7 +231,7 @@ class vectorize:  # noqa: N801 - NumPy's name
         functools.update_wrapper(self, pyfunc)
 
     def __call__(self, *args, **kwargs):
-        from functrans import vmap
+        from functrans._api import vmap
         from functrans.numpy._shape import broadcast_arrays
         mapped = [i for i in range(len(args)) if i not in self.excluded]
         static = {k: v for k, v in kwargs.items() if k in self.excluded}

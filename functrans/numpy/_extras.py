@@ -796,6 +796,6 @@ def from_dlpack(x, /, *, device=None, copy=None):
         host = np.array(host, copy=True)
     out = jnp.asarray(host)
     if device is not None:
-        from functrans import device_put
+        from functrans._api import device_put
         out = device_put(out, device)
     return out

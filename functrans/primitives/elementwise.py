@@ -417,6 +417,7 @@ shift_left, shift_right_logical, shift_right_arithmetic = map(
 eq, ne, lt, le, gt, ge = map(_binary_fn, (eq_p, ne_p, lt_p, le_p, gt_p, ge_p))
 complex = _binary_fn(complex_p)  # noqa: A001
 add_any = add
+ad.register_tangent_primitives(add_any=add_any)
 
 
 def round(x, rounding_method=0):  # noqa: A001

@@ -118,10 +118,9 @@ def full(shape, fill_value, dtype=None, weak_type: bool = False):
         scalar = elementwise.convert_element_type(fill_value, dtype, weak_type=weak_type)
     if shape == () and not isinstance(scalar, Tracer):
         # a concrete scalar: an Array now, an inline literal when staged
-        from functrans._array import Array
         aval = get_aval(scalar)
-        return Array._from_buffer(np.asarray(core.to_numpy(scalar, aval)).astype(dtype),
-                                  aval.weak_type)
+        return core.wrap_array(np.asarray(core.to_numpy(scalar, aval)).astype(dtype),
+                               ShapedArray((), dtype, aval.weak_type))
     return broadcast_in_dim_p.bind(scalar, shape=shape, broadcast_dimensions=())
 
 
@@ -209,6 +208,10 @@ def transpose(operand, permutation):
     if permutation == tuple(range(len(permutation))) and not _dtypes.is_python_scalar(operand):
         return operand
     return transpose_p.bind(operand, permutation=permutation)
+
+
+batching.register_axis_primitives(transpose, broadcast_in_dim)
+ad.register_tangent_primitives(full=full)
 
 
 # =============================================================================================

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from functrans import _backends, _debug_checks, core, profiler, tree_util
+from functrans import _backends, _debug_checks, _debug_rerun, core, profiler, tree_util
 from functrans._api import ShapeDtypeStruct
 from functrans._array import Array
 from functrans._array import delete as _array_delete
@@ -558,7 +558,7 @@ class JitWrapped:
                 profiler.record(getattr(self._fun, "__name__", "fun"), "jit call", start,
                                 time.perf_counter_ns(), {"backend": entry.backend or "default"})
             if _debug_checks.enabled():
-                _debug_checks.check_compiled_outputs(closed, leaves, outs)
+                _debug_rerun.check_compiled_outputs(closed, leaves, outs)
             if self._fast_eligible and not kwargs:
                 signature = _fast_signature(args)
                 if signature is not None:

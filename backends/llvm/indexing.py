@@ -22,14 +22,10 @@ import numpy as np
 
 from functrans.backends.llvm import exprs as E
 from functrans.backends.llvm.fusion import Buffer, FallbackStep, Program, Step, _move, unique_buffers
+from functrans.primitives.indexing import GatherScatterMode, default_fill_value
 
 SCATTER_COMBINE = {"scatter": None, "scatter_add": "add", "scatter_mul": "mul",
                    "scatter_min": "min", "scatter_max": "max"}
-
-
-def _modes():
-    from functrans.primitives.indexing import GatherScatterMode, _default_fill_value
-    return GatherScatterMode, _default_fill_value
 
 
 # =============================================================================================
@@ -48,11 +44,10 @@ def gather_rule(eqn):
 
 
 def _rule_gather(eqn, ops, out_shape):
-    mode_enum, default_fill = _modes()
     operand, indices = ops
     p = eqn.params
     dn, slice_sizes = p["dimension_numbers"], p["slice_sizes"]
-    fill = p["mode"] == mode_enum.FILL_OR_DROP
+    fill = p["mode"] == GatherScatterMode.FILL_OR_DROP
     rank = len(operand.shape)
     out = E.index_vars(out_shape)
     batch = [out[i] for i in range(len(out_shape)) if i not in dn.offset_dims]
@@ -76,7 +71,7 @@ def _rule_gather(eqn, ops, out_shape):
     value = _move(operand, index)
     if fill:
         dtype = eqn.outvars[0].aval.dtype
-        fill_value = default_fill(dtype) if p["fill_value"] is None else p["fill_value"]
+        fill_value = default_fill_value(dtype) if p["fill_value"] is None else p["fill_value"]
         value = E.select(valid, value, E.constant(fill_value, dtype))
     return value
 
@@ -109,7 +104,6 @@ class ScatterStep(Step):
     def expressions(self):
         """(loop extents, target offset, update value, valid) as expressions of the loop
         variables, which walk ``updates`` in the order [scatter axes..., window axes...]."""
-        mode_enum, _ = _modes()
         dn = self.params["dimension_numbers"]
         upd_shape, op_shape = self.updates.shape, self.operand.shape
         rank = len(op_shape)
@@ -132,7 +126,7 @@ class ScatterStep(Step):
             starts[d] = E.from_scalar(E.load(self.indices, position))
         for od, idim in zip(dn.operand_batching_dims, dn.scatter_indices_batching_dims):
             starts[od] = batch[idim]
-        clip = self.params["mode"] == mode_enum.CLIP
+        clip = self.params["mode"] == GatherScatterMode.CLIP
         valid = E.constant(True, np.bool_)
         index = []
         for d in range(rank):

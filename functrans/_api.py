@@ -14,6 +14,8 @@ from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans._traceback_util import api_boundary
 from functrans.tree_util import tree_flatten, tree_map, tree_unflatten
+from functrans import _axis_env as env_module
+from functrans import _devices
 
 
 def _check_array_arg(x, fname: str):
@@ -593,7 +595,6 @@ def _axis_env(axis_env):
     import contextlib
     if not axis_env:
         return contextlib.nullcontext()
-    from functrans import _axis_env as env_module
     return env_module.extend_axis_env_nd(axis_env)
 
 
@@ -663,7 +664,6 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
         >>> functrans.device_put(np.ones(2)).shape
         (2,)
     """
-    from functrans import _devices
     # (functrans.sharding sits above this module; imported here, on use)
     from functrans.sharding import _arrays, _shardings
 

@@ -31,6 +31,10 @@ from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans.random._keys import PRNGKeyArray, key_aval
 from functrans.tree_util import tree_flatten, tree_unflatten
 from functrans.version import __version__
+from functrans import _backends
+from functrans import _devices
+from functrans.numpy import asarray
+from functrans.primitives import structural
 
 __all__ = ["pure_callback", "jacobian", "device_get", "default_backend", "named_scope",
            "named_call", "ensure_compile_time_eval", "linear_transpose", "closure_convert",
@@ -179,7 +183,6 @@ def _pure_callback_batch(vals, dims, *, callback, result_avals, vmap_method):
         outs = pure_callback_p.bind(*vals, callback=looped, result_avals=batched_avals,
                                     vmap_method=vmap_method)
         return outs, [0] * len(outs)
-    from functrans.primitives import structural
     new_vals = []
     for v, d in zip(vals, dims):
         if d is not None:
@@ -235,7 +238,6 @@ def pure_callback(callback: Callable, result_shape_dtypes: Any, *args: Any, shar
     if vmap_method is not None and vmap_method not in _VMAP_METHODS:
         raise ValueError(f"pure_callback: vmap_method must be one of {_VMAP_METHODS} or None, "
                          f"got {vmap_method!r}")
-    from functrans.numpy import asarray
     leaves, in_tree = tree_flatten((args, kwargs))
     for leaf in leaves:
         if not (isinstance(leaf, Tracer) or core.valid_jaxtype(leaf)):
@@ -291,7 +293,6 @@ def default_backend() -> str:
         >>> default_backend() in ("cpu", "gpu")
         True
     """
-    from functrans import _backends
     return _backends.default_platform()
 
 
@@ -408,7 +409,6 @@ def linear_transpose(fun: Callable, *primals, reduce_axes=()) -> Callable:
                             f"output of type {aval.str_short()}")
 
     def transposed_fun(out_cotangent):
-        from functrans.numpy import asarray
         ct_leaves, ct_tree = tree_flatten(out_cotangent)
         if ct_tree != out_tree:
             raise TypeError(f"linear_transpose: the cotangent has structure {ct_tree}, but "
@@ -513,7 +513,6 @@ def print_environment_info(return_string: bool = False) -> str | None:
         >>> "functrans" in print_environment_info(return_string=True)
         True
     """
-    from functrans import _backends, _devices
 
     lines = [f"functrans:    {__version__}",
              f"numpy:        {np.__version__}",

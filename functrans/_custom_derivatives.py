@@ -36,6 +36,7 @@ from functrans.core import (ClosedJaxpr, Jaxpr, Primitive, Tracer, UnexpectedTra
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_closed_jaxpr
 from functrans.tree_util import keystr, tree_flatten, tree_leaves, tree_unflatten
+from functrans.primitives.elementwise import stop_gradient
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "zero_from_primal", "CustomVJPPrimal",
            "custom_vjp_primal_tree_values"]
@@ -222,7 +223,6 @@ class _NondiffArgs:
 
 
 def _stop_gradient(x):
-    from functrans.primitives.elementwise import stop_gradient
     return stop_gradient(x)
 
 

@@ -29,6 +29,7 @@ from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+from functrans import _array
 
 logger = logging.getLogger("functrans")
 
@@ -592,7 +593,6 @@ class JitWrapped:
         buffers may now hold results, which are new Arrays)."""
         if not self._donate_argnums:
             return
-        from functrans import _array
         for i in self._donate_argnums:
             if i >= len(args):
                 continue

@@ -48,6 +48,16 @@ from functrans._array import Array
 from functrans._caches import LRUCache
 from functrans.core import ClosedJaxpr, DropVar, Jaxpr, Literal, ShapedArray, Tracer, Var, get_aval
 from functrans.primitives import collectives
+from functrans import _axis_env
+from functrans import _devices
+from functrans._api import _flatten_axes as flatten
+from functrans._api import vmap
+from functrans._jit import compile_closed
+from functrans._jit import jit_p
+from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+from functrans.sharding import Mesh
+from functrans.sharding import NamedSharding
+from functrans.sharding import PartitionSpec
 
 # =============================================================================================
 # Sharded arrays and explicit placement
@@ -130,7 +140,6 @@ class ShardedArray(Array):
         """The leading axis split over the devices, one entry each (as JAX's pmap outputs:
         a NamedSharding over a one-axis mesh of the devices)."""
         # (functrans.sharding builds on pmap's placements; imported on use)
-        from functrans.sharding import Mesh, NamedSharding, PartitionSpec
         mesh = Mesh(np.array(self._shard_devices, dtype=object), (_PMAP_MESH_AXIS,))
         return NamedSharding(mesh, PartitionSpec(_PMAP_MESH_AXIS))
 
@@ -600,7 +609,6 @@ def _inline_jit_calls(eqns, subst, out_eqns, constvars, consts):
     """Copy ``eqns`` into ``out_eqns`` with fresh output variables, replacing each ``jit``
     equation whose program holds a collective by that program's equations, so the
     collective becomes a top-level cut point."""
-    from functrans._jit import jit_p
     for eqn in eqns:
         invars = [_read_subst(subst, v) for v in eqn.invars]
         if eqn.primitive is jit_p and _has_collective(eqn.params["jaxpr"].jaxpr):
@@ -685,7 +693,6 @@ class _PmapProgram:
         self._member_consts: dict = {}
 
     def _plan(self, eqns, backend) -> list:
-        from functrans._jit import compile_closed
         groups: list = []
         current: list = []
         for eqn in eqns:
@@ -827,7 +834,6 @@ class _Static:
 
 
 def _flatten_axes(what, treedef, spec) -> list:
-    from functrans._api import _flatten_axes as flatten
     try:
         return flatten(what, treedef, spec)
     except ValueError as err:
@@ -906,7 +912,6 @@ class PmapFunction:
 
     def _devices_for(self, size: int) -> tuple[list, int, int]:
         """The local devices used, the global axis size and this process's first index."""
-        from functrans import _devices
         nproc = distributed.process_count()
         if self._devices is not None and nproc == 1:
             local = self._devices
@@ -979,8 +984,6 @@ class PmapFunction:
         return tree_util.tree_unflatten(out_tree, results)
 
     def _build(self, statics, in_tree, avals, global_size, key):
-        from functrans import _axis_env
-        from functrans.interpreters.staging import trace_to_jaxpr_dynamic
         out_tree_cell: list = []
 
         def flat_fun(*flat):
@@ -1042,7 +1045,6 @@ class PmapFunction:
                 "multi-process run is not supported; apply grad/vmap inside the pmapped "
                 "function instead (e.g. pmap(grad(loss)))")
         self._devices_for(size)  # the same size checks as a real pmap call
-        from functrans._api import vmap
 
         def per_member(dyn_args, kw):
             return self._call_fun(statics, dyn_args, kw)

@@ -31,6 +31,7 @@ import threading
 import time
 
 import numpy as np
+from functrans._config import config
 
 _state = {"process_index": 0, "process_count": 1, "comm": None, "timeout": None}
 _mpi_lock = threading.Lock()
@@ -112,7 +113,6 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
     if timeout is not None:
         _state["timeout"] = float(timeout)
     from functrans import _devices
-    from functrans._config import config
     count = int(config.cpu_device_count)
     counts = _gather_object(comm, count, "initialize")
     if len(set(counts)) != 1:

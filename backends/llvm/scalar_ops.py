@@ -20,6 +20,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm.vector_math import F32, F64, MathLibrary
+from functrans.backends.llvm import exprs as E
 
 SUPPORTED_DTYPES = {np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
                                            np.uint8, np.uint16, np.uint32, np.uint64,
@@ -118,7 +119,6 @@ def _lgamma(ctx, args, in_dtypes, out_dtype, params):
 
 def needs_guard(nodes) -> bool:
     """Whether expression ``nodes`` use a function with a guarded fast path."""
-    from functrans.backends.llvm import exprs as E
     return any(isinstance(n, E.ScalarExpr) and n.kind == "op" and n.args[0] in GUARDED
                and n.dtype == np.float32 for n in E.postorder(nodes))
 

@@ -37,6 +37,8 @@ from functrans.export import (_container, _dimensions, _polymorphism, _program, 
                               _registry)
 from functrans.export._dimensions import aval_with_shape, is_symbolic_dim
 from functrans.version import __version__
+from functrans import _dtypes
+from functrans._api import vjp
 
 _KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # JAX's names
 _PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu"}  # where each runs here
@@ -433,7 +435,6 @@ class _PrimalFunction:
         return tree_util.tree_leaves(self.fun_jit(*call_args, **call_kwargs))
 
     def export_vjp(self, primal: Exported) -> Exported:
-        from functrans._api import vjp
         n = len(primal.in_avals)
 
         def vjp_flat(*args):
@@ -447,7 +448,6 @@ class _PrimalFunction:
 
 
 def _tangent_dtype(dtype):
-    from functrans import _dtypes
     return dtype if _dtypes.is_inexact(dtype) else _dtypes.float0
 
 

@@ -16,6 +16,8 @@ import numpy as np
 
 from functrans import _dtypes, core
 from functrans.core import ShapedArray, Tracer, get_aval
+from functrans.interpreters import partial_eval as pe
+from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 
 # =============================================================================================
 # Symbolic zeros and tangent types
@@ -358,7 +360,6 @@ def backward_pass(jaxpr: core.Jaxpr, consts, primals_in, cotangents_out):
 def linearize_flat(fun: Callable, primals: Sequence):
     """Returns ``(primals_out, linear_jaxpr, residuals, out_tangent_avals)``: the linear
     jaxpr maps input tangents to output tangents, closed over ``residuals``."""
-    from functrans.interpreters import partial_eval as pe
     primals = list(primals)
     n = len(primals)
     in_tangent_avals = [tangent_aval(get_aval(p)) for p in primals]
@@ -403,7 +404,6 @@ def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool], instantiate: S
     """A closed jaxpr computing ``(primals_out..., tangents_out...)`` from
     ``(primals..., tangents of the nonzero inputs...)``. Returns it and which output tangents
     are nonzero (all of them where ``instantiate`` says so)."""
-    from functrans.interpreters.staging import trace_to_jaxpr_dynamic
     in_avals = closed.in_avals
     num_out = len(closed.out_avals)
     if isinstance(instantiate, bool):

@@ -10,6 +10,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from functrans import core
 from functrans.core import Tracer, get_aval
+from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 
 not_mapped = None
 
@@ -217,7 +218,6 @@ def batch_jaxpr(closed, axis_size: int, in_dims: Sequence, out_dims_instantiate:
     """Batch a closed jaxpr. Inputs come with ``in_dims`` (None: unbatched). Outputs are
     batched at axis 0 where ``out_dims_instantiate`` says so or where they depend on a batched
     input; returns the new closed jaxpr and each output's batch dim (0 or None)."""
-    from functrans.interpreters.staging import trace_to_jaxpr_dynamic
     num_out = len(closed.out_avals)
     if isinstance(out_dims_instantiate, bool):
         out_dims_instantiate = [out_dims_instantiate] * num_out

@@ -71,6 +71,8 @@ from functrans.numpy._array_methods import astype, view  # noqa: F401
 from functrans.numpy._more import *  # noqa: F401,F403
 from functrans.numpy._extras import *  # noqa: F401,F403
 from functrans.numpy._ufunc import frompyfunc, ufunc  # noqa: F401
+from functrans._array import Array
+from functrans.core import Tracer
 
 pi = _np.pi
 e = _np.e
@@ -84,8 +86,6 @@ class _ArrayMeta(type):
     """``isinstance(x, jnp.ndarray)`` holds for arrays and for traced values alike."""
 
     def __instancecheck__(cls, instance):
-        from functrans._array import Array
-        from functrans.core import Tracer
         return isinstance(instance, (Array, Tracer))
 
 

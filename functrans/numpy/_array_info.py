@@ -15,6 +15,8 @@ from functrans.numpy._promotion import (canonicalize_axis, operator_index, promo
 from functrans.numpy._scalar_types import _as_dtype_or_kind
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
+from functrans._api import vmap
+from functrans.numpy._promotion import broadcast_shapes
 
 
 def _dtype_of(x):
@@ -125,7 +127,6 @@ def array_equal(a1, a2, equal_nan=False):
 
 def array_equiv(a1, a2):
     """Whether two arrays are equal after broadcasting."""
-    from functrans.numpy._promotion import broadcast_shapes
     from functrans.numpy._reductions import all as all_
     try:
         broadcast_shapes(get_aval(to_array(a1)).shape, get_aval(to_array(a2)).shape)
@@ -187,7 +188,6 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
 def apply_along_axis(func1d, axis, arr, *args, **kwargs):
     """``func1d`` applied to each 1-D slice of ``arr`` along ``axis`` (with ``vmap``); the
     function's output dimensions take the place of ``axis``."""
-    from functrans._api import vmap
     from functrans.numpy._shape import moveaxis
     arr = to_array(arr)
     ndim = get_aval(arr).ndim
@@ -231,7 +231,6 @@ class vectorize:  # noqa: N801 - NumPy's name
         functools.update_wrapper(self, pyfunc)
 
     def __call__(self, *args, **kwargs):
-        from functrans._api import vmap
         from functrans.numpy._shape import broadcast_arrays
         mapped = [i for i in range(len(args)) if i not in self.excluded]
         static = {k: v for k, v in kwargs.items() if k in self.excluded}

@@ -25,6 +25,7 @@ from functrans import _dtypes
 from functrans.core import Tracer
 from functrans.numpy._promotion import concrete_or_error
 from functrans.numpy._scalar_types import _scalar_type, bool_
+from functrans._array import Array
 
 __all__ = [
     "bool", "ComplexWarning",
@@ -764,7 +765,6 @@ def array_repr(arr, max_line_width=None, precision=None, suppress_small=None):
         >>> array_repr(jnp.array([1.0, 2.5]), precision=1)
         'Array([1. , 2.5], dtype=float32)'
     """
-    from functrans._array import Array
     if not isinstance(arr, Array):
         return np.array_repr(np.asarray(arr), max_line_width, precision, suppress_small)
     with np.printoptions(**{k: v for k, v in (("linewidth", max_line_width),

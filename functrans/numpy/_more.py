@@ -18,6 +18,7 @@ import numpy as np
 import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import Tracer
+from functrans import lax
 
 __all__ = [
     "block", "einsum_path", "fill_diagonal", "i0", "packbits", "piecewise",
@@ -65,7 +66,6 @@ def _polynomial_roots(p):
     repulsion of the other estimates, so all roots are found at once (cubic convergence for
     simple roots). A fixed number of steps keeps it traceable; converged roots stop moving
     because their Newton step is 0."""
-    from functrans import lax
     n = p.shape[0] - 1
     complex_dtype = _complex_of(p.dtype)
     if n < 1:

@@ -18,6 +18,10 @@ from functrans.numpy._shape import (broadcast_to, concatenate, flip, ravel,
                                     slice_along_axis, take)
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
+from functrans.numpy._shape import atleast_2d
+from functrans.numpy._shape import diagonal
+from functrans.numpy._shape import pad
+from functrans.numpy._shape import stack
 
 
 def _coefficient(p, i):
@@ -42,7 +46,6 @@ def _correlate_valid_padded(x, y, lo, hi, precision, preferred_element_type):
             preferred_element_type=preferred_element_type)
         return structural.reshape(out, (get_aval(out).shape[-1],))
     # without a convolution primitive: one shifted product per tap of the (short) kernel
-    from functrans.numpy._shape import pad
     xp = pad(x, ((lo, hi),))
     length = n + lo + hi - m + 1
     out = None
@@ -179,7 +182,6 @@ def vander(x, N=None, increasing=False):
     if not increasing:
         powers = powers[::-1]
     cols = [uf.power(x, int(k)) for k in powers]
-    from functrans.numpy._shape import stack
     return stack(cols, axis=1) if cols else structural.full((get_aval(x).shape[0], 0), 0,
                                                             get_aval(x).dtype)
 
@@ -426,7 +428,6 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
         raise NotImplementedError("cov: fweights and aweights are not supported")
     from functrans.numpy._contractions import matmul
     from functrans.numpy._reductions import mean
-    from functrans.numpy._shape import atleast_2d
     X, = promote_dtypes_inexact(m)
     X = atleast_2d(X)
     if not rowvar and get_aval(X).shape[0] != 1:
@@ -451,7 +452,6 @@ def corrcoef(x, y=None, rowvar=True):
     c = cov(x, y, rowvar)
     if get_aval(c).ndim == 0:
         return uf.true_divide(c, c)
-    from functrans.numpy._shape import diagonal
     d = uf.sqrt(uf.real(diagonal(c)))
     out = uf.true_divide(uf.true_divide(c, structural.expand_dims(d, (1,))),
                          structural.expand_dims(d, (0,)))

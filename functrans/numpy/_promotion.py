@@ -7,6 +7,8 @@ import numpy as np
 from functrans import _dtypes
 from functrans.core import Tracer, get_aval
 from functrans.primitives import elementwise, structural
+from functrans._array import Array
+from functrans._array import host_to_array
 
 
 def check_arraylike(fname: str, *args) -> None:
@@ -18,7 +20,6 @@ def check_arraylike(fname: str, *args) -> None:
 
 def is_arraylike(x) -> bool:
     """Whether ``x`` is an array or a scalar (what jnp functions take as an array)."""
-    from functrans._array import Array
     return isinstance(x, (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
         or hasattr(x, "__jax_array__")
 
@@ -55,7 +56,6 @@ def broadcast_to_shape(x, shape):
 
 def to_array(x):
     """A Python scalar, NumPy value or list becomes an Array (weak for Python scalars)."""
-    from functrans._array import Array, host_to_array
     if isinstance(x, (Array, Tracer)):
         return x
     if hasattr(x, "__jax_array__"):
@@ -173,7 +173,6 @@ def operator_index(value, what: str) -> int:
 def concrete_value(x):
     """The NumPy value of ``x`` when it is known now (an eager Array, a NumPy value, a Python
     scalar, or a tracer whose transform still knows its value); otherwise None."""
-    from functrans._array import Array
     if isinstance(x, Array):
         return x._value
     if isinstance(x, Tracer):

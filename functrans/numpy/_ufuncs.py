@@ -18,6 +18,7 @@ from functrans.numpy._promotion import (check_arraylike, has_lax_fn, lax_fn, pro
                                         promote_args_inexact, promote_args_numeric,
                                         promote_shapes, to_array)
 from functrans.primitives import elementwise as lax
+from functrans.primitives import structural
 
 # ---- small helpers ---------------------------------------------------------------------------
 
@@ -695,7 +696,6 @@ def bitwise_count(x, /):
 
 def _bool_full(x, value):
     aval = get_aval(x)
-    from functrans.primitives import structural
     return structural.full(aval.shape, bool(value), _dtypes.bool_)
 
 

@@ -18,6 +18,8 @@ from functrans import _dtypes, core
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
+from functrans.primitives import structural
+from functrans.tree_util import tree_map
 
 # ---- dtype classes ---------------------------------------------------------------------------
 
@@ -355,7 +357,6 @@ def _coerce_pair(x, y):
 
 
 def _weak_full(value, like_aval):
-    from functrans.primitives import structural
     return structural.full(like_aval.shape, value, like_aval.dtype, weak_type=like_aval.weak_type)
 
 
@@ -380,7 +381,6 @@ def _broadcast_pair(x, y):
         target = tuple(b if a == 1 else a for a, b in zip(xs, ys))
     else:
         return x, y
-    from functrans.primitives import structural
 
     def to_target(v, shape):
         if shape == target:
@@ -543,7 +543,6 @@ def _clamp_batch(vals, dims):
     size = batching.batch_size_of(vals, dims)
     x = batching.bdim_at_front(x, xd, size)
     shape = get_aval(x).shape
-    from functrans.primitives import structural
 
     def fix(b, d):
         if d is None and get_aval(b).ndim == 0:
@@ -624,7 +623,6 @@ def convert_element_type(x, new_dtype, weak_type: bool = False):
 def _const(x, value):
     """A scalar of ``x``'s dtype broadcast to its shape."""
     aval = get_aval(x)
-    from functrans.primitives import structural
     return structural.full(aval.shape, value, aval.dtype, weak_type=aval.weak_type)
 
 
@@ -775,7 +773,6 @@ def _clamp_jvp(primals, tangents):
         aval = get_aval(b)
         if aval.shape == get_aval(x).shape:
             return b
-        from functrans.primitives import structural
         return structural.broadcast_in_dim(b, get_aval(x).shape, ())
 
     zeros = _const(x, 0)
@@ -805,7 +802,6 @@ batching.defvectorized(stop_gradient_p)
 
 def stop_gradient(x):
     """``x`` unchanged, but no derivative flows through it (applies to every leaf of a pytree)."""
-    from functrans.tree_util import tree_map
 
     def stop(leaf):
         if not _dtypes.is_inexact(get_aval(leaf).dtype):

@@ -26,6 +26,8 @@ from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise as ew
 from functrans.primitives import reductions, structural
 from functrans.primitives.linalg import padtype_to_pads
+from functrans.interpreters import staging
+from functrans.primitives import indexing
 
 _WINDOW_PARAMS = ("window_dimensions", "window_strides", "padding", "base_dilation",
                   "window_dilation")
@@ -255,7 +257,6 @@ def _take_selected(t, offsets, *, window_dimensions, window_strides, padding, ba
     """The tangent of the selected element of every window: ``t`` padded (with zeros, so a
     selected padding element has zero tangent) and gathered at the selected positions. A gather
     is linear in ``t`` and transposes to a scatter-add, so overlapping windows accumulate."""
-    from functrans.primitives import indexing
     nd = get_aval(t).ndim
     dtype = get_aval(t).dtype
     padded = structural.pad(t, np.zeros((), dtype),
@@ -373,7 +374,6 @@ def _monoid(computation, dtype):
              ew.bitwise_and: "and", ew.bitwise_or: "or"}
     if computation in known:
         return known[computation]
-    from functrans.interpreters import staging
     aval = ShapedArray((), np.dtype(dtype))
     try:
         jaxpr, _ = staging.trace_to_jaxpr_dynamic(lambda a, b: [computation(a, b)], [aval, aval])

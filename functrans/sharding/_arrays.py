@@ -22,6 +22,10 @@ from functrans import core, distributed
 from functrans._array import Array
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.sharding._shardings import NamedSharding, Sharding, SingleDeviceSharding
+from functrans import _dtypes
+from functrans import _jit
+from functrans.sharding._shardings import block_position
+from functrans.sharding._shardings import device_coords
 
 _array_value_slot = Array.__dict__["_value"]
 
@@ -280,7 +284,6 @@ def put(x, sharding: Sharding, aval: ShapedArray | None = None):
 def _reshard_across_processes(x: PartitionedArray, sharding: NamedSharding):
     """A reshard whose blocks need data from other processes: an identity program with
     that output sharding moves them with collectives."""
-    from functrans import _jit
     return _jit.jit(lambda a: a, out_shardings=sharding)(x)
 
 
@@ -299,7 +302,6 @@ def put_traced(x: Tracer, sharding: Sharding):
 
 
 def _aval_for(shape, dtype, what) -> ShapedArray:
-    from functrans import _dtypes
     return ShapedArray(tuple(int(n) for n in shape), _dtypes.canonicalize_dtype(np.dtype(dtype)))
 
 
@@ -425,7 +427,6 @@ def make_array_from_process_local_data(sharding: Sharding, local_data, global_sh
     layout = sharding.layout(len(local_shape))
     mesh = sharding.mesh
     local = local_devices_of(sharding)
-    from functrans.sharding._shardings import block_position, device_coords
     coords = device_coords(mesh)
     if global_shape is None:
         shape = []

@@ -26,6 +26,11 @@ from functrans.core import ClosedJaxpr
 from functrans.sharding._arrays import PartitionedArray, put
 from functrans.sharding._mesh import Mesh
 from functrans.sharding._shardings import NamedSharding, Sharding, spec_of
+from functrans import _jit
+from functrans import tree_util
+from functrans.interpreters import partial_eval as pe
+from functrans.interpreters.inline import inline_calls
+from functrans.sharding._mesh import get_mesh
 
 logger = logging.getLogger("functrans")
 
@@ -59,8 +64,6 @@ class PartitionedExecutable:
 
     def __init__(self, closed: ClosedJaxpr, mesh: Mesh, in_layouts=None, out_layouts=None,
                  preferred_in_layouts=None):
-        from functrans.interpreters import partial_eval as pe
-        from functrans.interpreters.inline import inline_calls
         self.closed = closed
         # (convolutions and pooling are partitioned as they are; the backends decompose
         # them when they compile the per-device program)
@@ -199,7 +202,6 @@ def _one_mesh(meshes, what: str):
 
 
 def _as_named(s, what: str):
-    from functrans.sharding._mesh import get_mesh
     from functrans.sharding._partition_spec import PartitionSpec
     if isinstance(s, PartitionSpec):
         mesh = get_mesh()
@@ -221,7 +223,6 @@ def _is_spec_leaf(x) -> bool:
 
 
 def _broadcast_shardings(shardings, tree, what: str) -> list:
-    from functrans import tree_util
     try:
         full = tree_util.tree_broadcast(shardings, tree, is_leaf=_is_spec_leaf)
     except (ValueError, TypeError) as err:
@@ -244,7 +245,6 @@ class JitPartitioner:
     @staticmethod
     def check(shardings) -> None:
         """``jit``'s in_shardings/out_shardings hold shardings, PartitionSpecs or None."""
-        from functrans import tree_util
         for what, tree in zip(("in_shardings", "out_shardings"), shardings):
             for leaf in tree_util.tree_leaves(tree, is_leaf=_is_spec_leaf):
                 if not _is_spec_leaf(leaf):
@@ -287,7 +287,6 @@ class JitPartitioner:
         return executable.call_arrays(leaves)
 
     def _executable(self, closed, shardings, leaves, in_tree, out_tree):
-        from functrans import tree_util
         in_s = out_s = None
         if shardings is not None:
             in_shardings, out_shardings = shardings
@@ -320,7 +319,6 @@ class JitPartitioner:
 def recorded_fallbacks() -> list:
     """(primitive, what was gathered) of every equation that ran replicated in the
     partitioned programs jit has compiled in this process."""
-    from functrans import _jit
     out = []
     if _jit.partitioner is not None:
         for per_key in list(_jit.partitioner._executables.values()):
@@ -331,7 +329,6 @@ def recorded_fallbacks() -> list:
 
 
 def install() -> None:
-    from functrans import _jit
     _jit.partitioner = JitPartitioner()
 
 

@@ -59,6 +59,9 @@ from functrans.primitives import special as _sp
 from functrans.primitives import windowed as _wd
 from functrans.sharding._mesh import Mesh
 from functrans.sharding._shardings import spec_of
+from functrans import ops
+from functrans.sharding._constraints import sharding_constraint_p
+from functrans.sharding._shard_map import shard_map_p
 
 logger = logging.getLogger("functrans")
 
@@ -971,9 +974,6 @@ def _constraint_rule(p: Partitioner, eqn) -> None:
 
 
 def _register_regions() -> None:
-    from functrans import ops  # (its guard of higher derivatives is an identity)
-    from functrans.sharding._constraints import sharding_constraint_p
-    from functrans.sharding._shard_map import shard_map_p
     RULES[shard_map_p] = _shard_map_rule
     RULES[sharding_constraint_p] = _constraint_rule
     RULES[ops.first_order_only_p] = _elementwise

@@ -38,6 +38,8 @@ from functrans.primitives import collectives
 from functrans.sharding._mesh import Mesh, get_mesh
 from functrans.sharding._partition_spec import PartitionSpec
 from functrans.sharding._shardings import NamedSharding, check_spec, layout_of, spec_of
+from functrans.primitives import elementwise
+from functrans.primitives import structural
 
 class RegionPrimitive(Primitive):
     """A primitive whose eager implementation places its operands on the mesh itself: its
@@ -155,7 +157,6 @@ def _shard_map_jvp(primals, tangents, *, jaxpr, mesh, in_specs, out_specs, axis_
 
 
 def _shard_map_transpose(cts, *args, jaxpr, mesh, in_specs, out_specs, axis_names, check_vma):
-    from functrans.primitives import elementwise, structural
     undefined = [ad.is_undefined_primal(a) for a in args]
     defined = [a for a in args if not ad.is_undefined_primal(a)]
     defined_specs = tuple(s for s, u in zip(in_specs, undefined) if not u)
@@ -211,7 +212,6 @@ def _residual_layout(axis_names, aval) -> tuple:
 
 def _shard_map_partial_eval(trace, tracers, *, jaxpr, mesh, in_specs, out_specs, axis_names,
                             check_vma):
-    from functrans.primitives import structural
     unknowns = [not t.pval.is_known() for t in tracers]
     with _axis_env(mesh, axis_names):
         known, unknown, out_unknowns, num_res = pe.partial_eval_jaxpr(jaxpr, unknowns,

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from functrans import _caches, _dtypes, core, tree_util
+from functrans import _backends, _caches, _devices, _dtypes, core, tree_util
 from functrans._api import jacrev
 from functrans.core import Primitive, ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
@@ -31,8 +31,6 @@ from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans.random._keys import PRNGKeyArray, key_aval
 from functrans.tree_util import tree_flatten, tree_unflatten
 from functrans.version import __version__
-from functrans import _backends
-from functrans import _devices
 from functrans.numpy import asarray
 from functrans.primitives import structural
 

@@ -11,13 +11,11 @@ import inspect
 import warnings
 from typing import Any, Callable
 
-from functrans import core, tree_util
+from functrans import _devices, core, distributed, tree_util
 from functrans._config import config
 from functrans._custom_derivatives import custom_vjp
 from functrans.core import get_aval
 from functrans.interpreters import ad
-from functrans import _devices
-from functrans import distributed
 from functrans._array import Array
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 

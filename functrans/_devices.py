@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 
 from functrans._config import config
-from functrans import _backends
-from functrans import distributed
+from functrans import _backends, distributed
 
 
 class Device:

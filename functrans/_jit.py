@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from functrans import _backends, _debug_checks, _debug_rerun, core, profiler, tree_util
+from functrans import _array, _backends, _debug_checks, _debug_rerun, core, profiler, tree_util
 from functrans._api import ShapeDtypeStruct
 from functrans._array import Array
 from functrans._array import delete as _array_delete
@@ -29,7 +29,7 @@ from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
-from functrans import _array
+from functrans.interpreters.inline import inline_calls
 
 logger = logging.getLogger("functrans")
 
@@ -57,7 +57,6 @@ def compile_closed(closed: ClosedJaxpr, backend: str | None):
     if executable is None:
         be = _backends.get_backend(backend)
         start = time.perf_counter()
-        from functrans.interpreters.inline import inline_calls
         executable = be.compile(pe.dce_closed_jaxpr(inline_calls(closed)), None)
         profiler.record(f"compile {_jaxpr_name(closed)}", "compilation", int(start * 1e9),
                         time.perf_counter_ns(), {"backend": be.name})

@@ -43,21 +43,16 @@ from typing import Callable
 
 import numpy as np
 
-from functrans import _backends, core, distributed, tree_util
+from functrans import _axis_env, _backends, _devices, core, distributed, tree_util
 from functrans._array import Array
 from functrans._caches import LRUCache
 from functrans.core import ClosedJaxpr, DropVar, Jaxpr, Literal, ShapedArray, Tracer, Var, get_aval
 from functrans.primitives import collectives
-from functrans import _axis_env
-from functrans import _devices
 from functrans._api import _flatten_axes as flatten
 from functrans._api import vmap
-from functrans._jit import compile_closed
-from functrans._jit import jit_p
+from functrans._jit import compile_closed, jit_p
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
-from functrans.sharding import Mesh
-from functrans.sharding import NamedSharding
-from functrans.sharding import PartitionSpec
+from functrans.sharding import Mesh, NamedSharding, PartitionSpec
 
 # =============================================================================================
 # Sharded arrays and explicit placement
@@ -677,7 +672,6 @@ class _PmapProgram:
             # A collective inside a loop or branch: run the whole program on the reference
             # backend, whose collective impls meet at the rendezvous wherever they occur. On
             # any devices this runs on host copies (outputs are put back on the devices).
-            from functrans._jit import compile_closed
             self.placement = _HostPlacement(
                 devices, None if platform == "cpu" else _placement_for(devices))
             inputs = list(constvars) + self.invars

@@ -12,8 +12,7 @@ import numpy as np
 
 from functrans import _dtypes, tree_util
 from functrans._config import config
-from functrans._api import jvp
-from functrans._api import vjp
+from functrans._api import jvp, vjp
 from functrans._array import Array
 
 __all__ = ["check_grads", "check_jvp", "check_vjp", "numerical_jvp", "x64"]

@@ -35,14 +35,12 @@ from functrans.backends.llvm import donation, fusion
 from functrans.backends.llvm.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             Step, unique_buffers)
 from functrans.core import ClosedJaxpr, ShapedArray
-from functrans.backends.llvm.along_axis import CUMULATIVE
-from functrans.backends.llvm.along_axis import lower_cumulative
+from functrans.backends.llvm.along_axis import CUMULATIVE, lower_cumulative
 from functrans.backends.llvm.indexing import lower_scatter
 from functrans.backends.llvm.lapack import PRIMITIVES as LINALG
 from functrans.backends.llvm.lapack import lower_linalg
 from functrans.backends.llvm.scalar_ops import mem_type
-from functrans.backends.llvm.sorting import SortStep
-from functrans.backends.llvm.sorting import lower_sort
+from functrans.backends.llvm.sorting import lower_sort, SortStep
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()

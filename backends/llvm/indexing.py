@@ -139,6 +139,7 @@ class ScatterStep(Step):
         return extents, E.linearize(index, op_shape), update, valid
 
     def emit(self, mb, b: ir.IRBuilder, pointer, table):
+        # deferred: backends.llvm.codegen -> backends.llvm.indexing at import
         from functrans.backends.llvm.codegen import _combine, _Evaluator
         if self.out.id != self.operand.id:
             mb.memcpy(b, pointer(self.out), pointer(self.operand), self.out.nbytes)

@@ -20,8 +20,7 @@ import numpy as np
 
 from functrans.core import ShapedArray
 from functrans._api import ShapeDtypeStruct
-from functrans.tree_util import tree_flatten
-from functrans.tree_util import tree_unflatten
+from functrans.tree_util import tree_flatten, tree_unflatten
 
 __all__ = ["DimExpr", "SymbolicShapedArray", "symbolic_shape", "symbolic_args_specs",
            "is_symbolic_dim", "solve_dimensions", "shape_text"]

@@ -27,8 +27,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans import _backends, core, tree_util
-from functrans._api import ShapeDtypeStruct
+from functrans import _backends, _dtypes, core, tree_util
+from functrans._api import ShapeDtypeStruct, vjp
 from functrans._custom_derivatives import custom_vjp
 from functrans._config import config
 from functrans._jit import JitWrapped, _fast_signature, jit
@@ -37,8 +37,6 @@ from functrans.export import (_container, _dimensions, _polymorphism, _program, 
                               _registry)
 from functrans.export._dimensions import aval_with_shape, is_symbolic_dim
 from functrans.version import __version__
-from functrans import _dtypes
-from functrans._api import vjp
 
 _KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # JAX's names
 _PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu"}  # where each runs here

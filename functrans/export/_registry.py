@@ -20,12 +20,9 @@ from functrans import _dtypes
 from functrans.core import Primitive
 from functrans.primitives.fft import FftType
 from functrans.primitives.implicit import LinearSolveJaxprs
-from functrans.primitives.indexing import GatherDimensionNumbers
-from functrans.primitives.indexing import GatherScatterMode
-from functrans.primitives.indexing import ScatterDimensionNumbers
-from functrans.primitives.lax_extras import Precision
-from functrans.primitives.lax_extras import RandomAlgorithm
-from functrans.primitives.lax_extras import RoundingMethod
+from functrans.primitives.indexing import (GatherDimensionNumbers, GatherScatterMode,
+                                           ScatterDimensionNumbers)
+from functrans.primitives.lax_extras import Precision, RandomAlgorithm, RoundingMethod
 from functrans.primitives.linalg import ConvDimensionNumbers
 import functrans.primitives as package
 

@@ -22,8 +22,7 @@ from functrans.core import ClosedJaxpr, Jaxpr
 from functrans import lax
 from functrans._jit import jit_p
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
-from functrans.primitives.random_bits import KEY_SCHEDULE_PARITY
-from functrans.primitives.random_bits import ROTATIONS
+from functrans.primitives.random_bits import KEY_SCHEDULE_PARITY, ROTATIONS
 from functrans.primitives.windowed import _identity
 import functrans.numpy as jnp
 

@@ -12,8 +12,7 @@ import numpy as np
 
 from functrans import _dtypes, lax
 from functrans.core import get_aval
-from functrans.numpy._promotion import promote_args_inexact, to_array
-from functrans.numpy._promotion import broadcast_to_shape
+from functrans.numpy._promotion import broadcast_to_shape, promote_args_inexact, to_array
 
 __all__ = [
     "relu", "relu6", "sigmoid", "log_sigmoid", "softplus", "soft_sign", "silu", "swish", "gelu",

@@ -82,7 +82,7 @@ def _add_batch(x):
 
 
 def _softmax_last(x):
-    from functrans import nn
+    from functrans import nn  # deferred: nn -> nn._attention at import
     return nn.softmax(x, axis=-1)
 
 

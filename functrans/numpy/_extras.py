@@ -26,6 +26,7 @@ from functrans.core import Tracer
 from functrans.numpy._promotion import concrete_or_error
 from functrans.numpy._scalar_types import _scalar_type, bool_
 from functrans._array import Array
+from functrans._api import device_put
 
 __all__ = [
     "bool", "ComplexWarning",
@@ -796,6 +797,5 @@ def from_dlpack(x, /, *, device=None, copy=None):
         host = np.array(host, copy=True)
     out = jnp.asarray(host)
     if device is not None:
-        from functrans._api import device_put
         out = device_put(out, device)
     return out

@@ -16,9 +16,8 @@ import builtins
 import numpy as np
 
 import functrans.numpy as jnp
-from functrans import _dtypes
+from functrans import _dtypes, lax
 from functrans.core import Tracer
-from functrans import lax
 
 __all__ = [
     "block", "einsum_path", "fill_diagonal", "i0", "packbits", "piecewise",

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from functrans import _dtypes
-from functrans.core import Tracer, get_aval
+from functrans.core import ConcretizationTypeError, get_aval, Tracer
 from functrans.primitives import elementwise, structural
-from functrans._array import Array
-from functrans._array import host_to_array
+from functrans._array import Array, host_to_array
 
 
 def check_arraylike(fname: str, *args) -> None:
@@ -62,6 +61,7 @@ def to_array(x):
         return to_array(x.__jax_array__())
     if _dtypes.is_python_scalar(x) or isinstance(x, (np.ndarray, np.generic)):
         return host_to_array(x)
+    # deferred: numpy._creation -> numpy._promotion at import
     from functrans.numpy._creation import asarray
     return asarray(x)
 
@@ -192,7 +192,6 @@ def concrete_or_error(x, fname: str, fix: str = ""):
     """``concrete_value(x)``, or a ConcretizationTypeError saying why ``fname`` needs it."""
     value = concrete_value(x)
     if value is None:
-        from functrans.core import ConcretizationTypeError
         raise ConcretizationTypeError(
             f"{fname}: the result shape depends on the values of a traced array, which are not "
             f"known while the function is being transformed. {fix}".rstrip())

@@ -791,6 +791,7 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """Whether every element of ``a`` and ``b`` is close (see :func:`isclose`)."""
+    # deferred: numpy._reductions -> numpy._ufuncs at import
     from functrans.numpy._reductions import all as all_
     return all_(isclose(a, b, rtol, atol, equal_nan))
 
@@ -890,6 +891,7 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
         Array([0., 0., 1., 1.], dtype=float32, weak_type=True)
     """
     if x is None and y is None:
+        # deferred: numpy._sorting -> numpy._ufuncs at import
         from functrans.numpy._sorting import nonzero
         return nonzero(condition, size=size, fill_value=fill_value)
     if x is None or y is None:

@@ -34,14 +34,11 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from functrans import _dtypes, core
+from functrans import _dtypes, core, tree_util
 from functrans.core import Primitive, ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero
-from functrans import tree_util
-from functrans.primitives import elementwise
-from functrans.primitives import reductions
-from functrans.primitives import structural
+from functrans.primitives import elementwise, reductions, structural
 
 # =============================================================================================
 # Where axis names are bound
@@ -276,7 +273,7 @@ def _batch_in_groups(primitive, x, d, params, axis_data):
     members are reordered group by group into a ``(groups, group size, ...)`` array, and
     the ungrouped collective runs under a vmap over each group's members (an inner axis of
     the group's size) and a vmap over the groups; the results go back to member order."""
-    from functrans._api import vmap
+    from functrans._api import vmap  # upward: _api is in the API, above this layer
     groups = params["axis_index_groups"]
     n = axis_data.size
     order = [i for g in groups for i in g]
@@ -444,7 +441,7 @@ def _reduction_fn(primitive, doc):
 def _as_operand(x):
     if isinstance(x, Tracer) or hasattr(x, "_value"):
         return x
-    from functrans.numpy import asarray
+    from functrans.numpy import asarray  # upward: numpy is in the API, above this layer
     return asarray(x)
 
 

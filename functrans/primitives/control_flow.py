@@ -1491,7 +1491,7 @@ def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 - jax.
     if batch_size is None:
         _, ys = scan(lambda _, x: ((), f(x)), (), xs)
         return ys
-    from functrans._api import vmap
+    from functrans._api import vmap  # upward: _api is in the API, above this layer
     batch_size = int(batch_size)
     if batch_size < 1:
         raise ValueError(f"map: batch_size must be positive, got {batch_size}")
@@ -1518,13 +1518,13 @@ def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 - jax.
     if len(outs) == 1:
         return tree_util.tree_unflatten(outs[0][1], outs[0][0])
     (main_leaves, y_tree), (rest_leaves, _) = outs
-    from functrans import lax
+    from functrans import lax  # upward: lax is in the API, above this layer
     return tree_util.tree_unflatten(
         y_tree, [lax.concatenate([a, b], 0) for a, b in zip(main_leaves, rest_leaves)])
 
 
 def _slice_leading(x, start: int, stop: int):
-    from functrans import lax
+    from functrans import lax  # upward: lax is in the API, above this layer
     if not hasattr(lax, "slice_in_dim"):
         raise NotImplementedError("map with a batch_size that does not divide the length "
                                   "needs lax.slice_in_dim, which is not available yet")

@@ -491,7 +491,6 @@ def _select_n_batch(vals, dims):
     case_ndim = get_aval(cases[0]).ndim - (0 if cdims[0] is None else 1)
     if get_aval(which).ndim - (0 if wdim is None else 1) == 0 and case_ndim > 0 and wdim is not None:
         # a per-example scalar selector: broadcast it to the cases' shape
-        from functrans.primitives import structural
         which = batching.moveaxis(which, wdim, 0)
         case_shape = next(get_aval(c).shape if d is None else
                           tuple(s for i, s in enumerate(get_aval(c).shape) if i != d)

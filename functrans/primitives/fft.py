@@ -22,8 +22,7 @@ import numpy as np
 from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
-from functrans.primitives import elementwise
-from functrans.primitives import structural
+from functrans.primitives import elementwise, structural
 
 
 class FftType(enum.IntEnum):

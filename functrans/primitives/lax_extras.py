@@ -16,24 +16,16 @@ from typing import Any, Callable, NamedTuple, Sequence, Tuple, Union
 
 import numpy as np
 
-from functrans import _dtypes
+from functrans import _backends, _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.primitives import elementwise as ew
-from functrans.primitives import structural
+from functrans.primitives import (collectives, control_flow, indexing, reductions, sorting,
+                                  structural)
 from functrans.primitives.special import elementwise_operands
-from functrans import _backends
-from functrans.primitives import collectives
-from functrans.primitives import control_flow
-from functrans.primitives import indexing
-from functrans.primitives import reductions
-from functrans.primitives import sorting
 from functrans.primitives.implicit import _conv_transpose_padding
-from functrans.primitives.linalg import ConvDimensionNumbers
-from functrans.primitives.linalg import conv_dimension_numbers
-from functrans.primitives.linalg import conv_general_dilated
-from functrans.primitives.linalg import dot_general
-from functrans.primitives.linalg import padtype_to_pads
+from functrans.primitives.linalg import (conv_dimension_numbers, conv_general_dilated,
+                                         ConvDimensionNumbers, dot_general, padtype_to_pads)
 from functrans.primitives.random_bits import threefry2x32_reference
 
 # =============================================================================================
@@ -368,7 +360,7 @@ def broadcast_like(arr, like_arr):
         Array([[1, 2],
                [1, 2]], dtype=int32)
     """
-    from functrans.numpy import broadcast_to
+    from functrans.numpy import broadcast_to  # upward: numpy is in the API, above this layer
     return broadcast_to(arr, get_aval(like_arr).shape)
 
 
@@ -477,7 +469,7 @@ def scatter_apply(operand, scatter_indices, func: Callable, dimension_numbers, *
         ...               update_shape=(2,))
         Array([0., 2., 0.], dtype=float32)
     """
-    from functrans import _api
+    from functrans import _api  # upward: _api is in the API, above this layer
     aval = get_aval(operand)
     ones = structural.full(tuple(update_shape), 1, np.int32)
     count = indexing.scatter_add(structural.full(aval.shape, 0, np.int32), scatter_indices,
@@ -697,7 +689,7 @@ def _approx_k(name, operand, k, reduction_dimension, recall_target, aggregate_to
         negated = ew.select(ew.ne(negated, negated), structural.full(
             get_aval(x).shape, -np.inf, aval.dtype), negated)
         _, indices = sorting.top_k(negated, k)
-        from functrans.numpy import take_along_axis
+        from functrans.numpy import take_along_axis  # upward: numpy is in the API, above this layer
         values = take_along_axis(x, indices, axis=-1)
     return [batching.moveaxis(values, -1, axis), batching.moveaxis(indices, -1, axis)]
 

@@ -15,11 +15,8 @@ from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
-from functrans.primitives import elementwise
+from functrans.primitives import elementwise, reductions, sorting, structural
 from functrans.primitives import elementwise as ew
-from functrans.primitives import reductions
-from functrans.primitives import sorting
-from functrans.primitives import structural
 
 # =============================================================================================
 # dot_general
@@ -498,7 +495,7 @@ def _reverse(x, dims):
     """``x`` reversed along ``dims``. Uses a ``rev`` primitive where the tree provides
     one; otherwise a stable sort by descending position (an exact permutation, linear and
     transposable)."""
-    from functrans import lax as _lax
+    from functrans import lax as _lax  # upward: lax is in the API, above this layer
     rev = getattr(_lax, "rev", None)
     if rev is not None:
         return rev(x, tuple(dims))
@@ -801,7 +798,6 @@ def cholesky(x, symmetrize_input: bool = True):
         cholesky(jnp.array([[4., 2.], [2., 3.]]))   # [[2, 0], [1, 1.414]]
     """
     if symmetrize_input:
-        from functrans.primitives import elementwise as ew
         x = ew.mul(ew.add(x, _H(x)), _const_scalar(0.5, x))
     return cholesky_p.bind(x)
 
@@ -1132,7 +1128,6 @@ def eigh(x, lower: bool = True, symmetrize_input: bool = True, sort_eigenvalues:
         v, w = eigh(jnp.array([[2., 1.], [1., 2.]]))   # w == [1., 3.]
     """
     if symmetrize_input:
-        from functrans.primitives import elementwise as ew
         x = ew.mul(ew.add(x, _H(x)), _const_scalar(0.5, x))
     return tuple(eigh_p.bind(x, lower=bool(lower), sort_eigenvalues=bool(sort_eigenvalues)))
 

@@ -13,8 +13,7 @@ from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
-from functrans.primitives import indexing
-from functrans.primitives import structural
+from functrans.primitives import indexing, structural
 
 
 def _total_order_key(x: np.ndarray) -> list:

@@ -21,13 +21,11 @@ import numpy as np
 
 from functrans import _dtypes, tree_util
 from functrans.core import Primitive, ShapedArray, Tracer, get_aval
-from functrans.interpreters import ad
+from functrans.interpreters import ad, staging
 from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise as ew
-from functrans.primitives import reductions, structural
+from functrans.primitives import indexing, reductions, structural
 from functrans.primitives.linalg import padtype_to_pads
-from functrans.interpreters import staging
-from functrans.primitives import indexing
 
 _WINDOW_PARAMS = ("window_dimensions", "window_strides", "padding", "base_dilation",
                   "window_dilation")

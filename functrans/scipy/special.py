@@ -16,8 +16,7 @@ import math
 
 import numpy as np
 
-from functrans import _dtypes
-from functrans import lax
+from functrans import _dtypes, lax
 from functrans import numpy as jnp
 from functrans import nn as _nn
 from functrans._custom_derivatives import custom_jvp

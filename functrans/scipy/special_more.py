@@ -28,13 +28,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from functrans import _dtypes
-from functrans import lax
+from functrans import _dtypes, lax
 from functrans import numpy as jnp
 from functrans._custom_derivatives import custom_jvp
 from functrans.core import get_aval
-from functrans.numpy._promotion import promote_args_inexact
-from functrans.numpy._promotion import concrete_or_error
+from functrans.numpy._promotion import concrete_or_error, promote_args_inexact
 
 __all__ = [
     "beta", "comb", "poch", "loggamma", "gammasgn", "boxcox", "boxcox1p", "erfcx", "exp1",
@@ -1035,6 +1033,7 @@ def owens_t(h, a):
         >>> round(float(owens_t(jnp.float32(0.0), jnp.float32(1.0))), 6)   # arctan(1) / (2 pi)
         0.125
     """
+    # deferred: scipy.special -> scipy.special_more at import
     from functrans.scipy.special import ndtr
     h, a = promote_args_inexact("owens_t", h, a)
     hh, aa = jnp.abs(h), jnp.abs(a)

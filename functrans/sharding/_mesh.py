@@ -16,8 +16,7 @@ import threading
 import warnings
 
 import numpy as np
-from functrans import _devices
-from functrans import distributed
+from functrans import _devices, distributed
 
 
 class AxisType(enum.Enum):

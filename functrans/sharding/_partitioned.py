@@ -19,18 +19,18 @@ import time
 
 import numpy as np
 
-from functrans import core
+from functrans import _jit, core, tree_util
 from functrans._array import Array
 from functrans._config import config
 from functrans.core import ClosedJaxpr
 from functrans.sharding._arrays import PartitionedArray, put
-from functrans.sharding._mesh import Mesh
+from functrans.sharding._mesh import get_mesh, Mesh
 from functrans.sharding._shardings import NamedSharding, Sharding, spec_of
-from functrans import _jit
-from functrans import tree_util
 from functrans.interpreters import partial_eval as pe
 from functrans.interpreters.inline import inline_calls
-from functrans.sharding._mesh import get_mesh
+from functrans.sharding._constraints import sharding_constraint_p
+from functrans.sharding._partition_spec import PartitionSpec
+from functrans.sharding._shard_map import shard_map_p
 
 logger = logging.getLogger("functrans")
 
@@ -102,6 +102,7 @@ class PartitionedExecutable:
 
     def _build(self, in_layouts) -> _Plan:
         from functrans.sharding import _propagation
+        # deferred: sharding._runtime -> _pmap -> sharding -> sharding._partitioned at import
         from functrans.sharding._runtime import MeshProgram
         mesh = self.mesh
         start = time.perf_counter()
@@ -166,8 +167,6 @@ class PartitionedExecutable:
 
 
 def _region_primitives():
-    from functrans.sharding._constraints import sharding_constraint_p
-    from functrans.sharding._shard_map import shard_map_p
     return shard_map_p, sharding_constraint_p
 
 
@@ -202,7 +201,6 @@ def _one_mesh(meshes, what: str):
 
 
 def _as_named(s, what: str):
-    from functrans.sharding._partition_spec import PartitionSpec
     if isinstance(s, PartitionSpec):
         mesh = get_mesh()
         if mesh.empty:
@@ -218,7 +216,6 @@ def _as_named(s, what: str):
 
 
 def _is_spec_leaf(x) -> bool:
-    from functrans.sharding._partition_spec import PartitionSpec
     return x is None or isinstance(x, (Sharding, PartitionSpec))
 
 

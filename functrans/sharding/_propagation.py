@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from functrans import core
+from functrans import core, ops
 from functrans._axis_env import extend_axis_env_nd
 from functrans._remat import name_p
 from functrans._config import config
@@ -59,7 +59,6 @@ from functrans.primitives import special as _sp
 from functrans.primitives import windowed as _wd
 from functrans.sharding._mesh import Mesh
 from functrans.sharding._shardings import spec_of
-from functrans import ops
 from functrans.sharding._constraints import sharding_constraint_p
 from functrans.sharding._shard_map import shard_map_p
 

@@ -34,12 +34,10 @@ from functrans.core import ClosedJaxpr, Jaxpr, Primitive, ShapedArray, Tracer, g
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
-from functrans.primitives import collectives
+from functrans.primitives import collectives, elementwise, structural
 from functrans.sharding._mesh import Mesh, get_mesh
 from functrans.sharding._partition_spec import PartitionSpec
 from functrans.sharding._shardings import NamedSharding, check_spec, layout_of, spec_of
-from functrans.primitives import elementwise
-from functrans.primitives import structural
 
 class RegionPrimitive(Primitive):
     """A primitive whose eager implementation places its operands on the mesh itself: its

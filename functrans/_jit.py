@@ -18,7 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from functrans import _array, _backends, _debug_checks, _debug_rerun, core, profiler, tree_util
+from functrans import (_api, _array, _backends, _debug_checks, _debug_rerun, core, profiler,
+                       tree_util)
 from functrans._api import ShapeDtypeStruct
 from functrans._array import Array
 from functrans._array import delete as _array_delete
@@ -512,7 +513,7 @@ class JitWrapped:
         entry = self._cache.lookup(key)
         if entry is None:
             if config.explain_cache_misses and self._cache:
-                from functrans import _explain
+                from functrans import _explain  # only with explain_cache_misses on
                 _explain.explain_cache_miss(self, key, self._cache.keys())
             closed, out_tree = self._trace(statics, dyn_args, dyn_kwargs, in_tree, avals)
             entry = _CacheEntry(closed, out_tree, backend)
@@ -632,8 +633,7 @@ class JitWrapped:
         return self.trace(*args, **kwargs).lower()
 
     def eval_shape(self, *args, **kwargs):
-        from functrans._api import eval_shape
-        return eval_shape(self, *args, **kwargs)
+        return _api.eval_shape(self, *args, **kwargs)
 
     def clear_cache(self):
         self._cache.clear()

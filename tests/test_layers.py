@@ -276,6 +276,7 @@ def test_backends_import_only_the_core_and_primitives():
 
 def test_front_end_never_imports_a_backend():
     graph = _import_graph(top_level_only=False)
-    wrong = [f"{m} -> {i}" for m, imported in graph.items() if not m.startswith("functrans.backends")
+    wrong = [f"{m} -> {i}" for m, imported in graph.items()
+             if not m.startswith("functrans.backends")
              for i in imported if i.startswith("functrans.backends")]
     assert not wrong, f"the front end imports backends by name: {wrong}"

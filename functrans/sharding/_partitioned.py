@@ -101,7 +101,7 @@ class PartitionedExecutable:
         return plan
 
     def _build(self, in_layouts) -> _Plan:
-        from functrans.sharding import _propagation
+        from functrans.sharding import _propagation  # loaded by the first partitioned call
         # deferred: sharding._runtime -> _pmap -> sharding -> sharding._partitioned at import
         from functrans.sharding._runtime import MeshProgram
         mesh = self.mesh

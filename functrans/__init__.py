@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from functrans.version import __version__  # noqa: F401
 
 from functrans._config import config  # noqa: F401
 from functrans import core  # noqa: F401

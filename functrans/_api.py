@@ -7,13 +7,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans import _dtypes, _transfer_guard, core, tree_util
+from functrans import _devices, _dtypes, _transfer_guard, core, tree_util
 from functrans._array import Array, host_to_array
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans._traceback_util import api_boundary
 from functrans.tree_util import tree_flatten, tree_map, tree_unflatten
+from functrans import _axis_env as env_module
 
 
 def _check_array_arg(x, fname: str):
@@ -26,7 +27,7 @@ def _check_array_arg(x, fname: str):
 
 
 def _as_array(x):
-    from functrans.numpy import asarray
+    from functrans.numpy import asarray  # deferred: numpy -> numpy._array_info -> _api at import
     return x if isinstance(x, Tracer) else asarray(x)
 
 
@@ -141,6 +142,7 @@ def _flat_fun_aux(fun, in_tree, cell, has_aux):
 
 
 def ad_stop(x):
+    # deferred: lax -> sharding -> sharding._arrays -> _api at import
     from functrans.lax import stop_gradient
     return stop_gradient(x)
 
@@ -276,6 +278,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         else:
             ans, vjp_fun = vjp(partial_fun, *diff_args)
         _check_scalar_output(ans, holomorphic)
+        # deferred: numpy -> numpy._array_info -> _api at import
         from functrans.numpy import ones_like
         grads = vjp_fun(ones_like(ans))
         grads = tuple(tree_map(_float0_for_int, g, d) for g, d in zip(grads, diff_args))
@@ -289,7 +292,6 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
 def _float0_for_int(g, x):
     if not _dtypes.is_inexact(get_aval(x).dtype):
-        from functrans._array import Array
         return Array(np.zeros(get_aval(x).shape, _dtypes.float0))
     return g
 
@@ -322,7 +324,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
 
 def _std_basis(leaves):
     """Stacked one-hot tangents for every element of every leaf: shape (N, *leaf.shape)."""
-    import functrans.numpy as jnp
+    import functrans.numpy as jnp  # deferred: numpy -> numpy._array_info -> _api at import
     sizes = [int(np.prod(get_aval(x).shape, dtype=np.int64)) for x in leaves]
     total = sum(sizes)
     out, start = [], 0
@@ -525,7 +527,7 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size: int | 
         return tree_unflatten(out_tree_cell[0], outs)
 
     def _chunked_vmap(fun_, args, leaves, in_tree, dims, size, chunk):
-        import functrans.numpy as jnp
+        import functrans.numpy as jnp  # deferred: numpy -> numpy._array_info -> _api at import
         pieces = []
         for start in range(0, size, chunk):
             stop = min(size, start + chunk)
@@ -593,7 +595,6 @@ def _axis_env(axis_env):
     import contextlib
     if not axis_env:
         return contextlib.nullcontext()
-    from functrans import _axis_env as env_module
     return env_module.extend_axis_env_nd(axis_env)
 
 
@@ -663,7 +664,6 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
         >>> functrans.device_put(np.ones(2)).shape
         (2,)
     """
-    from functrans import _devices
     # (functrans.sharding sits above this module; imported here, on use)
     from functrans.sharding import _arrays, _shardings
 

@@ -23,13 +23,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from functrans import _caches, _dtypes, core, tree_util
+from functrans import _backends, _caches, _devices, _dtypes, core, tree_util
 from functrans._api import jacrev
 from functrans.core import Primitive, ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans.random._keys import PRNGKeyArray, key_aval
 from functrans.tree_util import tree_flatten, tree_unflatten
+from functrans.version import __version__
+from functrans.numpy import asarray
+from functrans.primitives import structural
 
 __all__ = ["pure_callback", "jacobian", "device_get", "default_backend", "named_scope",
            "named_call", "ensure_compile_time_eval", "linear_transpose", "closure_convert",
@@ -178,7 +181,6 @@ def _pure_callback_batch(vals, dims, *, callback, result_avals, vmap_method):
         outs = pure_callback_p.bind(*vals, callback=looped, result_avals=batched_avals,
                                     vmap_method=vmap_method)
         return outs, [0] * len(outs)
-    from functrans.primitives import structural
     new_vals = []
     for v, d in zip(vals, dims):
         if d is not None:
@@ -234,7 +236,6 @@ def pure_callback(callback: Callable, result_shape_dtypes: Any, *args: Any, shar
     if vmap_method is not None and vmap_method not in _VMAP_METHODS:
         raise ValueError(f"pure_callback: vmap_method must be one of {_VMAP_METHODS} or None, "
                          f"got {vmap_method!r}")
-    from functrans.numpy import asarray
     leaves, in_tree = tree_flatten((args, kwargs))
     for leaf in leaves:
         if not (isinstance(leaf, Tracer) or core.valid_jaxtype(leaf)):
@@ -290,7 +291,6 @@ def default_backend() -> str:
         >>> default_backend() in ("cpu", "gpu")
         True
     """
-    from functrans import _backends
     return _backends.default_platform()
 
 
@@ -407,7 +407,6 @@ def linear_transpose(fun: Callable, *primals, reduce_axes=()) -> Callable:
                             f"output of type {aval.str_short()}")
 
     def transposed_fun(out_cotangent):
-        from functrans.numpy import asarray
         ct_leaves, ct_tree = tree_flatten(out_cotangent)
         if ct_tree != out_tree:
             raise TypeError(f"linear_transpose: the cotangent has structure {ct_tree}, but "
@@ -512,10 +511,8 @@ def print_environment_info(return_string: bool = False) -> str | None:
         >>> "functrans" in print_environment_info(return_string=True)
         True
     """
-    import functrans
-    from functrans import _backends
 
-    lines = [f"functrans:    {functrans.__version__}",
+    lines = [f"functrans:    {__version__}",
              f"numpy:        {np.__version__}",
              f"python:       {sys.version.splitlines()[0]}",
              f"platform:     {platform.platform()}"]
@@ -531,7 +528,7 @@ def print_environment_info(return_string: bool = False) -> str | None:
     lines.append(f"backends:     {names}")
     lines.append(f"default:      {default_backend()}")
     try:
-        lines.append(f"devices:      {functrans.devices()}")
+        lines.append(f"devices:      {_devices.devices()}")
     except Exception as err:  # report, do not fail, in a bug-report helper
         lines.append(f"devices:      unavailable ({err})")
     text = "\n".join(lines)

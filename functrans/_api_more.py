@@ -11,11 +11,13 @@ import inspect
 import warnings
 from typing import Any, Callable
 
-from functrans import core, tree_util
+from functrans import _devices, core, distributed, tree_util
 from functrans._config import config
 from functrans._custom_derivatives import custom_vjp
 from functrans.core import get_aval
 from functrans.interpreters import ad
+from functrans._array import Array
+from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 
 __all__ = ["custom_gradient", "debug_nans", "debug_infs", "live_arrays", "copy_to_host_async",
            "host_count", "host_id", "host_ids", "process_indices"]
@@ -88,7 +90,6 @@ def custom_gradient(fun: Callable) -> Callable:
             ct_out_tree_cell.append(cts_tree)
             return cts_leaves
 
-        from functrans.interpreters.staging import trace_to_jaxpr_dynamic
         jaxpr, consts = trace_to_jaxpr_dynamic(flat_vjp, ct_avals)
         return value, _GradientResiduals(jaxpr, consts, ct_in_tree, ct_out_tree_cell[-1])
 
@@ -205,21 +206,18 @@ def process_indices(backend: str | None = None) -> list[int]:
         >>> functrans.process_indices()
         [0]
     """
-    from functrans import distributed
     return list(range(distributed.process_count()))
 
 
 def host_count(backend: str | None = None) -> int:
     """Old name of :func:`functrans.process_count` (warns)."""
     _renamed("host_count", "process_count")
-    from functrans import distributed
     return distributed.process_count()
 
 
 def host_id(backend: str | None = None) -> int:
     """Old name of :func:`functrans.process_index` (warns)."""
     _renamed("host_id", "process_index")
-    from functrans import distributed
     return distributed.process_index()
 
 
@@ -239,8 +237,6 @@ def live_arrays(platform: str | None = None) -> list:
         >>> any(a is x for a in functrans.live_arrays())
         True
     """
-    from functrans import _devices
-    from functrans._array import Array
     platform = platform or _devices.default_platform()
     if platform == "cuda":
         platform = "gpu"

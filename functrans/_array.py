@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from functrans import _dtypes, _transfer_guard, core
+from functrans import _devices, _dtypes, _transfer_guard, core
 
 
 def _jnp():
-    import functrans.numpy as jnp
+    import functrans.numpy as jnp  # deferred: numpy -> _array at import
     return jnp
 
 
@@ -66,7 +66,6 @@ class Array:
     @property
     def device(self):
         if self._device is None:
-            from functrans import _devices
             self._device = _devices.local_devices(backend="cpu")[0]
         return self._device
 
@@ -88,6 +87,7 @@ class Array:
     @property
     def addressable_shards(self) -> list:
         """The one block of an array on one device: the whole array."""
+        # deferred: sharding -> sharding._arrays -> _array at import
         from functrans.sharding import Shard
         return [Shard(self.device, (slice(None),) * self.ndim, 0, self)]
 
@@ -213,6 +213,8 @@ class _DeletedBuffer:
 
 
 _DELETED = _DeletedBuffer()
+
+core.register_array_type(Array)
 
 
 def host_to_array(x, aval=None, device=None, explicit: bool = False) -> Array:

@@ -45,7 +45,7 @@ def _discover() -> None:
     with _lock:
         if _discovered:
             return
-        import functrans.backends as package
+        package = importlib.import_module("functrans.backends")
         for info in pkgutil.iter_modules(package.__path__):
             try:
                 importlib.import_module(f"functrans.backends.{info.name}")

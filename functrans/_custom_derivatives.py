@@ -36,6 +36,7 @@ from functrans.core import (ClosedJaxpr, Jaxpr, Primitive, Tracer, UnexpectedTra
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_closed_jaxpr
 from functrans.tree_util import keystr, tree_flatten, tree_leaves, tree_unflatten
+from functrans.primitives.elementwise import stop_gradient
 
 __all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "zero_from_primal", "CustomVJPPrimal",
            "custom_vjp_primal_tree_values"]
@@ -222,7 +223,6 @@ class _NondiffArgs:
 
 
 def _stop_gradient(x):
-    from functrans.primitives.elementwise import stop_gradient
     return stop_gradient(x)
 
 
@@ -249,6 +249,12 @@ class CustomCallPrimitive(Primitive):
     def __init__(self, name, kind):
         super().__init__(name, multiple_results=True)
         self.kind = kind
+        # The transforms' rules for the call (read by the JVP and batching traces, which
+        # sit below this module): ``custom_jvp(fwd, bwd, primals, tangents, params)`` for a
+        # custom_vjp call under jvp, ``custom_batch(trace, primitive, fun, rule..., vals,
+        # dims, params)`` under vmap.
+        self.custom_jvp: Callable | None = None
+        self.custom_batch: Callable | None = None
 
     def bind_call(self, fun, rule, args, params):
         trace = core.find_top_trace(args)
@@ -304,8 +310,7 @@ def _custom_call_abstract_eval(*avals, call_jaxpr, num_consts, **params):
 
 
 def _custom_call_impl(*args, call_jaxpr, num_consts, **params):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
-    return eval_jaxpr_numpy(call_jaxpr.jaxpr, [core.to_numpy(c) for c in call_jaxpr.consts], args)
+    return core.eval_jaxpr_numpy(call_jaxpr.jaxpr, [core.to_numpy(c) for c in call_jaxpr.consts], args)
 
 
 for _p in (custom_jvp_call_p, custom_vjp_call_p):
@@ -756,8 +761,7 @@ def _custom_vjp_fwd_abstract_eval(*avals, fwd_jaxpr, fun_jaxpr, num_consts, num_
 
 @custom_vjp_fwd_p.def_impl
 def _custom_vjp_fwd_impl(*args, fwd_jaxpr, fun_jaxpr, num_consts, num_res):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
-    return eval_jaxpr_numpy(fwd_jaxpr.jaxpr, [], args)
+    return core.eval_jaxpr_numpy(fwd_jaxpr.jaxpr, [], args)
 
 
 def _custom_vjp_fwd_jvp(primals, tangents, *, fwd_jaxpr, **params):
@@ -909,3 +913,7 @@ def _symbolic_zeros_of(bwd) -> bool:
         return owner.f.symbolic_zeros
     return getattr(bwd, "symbolic_zeros", False)
 
+
+custom_vjp_call_p.custom_jvp = custom_vjp_jvp
+custom_jvp_call_p.custom_batch = batch_custom_jvp
+custom_vjp_call_p.custom_batch = batch_custom_vjp

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from functrans._config import config
+from functrans import _backends, distributed
 
 
 class Device:
@@ -44,7 +45,6 @@ def register_platform(platform: str, device_lister) -> None:
 
 
 def _process_info():
-    from functrans import distributed
     return distributed.process_index(), distributed.process_count()
 
 
@@ -85,12 +85,10 @@ def devices(backend: str | None = None) -> list[Device]:
 
 def default_platform() -> str:
     """``"gpu"`` when a GPU backend is available and no other default is configured."""
-    from functrans import _backends
     return _backends.default_platform()
 
 
 def local_devices(process_index: int | None = None, backend: str | None = None) -> list[Device]:
-    from functrans import distributed
     index = distributed.process_index() if process_index is None else process_index
     return [d for d in devices(backend) if d.process_index == index]
 

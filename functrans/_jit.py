@@ -18,7 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from functrans import _backends, _debug_checks, _transfer_guard, core, profiler, tree_util
+from functrans import (_api, _array, _backends, _debug_checks, _debug_rerun, _transfer_guard,
+                       core, profiler, tree_util)
 from functrans._api import ShapeDtypeStruct
 from functrans._array import Array
 from functrans._array import delete as _array_delete
@@ -29,6 +30,7 @@ from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+from functrans.interpreters.inline import inline_calls
 
 logger = logging.getLogger("functrans")
 
@@ -56,7 +58,6 @@ def compile_closed(closed: ClosedJaxpr, backend: str | None):
     if executable is None:
         be = _backends.get_backend(backend)
         start = time.perf_counter()
-        from functrans.interpreters.inline import inline_calls
         executable = be.compile(pe.dce_closed_jaxpr(inline_calls(closed)), None)
         profiler.record(f"compile {_jaxpr_name(closed)}", "compilation", int(start * 1e9),
                         time.perf_counter_ns(), {"backend": be.name})
@@ -512,7 +513,7 @@ class JitWrapped:
         entry = self._cache.lookup(key)
         if entry is None:
             if config.explain_cache_misses and self._cache:
-                from functrans import _explain
+                from functrans import _explain  # only with explain_cache_misses on
                 _explain.explain_cache_miss(self, key, self._cache.keys())
             closed, out_tree = self._trace(statics, dyn_args, dyn_kwargs, in_tree, avals)
             entry = _CacheEntry(closed, out_tree, backend)
@@ -560,7 +561,7 @@ class JitWrapped:
                 profiler.record(getattr(self._fun, "__name__", "fun"), "jit call", start,
                                 time.perf_counter_ns(), {"backend": entry.backend or "default"})
             if _debug_checks.enabled():
-                _debug_checks.check_compiled_outputs(closed, leaves, outs)
+                _debug_rerun.check_compiled_outputs(closed, leaves, outs)
             if self._fast_eligible and not kwargs:
                 signature = _fast_signature(args)
                 if signature is not None:
@@ -594,7 +595,6 @@ class JitWrapped:
         buffers may now hold results, which are new Arrays)."""
         if not self._donate_argnums:
             return
-        from functrans import _array
         for i in self._donate_argnums:
             if i >= len(args):
                 continue
@@ -635,8 +635,7 @@ class JitWrapped:
         return self.trace(*args, **kwargs).lower()
 
     def eval_shape(self, *args, **kwargs):
-        from functrans._api import eval_shape
-        return eval_shape(self, *args, **kwargs)
+        return _api.eval_shape(self, *args, **kwargs)
 
     def clear_cache(self):
         self._cache.clear()
@@ -703,7 +702,7 @@ def _holds_code(value) -> bool:
         inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value)
 
 
-core.device_eval = _eval_on_device
+core.register_device_eval(_eval_on_device)
 
 
 def _fast_signature(args):

@@ -43,11 +43,16 @@ from typing import Callable
 
 import numpy as np
 
-from functrans import _backends, core, distributed, tree_util
+from functrans import _axis_env, _backends, _devices, core, distributed, tree_util
 from functrans._array import Array
 from functrans._caches import LRUCache
 from functrans.core import ClosedJaxpr, DropVar, Jaxpr, Literal, ShapedArray, Tracer, Var, get_aval
 from functrans.primitives import collectives
+from functrans._api import _flatten_axes as flatten
+from functrans._api import vmap
+from functrans._jit import compile_closed, jit_p
+from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+from functrans.sharding import Mesh, NamedSharding, PartitionSpec
 
 # =============================================================================================
 # Sharded arrays and explicit placement
@@ -130,7 +135,6 @@ class ShardedArray(Array):
         """The leading axis split over the devices, one entry each (as JAX's pmap outputs:
         a NamedSharding over a one-axis mesh of the devices)."""
         # (functrans.sharding builds on pmap's placements; imported on use)
-        from functrans.sharding import Mesh, NamedSharding, PartitionSpec
         mesh = Mesh(np.array(self._shard_devices, dtype=object), (_PMAP_MESH_AXIS,))
         return NamedSharding(mesh, PartitionSpec(_PMAP_MESH_AXIS))
 
@@ -588,7 +592,7 @@ def _sub_jaxprs(eqn):
 
 
 def _has_collective(jaxpr: Jaxpr) -> bool:
-    return any(collectives.is_collective(e.primitive) or any(_has_collective(j) for j in _sub_jaxprs(e))
+    return any(e.primitive.is_collective or any(_has_collective(j) for j in _sub_jaxprs(e))
                for e in jaxpr.eqns)
 
 
@@ -600,7 +604,6 @@ def _inline_jit_calls(eqns, subst, out_eqns, constvars, consts):
     """Copy ``eqns`` into ``out_eqns`` with fresh output variables, replacing each ``jit``
     equation whose program holds a collective by that program's equations, so the
     collective becomes a top-level cut point."""
-    from functrans._jit import jit_p
     for eqn in eqns:
         invars = [_read_subst(subst, v) for v in eqn.invars]
         if eqn.primitive is jit_p and _has_collective(eqn.params["jaxpr"].jaxpr):
@@ -663,13 +666,12 @@ class _PmapProgram:
         self._const_avals = {id(v): v.aval for v in constvars}
         devices = list(devices or [])
         platform = _platform_of(devices) if devices else "cpu"
-        nested = any(not collectives.is_collective(e.primitive) and
+        nested = any(not e.primitive.is_collective and
                      any(_has_collective(j) for j in _sub_jaxprs(e)) for e in eqns)
         if nested:
             # A collective inside a loop or branch: run the whole program on the reference
             # backend, whose collective impls meet at the rendezvous wherever they occur. On
             # any devices this runs on host copies (outputs are put back on the devices).
-            from functrans._jit import compile_closed
             self.placement = _HostPlacement(
                 devices, None if platform == "cpu" else _placement_for(devices))
             inputs = list(constvars) + self.invars
@@ -685,11 +687,10 @@ class _PmapProgram:
         self._member_consts: dict = {}
 
     def _plan(self, eqns, backend) -> list:
-        from functrans._jit import compile_closed
         groups: list = []
         current: list = []
         for eqn in eqns:
-            if collectives.is_collective(eqn.primitive):
+            if eqn.primitive.is_collective:
                 if current:
                     groups.append(current)
                     current = []
@@ -827,7 +828,6 @@ class _Static:
 
 
 def _flatten_axes(what, treedef, spec) -> list:
-    from functrans._api import _flatten_axes as flatten
     try:
         return flatten(what, treedef, spec)
     except ValueError as err:
@@ -906,7 +906,6 @@ class PmapFunction:
 
     def _devices_for(self, size: int) -> tuple[list, int, int]:
         """The local devices used, the global axis size and this process's first index."""
-        from functrans import _devices
         nproc = distributed.process_count()
         if self._devices is not None and nproc == 1:
             local = self._devices
@@ -979,8 +978,6 @@ class PmapFunction:
         return tree_util.tree_unflatten(out_tree, results)
 
     def _build(self, statics, in_tree, avals, global_size, key):
-        from functrans import _axis_env
-        from functrans.interpreters.staging import trace_to_jaxpr_dynamic
         out_tree_cell: list = []
 
         def flat_fun(*flat):
@@ -1042,7 +1039,6 @@ class PmapFunction:
                 "multi-process run is not supported; apply grad/vmap inside the pmapped "
                 "function instead (e.g. pmap(grad(loss)))")
         self._devices_for(size)  # the same size checks as a real pmap call
-        from functrans._api import vmap
 
         def per_member(dyn_args, kw):
             return self._call_fun(statics, dyn_args, kw)

@@ -285,8 +285,7 @@ def _remat_abstract_eval(*avals, jaxpr, policy, prevent_cse=True):
 
 @remat_p.def_impl
 def _remat_impl(*args, jaxpr, policy, prevent_cse=True):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
-    return eval_jaxpr_numpy(jaxpr.jaxpr, [core.to_numpy(c) for c in jaxpr.consts], args)
+    return core.eval_jaxpr_numpy(jaxpr.jaxpr, [core.to_numpy(c) for c in jaxpr.consts], args)
 
 
 def _remat_jvp(primals, tangents, *, jaxpr, policy, prevent_cse=True):
@@ -441,10 +440,9 @@ def _remat_linear_abstract_eval(*avals, recompute, linear, num_res):
 
 @remat_linear_p.def_impl
 def _remat_linear_impl(*args, recompute, linear, num_res):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
-    residuals = eval_jaxpr_numpy(recompute.jaxpr, [core.to_numpy(c) for c in recompute.consts],
+    residuals = core.eval_jaxpr_numpy(recompute.jaxpr, [core.to_numpy(c) for c in recompute.consts],
                                  args[:num_res])
-    return eval_jaxpr_numpy(linear.jaxpr, [core.to_numpy(c) for c in linear.consts],
+    return core.eval_jaxpr_numpy(linear.jaxpr, [core.to_numpy(c) for c in linear.consts],
                             list(residuals) + list(args[num_res:]))
 
 

@@ -39,6 +39,10 @@ import numpy as np
 
 from functrans import _dtypes
 from functrans.tree_util import PyTreeDef, keystr, tree_flatten_with_path, tree_unflatten
+from functrans._array import Array
+from functrans._remat import checkpoint as remat
+from functrans.core import Tracer
+from functrans.random import PRNGKeyArray
 
 __all__ = ["CheckpointError", "CheckpointManager", "save", "restore", "read_metadata"]
 
@@ -219,7 +223,6 @@ def _clip(value, limit: int = 80) -> str:
 
 def _key_array_type():
     # imported here: functrans imports this module before functrans.random
-    from functrans.random import PRNGKeyArray
     return PRNGKeyArray
 
 
@@ -272,7 +275,6 @@ _PYTHON_SCALARS = {bool: "bool", int: "int", float: "float", complex: "complex"}
 
 def _host_value(path, leaf):
     """(NumPy array, python scalar type name or None) for one leaf."""
-    from functrans.core import Tracer
     if isinstance(leaf, Tracer):
         raise CheckpointError(f"cannot save the traced value at {_leaf_name(path)}: "
                               "save concrete arrays outside jit/grad/vmap")
@@ -670,7 +672,6 @@ def _finish_leaf(value: np.ndarray, python_type):
     if python_type is not None:
         convert = {"bool": bool, "int": int, "float": float, "complex": complex}[python_type]
         return convert(value[()])
-    from functrans._array import Array
     canonical = _dtypes.canonicalize_dtype(value.dtype)
     # a private copy: the file's buffer is not kept alive by the restored array
     return Array._from_buffer(np.array(value, dtype=canonical, copy=True))
@@ -828,7 +829,6 @@ class _CheckpointModule(types.ModuleType):
     the remat decorator share the name ``functrans.checkpoint`` as the design asks."""
 
     def __call__(self, fun, **kwargs):
-        from functrans._remat import checkpoint as remat
         return remat(fun, **kwargs)
 
 

@@ -409,13 +409,23 @@ class Primitive:
     ``transpose``     for linear primitives: ``(cotangent, *args, **params) -> cotangents``
     ``batch``         ``(args, dims, **params) -> (outs, out_dims)``
     ``lowerings``     backend name -> lowering function
+
+    and what the transforms need to know about it:
+
+    ``batch_needs_axis`` its batching rule takes the vmap's ``axis_data`` (higher-order
+                         primitives that batch a body, collectives over a vmapped axis)
+    ``is_collective``    it communicates over a named axis, so vmap runs its rule even when
+                         no operand is batched (``psum(1, "i")`` is the axis size)
     """
 
     multiple_results = False
 
-    def __init__(self, name: str, multiple_results: bool = False):
+    def __init__(self, name: str, multiple_results: bool = False, *,
+                 batch_needs_axis: bool = False, is_collective: bool = False):
         self.name = name
         self.multiple_results = multiple_results
+        self.batch_needs_axis = batch_needs_axis
+        self.is_collective = is_collective
         self.impl: Callable | None = None
         self.abstract_eval: Callable | None = None
         self.jvp: Callable | None = None
@@ -802,16 +812,25 @@ def abstract_eval_checked(primitive, avals, params) -> list:
         raise
 
 
-# Set by functrans._jit: runs one primitive as a compiled program where its arguments are
-# (an eager operation on GPU arrays runs on the GPU). Returns NotImplemented to decline.
-device_eval = None
+# Runs one eager primitive where its arguments live when one of them is not on the host
+# (an eager operation on GPU arrays runs on the GPU); registered by the layer that compiles.
+_device_eval: Callable | None = None
+
+
+def register_device_eval(evaluate: Callable) -> None:
+    """Register ``evaluate(primitive, args, params)``, which computes an eager primitive one
+    of whose arguments lives on a device other than the host (an Array whose ``_platform``
+    is not ``"cpu"``) and returns its outputs, or ``NotImplemented`` to let the reference
+    implementation run on host copies instead."""
+    global _device_eval
+    _device_eval = evaluate
 
 
 def eval_primitive(primitive, args, params):
     """Compute ``primitive`` on eager values and wrap the results as Arrays."""
     for a in args:
-        if getattr(a, "_platform", "cpu") != "cpu" and device_eval is not None:
-            out = device_eval(primitive, args, params)
+        if getattr(a, "_platform", "cpu") != "cpu" and _device_eval is not None:
+            out = _device_eval(primitive, args, params)
             if out is not NotImplemented:
                 return out
             break
@@ -828,9 +847,21 @@ def eval_primitive(primitive, args, params):
     return wrapped if primitive.multiple_results else wrapped[0]
 
 
+# The eager array type (functrans.Array), which registers itself: the core computes on
+# NumPy buffers and hands results back in it, without depending on the module defining it.
+_array_type: type | None = None
+
+
+def register_array_type(array_type: type) -> None:
+    """Register the class of eager results: ``array_type._from_buffer(buffer, weak_type)``
+    wraps a fresh NumPy buffer without copying it."""
+    global _array_type
+    _array_type = array_type
+
+
 def wrap_array(value, aval):
-    from functrans._array import Array
-    if isinstance(value, Array):
+    """An eager result ``value`` (a NumPy buffer, or already an Array) as an Array of ``aval``."""
+    if isinstance(value, _array_type):
         return value
     value = np.asarray(value)
     if value.dtype != aval.dtype:
@@ -840,7 +871,7 @@ def wrap_array(value, aval):
                              f"shape rule says {aval.shape}")
     # no copy: a result is fresh, or views its inputs, which are Arrays' buffers or private
     # copies of host data (to_numpy)
-    return Array._from_buffer(value, aval.weak_type)
+    return _array_type._from_buffer(value, aval.weak_type)
 
 
 # =============================================================================================
@@ -875,6 +906,32 @@ def eval_jaxpr(jaxpr: Jaxpr, consts, *args):
             outs = [outs]
         for v, x in zip(eqn.outvars, outs):
             env[id(v)] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def eval_jaxpr_numpy(jaxpr: Jaxpr, consts, args) -> list:
+    """Evaluate ``jaxpr`` with the primitives' reference implementations, NumPy buffers in
+    and out (no tracing, no Arrays): the semantics every backend is tested against, and how
+    a rule computes a sub-program on concrete values."""
+    env: dict[int, object] = {}
+    for v, c in zip(jaxpr.constvars, consts):
+        env[id(v)] = c
+    for v, a in zip(jaxpr.invars, args):
+        env[id(v)] = a
+
+    def read(v):
+        return np.asarray(v.val, dtype=v.aval.dtype) if isinstance(v, Literal) else env[id(v)]
+
+    for eqn in jaxpr.eqns:
+        prim = eqn.primitive
+        outs = prim.impl(*[read(v) for v in eqn.invars], **eqn.params)
+        if not prim.multiple_results:
+            outs = [outs]
+        for v, o in zip(eqn.outvars, outs):
+            o = np.asarray(o)
+            if o.dtype != v.aval.dtype:
+                o = o.astype(v.aval.dtype)
+            env[id(v)] = o
     return [read(v) for v in jaxpr.outvars]
 
 

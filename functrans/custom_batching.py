@@ -40,6 +40,7 @@ from functrans.core import Primitive, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import closed_over_consts_as_args, trace_to_closed_jaxpr
 from functrans.tree_util import tree_flatten, tree_unflatten
+from functrans.primitives.control_flow import map as lax_map
 
 __all__ = ["custom_vmap", "sequential_vmap"]
 
@@ -58,8 +59,7 @@ def _custom_vmap_abstract_eval(*avals, call_jaxpr, rule, closed_mask, name, num_
 
 @custom_vmap_call_p.def_impl
 def _custom_vmap_impl(*args, call_jaxpr, rule, closed_mask, name, num_primals):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
-    return eval_jaxpr_numpy(call_jaxpr.jaxpr, [core.to_numpy(c) for c in call_jaxpr.consts],
+    return core.eval_jaxpr_numpy(call_jaxpr.jaxpr, [core.to_numpy(c) for c in call_jaxpr.consts],
                             args)
 
 
@@ -377,7 +377,6 @@ def sequential_vmap(f: Callable) -> custom_vmap:
 
     @f.def_vmap
     def rule(axis_size, in_batched, *args):
-        from functrans.primitives.control_flow import map as lax_map
         batched_flags, tree = tree_flatten(list(in_batched))
         arg_leaves = tree_util.tree_leaves(list(args))
         mapped = [x for x, b in zip(arg_leaves, batched_flags) if b]

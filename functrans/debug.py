@@ -27,6 +27,8 @@ from functrans.core import Primitive, get_aval
 from functrans.interpreters import ad, batching
 
 from functrans.sharding._visualize import visualize_array_sharding, visualize_sharding  # noqa: E402,F401
+from functrans._pmap import current_device_index
+from functrans.numpy import asarray
 
 __all__ = ["print", "callback", "visualize_array_sharding", "visualize_sharding"]
 
@@ -94,7 +96,6 @@ def callback(fn: Callable, *args, ordered: bool = False, **kwargs) -> None:
 
 
 def _as_array(x):
-    from functrans.numpy import asarray
     try:
         get_aval(x)
     except TypeError:
@@ -113,7 +114,6 @@ def print(fmt: str, *args, ordered: bool = False, **kwargs) -> None:  # noqa: A0
     """``print(fmt.format(*args, **kwargs))`` when the program runs (values are concrete).
     Inside ``pmap`` each line starts with the device position, e.g. ``[device 1]``."""
     def do_print(*a, **kw):
-        from functrans._pmap import current_device_index
         device = current_device_index()
         prefix = "" if device is None else f"[device {device}] "
         line = prefix + _Formatter().format(fmt, *a, **kw) + "\n"

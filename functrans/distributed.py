@@ -31,6 +31,7 @@ import threading
 import time
 
 import numpy as np
+from functrans._config import config
 
 _state = {"process_index": 0, "process_count": 1, "comm": None, "timeout": None}
 _mpi_lock = threading.Lock()
@@ -111,8 +112,7 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
         raise ValueError(f"initialize: process_id={process_id} but this MPI rank is {rank}")
     if timeout is not None:
         _state["timeout"] = float(timeout)
-    from functrans import _devices
-    from functrans._config import config
+    from functrans import _devices  # deferred: _devices -> distributed at import
     count = int(config.cpu_device_count)
     counts = _gather_object(comm, count, "initialize")
     if len(set(counts)) != 1:
@@ -137,7 +137,7 @@ def shutdown() -> None:
         except Exception:
             pass
     _state.update(process_index=0, process_count=1, comm=None)
-    from functrans import _devices
+    from functrans import _devices  # deferred: _devices -> distributed at import
     _devices._reset_cpu_devices()
 
 

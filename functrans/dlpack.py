@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from functrans import _dtypes
+from functrans._api import device_put
+from functrans._array import Array
 
 __all__ = ["from_dlpack", "is_supported_dtype"]
 
@@ -65,8 +67,6 @@ def from_dlpack(external_array, device=None, copy: bool | None = None):
         raise NotImplementedError(
             f"from_dlpack: the array lives on DLPack device type {int(device_type)}, not in host "
             "memory; functrans imports host (CPU) arrays only. Move it to the CPU first.")
-    from functrans._api import device_put
-    from functrans._array import Array
     host = np.from_dlpack(external_array)
     if not is_supported_dtype(host.dtype):
         raise TypeError(f"from_dlpack: arrays of dtype {host.dtype} are not supported")

@@ -12,6 +12,8 @@ import numpy as np
 
 from functrans import _dtypes, tree_util
 from functrans._config import config
+from functrans._api import jvp, vjp
+from functrans._array import Array
 
 __all__ = ["check_grads", "check_jvp", "check_vjp", "numerical_jvp", "x64"]
 
@@ -44,7 +46,6 @@ def _as_np(x):
 
 
 def _add_scaled(xs, ts, eps):
-    from functrans._array import Array
     out = []
     for x, t in zip(xs, ts):
         xv = _as_np(x)
@@ -103,7 +104,6 @@ def _flat(f, args):
 
 def check_jvp(f: Callable, args: Sequence, atol=None, rtol=None, eps=None, rng=None):
     """Compare ``jvp(f)`` with central finite differences along a random direction."""
-    from functrans._api import jvp
     f, args = _flat(f, args)
     rng = rng or np.random.default_rng(0)
     atol, rtol = _tol(tree_util.tree_leaves(args), atol, rtol)
@@ -126,7 +126,6 @@ def _inner(a, b) -> float:
 
 def check_vjp(f: Callable, args: Sequence, atol=None, rtol=None, eps=None, rng=None):
     """Check ``vjp(f)`` against finite differences via the identity <ct, J t> = <J^T ct, t>."""
-    from functrans._api import vjp
     f, args = _flat(f, args)
     rng = rng or np.random.default_rng(1)
     atol, rtol = _tol(tree_util.tree_leaves(args), atol, rtol)
@@ -153,7 +152,6 @@ def check_grads(f: Callable, args: Sequence, order: int, modes: Sequence[str] = 
     """Check derivatives of ``f`` at ``args`` up to ``order`` by finite differences, in forward
     ("fwd") and/or reverse ("rev") mode. Higher orders check derivatives of derivatives.
     Use float64 inputs (with x64 enabled) for tight tolerances."""
-    from functrans._api import jvp, vjp
     f, args = _flat(f, args)
     args = tuple(args)
     rng = rng or np.random.default_rng(0)

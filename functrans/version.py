@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from functrans import __version__
+__version__ = "0.1.0"
 
 __version_info__ = tuple(int(part) for part in __version__.split(".") if part.isdigit())
 _version = __version__

@@ -29,7 +29,6 @@ from functrans._pmap import PmapFunction, ShardedArray, device_put_replicated, \
     device_put_sharded, pmap
 from functrans.backends.cuda import pmap_support, runtime
 from functrans.backends.cuda.nccl import NCCL_TYPE_NAMES
-from functrans.primitives import collectives
 
 from gpu_emulation import EmulatedCupy, EmulatedDeviceArray, _EmulatedCuda  # noqa: E402
 
@@ -101,7 +100,7 @@ def _collective_eqn(fun, operand, n):
     """The collective equation (primitive and params) that ``fun`` stages on one member's
     operand, in an axis 'i' of size ``n``: the real params, not hand-written ones."""
     closed = functrans.make_jaxpr(fun, axis_env=[("i", n)])(operand)
-    eqns = [e for e in closed.jaxpr.eqns if collectives.is_collective(e.primitive)]
+    eqns = [e for e in closed.jaxpr.eqns if e.primitive.is_collective]
     assert len(eqns) == 1, closed
     return eqns[0].primitive, eqns[0].params
 

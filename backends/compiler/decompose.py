@@ -26,6 +26,12 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.core import ClosedJaxpr, Jaxpr
+from functrans import lax
+from functrans._jit import jit_p
+from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+from functrans.primitives.random_bits import KEY_SCHEDULE_PARITY, ROTATIONS
+from functrans.primitives.windowed import _identity
+import functrans.numpy as jnp
 
 _WINDOW_REDUCTIONS = {"reduce_window_sum": "sum", "reduce_window_max": "max",
                       "reduce_window_min": "min"}
@@ -86,8 +92,6 @@ def _decompose_eqn(eqn, direct: bool = False):
 
 def _as_jit_eqn(eqn, decomposition):
     """A ``jit`` equation computing ``eqn`` by ``decomposition(*operands, **params)``."""
-    from functrans._jit import jit_p
-    from functrans.interpreters.staging import trace_to_jaxpr_dynamic
     avals = [v.aval for v in eqn.invars]
 
     def body(*args):
@@ -114,7 +118,6 @@ def _conv_decomposable(eqn) -> bool:
 def _conv_as_matmul(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
                     dimension_numbers, feature_group_count, batch_group_count, precision=None,
                     preferred_element_type=None):
-    from functrans import lax
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     nsp = len(window_strides)
     groups = feature_group_count
@@ -284,8 +287,6 @@ def _gathered_windows(operand, fill, window_dimensions, window_strides, padding,
                       base_dilation, window_dilation):
     """The padded operand gathered into (..., out_k, window_k, ...) for each axis with a
     window (other axes stay as they are), and the positions of the window axes."""
-    import functrans.numpy as jnp
-    from functrans import lax
     x = lax.pad(operand, lax.convert_element_type(fill, operand.dtype),
                 [(lo, hi, d - 1) for (lo, hi), d in zip(padding, base_dilation)])
     window_axes = []
@@ -307,8 +308,6 @@ def _window_reduction(kind: str):
     """``reduce_window_<kind>`` as a reduction over gathered windows, so the gather fuses into
     the reduction's loop."""
     def decomposition(operand, **params):
-        from functrans import lax
-        from functrans.primitives.windowed import _identity
         x, axes = _gathered_windows(operand, _identity(kind, operand.dtype), **params)
         if not axes:
             return x
@@ -321,8 +320,6 @@ def _window_select(operand, *, select, **params):
     """``window_select`` (the row-major offset of the first maximum or minimum in each
     window, the first NaN if there is one, as ``argmax`` finds it) without an argmax: the
     smallest offset among the positions equal to the window's extreme."""
-    from functrans import lax
-    from functrans.primitives.windowed import _identity
     x, axes = _gathered_windows(operand, _identity(select, operand.dtype), **params)
     out_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     if not axes:
@@ -340,7 +337,6 @@ def _first_extreme(x, axes, select, position):
     """The smallest ``position`` over ``axes`` among the elements equal to the extreme
     (``select``: "max" or "min") over ``axes``, where a NaN counts as the extreme, as
     NumPy's argmax/argmin treat it. Native reductions only, so it compiles."""
-    from functrans import lax
     reduce = lax.reduce_max if select == "max" else lax.reduce_min
     kept = tuple(i for i in range(x.ndim) if i not in axes)
     extreme = lax.broadcast_in_dim(reduce(x, axes), x.shape, kept)
@@ -360,7 +356,6 @@ def _arg_decomposable(eqn) -> bool:
 def _arg_extreme(select: str):
     """``argmax``/``argmin`` as the first position of the extreme (see _first_extreme)."""
     def decomposition(operand, *, axes, index_dtype):
-        from functrans import lax
         position = lax.broadcasted_iota(index_dtype, operand.shape, axes[0])
         return _first_extreme(operand, tuple(axes), select, position)
     return decomposition
@@ -383,8 +378,6 @@ def _row_major_strides(window_dimensions, window_strides):
 def _threefry2x32(key1, key2, x1, x2):
     """Threefry-2x32 in uint32 adds, xors and shifts: elementwise, so it fuses into the
     loops that use the bits (see ``threefry2x32_reference`` for the schedule)."""
-    from functrans import lax
-    from functrans.primitives.random_bits import KEY_SCHEDULE_PARITY, ROTATIONS
 
     def word(value):
         return lax.full(x1.shape, value, np.uint32)

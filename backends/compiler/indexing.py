@@ -22,14 +22,10 @@ import numpy as np
 
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, _move, unique_buffers
+from functrans.primitives.indexing import GatherScatterMode, default_fill_value
 
 SCATTER_COMBINE = {"scatter": None, "scatter_add": "add", "scatter_mul": "mul",
                    "scatter_min": "min", "scatter_max": "max"}
-
-
-def _modes():
-    from functrans.primitives.indexing import GatherScatterMode, _default_fill_value
-    return GatherScatterMode, _default_fill_value
 
 
 # =============================================================================================
@@ -48,7 +44,7 @@ def gather_rule(eqn):
 
 
 def _rule_gather(eqn, ops, out_shape):
-    mode_enum, default_fill = _modes()
+    mode_enum, default_fill = GatherScatterMode, default_fill_value
     operand, indices = ops
     p = eqn.params
     dn, slice_sizes = p["dimension_numbers"], p["slice_sizes"]
@@ -109,7 +105,7 @@ class ScatterStep(Step):
     def expressions(self):
         """(loop extents, target offset, update value, valid) as expressions of the loop
         variables, which walk ``updates`` in the order [scatter axes..., window axes...]."""
-        mode_enum, _ = _modes()
+        mode_enum = GatherScatterMode
         dn = self.params["dimension_numbers"]
         upd_shape, op_shape = self.updates.shape, self.operand.shape
         rank = len(op_shape)

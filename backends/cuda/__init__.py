@@ -27,6 +27,7 @@ _LAZY = {"CudaExecutable", "cupy_module", "gpu_count"}
 
 def __getattr__(name):
     if name in _LAZY:
+        # deferred: backends.cuda.runtime -> backends.cuda at import
         from functrans.backends.cuda import runtime
         return getattr(runtime, name)
     raise AttributeError(name)
@@ -43,12 +44,14 @@ def is_available() -> bool:
     """Whether CuPy is installed and sees a GPU."""
     if not _cupy_installed():
         return False
+    # deferred: backends.cuda.runtime -> backends.cuda at import
     from functrans.backends.cuda.runtime import is_available as runtime_available
     return runtime_available()
 
 
 def compile_jaxpr(closed, devices=None, **options):
     """Compile ``closed`` to CUDA kernels (see :func:`runtime.compile_jaxpr`)."""
+    # deferred: backends.cuda.runtime -> backends.cuda at import
     from functrans.backends.cuda.runtime import compile_jaxpr as compile_cuda
     return compile_cuda(closed, devices, **options)
 
@@ -57,7 +60,9 @@ def gpu_devices() -> list:
     """One :class:`Device` per visible GPU of every process (``process_count()`` processes,
     each seeing the same number of GPUs; process ``p`` owns ids ``p * n .. p * n + n - 1``)."""
     from functrans import distributed
+    # deferred: backends.cuda.arrays -> backends.cuda at import
     from functrans.backends.cuda.arrays import GpuDevice
+    # deferred: backends.cuda.runtime -> backends.cuda at import
     from functrans.backends.cuda.runtime import gpu_count
     count = gpu_count()
     if count == 0:

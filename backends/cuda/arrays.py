@@ -156,6 +156,7 @@ def device_of(buffer) -> GpuDevice:
     ordinal = int(buffer.device.id)
     device = _devices_by_ordinal.get(ordinal)
     if device is None:
+        # deferred: backends.cuda imports this module
         from functrans.backends.cuda import gpu_devices
         for d in gpu_devices():
             if d.process_index == _process():

@@ -153,6 +153,7 @@ class ControlLaunch:
 
     def executables(self) -> list:
         if self._executables is None:
+            # deferred: backends.cuda.runtime -> backends.cuda.control_flow at import
             from functrans.backends.cuda.runtime import CudaExecutable
             self._executables = [CudaExecutable(m) for m in self.modules]
         return self._executables

@@ -197,6 +197,7 @@ class CudaExecutable:
     @staticmethod
     def wrap_outputs(buffers, avals) -> list:
         """functrans arrays of a call's results (GpuArray for device buffers)."""
+        # deferred: backends.cuda.arrays -> backends.cuda.runtime at import
         from functrans.backends.cuda.arrays import wrap_outputs
         return wrap_outputs(buffers, avals)
 

@@ -50,6 +50,7 @@ def compile_jaxpr(closed, devices=None):
     """Compile ``closed`` to native code (see :func:`pipeline.compile_jaxpr`)."""
     if _IMPORT_ERROR is not None:
         raise RuntimeError(f"the llvm backend needs llvmlite and scipy: {_IMPORT_ERROR}")
+    # deferred: backends.llvm.pipeline -> backends.llvm at import
     from functrans.backends.llvm.pipeline import compile_jaxpr as compile_native
     return compile_native(closed, devices)
 
@@ -58,6 +59,7 @@ def compile_jaxpr(closed, devices=None):
 def _devices_in_parallel(num_devices: int):
     """While ``num_devices`` pmap threads run at once, each runs its loops on its own thread
     and BLAS gets its share of the cores, so they do not oversubscribe the machine."""
+    # deferred: backends.llvm.codegen -> backends.llvm at import
     from functrans.backends.llvm import codegen, thread_pool
     with thread_pool.reserved(), codegen.blas_threads(max(1, thread_pool.num_threads() // num_devices)):
         yield
@@ -67,6 +69,7 @@ def build_shared_library(entries, prefix: str, library: str):
     """A standalone ``.so`` and C header for programs (see :mod:`standalone`)."""
     if _IMPORT_ERROR is not None:
         raise RuntimeError(f"the llvm backend needs llvmlite and scipy: {_IMPORT_ERROR}")
+    # deferred: backends.llvm.standalone -> backends.llvm at import
     from functrans.backends.llvm import standalone
     return standalone.build_shared_library(
         [standalone.Entry(**e) for e in entries], prefix, library)

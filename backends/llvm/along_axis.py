@@ -61,6 +61,7 @@ class CumulativeStep(AxisStep):
             mb.loop_nest(b, [self.outer, n - 1, inner], rest)
 
     def combine(self, mb, b, acc, value):
+        # deferred: backends.llvm.codegen -> backends.llvm.along_axis at import
         from functrans.backends.llvm.codegen import _combine
         if self.out.dtype.kind == "f" and self.monoid in ("add", "mul"):
             # one IEEE operation per element, as the reference does (no reassociation)

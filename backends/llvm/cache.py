@@ -39,6 +39,7 @@ import time
 
 from functrans._config import config
 from functrans.core import ClosedJaxpr, Jaxpr
+from functrans.version import __version__
 
 logger = logging.getLogger("functrans")
 
@@ -97,8 +98,7 @@ def cache_key(closed: ClosedJaxpr, target: str) -> str:
     """The cache key of ``closed`` compiled for ``target``."""
     import llvmlite  # its version fixes the LLVM it is built with
 
-    import functrans
-    parts = ["functrans-llvm", str(CODE_ABI), functrans.__version__, llvmlite.__version__,
+    parts = ["functrans-llvm", str(CODE_ABI), __version__, llvmlite.__version__,
              source_digest(), target,
              closed.jaxpr.pretty_print(),
              repr([(v.aval.shape, str(v.aval.dtype)) for v in closed.jaxpr.constvars])]

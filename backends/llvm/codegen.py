@@ -51,7 +51,8 @@ from functrans.backends.llvm.row_fusion import RowGroup
 from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             ReduceKernel, unique_buffers)
 from functrans.backends.llvm.scalar_ops import ScalarContext, constant, mem_type, reg_type
-from functrans.backends.llvm.vector_math import F32, F64, I1, I64, MathLibrary
+from functrans.backends.llvm.vector_math import (F32, F64, I1, I64, MathLibrary,
+                                                 register_libm_symbols)
 
 I8, I32 = ir.IntType(8), ir.IntType(32)
 I8P = I8.as_pointer()
@@ -89,7 +90,6 @@ def initialize() -> None:
             import llvmlite.binding as llvm
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
-            from functrans.backends.llvm.vector_math import register_libm_symbols
             register_libm_symbols()
             _initialized = True
 

@@ -36,6 +36,12 @@ from functrans.backends.llvm import donation
 from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             Step, unique_buffers)
 from functrans.core import ClosedJaxpr, ShapedArray
+from functrans.backends.llvm.along_axis import CUMULATIVE, lower_cumulative
+from functrans.backends.llvm.indexing import lower_scatter
+from functrans.backends.llvm.lapack import PRIMITIVES as LINALG
+from functrans.backends.llvm.lapack import lower_linalg
+from functrans.backends.llvm.scalar_ops import mem_type
+from functrans.backends.llvm.sorting import lower_sort, SortStep
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
@@ -306,7 +312,6 @@ class CondStep(ControlStep):
 
     def emit(self, mb, b: ir.IRBuilder, pointer, table):
         index_buf, operands = self.inputs[0], self.inputs[1:]
-        from functrans.backends.llvm.scalar_ops import mem_type
         index = b.load(pointer(index_buf, mem_type(index_buf.dtype)))
         if index.type.width < 64:
             index = (b.sext if index_buf.dtype.kind == "i" else b.zext)(index, I64)

@@ -32,6 +32,7 @@ def driver_for(eqn):
 
 
 def _compile(closed):
+    # deferred: backends.llvm.pipeline -> backends.llvm.host_loops at import
     from functrans.backends.llvm.pipeline import compile_jaxpr
     return compile_jaxpr(closed)
 

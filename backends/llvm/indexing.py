@@ -21,6 +21,7 @@ class ScatterLoop(ScatterStep):
     """A :class:`ScatterStep` emitted as one serial loop over the updates."""
 
     def emit(self, mb, b: ir.IRBuilder, pointer, table):
+        # deferred: backends.llvm.codegen -> backends.llvm.indexing at import
         from functrans.backends.llvm.codegen import _combine, _Evaluator
         if self.out.id != self.operand.id:
             mb.memcpy(b, pointer(self.out), pointer(self.operand), self.out.nbytes)

@@ -132,6 +132,7 @@ def ensure_loaded() -> None:
     with _lock:
         if _state:
             return
+        # deferred: backends.llvm.codegen -> backends.llvm.interrupts at import
         from functrans.backends.llvm import codegen
         loaded = linker.load(codegen.support_object("functrans-interrupts", _build_module))
         loaded.keep()  # the handler stays installed until the process exits

@@ -361,6 +361,7 @@ def load(data: bytes):
         reason = err
     import llvmlite.binding as llvm
 
+    # deferred: backends.llvm.codegen -> backends.llvm.linker at import
     from functrans.backends.llvm import codegen
     publish_to_llvm()
     with codegen._llvm_lock:

@@ -20,6 +20,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm.vector_math import F32, F64, MathLibrary
+from functrans.backends.llvm import exprs as E
 
 SUPPORTED_DTYPES = {np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
                                            np.uint8, np.uint16, np.uint32, np.uint64,

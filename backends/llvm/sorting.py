@@ -248,6 +248,7 @@ def lower_sort(step: FallbackStep, program: Program, target,
                short_lines: bool = True) -> SortStep | None:
     """A :class:`SortStep` for a ``sort`` fallback step, or None (also for lines shorter
     than ``RADIX_MIN_LENGTH`` unless ``short_lines``)."""
+    # deferred: backends.llvm.control_flow -> backends.llvm.sorting at import
     from functrans.backends.llvm.control_flow import _new_buffer
     eqn = step.eqn
     if eqn.primitive.name != "sort":

@@ -1,33 +1,7 @@
-"""Op-by-op evaluation of a jaxpr on NumPy buffers."""
+"""Op-by-op evaluation of a jaxpr on NumPy buffers (``functrans.core.eval_jaxpr_numpy``)."""
 from __future__ import annotations
 
-import numpy as np
-
-from functrans.core import ClosedJaxpr, Jaxpr, Literal, to_numpy
-
-
-def eval_jaxpr_numpy(jaxpr: Jaxpr, consts, args) -> list:
-    """Evaluate ``jaxpr`` with the primitives' reference implementations (NumPy in, out)."""
-    env: dict[int, object] = {}
-    for v, c in zip(jaxpr.constvars, consts):
-        env[id(v)] = c
-    for v, a in zip(jaxpr.invars, args):
-        env[id(v)] = a
-
-    def read(v):
-        return np.asarray(v.val, dtype=v.aval.dtype) if isinstance(v, Literal) else env[id(v)]
-
-    for eqn in jaxpr.eqns:
-        prim = eqn.primitive
-        outs = prim.impl(*[read(v) for v in eqn.invars], **eqn.params)
-        if not prim.multiple_results:
-            outs = [outs]
-        for v, o in zip(eqn.outvars, outs):
-            o = np.asarray(o)
-            if o.dtype != v.aval.dtype:
-                o = o.astype(v.aval.dtype)
-            env[id(v)] = o
-    return [read(v) for v in jaxpr.outvars]
+from functrans.core import ClosedJaxpr, eval_jaxpr_numpy, to_numpy
 
 
 class ReferenceExecutable:

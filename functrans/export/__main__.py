@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functrans import export
 
 
 def _dimension(text: str) -> tuple[str, int]:
@@ -33,7 +34,6 @@ def main(argv=None) -> int:
                         help="print the function's signature and stop")
     args = parser.parse_args(argv)
 
-    from functrans import export
     try:
         with open(args.exported, "rb") as f:
             exported = export.deserialize(f.read())

@@ -19,6 +19,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from functrans.core import ShapedArray
+from functrans._api import ShapeDtypeStruct
+from functrans.tree_util import tree_flatten, tree_unflatten
 
 __all__ = ["DimExpr", "SymbolicShapedArray", "symbolic_shape", "symbolic_args_specs",
            "is_symbolic_dim", "solve_dimensions", "shape_text"]
@@ -255,8 +257,6 @@ def symbolic_args_specs(args, shapes_specs, constraints: Sequence[str] = (), sco
         >>> symbolic_args_specs(np.zeros((3, 4), np.float32), "b, 4")
         ShapeDtypeStruct(shape=(b, 4), dtype=float32)
     """
-    from functrans._api import ShapeDtypeStruct
-    from functrans.tree_util import tree_flatten, tree_unflatten
     leaves, tree = tree_flatten(args)
     if isinstance(shapes_specs, (str, type(None))):
         specs = [shapes_specs] * len(leaves)

@@ -27,8 +27,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans import _backends, core, tree_util
-from functrans._api import ShapeDtypeStruct
+from functrans import _backends, _dtypes, core, tree_util
+from functrans._api import ShapeDtypeStruct, vjp
 from functrans._custom_derivatives import custom_vjp
 from functrans._config import config
 from functrans._jit import JitWrapped, _fast_signature, jit
@@ -36,6 +36,7 @@ from functrans.core import Tracer
 from functrans.export import (_container, _dimensions, _polymorphism, _program, _pytrees,
                               _registry)
 from functrans.export._dimensions import aval_with_shape, is_symbolic_dim
+from functrans.version import __version__
 
 _KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # JAX's names
 _PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu"}  # where each runs here
@@ -432,7 +433,6 @@ class _PrimalFunction:
         return tree_util.tree_leaves(self.fun_jit(*call_args, **call_kwargs))
 
     def export_vjp(self, primal: Exported) -> Exported:
-        from functrans._api import vjp
         n = len(primal.in_avals)
 
         def vjp_flat(*args):
@@ -446,7 +446,6 @@ class _PrimalFunction:
 
 
 def _tangent_dtype(dtype):
-    from functrans import _dtypes
     return dtype if _dtypes.is_inexact(dtype) else _dtypes.float0
 
 
@@ -456,7 +455,6 @@ def _tangent_dtype(dtype):
 
 
 def _version() -> str:
-    from functrans import __version__
     return __version__
 
 

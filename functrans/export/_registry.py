@@ -18,6 +18,13 @@ import numpy as np
 
 from functrans import _dtypes
 from functrans.core import Primitive
+from functrans.primitives.fft import FftType
+from functrans.primitives.implicit import LinearSolveJaxprs
+from functrans.primitives.indexing import (GatherDimensionNumbers, GatherScatterMode,
+                                           ScatterDimensionNumbers)
+from functrans.primitives.lax_extras import Precision, RandomAlgorithm, RoundingMethod
+from functrans.primitives.linalg import ConvDimensionNumbers
+import functrans.primitives as package
 
 # Modules outside functrans.primitives that declare primitives (jit, callbacks, custom
 # derivative calls, remat, ...). A test checks that these, with functrans.primitives,
@@ -33,7 +40,6 @@ _lock = threading.Lock()
 
 
 def _modules_with_primitives() -> list:
-    import functrans.primitives as package
     names = [f"functrans.primitives.{info.name}" for info in pkgutil.iter_modules(package.__path__)]
     return [importlib.import_module(name) for name in names + list(_PRIMITIVE_MODULES)]
 
@@ -66,12 +72,6 @@ def primitive(name: str) -> Primitive:
 # ---- parameter classes ------------------------------------------------------------------------
 
 def _parameter_classes() -> dict[str, type]:
-    from functrans.primitives.fft import FftType
-    from functrans.primitives.implicit import LinearSolveJaxprs
-    from functrans.primitives.indexing import (GatherDimensionNumbers, GatherScatterMode,
-                                               ScatterDimensionNumbers)
-    from functrans.primitives.lax_extras import Precision, RandomAlgorithm, RoundingMethod
-    from functrans.primitives.linalg import ConvDimensionNumbers
     return {cls.__name__: cls for cls in (
         FftType, LinearSolveJaxprs, GatherDimensionNumbers, GatherScatterMode,
         ScatterDimensionNumbers, Precision, RandomAlgorithm, RoundingMethod,

@@ -22,6 +22,7 @@ from typing import Mapping, NamedTuple
 from functrans import _backends, tree_util
 from functrans.export._dimensions import is_symbolic_dim
 from functrans.export._exported import Exported
+from functrans.export._pytrees import flat_names
 
 
 class SharedLibrary(NamedTuple):
@@ -98,7 +99,6 @@ def _entry(name: str, exported: Exported, dimensions: dict) -> dict:
 
 
 def _leaf_names(tree) -> list[str]:
-    from functrans.export._pytrees import flat_names
     return flat_names(tree)
 
 

@@ -16,6 +16,8 @@ import numpy as np
 
 from functrans import _dtypes, core
 from functrans.core import ShapedArray, Tracer, get_aval
+from functrans.interpreters import partial_eval as pe
+from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 
 # =============================================================================================
 # Symbolic zeros and tangent types
@@ -45,12 +47,27 @@ class Zero:
         return f"Zero({self.aval.str_short()})"
 
 
+# Materialized zeros and tangent sums are primitives (broadcast of a constant, add_any),
+# declared in the primitives layer above this one, which registers them when it defines them.
+_full: Callable | None = None
+_add_any: Callable | None = None
+
+
+def register_tangent_primitives(*, full: Callable | None = None,
+                                add_any: Callable | None = None) -> None:
+    """Register ``full(shape, fill_value, dtype, weak_type=...)`` (to materialize zero
+    tangents) and ``add_any(a, b)`` (to sum tangents and cotangents)."""
+    global _full, _add_any
+    if full is not None:
+        _full = full
+    if add_any is not None:
+        _add_any = add_any
+
+
 def zeros_like_aval(aval):
-    from functrans.primitives import structural
     if aval.dtype == _dtypes.float0:
-        from functrans._array import Array
-        return Array(np.zeros(aval.shape, dtype=_dtypes.float0))
-    return structural.full(aval.shape, 0, aval.dtype, weak_type=aval.weak_type)
+        return core.wrap_array(np.zeros(aval.shape, dtype=_dtypes.float0), aval)
+    return _full(aval.shape, 0, aval.dtype, weak_type=aval.weak_type)
 
 
 def instantiate_zeros(t):
@@ -64,8 +81,7 @@ def add_tangents(a, b):
         return a
     if get_aval(a).dtype == _dtypes.float0:
         return a
-    from functrans.primitives import elementwise
-    return elementwise.add_any(a, b)
+    return _add_any(a, b)
 
 
 def is_float0(x) -> bool:
@@ -151,9 +167,7 @@ class JVPTrace(core.Trace):
         if all(isinstance(t, Zero) for t in tangents):
             outs = primitive.bind_call(fun, (fwd, bwd), primals, params)
             return [JVPTracer(self, o, Zero.from_value(o)) for o in outs]
-        from functrans import _custom_derivatives
-        primals_out, tangents_out = _custom_derivatives.custom_vjp_jvp(
-            fwd, bwd, primals, tangents, params)
+        primals_out, tangents_out = primitive.custom_jvp(fwd, bwd, primals, tangents, params)
         return [JVPTracer(self, p, t) for p, t in zip(primals_out, tangents_out)]
 
 
@@ -350,7 +364,6 @@ def backward_pass(jaxpr: core.Jaxpr, consts, primals_in, cotangents_out):
 def linearize_flat(fun: Callable, primals: Sequence):
     """Returns ``(primals_out, linear_jaxpr, residuals, out_tangent_avals)``: the linear
     jaxpr maps input tangents to output tangents, closed over ``residuals``."""
-    from functrans.interpreters import partial_eval as pe
     primals = list(primals)
     n = len(primals)
     in_tangent_avals = [tangent_aval(get_aval(p)) for p in primals]
@@ -395,7 +408,6 @@ def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool], instantiate: S
     """A closed jaxpr computing ``(primals_out..., tangents_out...)`` from
     ``(primals..., tangents of the nonzero inputs...)``. Returns it and which output tangents
     are nonzero (all of them where ``instantiate`` says so)."""
-    from functrans.interpreters.staging import trace_to_jaxpr_dynamic
     in_avals = closed.in_avals
     num_out = len(closed.out_avals)
     if isinstance(instantiate, bool):

@@ -10,6 +10,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from functrans import core
 from functrans.core import Tracer, get_aval
+from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 
 not_mapped = None
 
@@ -67,13 +68,13 @@ class BatchTrace(core.Trace):
     def process_primitive(self, primitive, tracers, params):
         vals = [t.val for t in tracers]
         dims = [t.batch_dim for t in tracers]
-        if all(d is None for d in dims) and not getattr(primitive, "is_collective", False):
+        if all(d is None for d in dims) and not primitive.is_collective:
             return primitive.bind(*vals, **params)
         if primitive.batch is None:
             raise NotImplementedError(f"batching (vmap) of primitive '{primitive.name}' is "
                                       "not supported")
         outs, out_dims = primitive.batch(vals, dims, **params, axis_data=self.axis_data) \
-            if getattr(primitive, "batch_needs_axis", False) else primitive.batch(vals, dims, **params)
+            if primitive.batch_needs_axis else primitive.batch(vals, dims, **params)
         if primitive.multiple_results:
             return [BatchTracer(self, o, d) for o, d in zip(outs, out_dims)]
         return BatchTracer(self, outs, out_dims)
@@ -81,14 +82,25 @@ class BatchTrace(core.Trace):
     def process_custom_jvp_call(self, primitive, fun, jvp, tracers, params):
         vals = [t.val for t in tracers]
         dims = [t.batch_dim for t in tracers]
-        from functrans import _custom_derivatives
-        return _custom_derivatives.batch_custom_jvp(self, primitive, fun, jvp, vals, dims, params)
+        return primitive.custom_batch(self, primitive, fun, jvp, vals, dims, params)
 
     def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, params):
         vals = [t.val for t in tracers]
         dims = [t.batch_dim for t in tracers]
-        from functrans import _custom_derivatives
-        return _custom_derivatives.batch_custom_vjp(self, primitive, fun, fwd, bwd, vals, dims, params)
+        return primitive.custom_batch(self, primitive, fun, fwd, bwd, vals, dims, params)
+
+
+# Moving and inserting batch axes binds primitives of the layer above (transpose,
+# broadcast_in_dim), which registers them here when it defines them.
+_transpose: Callable | None = None
+_broadcast_in_dim: Callable | None = None
+
+
+def register_axis_primitives(transpose: Callable, broadcast_in_dim: Callable) -> None:
+    """Register ``transpose(x, permutation)`` and ``broadcast_in_dim(x, shape, dims)``,
+    with which batch axes are moved and inserted."""
+    global _transpose, _broadcast_in_dim
+    _transpose, _broadcast_in_dim = transpose, broadcast_in_dim
 
 
 def find_axis_main(name) -> core.MainTrace | None:
@@ -132,18 +144,16 @@ def moveaxis(x, src: int, dst: int):
         return x
     perm = [i for i in range(ndim) if i != src]
     perm.insert(dst, src)
-    from functrans.primitives import structural
-    return structural.transpose(x, tuple(perm))
+    return _transpose(x, tuple(perm))
 
 
 def broadcast(x, size: int, axis: int):
     """Insert a new axis of length ``size`` at ``axis``, broadcasting ``x`` along it."""
-    from functrans.primitives import structural
     aval = get_aval(x)
     shape = list(aval.shape)
     shape.insert(axis, size)
     dims = tuple(i for i in range(len(shape)) if i != axis)
-    return structural.broadcast_in_dim(x, tuple(shape), dims)
+    return _broadcast_in_dim(x, tuple(shape), dims)
 
 
 def bdim_at_front(x, bdim, size: int):
@@ -208,7 +218,6 @@ def batch_jaxpr(closed, axis_size: int, in_dims: Sequence, out_dims_instantiate:
     """Batch a closed jaxpr. Inputs come with ``in_dims`` (None: unbatched). Outputs are
     batched at axis 0 where ``out_dims_instantiate`` says so or where they depend on a batched
     input; returns the new closed jaxpr and each output's batch dim (0 or None)."""
-    from functrans.interpreters.staging import trace_to_jaxpr_dynamic
     num_out = len(closed.out_avals)
     if isinstance(out_dims_instantiate, bool):
         out_dims_instantiate = [out_dims_instantiate] * num_out

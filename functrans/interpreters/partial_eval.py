@@ -16,6 +16,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from functrans import core
 from functrans.core import ClosedJaxpr, Eqn, Jaxpr, Literal, Tracer, Var, get_aval
+from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 
 
 class PartialVal(NamedTuple):
@@ -312,7 +313,6 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: Sequence[bool], instantiat
         cell["num_res"] = len(all_res)
         return known_outs + all_res
 
-    from functrans.interpreters.staging import trace_to_jaxpr_dynamic
     jaxpr_known, consts_known = trace_to_jaxpr_dynamic(fun_known, known_avals)
     jaxpr_unknown = cell["jaxpr_unknown"]
     # residuals become leading inputs of the unknown jaxpr

@@ -14,6 +14,7 @@ import numpy as np
 from functrans import _dtypes, core
 from functrans.core import (ClosedJaxpr, Eqn, Jaxpr, Literal, Tracer, Var,
                             get_aval)
+from functrans._config import config
 
 
 class JaxprBuilder:
@@ -159,7 +160,6 @@ def trace_to_jaxpr_dynamic(fun: Callable, in_avals: Sequence, arg_suffixes=None)
         outs = fun(*in_tracers)
         out_tracers = [trace.full_raise(o) for o in outs]
         jaxpr, consts = builder.build(in_tracers, out_tracers)
-    from functrans._config import config
     if config.check_jaxprs:
         core.check_jaxpr(jaxpr)
     return jaxpr, consts

@@ -17,7 +17,7 @@ from functrans import _dtypes, lax
 from functrans.primitives import elementwise as ew
 from functrans._custom_derivatives import custom_jvp
 from functrans.core import get_aval
-from functrans.numpy._promotion import promote_args_inexact, to_array
+from functrans.numpy._promotion import broadcast_to_shape, promote_args_inexact, to_array
 
 __all__ = [
     "relu", "relu6", "sigmoid", "log_sigmoid", "softplus", "soft_sign", "silu", "swish", "gelu",
@@ -63,7 +63,6 @@ def _keep(reduced, shape, axes):
 def _mask(where, shape):
     if where is None:
         return None
-    from functrans.numpy._promotion import broadcast_to_shape
     mask = to_array(where)
     if get_aval(mask).dtype != _dtypes.bool_:
         mask = ew.ne(mask, _full_like(mask, 0))
@@ -580,5 +579,4 @@ def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
 
 
 def _broadcast(v, shape, dtype):
-    from functrans.numpy._promotion import broadcast_to_shape
     return broadcast_to_shape(lax.convert_element_type(v, dtype), shape)

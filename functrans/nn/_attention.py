@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from functrans import _dtypes
+import functrans.numpy as jnp
 
 __all__ = ["dot_product_attention"]
 
@@ -33,7 +34,6 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         >>> dot_product_attention(q, k, v, is_causal=True).shape
         (1, 3, 2, 4)
     """
-    import functrans.numpy as jnp
     if implementation not in (None, "xla"):
         raise NotImplementedError(f"dot_product_attention: implementation={implementation!r} "
                                   f"is not available; use None")
@@ -82,13 +82,12 @@ def _add_batch(x):
 
 
 def _softmax_last(x):
-    from functrans import nn
+    from functrans import nn  # deferred: nn -> nn._attention at import
     return nn.softmax(x, axis=-1)
 
 
 def _combined_mask(mask, is_causal, q_lengths, kv_lengths, window, b, t, s):
     """The positions each query may attend to, broadcastable to [B, N, T, S], or None."""
-    import functrans.numpy as jnp
     keep = None if mask is None else jnp.asarray(mask).astype(bool)
 
     def both(extra):

@@ -19,6 +19,7 @@ import numpy as np
 from functrans import _dtypes, lax
 from functrans.primitives import elementwise as ew
 from functrans import random as _random
+import functrans.numpy as jnp
 
 __all__ = [
     "zeros", "ones", "constant", "uniform", "normal", "truncated_normal", "variance_scaling",
@@ -220,7 +221,6 @@ def orthogonal(scale=1.0, column_axis=-1, dtype=None):
         (3, 3)
     """
     def init(key, shape, dtype=dtype):
-        import functrans.numpy as jnp
         shape = _shape(shape)
         dtype = _dtype(dtype)
         if len(shape) < 2:

@@ -90,6 +90,8 @@ from functrans.numpy._window_functions import (  # noqa: F401
 # the narrow float and int scalar types of ml_dtypes that the installed version has
 globals().update(ml_dtype_scalar_types)
 del ml_dtype_scalar_types
+from functrans._array import Array
+from functrans.core import Tracer
 
 pi = _np.pi
 e = _np.e
@@ -104,8 +106,6 @@ class _ArrayMeta(type):
     """``isinstance(x, jnp.ndarray)`` holds for arrays and for traced values alike."""
 
     def __instancecheck__(cls, instance):
-        from functrans._array import Array
-        from functrans.core import Tracer
         return isinstance(instance, (Array, Tracer))
 
 

@@ -11,11 +11,14 @@ import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import Tracer, get_aval
 from functrans.numpy import _ufuncs as uf
-from functrans.numpy._promotion import (canonicalize_axis, operator_index, promote_dtypes,
-                                        to_array)
+from functrans.numpy._promotion import (broadcast_shapes, canonicalize_axis, concrete_value,
+                                        operator_index, promote_dtypes, to_array)
 from functrans.numpy._scalar_types import _as_dtype_or_kind
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
+from functrans._api import vmap
+from functrans.numpy._reductions import all as all_
+from functrans.numpy._shape import broadcast_arrays, moveaxis
 
 
 def _dtype_of(x):
@@ -113,7 +116,6 @@ def array_equal(a1, a2, equal_nan=False):
         >>> array_equal(arange(3), array([0, 1, 2]))
         Array(True, dtype=bool)
     """
-    from functrans.numpy._reductions import all as all_
     a1, a2 = to_array(a1), to_array(a2)
     if get_aval(a1).shape != get_aval(a2).shape:
         return to_array(False)
@@ -126,8 +128,6 @@ def array_equal(a1, a2, equal_nan=False):
 
 def array_equiv(a1, a2):
     """Whether two arrays are equal after broadcasting."""
-    from functrans.numpy._promotion import broadcast_shapes
-    from functrans.numpy._reductions import all as all_
     try:
         broadcast_shapes(get_aval(to_array(a1)).shape, get_aval(to_array(a2)).shape)
     except ValueError:
@@ -172,7 +172,6 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
         elif mode == "clip":
             idx = uf.clip(idx, 0, d - 1)
         elif mode == "raise":
-            from functrans.numpy._promotion import concrete_value
             value = concrete_value(idx)
             if value is not None and ((value < 0) | (value >= d)).any():
                 raise ValueError("ravel_multi_index: invalid entry in coordinates array")
@@ -188,8 +187,6 @@ def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
 def apply_along_axis(func1d, axis, arr, *args, **kwargs):
     """``func1d`` applied to each 1-D slice of ``arr`` along ``axis`` (with ``vmap``); the
     function's output dimensions take the place of ``axis``."""
-    from functrans import vmap
-    from functrans.numpy._shape import moveaxis
     arr = to_array(arr)
     ndim = get_aval(arr).ndim
     axis = canonicalize_axis(axis, ndim)
@@ -232,8 +229,6 @@ class vectorize:  # noqa: N801 - NumPy's name
         functools.update_wrapper(self, pyfunc)
 
     def __call__(self, *args, **kwargs):
-        from functrans import vmap
-        from functrans.numpy._shape import broadcast_arrays
         mapped = [i for i in range(len(args)) if i not in self.excluded]
         static = {k: v for k, v in kwargs.items() if k in self.excluded}
         kw_mapped = [k for k in kwargs if k not in self.excluded]

@@ -17,6 +17,9 @@ from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, ca
 from functrans.primitives import elementwise as lax
 from functrans.primitives import reductions as lax_reductions
 from functrans.primitives import structural
+from functrans.numpy._shape import (broadcast_arrays, diagonal, moveaxis, ravel, slice_along_axis,
+                                    stack)
+from functrans.numpy._ufuncs import conjugate, multiply, subtract
 
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
@@ -134,7 +137,6 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
     a, b = promote_dtypes(a, b)
     a_aval, b_aval = get_aval(a), get_aval(b)
     if a_aval.ndim == 0 or b_aval.ndim == 0:
-        from functrans.numpy._ufuncs import multiply
         return multiply(a, b)
     b_axis = 0 if b_aval.ndim == 1 else b_aval.ndim - 2
     if a_aval.shape[-1] != b_aval.shape[b_axis]:
@@ -147,8 +149,6 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
 
 def vdot(a, b, *, precision=None, preferred_element_type=None):
     """Dot product of the flattened arrays, conjugating the first."""
-    from functrans.numpy._shape import ravel
-    from functrans.numpy._ufuncs import conjugate
     a, b = promote_dtypes(a, b)
     return dot(conjugate(ravel(a)), ravel(b), precision=precision,
                preferred_element_type=preferred_element_type)
@@ -156,8 +156,6 @@ def vdot(a, b, *, precision=None, preferred_element_type=None):
 
 def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
     """Dot product of vectors along ``axis`` (conjugating ``x1``), broadcasting the rest."""
-    from functrans.numpy._shape import moveaxis
-    from functrans.numpy._ufuncs import conjugate
     x1, x2 = promote_dtypes(x1, x2)
     x1 = moveaxis(x1, axis, -1)
     x2 = moveaxis(x2, axis, -1)
@@ -182,7 +180,6 @@ def inner(a, b, *, precision=None, preferred_element_type=None):
     a, b = promote_dtypes(a, b)
     a_aval, b_aval = get_aval(a), get_aval(b)
     if a_aval.ndim == 0 or b_aval.ndim == 0:
-        from functrans.numpy._ufuncs import multiply
         return multiply(a, b)
     dims = (((a_aval.ndim - 1,), (b_aval.ndim - 1,)), ((), ()))
     return dot_general(a, b, dims, precision, preferred_element_type)
@@ -190,8 +187,6 @@ def inner(a, b, *, precision=None, preferred_element_type=None):
 
 def outer(a, b, out=None):
     """Outer product of the flattened arrays: ``out[i, j] = a[i] * b[j]``."""
-    from functrans.numpy._shape import ravel
-    from functrans.numpy._ufuncs import multiply
     a, b = ravel(to_array(a)), ravel(to_array(b))
     return multiply(structural.expand_dims(a, (1,)), structural.expand_dims(b, (0,)))
 
@@ -229,7 +224,6 @@ def kron(a, b):
         >>> kron(eye(2), ones((2, 2))).shape
         (4, 4)
     """
-    from functrans.numpy._ufuncs import multiply
     a, b = promote_dtypes(a, b)
     sa, sb = get_aval(a).shape, get_aval(b).shape
     nd = builtins.max(len(sa), len(sb))
@@ -243,8 +237,6 @@ def kron(a, b):
 def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     """Cross product of 3-vectors (or the scalar z-component for 2-vectors) along the given
     axes, broadcasting the others."""
-    from functrans.numpy._shape import moveaxis, slice_along_axis
-    from functrans.numpy._ufuncs import multiply, subtract
     if axis is not None:
         axisa = axisb = axisc = axis
     a, b = promote_dtypes(a, b)
@@ -278,7 +270,6 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     c0 = term(a1, b2, a2, b1)
     c1 = term(a2, b0, a0, b2)
     c2 = term(a0, b1, a1, b0)
-    from functrans.numpy._shape import broadcast_arrays, stack
     c0, c1, c2 = broadcast_arrays(c0, c1, c2)
     out = stack([c0, c1, c2], axis=-1)
     return moveaxis(out, -1, axisc)
@@ -365,7 +356,6 @@ def einsum(subscripts, /, *operands, out=None, optimize="greedy", precision=None
         >>> einsum("ij,j->i", ones((2, 3)), arange(3.0))
         Array([3., 3.], dtype=float32)
     """
-    from functrans.numpy._shape import diagonal
     if out is not None:
         raise ValueError("einsum: the `out` argument is not supported")
     if not isinstance(subscripts, str):

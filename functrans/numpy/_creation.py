@@ -13,6 +13,9 @@ from functrans.numpy._promotion import (_static_int, broadcast_shapes, broadcast
                                         is_arraylike, lax_fn, operator_index,
                                         promote_dtypes_inexact, to_array)
 from functrans.primitives import elementwise, structural
+from functrans.numpy import _ufuncs as uf
+from functrans.numpy._shape import diagonal, moveaxis, pad, stack
+from functrans.numpy._ufuncs import power
 
 
 def _canonical(dtype, fname: str):
@@ -67,7 +70,6 @@ def _sequence_to_array(a, dtype):
     if dtype is None:
         dtype = _sequence_dtype(a, leaves)
     if any(isinstance(x, Tracer) for x in leaves):
-        from functrans.numpy._shape import stack
         return stack([asarray(x, dtype) for x in a])
     for x in leaves:
         if type(x) is int:
@@ -316,7 +318,6 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
         >>> logspace(0.0, 2.0, 3)
         Array([  1.,  10., 100.], dtype=float32)
     """
-    from functrans.numpy._ufuncs import power
     exponents = linspace(start, stop, num, endpoint=endpoint, axis=axis)
     out = power(promote_dtypes_inexact(base, exponents)[0], exponents)
     return out if dtype is None else _cast_samples(out, dtype)
@@ -328,7 +329,6 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
         >>> geomspace(1.0, 8.0, 4)[-1]
         Array(8., dtype=float32)
     """
-    from functrans.numpy import _ufuncs as uf
     start, stop = promote_dtypes_inexact(start, stop)
     sign = uf.sign(start)
     logs = linspace(uf.log10(uf.abs(start)), uf.log10(uf.abs(stop)), num,
@@ -342,7 +342,6 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
         out = uf.where(uf.equal(ramp, 0), start, out)
         if endpoint and num > 1:
             out = uf.where(uf.equal(ramp, n - 1), stop, out)
-    from functrans.numpy._shape import moveaxis
     out = moveaxis(out, 0, canonicalize_axis(axis, get_aval(out).ndim))
     return out if dtype is None else _cast_samples(out, dtype)
 
@@ -426,13 +425,11 @@ def diag(v, k=0):
     aval = get_aval(v)
     k = operator_index(k, "diag: k")
     if aval.ndim == 2:
-        from functrans.numpy._shape import diagonal
         return diagonal(v, offset=k)
     if aval.ndim != 1:
         raise ValueError(f"diag: input must be 1-D or 2-D, got {aval.str_short()}")
     n = aval.shape[0] + abs(k)
     # row i of the result holds v[i] (k >= 0) or column j holds v[j] (k < 0); pad v to n first
-    from functrans.numpy._shape import pad
     padded = pad(v, (0, abs(k)))
     along = 0 if k >= 0 else 1
     values = structural.broadcast_in_dim(padded, (n, n), (along,))
@@ -500,7 +497,6 @@ def indices(dimensions, dtype=None, sparse=False):
             grids.append(iota(dtype, dimensions, i))
     if sparse:
         return tuple(grids)
-    from functrans.numpy._shape import stack
     return stack(grids) if grids else zeros((0,), dtype)
 
 

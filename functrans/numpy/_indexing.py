@@ -87,7 +87,7 @@ def _as_index_array(x):
     try:
         return np.asarray(x)
     except TypeError:
-        import functrans.numpy as jnp
+        import functrans.numpy as jnp  # deferred: numpy -> numpy._indexing at import
         return jnp.stack([_as_index_array(e) if isinstance(e, (list, tuple)) else e for e in x])
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 import functrans.numpy as jnp
 from functrans import _dtypes
+from functrans._api import device_put
 
 
 # These read bytes, text, iterables or files on the host at call time (at trace time under
@@ -136,6 +137,5 @@ def from_dlpack(x, /, *, device=None, copy=None):
         host = np.array(host, copy=True)
     out = jnp.asarray(host)
     if device is not None:
-        from functrans import device_put
         out = device_put(out, device)
     return out

@@ -10,16 +10,23 @@ import numpy as np
 
 import functrans.numpy as jnp
 from functrans import _dtypes
-from functrans.core import Tracer, get_aval
+from functrans.core import ConcretizationTypeError, Tracer, get_aval
 from functrans.numpy import _ufuncs as uf
 from functrans.numpy._promotion import (_concrete, canonicalize_axis, concrete_or_error,
                                         concrete_value, has_lax_fn, lax_fn, operator_index,
                                         promote_dtypes, promote_dtypes_inexact, to_array)
-from functrans.numpy._shape import (broadcast_to, concatenate, flip, ravel,
-                                    slice_along_axis, take)
+from functrans.numpy._shape import (atleast_2d, broadcast_to, concatenate, diagonal, flip, pad,
+                                    ravel, slice_along_axis, stack, take)
 from functrans.numpy._ufuncs import _inexact
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
+from functrans.numpy import _reductions as red
+from functrans.numpy import linalg
+from functrans.numpy._contractions import matmul
+from functrans.numpy._creation import linspace
+from functrans.numpy._reductions import mean
+from functrans.numpy._reductions import sum as sum_
+from functrans.numpy._sorting import argsort, searchsorted
 
 
 def _coefficient(p, i):
@@ -44,7 +51,6 @@ def _correlate_valid_padded(x, y, lo, hi, precision, preferred_element_type):
             preferred_element_type=preferred_element_type)
         return structural.reshape(out, (get_aval(out).shape[-1],))
     # without a convolution primitive: one shifted product per tap of the (short) kernel
-    from functrans.numpy._shape import pad
     xp = pad(x, ((lo, hi),))
     length = n + lo + hi - m + 1
     out = None
@@ -181,7 +187,6 @@ def vander(x, N=None, increasing=False):
     if not increasing:
         powers = powers[::-1]
     cols = [uf.power(x, int(k)) for k in powers]
-    from functrans.numpy._shape import stack
     return stack(cols, axis=1) if cols else structural.full((get_aval(x).shape[0], 0), 0,
                                                             get_aval(x).dtype)
 
@@ -190,7 +195,6 @@ def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
     """Least-squares polynomial fit of degree ``deg`` (coefficients highest power first)."""
     if full or cov or w is not None:
         raise NotImplementedError("polyfit: full, cov and w are not supported")
-    from functrans.numpy import linalg
     x, y = promote_dtypes_inexact(x, y)
     A = vander(x, operator_index(deg, "polyfit: deg") + 1)
     return linalg.lstsq(A, y, rcond=rcond)[0]
@@ -286,7 +290,6 @@ def gradient(f, *varargs, axis=None, edge_order=None):
 
 def trapezoid(y, x=None, dx=1.0, axis=-1):
     """Integral of ``y`` by the trapezoidal rule (samples at ``x``, or spaced ``dx``)."""
-    from functrans.numpy._reductions import sum as sum_
     y, = promote_dtypes_inexact(y)
     axis = canonicalize_axis(axis, get_aval(y).ndim)
     n = get_aval(y).shape[axis]
@@ -312,7 +315,6 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         >>> interp(1.5, array([1.0, 2.0]), array([10.0, 20.0]))
         Array(15., dtype=float32)
     """
-    from functrans.numpy._sorting import argsort, searchsorted
     x, xp, fp = promote_dtypes_inexact(x, xp, fp)
     _check_1d("interp", xp, fp)
     if get_aval(xp).shape != get_aval(fp).shape:
@@ -359,7 +361,6 @@ def bincount(x, weights=None, minlength=0, *, length=None):
     if length is None:
         value = concrete_value(x)
         if value is None:
-            from functrans.core import ConcretizationTypeError
             raise ConcretizationTypeError(
                 "bincount: the output length depends on the values of a traced array; pass "
                 "length= (a static int)")
@@ -382,8 +383,6 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):  # noqa: A002
     if np.ndim(bins) != 0 or hasattr(bins, "aval"):
         return to_array(bins)
     bins = operator_index(bins, "histogram: bins")
-    from functrans.numpy import _reductions as red
-    from functrans.numpy._creation import linspace
     if range is None:
         lo, hi = red.min(a), red.max(a)
     else:
@@ -399,7 +398,6 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):  # noqa: A002
 def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
     """Counts (or summed weights) of ``a`` in ``bins`` equal bins over ``range`` (or the
     given edges); the last bin includes its right edge. Returns ``(hist, bin_edges)``."""
-    from functrans.numpy._sorting import searchsorted
     a = ravel(to_array(a))
     edges = histogram_bin_edges(a, bins, range)
     nb = get_aval(edges).shape[0] - 1
@@ -416,7 +414,6 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
         w = uf.where(inside, ravel(weights), 0)
     counts = slice_along_axis(bincount(idx, w, length=nb + 1), 0, 0, nb)
     if density:
-        from functrans.numpy._reductions import sum as sum_
         widths = diff(edges)
         counts = uf.true_divide(uf.true_divide(counts, sum_(counts)), widths)
     return counts, edges
@@ -426,9 +423,6 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     """Covariance matrix of the variables in the rows (or columns, ``rowvar=False``)."""
     if fweights is not None or aweights is not None:
         raise NotImplementedError("cov: fweights and aweights are not supported")
-    from functrans.numpy._contractions import matmul
-    from functrans.numpy._reductions import mean
-    from functrans.numpy._shape import atleast_2d
     X, = promote_dtypes_inexact(m)
     X = atleast_2d(X)
     if not rowvar and get_aval(X).shape[0] != 1:
@@ -453,7 +447,6 @@ def corrcoef(x, y=None, rowvar=True):
     c = cov(x, y, rowvar)
     if get_aval(c).ndim == 0:
         return uf.true_divide(c, c)
-    from functrans.numpy._shape import diagonal
     d = uf.sqrt(uf.real(diagonal(c)))
     out = uf.true_divide(uf.true_divide(c, structural.expand_dims(d, (1,))),
                          structural.expand_dims(d, (0,)))

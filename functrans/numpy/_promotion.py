@@ -7,8 +7,9 @@ import operator
 import numpy as np
 
 from functrans import _dtypes
-from functrans.core import Tracer, get_aval
+from functrans.core import ConcretizationTypeError, get_aval, Tracer
 from functrans.primitives import elementwise, structural
+from functrans._array import Array, host_to_array
 
 
 def check_arraylike(fname: str, *args) -> None:
@@ -20,7 +21,6 @@ def check_arraylike(fname: str, *args) -> None:
 
 def is_arraylike(x) -> bool:
     """Whether ``x`` is an array or a scalar (what jnp functions take as an array)."""
-    from functrans._array import Array
     return isinstance(x, (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
         or hasattr(x, "__jax_array__")
 
@@ -57,13 +57,13 @@ def broadcast_to_shape(x, shape):
 
 def to_array(x):
     """A Python scalar, NumPy value or list becomes an Array (weak for Python scalars)."""
-    from functrans._array import Array, host_to_array
     if isinstance(x, (Array, Tracer)):
         return x
     if hasattr(x, "__jax_array__"):
         return to_array(x.__jax_array__())
     if _dtypes.is_python_scalar(x) or isinstance(x, (np.ndarray, np.generic)):
         return host_to_array(x)
+    # deferred: numpy._creation -> numpy._promotion at import
     from functrans.numpy._creation import asarray
     return asarray(x)
 
@@ -175,7 +175,6 @@ def operator_index(value, what: str) -> int:
 def concrete_value(x):
     """The NumPy value of ``x`` when it is known now (an eager Array, a NumPy value, a Python
     scalar, or a tracer whose transform still knows its value); otherwise None."""
-    from functrans._array import Array
     if isinstance(x, Array):
         return x._value
     if isinstance(x, Tracer):
@@ -195,7 +194,6 @@ def concrete_or_error(x, fname: str, fix: str = ""):
     """``concrete_value(x)``, or a ConcretizationTypeError saying why ``fname`` needs it."""
     value = concrete_value(x)
     if value is None:
-        from functrans.core import ConcretizationTypeError
         raise ConcretizationTypeError(
             f"{fname}: the result shape depends on the values of a traced array, which are not "
             f"known while the function is being transformed. {fix}".rstrip())

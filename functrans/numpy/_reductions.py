@@ -21,6 +21,9 @@ from functrans.numpy._promotion import (broadcast_to_shape, canonicalize_axes, c
 from functrans.primitives import elementwise as lax
 from functrans.primitives import reductions as lax_reductions
 from functrans.primitives import structural
+from functrans.numpy import _shape
+from functrans.numpy._shape import concatenate
+from functrans.numpy._sorting import sort
 
 _LOW_PRECISION = (_dtypes.float16, _dtypes.bfloat16)
 
@@ -508,8 +511,6 @@ def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
 
 
 def _quantile(a, q, axis, method, keepdims, squash_nans):
-    from functrans.numpy import _shape
-    from functrans.numpy._sorting import sort
     if method not in _QUANTILE_METHODS:
         raise ValueError(f"quantile: method must be one of {_QUANTILE_METHODS}, got {method!r}")
     a, q = promote_dtypes_inexact(a, q)
@@ -631,7 +632,6 @@ def nancumprod(a, axis=None, dtype=None, out=None):
 def _with_initial(out, axis, value, include_initial):
     if not include_initial:
         return out
-    from functrans.numpy._shape import concatenate
     aval = get_aval(out)
     shape = list(aval.shape)
     shape[axis] = 1

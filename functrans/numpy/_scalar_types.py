@@ -10,13 +10,13 @@ import ml_dtypes
 import numpy as np
 
 from functrans import _dtypes
+from functrans.numpy._creation import asarray
 
 
 class _ScalarMeta(type):
     """Metaclass whose instances (the scalar types) convert when called."""
 
     def __call__(cls, x=0):
-        from functrans.numpy._creation import asarray
         return asarray(x, dtype=cls.dtype)
 
     def __eq__(cls, other):

@@ -14,13 +14,17 @@ import numpy as np
 
 import functrans.numpy as jnp
 from functrans import _dtypes
-from functrans.core import Tracer, canonicalize_shape, get_aval
+from functrans.core import canonicalize_shape, ConcretizationTypeError, get_aval, Tracer
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axes,
                                         canonicalize_axis, check_arraylike, concrete_or_error,
                                         concrete_value,
                                         lax_fn, operator_index, promote_dtypes, to_array)
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
+from functrans.numpy import _indexing
+from functrans.numpy._sorting import searchsorted
+from functrans.numpy._ufuncs import remainder
+from functrans.numpy._ufuncs import round as round_
 
 # ---- reshaping -------------------------------------------------------------------------------
 
@@ -532,14 +536,13 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None):
                              f"match the sum of repeats {len(idx)}")
         return take_static(a, idx, axis)
     if total_repeat_length is None:
-        from functrans.core import ConcretizationTypeError
         raise ConcretizationTypeError(
             "repeat: traced `repeats` make the output length data-dependent; pass "
             "total_repeat_length= (a static int) as well")
     # output position j takes the element whose cumulative repeat count first exceeds j
     from functrans.numpy._creation import iota
+    # deferred: numpy._reductions -> numpy._shape at import
     from functrans.numpy._reductions import cumsum
-    from functrans.numpy._sorting import searchsorted
     reps = broadcast_to_shape(to_array(repeats), (n,))
     ends = cumsum(reps)
     positions = iota(get_aval(ends).dtype, (int(total_repeat_length),))
@@ -629,7 +632,6 @@ def roll(a, shift, axis=None):
                              slice_along_axis(a, ax, 0, n - s)], ax)
         else:
             # a window of length n into two copies, starting at (-shift) mod n
-            from functrans.numpy._ufuncs import remainder
             s = slice_along_axis(shift, 0, i, i + 1) if len(axes) > 1 else shift
             s = structural.reshape(s, ())
             start = remainder(lax.neg(lax.convert_element_type(s, _dtypes.int32)), n)
@@ -692,6 +694,7 @@ def pad(array, pad_width, mode="constant", **kwargs):
             array = take_static(array, _pad_source_indices(n, lo, hi, mode), axis)
         return array
     if mode in ("maximum", "minimum", "mean"):
+        # deferred: numpy._reductions -> numpy._shape at import
         from functrans.numpy import _reductions as red
         stat = {"maximum": red.max, "minimum": red.min, "mean": red.mean}[mode]
         if kwargs.get("stat_length") is not None:
@@ -701,7 +704,6 @@ def pad(array, pad_width, mode="constant", **kwargs):
                 continue
             value = stat(array, axis=axis, keepdims=True)
             if mode == "mean" and _dtypes.is_integer(get_aval(array).dtype):
-                from functrans.numpy._ufuncs import round as round_
                 value = round_(value)
             value = lax.convert_element_type(value, get_aval(array).dtype)
             shape = list(get_aval(array).shape)
@@ -755,7 +757,6 @@ def take(a, indices, axis=None, out=None, mode=None, unique_indices=False,
     """
     if out is not None:
         raise ValueError("take: the `out` argument is not supported")
-    from functrans.numpy import _indexing
     a = to_array(a)
     if axis is None:
         a = ravel(a)
@@ -763,7 +764,6 @@ def take(a, indices, axis=None, out=None, mode=None, unique_indices=False,
     axis = canonicalize_axis(axis, get_aval(a).ndim)
     indices = to_array(indices)
     if mode == "wrap":
-        from functrans.numpy._ufuncs import remainder
         indices = remainder(indices, get_aval(a).shape[axis])
         mode = "clip"
     idx = (slice(None),) * axis + (indices,)
@@ -778,7 +778,7 @@ def take_along_axis(arr, indices, axis, mode=None, fill_value=None):
         >>> take_along_axis(x, argsort(x, axis=1), axis=1)
         Array([[10, 20, 30]], dtype=int32)
     """
-    from functrans.numpy import _indexing
+    # deferred: numpy._creation -> numpy._shape at import
     from functrans.numpy._creation import iota
     arr = to_array(arr)
     indices = to_array(indices)
@@ -835,6 +835,7 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
 
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     """Sum along a diagonal (see :func:`diagonal`)."""
+    # deferred: numpy._reductions -> numpy._shape at import
     from functrans.numpy._reductions import sum as sum_
     return sum_(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype, out=out)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from functrans import _dtypes
 from functrans._array import Array
-from functrans.core import get_aval
+from functrans.core import ConcretizationTypeError, get_aval
 from functrans.numpy import _ufuncs as uf
 from functrans.numpy._promotion import (canonicalize_axis, concrete_value,
                                         lax_fn, operator_index, promote_dtypes,
@@ -38,7 +38,6 @@ def _needs_size(fname, x, size):
         return None
     value = concrete_value(x)
     if value is None:
-        from functrans.core import ConcretizationTypeError
         raise ConcretizationTypeError(
             f"{fname}: the number of results depends on the values of a traced array, so the "
             f"output shape is not static. {_SIZE_HINT}")
@@ -48,6 +47,7 @@ def _needs_size(fname, x, size):
 # ---- sorting ---------------------------------------------------------------------------------
 
 def _iota_like(x, axis):
+    # deferred: numpy._creation -> numpy._shape -> numpy._sorting at import
     from functrans.numpy._creation import iota
     return iota(_dtypes.default_int_dtype(), get_aval(x).shape, axis)
 
@@ -142,6 +142,7 @@ def sort_complex(a):
         if not _dtypes.is_complex(get_aval(a).dtype) else a
     a = structural.reshape(a, (get_aval(a).size,)) if get_aval(a).ndim != 1 else a
     perm = lexsort((uf.imag(a), uf.real(a)))
+    # deferred: numpy._shape -> numpy._sorting at import
     from functrans.numpy._shape import take_along_axis
     return take_along_axis(a, perm, axis=0)
 
@@ -172,6 +173,7 @@ def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
     if get_aval(a).ndim != 1:
         raise ValueError(f"searchsorted: a must be 1-D, got shape {get_aval(a).shape}")
     if sorter is not None:
+        # deferred: numpy._shape -> numpy._sorting at import
         from functrans.numpy._shape import take
         a = take(a, sorter, mode="clip")
     n = get_aval(a).shape[0]
@@ -191,11 +193,12 @@ def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
         big = v_shape + (n,)
         elems = structural.broadcast_in_dim(a, big, (nd,))
         vals = structural.broadcast_in_dim(v, big, tuple(range(nd)))
+        # deferred: numpy._reductions -> numpy._sorting at import
         from functrans.numpy._reductions import sum as sum_
         return sum_(goes_after(elems, vals), axis=-1, dtype=out_dtype)
     if method not in ("scan", "sort", "scan_unrolled"):
         raise ValueError(f"searchsorted: unknown method {method!r}")
-    from functrans.numpy._shape import take
+    from functrans.numpy._shape import take  # deferred: numpy._shape -> numpy._sorting at import
     lo = structural.full(v_shape, 0, out_dtype)
     hi = structural.full(v_shape, n, out_dtype)
     for _ in range(int(math.ceil(math.log2(n + 1)))):
@@ -222,6 +225,7 @@ def digitize(x, bins, right=False):
     if n == 0:
         return structural.full(get_aval(x).shape, 0, _dtypes.default_int_dtype())
     side = "left" if right else "right"
+    # deferred: numpy._shape -> numpy._sorting at import
     from functrans.numpy._shape import flip, slice_along_axis
     increasing = lax.ge(structural.reshape(slice_along_axis(bins, 0, n - 1, n), ()),
                         structural.reshape(slice_along_axis(bins, 0, 0, 1), ()))
@@ -249,7 +253,9 @@ def nonzero(a, *, size=None, fill_value=None):
     if value is not None:
         return tuple(_int_array(i) for i in np.nonzero(value))
     size = operator_index(size, "nonzero: size")
+    # deferred: numpy._reductions -> numpy._sorting at import
     from functrans.numpy._reductions import cumsum
+    # deferred: numpy._creation -> numpy._shape -> numpy._sorting at import
     from functrans.numpy._creation import iota
     flat = structural.reshape(uf._to_bool(a), (aval.size,))
     int_dtype = _dtypes.default_int_dtype()
@@ -280,7 +286,7 @@ def nonzero(a, *, size=None, fill_value=None):
 
 def flatnonzero(a, *, size=None, fill_value=None):
     """Indices of the non-zero elements of the flattened array."""
-    from functrans.numpy._shape import ravel
+    from functrans.numpy._shape import ravel  # deferred: numpy._shape -> numpy._sorting at import
     return nonzero(ravel(a), size=size, fill_value=fill_value)[0]
 
 
@@ -295,14 +301,14 @@ def argwhere(a, *, size=None, fill_value=None):
     if get_aval(a).ndim == 0:
         idx = nonzero(structural.reshape(a, (1,)), size=size, fill_value=fill_value)[0]
         return structural.full((get_aval(idx).shape[0], 0), 0, _dtypes.default_int_dtype())
-    from functrans.numpy._shape import stack
+    from functrans.numpy._shape import stack  # deferred: numpy._shape -> numpy._sorting at import
     return stack(nonzero(a, size=size, fill_value=fill_value), axis=-1)
 
 
 def _gather_valid(values, mask, size, fill_value):
     """The elements of 1-D ``values`` where ``mask`` holds, as a length-``size`` array padded
     with ``fill_value``."""
-    from functrans.numpy._shape import take
+    from functrans.numpy._shape import take  # deferred: numpy._shape -> numpy._sorting at import
     idx, = nonzero(mask, size=size, fill_value=get_aval(values).shape[0])
     out = take(values, idx, mode="fill",
                fill_value=0 if fill_value is None else fill_value)
@@ -311,6 +317,7 @@ def _gather_valid(values, mask, size, fill_value):
 
 def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
     """The slices of ``a`` along ``axis`` where the 1-D ``condition`` is true."""
+    # deferred: numpy._shape -> numpy._sorting at import
     from functrans.numpy._shape import moveaxis, ravel, take
     if out is not None:
         raise ValueError("compress: the `out` argument is not supported")
@@ -324,10 +331,12 @@ def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
     value = _needs_size("compress", cond, size)
     if value is not None:
         keep = np.nonzero(np.asarray(value).ravel()[:n])[0]
+        # deferred: numpy._shape -> numpy._sorting at import
         from functrans.numpy._shape import take_static
         return take_static(a, keep, canonicalize_axis(axis, get_aval(a).ndim))
     if cond_n > n:
         cond = structural.reshape(cond, (cond_n,))
+        # deferred: numpy._shape -> numpy._sorting at import
         from functrans.numpy._shape import slice_along_axis
         cond = slice_along_axis(cond, 0, 0, n)
     idx, = nonzero(cond, size=size, fill_value=n)
@@ -338,7 +347,7 @@ def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
 
 def extract(condition, arr, *, size=None, fill_value=0):
     """The elements of ``arr`` where ``condition`` is true, flattened."""
-    from functrans.numpy._shape import ravel
+    from functrans.numpy._shape import ravel  # deferred: numpy._shape -> numpy._sorting at import
     return compress(ravel(condition), ravel(arr), size=size, fill_value=fill_value)
 
 
@@ -375,6 +384,7 @@ def choose(a, choices, out=None, mode="raise"):
 
 def _not_equal_adjacent(x, equal_nan):
     """For sorted 1-D ``x``: True at 0 and wherever an element differs from the previous."""
+    # deferred: numpy._shape -> numpy._sorting at import
     from functrans.numpy._shape import concatenate, slice_along_axis
     n = get_aval(x).shape[0]
     prev, cur = slice_along_axis(x, 0, 0, n - 1), slice_along_axis(x, 0, 1, n)
@@ -421,6 +431,7 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
                                        is_stable=True, num_keys=1)
     starts_mask = _not_equal_adjacent(sorted_vals, equal_nan)
     starts, = nonzero(starts_mask, size=size, fill_value=n)
+    # deferred: numpy._shape -> numpy._sorting at import
     from functrans.numpy._shape import concatenate, slice_along_axis, take
     valid = lax.lt(starts, lax._weak_full(n, get_aval(starts)))
     smallest = structural.reshape(slice_along_axis(sorted_vals, 0, 0, 1), ())
@@ -442,6 +453,7 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
 
 
 def _cumsum_bool(mask):
+    # deferred: numpy._reductions -> numpy._sorting at import
     from functrans.numpy._reductions import cumsum
     return cumsum(lax.convert_element_type(mask, _dtypes.default_int_dtype()))
 
@@ -488,6 +500,7 @@ def isin(element, test_elements, assume_unique=False, invert=False, *, method="a
     big = shape + (m,)
     hits = lax.eq(structural.broadcast_in_dim(element, big, tuple(range(len(shape)))),
                   structural.broadcast_in_dim(tests, big, (len(shape),)))
+    # deferred: numpy._reductions -> numpy._sorting at import
     from functrans.numpy._reductions import any as any_
     out = any_(hits, axis=-1)
     return lax.bitwise_not(out) if invert else out
@@ -507,6 +520,7 @@ def _set_result(fname, values, mask, size, fill_value):
 
 def union1d(ar1, ar2, *, size=None, fill_value=None):
     """Sorted distinct values in either array."""
+    # deferred: numpy._shape -> numpy._sorting at import
     from functrans.numpy._shape import concatenate, ravel
     return unique(concatenate([ravel(ar1), ravel(ar2)]), size=size, fill_value=fill_value)
 
@@ -516,7 +530,7 @@ def intersect1d(ar1, ar2, assume_unique=False, return_indices=False, *, size=Non
     """Sorted distinct values present in both arrays."""
     if return_indices:
         raise NotImplementedError("intersect1d: return_indices is not supported")
-    from functrans.numpy._shape import ravel
+    from functrans.numpy._shape import ravel  # deferred: numpy._shape -> numpy._sorting at import
     ar1, ar2 = promote_dtypes(ravel(ar1), ravel(ar2))
     if size is None:
         a = unique(ar1)
@@ -529,7 +543,7 @@ def intersect1d(ar1, ar2, assume_unique=False, return_indices=False, *, size=Non
 
 def setdiff1d(ar1, ar2, assume_unique=False, *, size=None, fill_value=None):
     """Sorted distinct values of ``ar1`` that are not in ``ar2``."""
-    from functrans.numpy._shape import ravel
+    from functrans.numpy._shape import ravel  # deferred: numpy._shape -> numpy._sorting at import
     ar1, ar2 = promote_dtypes(ravel(ar1), ravel(ar2))
     if size is None:
         a = unique(ar1)
@@ -543,6 +557,7 @@ def setdiff1d(ar1, ar2, assume_unique=False, *, size=None, fill_value=None):
 
 def setxor1d(ar1, ar2, assume_unique=False, *, size=None, fill_value=None):
     """Sorted values in exactly one of the two arrays."""
+    # deferred: numpy._shape -> numpy._sorting at import
     from functrans.numpy._shape import concatenate
     a1, a2 = unique(ar1), unique(ar2)
     both = concatenate([setdiff1d(a1, a2), setdiff1d(a2, a1)])

@@ -391,6 +391,7 @@ def _cum(fn):
 def _logsumexp_reduce(base2: bool):
     def reduce(a, axis=0, dtype=None, keepdims=False, initial=None, where=None):
         jnp = _jnp()
+        # upward: scipy.special is in the libraries, above this layer
         from functrans.scipy.special import logsumexp
         a = jnp.asarray(a)
         a = a.astype(dtype) if dtype is not None else a.astype(jnp.result_type(a, jnp.float32)

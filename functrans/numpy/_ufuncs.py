@@ -19,6 +19,7 @@ from functrans.numpy._promotion import (check_arraylike, has_lax_fn, lax_fn, pro
                                         promote_args_inexact, promote_args_numeric,
                                         promote_shapes, to_array)
 from functrans.primitives import elementwise as lax
+from functrans.primitives import structural
 
 # ---- small helpers ---------------------------------------------------------------------------
 
@@ -696,7 +697,6 @@ def bitwise_count(x, /):
 
 def _bool_full(x, value):
     aval = get_aval(x)
-    from functrans.primitives import structural
     return structural.full(aval.shape, bool(value), _dtypes.bool_)
 
 
@@ -792,6 +792,7 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """Whether every element of ``a`` and ``b`` is close (see :func:`isclose`)."""
+    # deferred: numpy._reductions -> numpy._ufuncs at import
     from functrans.numpy._reductions import all as all_
     return all_(isclose(a, b, rtol, atol, equal_nan))
 
@@ -891,6 +892,7 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
         Array([0., 0., 1., 1.], dtype=float32, weak_type=True)
     """
     if x is None and y is None:
+        # deferred: numpy._sorting -> numpy._ufuncs at import
         from functrans.numpy._sorting import nonzero
         return nonzero(condition, size=size, fill_value=fill_value)
     if x is None or y is None:

@@ -18,10 +18,13 @@ from functrans.numpy import _ufuncs as uf
 from functrans.numpy._contractions import (cross as _cross, matmul, outer, tensordot, vecdot,
                                            dot)
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axis,
-                                        lax_fn, operator_index, promote_dtypes_inexact, to_array)
+                                        concrete_value, lax_fn, operator_index,
+                                        promote_dtypes_inexact, to_array)
 from functrans.numpy._shape import diagonal as _diagonal, matrix_transpose, swapaxes
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
+from functrans.numpy._creation import eye, iota
+from functrans.numpy._shape import moveaxis
 
 EighResult = collections.namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
 QRResult = collections.namedtuple("QRResult", ["Q", "R"])
@@ -43,7 +46,6 @@ def _H(x):
 
 
 def _eye_like(a):
-    from functrans.numpy._creation import eye
     n = get_aval(a).shape[-1]
     return broadcast_to_shape(eye(n, dtype=get_aval(a).dtype), get_aval(a).shape)
 
@@ -132,7 +134,6 @@ def _lu(a):
 
 def _permutation_matrix(perm, n, dtype):
     """``P`` with ``(P @ b)[i] = b[perm[i]]``, batched over ``perm``'s leading axes."""
-    from functrans.numpy._creation import iota
     shape = get_aval(perm).shape + (n,)
     cols = iota(get_aval(perm).dtype, shape, len(shape) - 1)
     rows = structural.broadcast_in_dim(perm, shape, tuple(range(len(shape) - 1)))
@@ -180,7 +181,6 @@ def inv(a):
 def _lu_diagonal_and_parity(a):
     lu_, pivots, _ = _lu(a)
     d = _diagonal(lu_, 0, -2, -1)
-    from functrans.numpy._creation import iota
     swapped = lax.ne(pivots, iota(get_aval(pivots).dtype, get_aval(pivots).shape,
                                   get_aval(pivots).ndim - 1))
     swaps = red.count_nonzero(swapped, axis=-1)
@@ -289,7 +289,6 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
         s_inv, get_aval(a).dtype), (1,)), uTb))
     resid = red.sum(uf.square(uf.absolute(uf.subtract(b, matmul(a, x)))), axis=0)
     if numpy_resid:
-        from functrans.numpy._promotion import concrete_value
         r = concrete_value(rank)
         if r is None or int(r) != n or m <= n:
             resid = structural.full((0,), 0, get_aval(resid).dtype)
@@ -351,7 +350,6 @@ def _matrix_norm(x, ord, axes, keepdims):
         f = red.max if ord == np.inf else red.min
         out = f(sums, axis=row, keepdims=True)
     elif ord in (2, -2, "nuc"):
-        from functrans.numpy._shape import moveaxis
         moved = moveaxis(x, (row, col), (-2, -1))
         s = svd(moved, compute_uv=False)
         if ord == "nuc":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, NamedTuple, Protocol
 
-import functrans
+from functrans import _api
 from functrans import lax
 from functrans import numpy as jnp
 from functrans._array import Array
@@ -264,7 +264,7 @@ class MultiSteps:
             arrays = (Array, Tracer)
             static = {k: v for k, v in extra_args.items() if not isinstance(v, arrays)}
             dynamic = {k: v for k, v in extra_args.items() if isinstance(v, arrays)}
-            shapes, _ = functrans.eval_shape(
+            shapes, _ = _api.eval_shape(
                 functools.partial(self._opt.update, **static),
                 tree_cast_like(state.acc_grads, updates), state.inner_opt_state,
                 params=params, **dynamic)

@@ -3,7 +3,7 @@ relative to the parameters (adaptive gradient clipping), and per example.
 """
 from __future__ import annotations
 
-import functrans
+from functrans import _api
 from functrans import numpy as jnp
 from functrans.optim._base import EmptyState  # noqa: F401 (the docstring examples use it)
 from functrans.optim._base import NO_PARAMS_MSG, GradientTransformation, init_empty_state
@@ -148,7 +148,7 @@ def per_example_global_norm_clip(grads, l2_norm_clip):
     if not _have_batch_dim(grads):
         raise ValueError("Unlike other transforms, `per_example_global_norm_clip` expects "
                          "`grads` to have a batch dimension in the 0th axis.")
-    norms = functrans.vmap(tree_norm)(grads)
+    norms = _api.vmap(tree_norm)(grads)
     multipliers = jnp.nan_to_num(jnp.minimum(l2_norm_clip / norms, 1.0), nan=1.0)
     num_clipped = jnp.sum(multipliers < 1.0)
     clipped_sum = tree_map(lambda g: jnp.tensordot(multipliers, g, axes=1), grads)

@@ -26,7 +26,7 @@ import inspect
 import operator
 from typing import Any, Callable, NamedTuple
 
-import functrans
+from functrans import _api
 from functrans import debug, lax
 from functrans import numpy as jnp
 from functrans.optim._base import GradientTransformationExtraArgs
@@ -154,7 +154,7 @@ def scale_by_backtracking_linesearch(max_backtracking_steps: int, slope_rtol=1e-
             if store_grad:
                 # the gradient is only needed where the search stops
                 stops = (error <= atol) | (search.iter_num == max_backtracking_steps)
-                new_grad = lax.cond(stops, lambda p: functrans.grad(objective)(p),
+                new_grad = lax.cond(stops, lambda p: _api.grad(objective)(p),
                                     lambda _: search.new_grad, new_params)
             new_search = _BacktrackingSearch(learning_rate, new_value, new_grad, error,
                                              search.iter_num + 1)
@@ -534,7 +534,7 @@ def scale_by_zoom_linesearch(max_linesearch_steps: int, max_learning_rate=None, 
                             initial_guess_strategy=initial_guess_strategy)
         final = lax.while_loop(
             cond_search,
-            functools.partial(step_search, value_and_grad_fn=functrans.value_and_grad(value_fn),
+            functools.partial(step_search, value_and_grad_fn=_api.value_and_grad(value_fn),
                               fn_kwargs=fn_kwargs),
             start)
         info = ZoomLinesearchInfo(final.count, final.decrease_error, final.curvature_error)
@@ -571,7 +571,7 @@ def value_and_grad_from_state(value_fn: Callable) -> Callable:
                              "values are stored in the state by the optimizer.")
         return lax.cond(~jnp.isinf(value) & ~jnp.isnan(value),
                         lambda *_: (value, grad),
-                        lambda p, a, kw: functrans.value_and_grad(value_fn)(p, *a, **kw),
+                        lambda p, a, kw: _api.value_and_grad(value_fn)(p, *a, **kw),
                         params, fn_args, fn_kwargs)
 
     return value_and_grad

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-import functrans
+from functrans import _custom_derivatives
 from functrans import lax, random
 from functrans import numpy as jnp
 from functrans.tree_util import tree_map
@@ -57,7 +57,7 @@ def multi_normal(loc, log_scale) -> MultiNormalDiagFromLogScale:
     return MultiNormalDiagFromLogScale(loc=loc, log_scale=log_scale)
 
 
-@functrans.custom_vjp
+@_custom_derivatives.custom_vjp
 def _scale_gradient(inputs, scale):
     del scale
     return inputs

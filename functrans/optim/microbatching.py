@@ -21,7 +21,7 @@ import enum
 import functools
 from typing import Callable, Sequence
 
-import functrans
+from functrans import _api
 from functrans import lax
 from functrans import numpy as jnp
 from functrans.tree_util import tree_flatten, tree_leaves, tree_map
@@ -214,7 +214,7 @@ def microbatch(fun: Callable, argnums: int | Sequence[int], microbatch_size: int
             return fun(*micro_args, **micro_kwargs)
 
         bound = num_real_microbatches if num_real_microbatches is not None else num_microbatches
-        carry = combine.init(functrans.eval_shape(on_microbatch, 0))
+        carry = combine.init(_api.eval_shape(on_microbatch, 0))
         carry = lax.fori_loop(0, bound, lambda i, c: combine.update(c, on_microbatch(i), i),
                               carry)
         return combine.finalize(carry)
@@ -223,7 +223,7 @@ def microbatch(fun: Callable, argnums: int | Sequence[int], microbatch_size: int
 
 
 def micro_vmap(fun: Callable, in_axes=0, out_axes=0, *, microbatch_size: int | None = None,
-               vmap_fn: Callable = functrans.vmap, accumulator=AccumulationType.CONCAT,
+               vmap_fn: Callable = _api.vmap, accumulator=AccumulationType.CONCAT,
                num_real_microbatches: int | None = None) -> Callable:
     """``vmap(fun, in_axes)`` computed one micro-batch at a time, the per-example outputs
     combined by ``accumulator`` (by default concatenated, as plain ``vmap``).
@@ -276,7 +276,7 @@ def micro_grad(fun: Callable, has_aux: bool = False, argnums: int | Sequence[int
     if not has_aux:
         fun_with_aux = fun
         fun = lambda *args, **kwargs: (fun_with_aux(*args, **kwargs), None)  # noqa: E731
-    value_and_grad = functrans.value_and_grad(fun, argnums, has_aux=True)
+    value_and_grad = _api.value_and_grad(fun, argnums, has_aux=True)
 
     def grad_fn(*args, **kwargs):
         (value, aux), grad = value_and_grad(*args, **kwargs)

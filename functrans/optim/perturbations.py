@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-import functrans
+from functrans import _api
 from functrans import lax, random
 from functrans import numpy as jnp
 from functrans.optim._tree_math import tree_add_scale, tree_scale, tree_sum
@@ -69,7 +69,7 @@ def make_perturbed_fun(fun: Callable, num_samples: int = 1000, sigma=0.1, noise=
             return out
 
         baseline = fun(lax.stop_gradient(x)) if use_baseline else None
-        out = functrans.vmap(one_sample, in_axes=(0, None, None), out_axes=0)(
+        out = _api.vmap(one_sample, in_axes=(0, None, None), out_axes=0)(
             random.split(key, num_samples), x, baseline)
         return tree_map(lambda x: jnp.mean(x, axis=0), out)
 

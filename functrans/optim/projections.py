@@ -9,7 +9,7 @@ spheres, the simplex, hyperplanes, half-spaces), for projected gradient methods,
 """
 from __future__ import annotations
 
-import functrans
+from functrans import _custom_derivatives
 from functrans import lax, nn
 from functrans import numpy as jnp
 from functrans.flatten_util import ravel_pytree
@@ -54,7 +54,7 @@ def projection_hypercube(tree, scale=1):
     return projection_box(tree, lower=0, upper=scale)
 
 
-@functrans.custom_jvp
+@_custom_derivatives.custom_jvp
 def _projection_unit_simplex(values):
     """Onto ``{x >= 0, sum(x) = 1}`` (Held et al.; Michelot): shift by the threshold that
     makes the positive part sum to one, found from the sorted values."""

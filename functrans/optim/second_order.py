@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-import functrans
+from functrans import _api
 from functrans import numpy as jnp
 from functrans.flatten_util import ravel_pytree
 
@@ -34,7 +34,7 @@ def hvp(loss: Callable, v, params, inputs, targets):
         Array([12.,  0.], dtype=float32)
     """
     _, unravel = ravel_pytree(params)
-    return functrans.jvp(functrans.grad(lambda p: loss(p, inputs, targets)), [params],
+    return _api.jvp(_api.grad(lambda p: loss(p, inputs, targets)), [params],
                          [unravel(v)])[1]
 
 
@@ -42,7 +42,7 @@ def hessian_diag(loss: Callable, params, inputs, targets):
     """The diagonal of the Hessian of ``loss`` in the flattened ``params`` (one
     Hessian-vector product per parameter, vmapped)."""
     basis = jnp.eye(_ravel(params).size)
-    return functrans.vmap(lambda v: jnp.vdot(v, _ravel(hvp(loss, v, params, inputs, targets))))(
+    return _api.vmap(lambda v: jnp.vdot(v, _ravel(hvp(loss, v, params, inputs, targets))))(
         basis)
 
 
@@ -55,4 +55,4 @@ def fisher_diag(negative_log_likelihood: Callable, params, inputs, targets):
         >>> fisher_diag(nll, jnp.array([1.0, 2.0]), jnp.array([3.0, -1.0]), None)
         Array([9., 1.], dtype=float32)
     """
-    return jnp.square(_ravel(functrans.grad(negative_log_likelihood)(params, inputs, targets)))
+    return jnp.square(_ravel(_api.grad(negative_log_likelihood)(params, inputs, targets)))

@@ -34,10 +34,11 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from functrans import _dtypes, core
+from functrans import _dtypes, core, tree_util
 from functrans.core import Primitive, ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero
+from functrans.primitives import elementwise, reductions, structural
 
 # =============================================================================================
 # Where axis names are bound
@@ -123,11 +124,8 @@ class CollectivePrimitive(Primitive):
     a vmap owns one of them, raises the operands into that vmap so its batching rule runs
     even for operands that do not vary along the axis."""
 
-    is_collective = True
-    batch_needs_axis = True
-
     def __init__(self, name: str, names_param: str):
-        super().__init__(name)
+        super().__init__(name, is_collective=True, batch_needs_axis=True)
         self.names_param = names_param
         self.group_impl = None      # reference semantics over all members' buffers
         self.reduce_op = None       # "sum"/"max"/"min" for reductions (an MPI Allreduce)
@@ -257,7 +255,6 @@ class _GroupAxis:
 
 def _take_members(x, order):
     """Rows ``order`` of ``x`` along axis 0 (runs of consecutive rows sliced at once)."""
-    from functrans.primitives import structural
     order = list(order)
     if order == list(range(get_aval(x).shape[0])):
         return x
@@ -276,8 +273,7 @@ def _batch_in_groups(primitive, x, d, params, axis_data):
     members are reordered group by group into a ``(groups, group size, ...)`` array, and
     the ungrouped collective runs under a vmap over each group's members (an inner axis of
     the group's size) and a vmap over the groups; the results go back to member order."""
-    from functrans._api import vmap
-    from functrans.primitives import structural
+    from functrans._api import vmap  # upward: _api is in the API, above this layer
     groups = params["axis_index_groups"]
     n = axis_data.size
     order = [i for g in groups for i in g]
@@ -372,7 +368,6 @@ def _reduction_batch(primitive, reduce_fn):
 
 
 def _sum_over(x, d, size):
-    from functrans.primitives import elementwise, reductions, structural
     if d is None:
         aval = get_aval(x)
         return elementwise.mul(x, structural.full(aval.shape, size, aval.dtype, aval.weak_type))
@@ -380,12 +375,10 @@ def _sum_over(x, d, size):
 
 
 def _max_over(x, d, size):
-    from functrans.primitives import reductions
     return x if d is None else reductions.reduce_max(x, (d,))
 
 
 def _min_over(x, d, size):
-    from functrans.primitives import reductions
     return x if d is None else reductions.reduce_min(x, (d,))
 
 
@@ -418,7 +411,6 @@ def _extremum_jvp(primitive):
     over ties (so the rule is linear in the tangent and transposes)."""
 
     def rule(primals, tangents, *, axes, axis_index_groups=None):
-        from functrans.primitives import elementwise
         (x,), (t,) = primals, tangents
         out = primitive.bind(x, axes=axes, axis_index_groups=axis_index_groups)
         if isinstance(t, Zero) or not _dtypes.is_inexact(get_aval(x).dtype):
@@ -437,7 +429,6 @@ pmin_p.jvp = _extremum_jvp(pmin_p)
 
 def _reduction_fn(primitive, doc):
     def fn(x, axis_name, *, axis_index_groups=None):
-        from functrans import tree_util
         groups = _check_groups(primitive.name, axis_index_groups, axis_name)
         axes = _names_tuple(axis_name)
         return tree_util.tree_map(
@@ -450,7 +441,7 @@ def _reduction_fn(primitive, doc):
 def _as_operand(x):
     if isinstance(x, Tracer) or hasattr(x, "_value"):
         return x
-    from functrans.numpy import asarray
+    from functrans.numpy import asarray  # upward: numpy is in the API, above this layer
     return asarray(x)
 
 
@@ -490,8 +481,6 @@ def pmean(x, axis_name, *, axis_index_groups=None):
         >>> functrans.vmap(lambda v: functrans.lax.pmean(v, 'i'), axis_name='i')(jnp.arange(3.0))
         Array([1., 1., 1.], dtype=float32)
     """
-    from functrans import tree_util
-    from functrans.primitives import elementwise, structural
     groups = _check_groups("pmean", axis_index_groups, axis_name)
     n = _group_size("pmean", groups, axis_name)
     total = psum(x, axis_name, axis_index_groups=groups)
@@ -561,7 +550,6 @@ def _gather_like_batch(primitive, x, d, axis_params: dict, params: dict, axis_da
 
 def _all_gather_batch(vals, dims, *, all_gather_dimension, axis_name, axis_index_groups,
                       axis_size, tiled, axis_data):
-    from functrans.primitives import structural
     (x,), (d,) = vals, dims
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
@@ -601,7 +589,6 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis: int = 0, tiled: bo
         Array([[0., 1.],
                [0., 1.]], dtype=float32)
     """
-    from functrans import tree_util
     names = _collective_names("all_gather", axis_name)
     groups = _check_groups("all_gather", axis_index_groups, names)
     size = _group_size("all_gather", groups, names)
@@ -651,7 +638,6 @@ def _reduce_scatter_group(buffers, *, scatter_dimension, axis_name, axis_index_g
 
 def _reduce_scatter_batch(vals, dims, *, scatter_dimension, axis_name, axis_index_groups,
                           axis_size, tiled, axis_data):
-    from functrans.primitives import structural
     (x,), (d,) = vals, dims
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
@@ -689,7 +675,6 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, axis_index_groups=
         >>> functrans.vmap(f, axis_name='i')(jnp.ones((2, 2)))
         Array([2., 2.], dtype=float32)
     """
-    from functrans import tree_util
     names = _collective_names("psum_scatter", axis_name)
     groups = _check_groups("psum_scatter", axis_index_groups, names)
     size = _group_size("psum_scatter", groups, names)
@@ -751,7 +736,6 @@ def _all_to_all_group(buffers, *, split_axis, concat_axis, axis_name, axis_index
 
 def _all_to_all_batch(vals, dims, *, split_axis, concat_axis, axis_name, axis_index_groups,
                       axis_size, tiled, axis_data):
-    from functrans.primitives import structural
     (x,), (d,) = vals, dims
     params = dict(axis_name=axis_name, axis_index_groups=axis_index_groups,
                   axis_size=axis_size, tiled=tiled)
@@ -804,7 +788,6 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, axis_index_gr
         Array([[0., 2.],
                [1., 3.]], dtype=float32)
     """
-    from functrans import tree_util
     names = _collective_names("all_to_all", axis_name)
     groups = _check_groups("all_to_all", axis_index_groups, names)
     size = _group_size("all_to_all", groups, names)
@@ -841,7 +824,6 @@ def _ppermute_group(buffers, *, axis_name, perm):
 
 
 def _ppermute_batch(vals, dims, *, axis_name, perm, axis_data):
-    from functrans.primitives import structural
     (x,), (d,) = vals, dims
     if axis_data.name not in axis_name:
         return ppermute_p.bind(x, axis_name=axis_name, perm=perm), d
@@ -889,7 +871,6 @@ def ppermute(x, axis_name, perm):
         >>> functrans.vmap(f, axis_name='i')(jnp.arange(3.0))
         Array([2., 0., 1.], dtype=float32)
     """
-    from functrans import tree_util
     names = _collective_names("ppermute", axis_name)
     perm = _check_perm(perm, axis_size(names, "ppermute"))
     return tree_util.tree_map(
@@ -924,7 +905,6 @@ def _axis_index_impl(*, axis_name):
 
 
 def _axis_index_batch(vals, dims, *, axis_name, axis_data):
-    from functrans.primitives import structural
     if axis_data.name not in axis_name:
         return axis_index_p.bind(axis_name=axis_name), None
     _vmapped_alone("axis_index", axis_name, axis_data)
@@ -949,10 +929,6 @@ def axis_index(axis_name):
 
 COLLECTIVES = (psum_p, pmax_p, pmin_p, all_gather_p, reduce_scatter_p, all_to_all_p,
                ppermute_p, axis_index_p)
-
-
-def is_collective(primitive) -> bool:
-    return getattr(primitive, "is_collective", False)
 
 
 __all__ = ["all_gather", "all_to_all", "axis_index", "pmax", "pmean", "pmin", "ppermute",

@@ -73,9 +73,8 @@ def _eval(closed: ClosedJaxpr, *args) -> list:
 
 def _eval_numpy(closed: ClosedJaxpr, args) -> list:
     """Evaluate a closed jaxpr on NumPy values with the reference interpreter."""
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
     consts = [core.to_numpy(c) for c in closed.consts]
-    return eval_jaxpr_numpy(closed.jaxpr, consts, list(args))
+    return core.eval_jaxpr_numpy(closed.jaxpr, consts, list(args))
 
 
 def _staged(fun: Callable, in_avals) -> ClosedJaxpr:
@@ -1012,14 +1011,13 @@ scan_p = Primitive("scan", multiple_results=True)
 
 @scan_p.def_impl
 def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, linear, unroll):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
     consts, carry, xs = _split(args, [num_consts, num_carry])
     y_avals = jaxpr.out_avals[num_carry:]
     ys = [np.empty((length,) + a.shape, a.dtype) for a in y_avals]
     body_consts = [core.to_numpy(c) for c in jaxpr.consts]
     for step in range(length):
         i = length - 1 - step if reverse else step
-        outs = eval_jaxpr_numpy(jaxpr.jaxpr, body_consts, consts + carry + [x[i] for x in xs])
+        outs = core.eval_jaxpr_numpy(jaxpr.jaxpr, body_consts, consts + carry + [x[i] for x in xs])
         carry = outs[:num_carry]
         for y, o in zip(ys, outs[num_carry:]):
             y[i] = o
@@ -1493,7 +1491,7 @@ def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 - jax.
     if batch_size is None:
         _, ys = scan(lambda _, x: ((), f(x)), (), xs)
         return ys
-    from functrans._api import vmap
+    from functrans._api import vmap  # upward: _api is in the API, above this layer
     batch_size = int(batch_size)
     if batch_size < 1:
         raise ValueError(f"map: batch_size must be positive, got {batch_size}")
@@ -1520,13 +1518,13 @@ def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 - jax.
     if len(outs) == 1:
         return tree_util.tree_unflatten(outs[0][1], outs[0][0])
     (main_leaves, y_tree), (rest_leaves, _) = outs
-    from functrans import lax
+    from functrans import lax  # upward: lax is in the API, above this layer
     return tree_util.tree_unflatten(
         y_tree, [lax.concatenate([a, b], 0) for a, b in zip(main_leaves, rest_leaves)])
 
 
 def _slice_leading(x, start: int, stop: int):
-    from functrans import lax
+    from functrans import lax  # upward: lax is in the API, above this layer
     if not hasattr(lax, "slice_in_dim"):
         raise NotImplementedError("map with a batch_size that does not divide the length "
                                   "needs lax.slice_in_dim, which is not available yet")

@@ -19,6 +19,8 @@ from functrans import _dtypes, core
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
+from functrans.primitives import structural
+from functrans.tree_util import tree_map
 
 # ---- dtype classes ---------------------------------------------------------------------------
 
@@ -383,7 +385,6 @@ def _coerce_pair(x, y):
 
 
 def _weak_full(value, like_aval):
-    from functrans.primitives import structural
     return structural.full(like_aval.shape, value, like_aval.dtype, weak_type=like_aval.weak_type)
 
 
@@ -408,7 +409,6 @@ def _broadcast_pair(x, y):
         target = tuple(b if a == 1 else a for a, b in zip(xs, ys))
     else:
         return x, y
-    from functrans.primitives import structural
 
     def to_target(v, shape):
         if shape == target:
@@ -445,6 +445,7 @@ shift_left, shift_right_logical, shift_right_arithmetic = map(
 eq, ne, lt, le, gt, ge = map(_binary_fn, (eq_p, ne_p, lt_p, le_p, gt_p, ge_p))
 complex = _binary_fn(complex_p)  # noqa: A001
 add_any = add
+ad.register_tangent_primitives(add_any=add_any)
 
 
 # ---- jax.lax's public binary functions: no implicit promotion -------------------------------
@@ -584,7 +585,6 @@ def _select_n_batch(vals, dims):
     case_ndim = get_aval(cases[0]).ndim - (0 if cdims[0] is None else 1)
     if get_aval(which).ndim - (0 if wdim is None else 1) == 0 and case_ndim > 0 and wdim is not None:
         # a per-example scalar selector: broadcast it to the cases' shape
-        from functrans.primitives import structural
         which = batching.moveaxis(which, wdim, 0)
         case_shape = next(get_aval(c).shape if d is None else
                           tuple(s for i, s in enumerate(get_aval(c).shape) if i != d)
@@ -637,7 +637,6 @@ def _clamp_batch(vals, dims):
     size = batching.batch_size_of(vals, dims)
     x = batching.bdim_at_front(x, xd, size)
     shape = get_aval(x).shape
-    from functrans.primitives import structural
 
     def fix(b, d):
         if d is None and get_aval(b).ndim == 0:
@@ -718,7 +717,6 @@ def convert_element_type(x, new_dtype, weak_type: bool = False):
 def _const(x, value):
     """A scalar of ``x``'s dtype broadcast to its shape."""
     aval = get_aval(x)
-    from functrans.primitives import structural
     return structural.full(aval.shape, value, aval.dtype, weak_type=aval.weak_type)
 
 
@@ -869,7 +867,6 @@ def _clamp_jvp(primals, tangents):
         aval = get_aval(b)
         if aval.shape == get_aval(x).shape:
             return b
-        from functrans.primitives import structural
         return structural.broadcast_in_dim(b, get_aval(x).shape, ())
 
     zeros = _const(x, 0)
@@ -899,7 +896,6 @@ batching.defvectorized(stop_gradient_p)
 
 def stop_gradient(x):
     """``x`` unchanged, but no derivative flows through it (applies to every leaf of a pytree)."""
-    from functrans.tree_util import tree_map
 
     def stop(leaf):
         if not _dtypes.is_inexact(get_aval(leaf).dtype):

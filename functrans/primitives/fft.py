@@ -22,6 +22,7 @@ import numpy as np
 from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
+from functrans.primitives import elementwise, structural
 
 
 class FftType(enum.IntEnum):
@@ -119,7 +120,6 @@ def _fft_impl(operand, *, fft_type, fft_lengths):
 #   so over all axes T ct = w * conj(RFFT(ct)) / prod(fft_lengths).
 
 def _rfft_transpose(ct, fft_lengths):
-    from functrans.primitives import elementwise, structural
     aval = get_aval(ct)
     n, m = fft_lengths[-1], aval.shape[-1]
     config = [(0, 0, 0)] * (aval.ndim - 1) + [(0, n - m, 0)]
@@ -138,7 +138,6 @@ def _irfft_weights(n: int) -> np.ndarray:
 
 
 def _irfft_transpose(ct, fft_lengths):
-    from functrans.primitives import elementwise, structural
     spectrum = elementwise.conj(fft_p.bind(ct, fft_type=FftType.RFFT,
                                            fft_lengths=tuple(fft_lengths)))
     aval = get_aval(spectrum)
@@ -195,7 +194,6 @@ def fft(x, fft_type, fft_lengths):
         fft(jnp.array([1., 2., 3., 4.]), FftType.RFFT, (4,))
         # Array([10.+0.j, -2.+2.j, -2.+0.j], dtype=complex64)
     """
-    from functrans.primitives import elementwise
     fft_type = _canonical_fft_type(fft_type)
     lengths = (int(fft_lengths),) if np.ndim(fft_lengths) == 0 else tuple(
         int(n) for n in fft_lengths)

@@ -229,7 +229,7 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
 
     def linearize_and_solve_flat(*args):
         x, rhs = tree_util.tree_unflatten(guess_tree, args[:n]), args[n:]
-        from functrans._api import linearize
+        from functrans._api import linearize  # upward: _api is in the API, above this layer
         _, f_linear = linearize(user_f, x)
         out = tangent_solve(f_linear, tree_util.tree_unflatten(guess_tree, rhs))
         return _tree_checked("custom_root", "tangent_solve", out, guess_tree, tangent_avals)
@@ -241,6 +241,7 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
     aux_tree = aux_tree_cell[-1]
     lengths = (len(f_consts), len(solve_consts), len(lin_consts))
 
+    # upward: _custom_derivatives is in the API, above this layer
     from functrans._custom_derivatives import custom_jvp
 
     @custom_jvp
@@ -269,7 +270,7 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
 
 
 def _as_array(x):
-    from functrans._api import _as_array as as_array
+    from functrans._api import _as_array as as_array  # upward: _api is in the API, above this layer
     return as_array(x)
 
 
@@ -305,10 +306,9 @@ def _linear_solve_abstract_eval(*avals, const_lengths, jaxprs):
 
 @linear_solve_p.def_impl
 def _linear_solve_impl(*args, const_lengths, jaxprs):
-    from functrans.backends.reference.interpreter import eval_jaxpr_numpy
     _, _, solve_consts, _, b = _split(args, const_lengths)
     closed = jaxprs.solve
-    return eval_jaxpr_numpy(closed.jaxpr, [core.to_numpy(c) for c in closed.consts],
+    return core.eval_jaxpr_numpy(closed.jaxpr, [core.to_numpy(c) for c in closed.consts],
                             list(solve_consts) + list(b))
 
 

@@ -149,7 +149,10 @@ def _in_bounds(starts, shape, window):
     return np.all((starts >= 0) & (starts <= limit), axis=1)
 
 
-def _default_fill_value(dtype):
+def default_fill_value(dtype):
+    """What a gather in ``fill`` mode reads out of bounds: NaN for inexact dtypes, True for
+    bool, the lowest signed or highest unsigned integer otherwise (part of the primitive's
+    semantics, so every backend's lowering uses it too)."""
     dtype = np.dtype(dtype)
     if _dtypes.is_inexact(dtype):
         return np.nan
@@ -237,7 +240,7 @@ def _gather_impl(operand, indices, *, dimension_numbers, slice_sizes, indices_ar
     kept = tuple(slice_sizes[d] for d in offset_operand_dims)
     out = windows.reshape(batch_shape + kept)
     if mode == GatherScatterMode.FILL_OR_DROP:
-        fill = _default_fill_value(operand.dtype) if fill_value is None else fill_value
+        fill = default_fill_value(operand.dtype) if fill_value is None else fill_value
         mask = ok.reshape(batch_shape + (1,) * len(kept))
         out = np.where(mask, out, np.asarray(fill).astype(operand.dtype))
     return _to_output_layout(out, len(batch_shape), tuple(dn.offset_dims))

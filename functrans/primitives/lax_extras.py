@@ -16,12 +16,17 @@ from typing import Any, Callable, NamedTuple, Sequence, Tuple, Union
 
 import numpy as np
 
-from functrans import _dtypes
+from functrans import _backends, _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.primitives import elementwise as ew
-from functrans.primitives import structural
+from functrans.primitives import (collectives, control_flow, indexing, reductions, sorting,
+                                  structural)
 from functrans.primitives.special import elementwise_operands
+from functrans.primitives.implicit import _conv_transpose_padding
+from functrans.primitives.linalg import (conv_dimension_numbers, conv_general_dilated,
+                                         ConvDimensionNumbers, dot_general, padtype_to_pads)
+from functrans.primitives.random_bits import threefry2x32_reference
 
 # =============================================================================================
 # Enums and type aliases
@@ -112,7 +117,6 @@ DotDimensionNumbers = Tuple[Tuple[Sequence[int], Sequence[int]],
 
 
 def _conv_dimension_numbers_type():
-    from functrans.primitives.linalg import ConvDimensionNumbers
     return Union[Tuple[str, str, str], ConvDimensionNumbers, None]
 
 
@@ -255,7 +259,6 @@ def index_take(src, idxs, axes: Sequence[int]):
         Array([[14, 18, 22],
                [ 3,  7, 11]], dtype=int32)
     """
-    from functrans.primitives import indexing
     src_shape = get_aval(src).shape
     axes = tuple(_axis(a, len(src_shape), "index_take") for a in axes)
     if len(idxs) != len(axes):
@@ -357,7 +360,7 @@ def broadcast_like(arr, like_arr):
         Array([[1, 2],
                [1, 2]], dtype=int32)
     """
-    from functrans.numpy import broadcast_to
+    from functrans.numpy import broadcast_to  # upward: numpy is in the API, above this layer
     return broadcast_to(arr, get_aval(like_arr).shape)
 
 
@@ -403,7 +406,6 @@ def axis_size(axis_name) -> int:
         >>> functrans.vmap(lambda x: x * axis_size("i"), axis_name="i")(jnp.ones(3))
         Array([3., 3., 3.], dtype=float32)
     """
-    from functrans.primitives import collectives
     return collectives.axis_size(axis_name)
 
 
@@ -426,7 +428,6 @@ def platform_dependent(*args, default: Callable | None = None, **per_platform: C
     for name in per_platform:
         if name == "gpu":
             raise ValueError("Use 'cuda' or 'rocm' for lax.platform_dependent.")
-    from functrans import _backends
     platform = _backends.default_platform()
     platform = {"gpu": "cuda"}.get(platform, platform)
     branch = per_platform.get(platform, default)
@@ -450,7 +451,6 @@ def scatter_sub(operand, scatter_indices, updates, dimension_numbers, *,
         >>> scatter_sub(jnp.zeros(3), jnp.array([[1], [1]]), jnp.array([1., 2.]), dn)
         Array([ 0., -3.,  0.], dtype=float32)
     """
-    from functrans.primitives import indexing
     return indexing.scatter_add(operand, scatter_indices, ew.neg(updates), dimension_numbers,
                                 indices_are_sorted=indices_are_sorted,
                                 unique_indices=unique_indices, mode=mode)
@@ -469,8 +469,7 @@ def scatter_apply(operand, scatter_indices, func: Callable, dimension_numbers, *
         ...               update_shape=(2,))
         Array([0., 2., 0.], dtype=float32)
     """
-    from functrans import _api
-    from functrans.primitives import control_flow, indexing, reductions
+    from functrans import _api  # upward: _api is in the API, above this layer
     aval = get_aval(operand)
     ones = structural.full(tuple(update_shape), 1, np.int32)
     count = indexing.scatter_add(structural.full(aval.shape, 0, np.int32), scatter_indices,
@@ -502,7 +501,6 @@ def conv_general_permutations(dimension_numbers):
         >>> conv_general_permutations(("NHWC", "HWIO", "NHWC"))
         ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
     """
-    from functrans.primitives.linalg import conv_dimension_numbers
     if isinstance(dimension_numbers[0], str):
         rank = len(dimension_numbers[0])
         for spec, required in zip(dimension_numbers, ("NC", "OI", "NC")):
@@ -517,7 +515,6 @@ def conv_general_permutations(dimension_numbers):
 
 
 def _conv_specs(rank, dimension_numbers):
-    from functrans.primitives.linalg import conv_dimension_numbers
     return conv_dimension_numbers((1,) * rank, (1,) * rank, dimension_numbers)
 
 
@@ -532,7 +529,6 @@ def conv_shape_tuple(lhs_shape, rhs_shape, strides, pads, batch_group_count: int
         >>> conv_shape_tuple((1, 3, 5, 5), (8, 3, 3, 3), (2, 2), [(1, 1), (0, 0)])
         (1, 8, 3, 2)
     """
-    from functrans.primitives.linalg import padtype_to_pads
     lhs_shape, rhs_shape = tuple(lhs_shape), tuple(rhs_shape)
     if isinstance(pads, str):
         pads = padtype_to_pads(lhs_shape[2:], rhs_shape[2:], strides, pads)
@@ -580,7 +576,6 @@ def conv_transpose_shape_tuple(lhs_shape, rhs_shape, window_strides, padding,
         ...                            ("NHWC", "HWIO", "NHWC"))
         (1, 10, 10, 8)
     """
-    from functrans.primitives.implicit import _conv_transpose_padding
     lhs_nc, rhs_oi, out_spec = _canonical_conv_shapes(lhs_shape, rhs_shape, dimension_numbers)
     if isinstance(padding, str):
         padding = [_conv_transpose_padding(k, s, padding.upper())
@@ -600,7 +595,6 @@ def reduce_window_shape_tuple(operand_shape, window_dimensions, window_strides, 
         ...                           [(0, 0), (1, 1), (0, 0), (0, 0)])
         (1, 3, 2, 3)
     """
-    from functrans.primitives.linalg import padtype_to_pads
     n = len(operand_shape)
     base_dilation = (1,) * n if base_dilation is None else tuple(base_dilation)
     window_dilation = (1,) * n if window_dilation is None else tuple(window_dilation)
@@ -624,7 +618,6 @@ def conv_general_dilated_patches(lhs, filter_shape: Sequence[int], window_stride
         >>> conv_general_dilated_patches(jnp.ones((1, 2, 4, 4)), (2, 2), (1, 1), "VALID").shape
         (1, 8, 3, 3)
     """
-    from functrans.primitives.linalg import conv_dimension_numbers, conv_general_dilated
     lhs_aval = get_aval(lhs)
     filter_shape = tuple(int(s) for s in filter_shape)
     dn = conv_dimension_numbers(lhs_aval.shape, (1, 1) + filter_shape, dimension_numbers)
@@ -653,7 +646,6 @@ def conv_general_dilated_local(lhs, rhs, window_strides, padding, filter_shape: 
         >>> conv_general_dilated_local(lhs, rhs, (1, 1), "VALID", (2, 2)).shape
         (1, 5, 3, 3)
     """
-    from functrans.primitives.linalg import conv_dimension_numbers, dot_general
     lhs_aval = get_aval(lhs)
     filter_shape = tuple(int(s) for s in filter_shape)
     dn = conv_dimension_numbers(lhs_aval.shape, (1, 1) + filter_shape, dimension_numbers)
@@ -675,7 +667,6 @@ def conv_general_dilated_local(lhs, rhs, window_strides, padding, filter_shape: 
 
 def _approx_k(name, operand, k, reduction_dimension, recall_target, aggregate_to_topk,
               largest):
-    from functrans.primitives import sorting
     aval = get_aval(operand)
     if not _dtypes.is_float(aval.dtype):
         raise ValueError(f"{name}: operand must be a floating type, got {aval.str_short()}")
@@ -698,7 +689,7 @@ def _approx_k(name, operand, k, reduction_dimension, recall_target, aggregate_to
         negated = ew.select(ew.ne(negated, negated), structural.full(
             get_aval(x).shape, -np.inf, aval.dtype), negated)
         _, indices = sorting.top_k(negated, k)
-        from functrans.numpy import take_along_axis
+        from functrans.numpy import take_along_axis  # upward: numpy is in the API, above this layer
         values = take_along_axis(x, indices, axis=-1)
     return [batching.moveaxis(values, -1, axis), batching.moveaxis(indices, -1, axis)]
 
@@ -745,8 +736,6 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
                [2., 2.],
                [2., 2.]], dtype=float32)
     """
-    from functrans.primitives import reductions
-    from functrans.primitives.linalg import dot_general
     if group_offset is not None:
         raise NotImplementedError("ragged_dot: group_offset is not supported")
     lhs_aval, rhs_aval, gs_aval = get_aval(lhs), get_aval(rhs), get_aval(group_sizes)
@@ -1056,7 +1045,6 @@ def _threefry_split_axis(shape) -> int:
 
 def _threefry_words(key, counter, shape):
     """32-bit words laid out as XLA's ThreeFry lays them out, and the blocks used."""
-    from functrans.primitives.random_bits import threefry2x32_reference
     if not shape:
         words, blocks = _threefry_words(key, counter, (1,))
         return words.reshape(()), blocks
@@ -1074,7 +1062,6 @@ def _threefry_words(key, counter, shape):
 
 
 def _threefry_u64(key, counter, shape):
-    from functrans.primitives.random_bits import threefry2x32_reference
     blocks = math.prod(shape)
     lo, hi = _counters(counter, blocks, 2)
     w0, w1 = threefry2x32_reference(np.full(blocks, key[0], np.uint32),

@@ -15,6 +15,8 @@ from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
+from functrans.primitives import elementwise, reductions, sorting, structural
+from functrans.primitives import elementwise as ew
 
 # =============================================================================================
 # dot_general
@@ -109,7 +111,6 @@ def _dot_general_transpose_lhs(ct, lhs_aval, rhs, dimension_numbers, precision,
     # rhs . ct has [batch, lhs contract, lhs free]; pick one that needs no transpose.
     ct_first = list(lb) + list(lf) + paired_lc
     rhs_first = list(lb) + paired_lc + list(lf)
-    from functrans.primitives import elementwise, structural
     if ct_first != sorted(ct_first) and rhs_first == sorted(rhs_first):
         out = dot_general(rhs, ct, ((rf, ct_rf), (rb, ct_batch)), precision=precision,
                           preferred_element_type=preferred_element_type)
@@ -478,7 +479,6 @@ def _conv_jvp(primals, tangents, **params):
 
 def _split_axis(x, axis, major):
     """Split ``axis`` of size ``major * m`` into two axes (major, m) at ``axis``."""
-    from functrans.primitives import structural
     shape = list(get_aval(x).shape)
     shape[axis:axis + 1] = [major, shape[axis] // major]
     return structural.reshape(x, tuple(shape))
@@ -486,7 +486,6 @@ def _split_axis(x, axis, major):
 
 def _merge_axes(x, axis):
     """Merge axes ``axis`` and ``axis + 1`` (the first one major)."""
-    from functrans.primitives import structural
     shape = list(get_aval(x).shape)
     shape[axis:axis + 2] = [shape[axis] * shape[axis + 1]]
     return structural.reshape(x, tuple(shape))
@@ -539,11 +538,10 @@ def _reverse(x, dims):
     """``x`` reversed along ``dims``. Uses a ``rev`` primitive where the tree provides
     one; otherwise a stable sort by descending position (an exact permutation, linear and
     transposable)."""
-    from functrans import lax as _lax
+    from functrans import lax as _lax  # upward: lax is in the API, above this layer
     rev = getattr(_lax, "rev", None)
     if rev is not None:
         return rev(x, tuple(dims))
-    from functrans.primitives import sorting, structural
     shape = get_aval(x).shape
     for d in dims:
         keys = structural.broadcast_in_dim(np.arange(shape[d], dtype=np.int32)[::-1].copy(),
@@ -553,7 +551,6 @@ def _reverse(x, dims):
 
 
 def _conv_transpose_lhs(ct, lhs_aval, rhs, params):
-    from functrans.primitives import structural
     lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
     fgc, bgc = params["feature_group_count"], params["batch_group_count"]
     strides, padding = params["window_strides"], params["padding"]
@@ -630,7 +627,6 @@ def _conv_transpose_rhs(ct, lhs, rhs_aval, params):
 def _cast(x, dtype):
     if get_aval(x).dtype == dtype:
         return x
-    from functrans.primitives import elementwise
     return elementwise.convert_element_type(x, dtype)
 
 
@@ -746,12 +742,10 @@ def _decomposition_batch(primitive):
 
 def _mT(x):
     nd = get_aval(x).ndim
-    from functrans.primitives import structural
     return structural.transpose(x, tuple(range(nd - 2)) + (nd - 1, nd - 2))
 
 
 def _H(x):
-    from functrans.primitives import elementwise as ew
     x = _mT(x)
     return ew.conj(x) if _dtypes.is_complex(get_aval(x).dtype) else x
 
@@ -764,7 +758,6 @@ def _matmul(a, b):
 
 def _const_matrix(value: np.ndarray, like):
     """A constant [m, n] matrix broadcast over ``like``'s batch axes, in its dtype."""
-    from functrans.primitives import structural
     aval = get_aval(like)
     shape = aval.shape[:-2] + value.shape
     return structural.broadcast_in_dim(value.astype(aval.dtype), shape,
@@ -772,21 +765,17 @@ def _const_matrix(value: np.ndarray, like):
 
 
 def _masked(x, mask: np.ndarray):
-    from functrans.primitives import elementwise as ew
     return ew.mul(x, _const_matrix(mask, x))
 
 
 def _diagonal(x):
     """The diagonal of each square matrix: [..., n, n] -> [..., n]."""
-    from functrans.primitives import reductions
     n = get_aval(x).shape[-1]
     return reductions.reduce_sum(_masked(x, np.eye(n)), (get_aval(x).ndim - 1,))
 
 
 def _row_scale(x, d):
     """``x * d[..., None, :]`` (scale the columns of each matrix)."""
-    from functrans.primitives import elementwise as ew
-    from functrans.primitives import structural
     aval, daval = get_aval(x), get_aval(d)
     b = structural.broadcast_in_dim(d, aval.shape, tuple(range(daval.ndim - 1)) + (aval.ndim - 1,))
     return ew.mul(x, ew.convert_element_type(b, aval.dtype) if get_aval(b).dtype != aval.dtype else b)
@@ -794,8 +783,6 @@ def _row_scale(x, d):
 
 def _col_scale(x, d):
     """``x * d[..., :, None]`` (scale the rows of each matrix)."""
-    from functrans.primitives import elementwise as ew
-    from functrans.primitives import structural
     aval, daval = get_aval(x), get_aval(d)
     b = structural.broadcast_in_dim(d, aval.shape, tuple(range(daval.ndim - 1)) + (aval.ndim - 2,))
     return ew.mul(x, ew.convert_element_type(b, aval.dtype) if get_aval(b).dtype != aval.dtype else b)
@@ -854,13 +841,11 @@ def cholesky(x, symmetrize_input: bool = True):
         cholesky(jnp.array([[4., 2.], [2., 3.]]))   # [[2, 0], [1, 1.414]]
     """
     if symmetrize_input:
-        from functrans.primitives import elementwise as ew
         x = ew.mul(ew.add(x, _H(x)), _const_scalar(0.5, x))
     return cholesky_p.bind(x)
 
 
 def _const_scalar(value, like):
-    from functrans.primitives import structural
     aval = get_aval(like)
     return structural.full(aval.shape, value, aval.dtype)
 
@@ -926,7 +911,6 @@ def _tri_mask(n, lower, unit_diagonal):
 def _triangular_solve_jvp_a(da, a, b, *, left_side, lower, transpose_a, conjugate_a,
                             unit_diagonal):
     # X = op(A)^-1 B  =>  dX = -op(A)^-1 op(dA) X   (left; mirrored for right side)
-    from functrans.primitives import elementwise as ew
     params = dict(left_side=left_side, lower=lower, transpose_a=transpose_a,
                   conjugate_a=conjugate_a, unit_diagonal=unit_diagonal)
     x = triangular_solve_p.bind(a, b, **params)
@@ -1044,8 +1028,6 @@ def _lu_jvp(primals, tangents):
     if m != n:
         raise NotImplementedError("differentiation of lu for non-square matrices is not "
                                   "supported")
-    from functrans.primitives import elementwise as ew
-    from functrans.primitives import structural
     # P dA as a product with the one-hot permutation matrix P[i, j] = (perm[i] == j)
     nd = get_aval(a).ndim
     rows = structural.broadcast_in_dim(perm, get_aval(a).shape, tuple(range(nd - 1)))
@@ -1108,7 +1090,6 @@ def _qr_jvp(primals, tangents, *, full_matrices):
     if m < n or (full_matrices and m > n):
         raise NotImplementedError("differentiation of qr is supported for m >= n with "
                                   "reduced matrices (full_matrices=False, or square inputs)")
-    from functrans.primitives import elementwise as ew
     qt_da = _matmul(_H(q), da)
     da_rinv = triangular_solve(r, da, left_side=False, lower=False)
     m_mat = triangular_solve(r, qt_da, left_side=False, lower=False)
@@ -1161,8 +1142,6 @@ def _eigh_jvp(primals, tangents, *, lower, sort_eigenvalues=True):
     v, w = eigh_p.bind(a, lower=lower, sort_eigenvalues=sort_eigenvalues)
     if isinstance(da, Zero):
         return [v, w], [Zero.from_value(v), Zero.from_value(w)]
-    from functrans.primitives import elementwise as ew
-    from functrans.primitives import structural
     n = get_aval(a).shape[-1]
     s = _matmul(_H(v), _matmul(da, v))
     aval_w = get_aval(w)
@@ -1192,7 +1171,6 @@ def eigh(x, lower: bool = True, symmetrize_input: bool = True, sort_eigenvalues:
         v, w = eigh(jnp.array([[2., 1.], [1., 2.]]))   # w == [1., 3.]
     """
     if symmetrize_input:
-        from functrans.primitives import elementwise as ew
         x = ew.mul(ew.add(x, _H(x)), _const_scalar(0.5, x))
     return tuple(eigh_p.bind(x, lower=bool(lower), sort_eigenvalues=bool(sort_eigenvalues)))
 
@@ -1234,8 +1212,6 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
     outs = svd_p.bind(a, full_matrices=full_matrices, compute_uv=compute_uv)
     if isinstance(da, Zero):
         return outs, [Zero.from_value(o) for o in outs]
-    from functrans.primitives import elementwise as ew
-    from functrans.primitives import structural
     m, n = get_aval(a).shape[-2:]
     s, u, vt = svd_p.bind(a, full_matrices=False, compute_uv=True)
     v = _H(vt)

@@ -15,6 +15,7 @@ from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise as ew
+from functrans.primitives import structural
 
 # =============================================================================================
 # Shared rules
@@ -63,7 +64,6 @@ def _kept_dims(shape, axes) -> tuple:
 
 def _broadcast_back(reduced, shape, axes):
     """Broadcast a result of reducing ``axes`` back to the operand's ``shape``."""
-    from functrans.primitives import structural
     return structural.broadcast_in_dim(reduced, shape, _kept_dims(shape, axes))
 
 
@@ -241,7 +241,6 @@ def reduce_prod(operand, axes):
 
 def _full_like(x, value):
     aval = get_aval(x)
-    from functrans.primitives import structural
     return structural.full(aval.shape, value, aval.dtype)
 
 

@@ -13,6 +13,7 @@ from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
+from functrans.primitives import indexing, structural
 
 
 def _total_order_key(x: np.ndarray) -> list:
@@ -87,7 +88,6 @@ def _sort_impl(*operands, dimension, is_stable, num_keys):
 
 def _iota_like(x, dimension):
     """int32 positions along ``dimension``, of ``x``'s shape."""
-    from functrans.primitives import structural
     shape = get_aval(x).shape
     return structural.broadcast_in_dim(np.arange(shape[dimension], dtype=np.int32), shape,
                                        (dimension,))
@@ -206,7 +206,6 @@ def _take_along_last(t, indices):
     """``t[..., indices[..., i]]`` for each leading position: a gather whose other axes are
     batching axes (O(size of the result), where a one-hot contraction is [..., k, n]). It is
     linear in ``t``, transposes to a scatter-add and batches as a gather."""
-    from functrans.primitives import indexing, structural
     nd = get_aval(t).ndim
     lead = tuple(range(nd - 1))
     dnums = indexing.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(nd - 1,),

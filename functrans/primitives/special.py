@@ -25,6 +25,7 @@ from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.primitives import elementwise as ew
+from functrans.primitives import structural
 
 # =============================================================================================
 # Operands: one floating dtype, broadcast to one shape
@@ -36,7 +37,6 @@ def elementwise_operands(name: str, args, kind: str = "float"):
     Python scalars adopt the arrays' dtype; rank-0 arrays and size-1 axes broadcast; every
     other shape or dtype mismatch is a TypeError naming ``name``. ``kind`` is ``"float"``
     (floating dtypes only), ``"int"`` (integers only) or ``"any"``."""
-    from functrans.primitives import structural
     arrays = [a for a in args if not _dtypes.is_python_scalar(a)]
     if arrays:
         avals = [get_aval(a) for a in arrays]

@@ -59,6 +59,7 @@ def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions):
     # axes where the operand had size 1 but the result is larger were broadcast too
     stretched = tuple(d for i, d in enumerate(broadcast_dimensions)
                       if in_shape[i] == 1 and shape[d] != 1)
+    # deferred: primitives.reductions -> primitives.structural at import
     from functrans.primitives import reductions
     summed = reductions.reduce_sum(ct, tuple(sorted(new_axes + stretched)))
     return [reshape(summed, in_shape)]
@@ -99,6 +100,7 @@ def broadcast(operand, sizes):
 
 def full(shape, fill_value, dtype=None, weak_type: bool = False):
     """An array of ``shape`` filled with ``fill_value``."""
+    # deferred: primitives.elementwise -> primitives.structural at import
     from functrans.primitives import elementwise
     shape = tuple(int(s) for s in shape)
     if dtype is None:
@@ -118,10 +120,9 @@ def full(shape, fill_value, dtype=None, weak_type: bool = False):
         scalar = elementwise.convert_element_type(fill_value, dtype, weak_type=weak_type)
     if shape == () and not isinstance(scalar, Tracer):
         # a concrete scalar: an Array now, an inline literal when staged
-        from functrans._array import Array
         aval = get_aval(scalar)
-        return Array._from_buffer(np.asarray(core.to_numpy(scalar, aval)).astype(dtype),
-                                  aval.weak_type)
+        return core.wrap_array(np.asarray(core.to_numpy(scalar, aval)).astype(dtype),
+                               ShapedArray((), dtype, aval.weak_type))
     return broadcast_in_dim_p.bind(scalar, shape=shape, broadcast_dimensions=())
 
 
@@ -209,6 +210,10 @@ def transpose(operand, permutation):
     if permutation == tuple(range(len(permutation))) and not _dtypes.is_python_scalar(operand):
         return operand
     return transpose_p.bind(operand, permutation=permutation)
+
+
+batching.register_axis_primitives(transpose, broadcast_in_dim)
+ad.register_tangent_primitives(full=full)
 
 
 # =============================================================================================
@@ -374,6 +379,7 @@ def _pad_transpose(ct, operand, padding_value, *, padding_config):
                       tuple(it + 1 for _, _, it in padding_config))
     cts = [t_operand if is_undefined_primal(operand) else None, None]
     if is_undefined_primal(padding_value):
+        # deferred: primitives.elementwise -> primitives.structural at import
         from functrans.primitives import elementwise, reductions
         all_axes = tuple(range(len(shape)))
         cts[1] = elementwise.sub(reductions.reduce_sum(ct, all_axes),
@@ -714,6 +720,7 @@ def _dynamic_slice_transpose(ct, operand, *indices, slice_sizes):
 
 def _start_index_vector(indices, dims, size):
     """Stack scalar start indices (some batched) into a batched index vector ``[size, n]``."""
+    # deferred: primitives.elementwise -> primitives.structural at import
     from functrans.primitives import elementwise
     dtype = _common_index_dtype([get_aval(i).dtype for i in indices])
     columns = []
@@ -739,6 +746,7 @@ def _dynamic_slice_batch(vals, dims, *, slice_sizes):
         sizes = list(slice_sizes)
         sizes.insert(operand_dim, get_aval(operand).shape[operand_dim])
         return dynamic_slice_p.bind(operand, *indices, slice_sizes=tuple(sizes)), operand_dim
+    # deferred: primitives.indexing -> primitives.structural at import
     from functrans.primitives import indexing
     size = batching.batch_size_of(vals, dims)
     index_vector = _start_index_vector(indices, index_dims, size)
@@ -815,6 +823,7 @@ def _dynamic_update_slice_batch(vals, dims):
         update = batching.bdim_at_front(update, update_dim, size)
         zero = np.zeros((), _dtypes.int32)
         return dynamic_update_slice_p.bind(operand, update, zero, *indices), 0
+    # deferred: primitives.indexing -> primitives.structural at import
     from functrans.primitives import indexing
     index_vector = _start_index_vector(indices, index_dims, size)
     rank = len(indices)
@@ -834,6 +843,7 @@ dynamic_update_slice_p.batch = _dynamic_update_slice_batch
 
 def _normalize_start(index, size: int, allow_negative: bool):
     """Wrap a negative start index (Python int or traced scalar) around ``size``."""
+    # deferred: primitives.elementwise -> primitives.structural at import
     from functrans.primitives import elementwise
     if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
         index = int(index)

@@ -21,10 +21,10 @@ import numpy as np
 
 from functrans import _dtypes, tree_util
 from functrans.core import Primitive, ShapedArray, Tracer, get_aval
-from functrans.interpreters import ad
+from functrans.interpreters import ad, staging
 from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise as ew
-from functrans.primitives import reductions, structural
+from functrans.primitives import indexing, reductions, structural
 from functrans.primitives.linalg import padtype_to_pads
 
 _WINDOW_PARAMS = ("window_dimensions", "window_strides", "padding", "base_dilation",
@@ -255,7 +255,6 @@ def _take_selected(t, offsets, *, window_dimensions, window_strides, padding, ba
     """The tangent of the selected element of every window: ``t`` padded (with zeros, so a
     selected padding element has zero tangent) and gathered at the selected positions. A gather
     is linear in ``t`` and transposes to a scatter-add, so overlapping windows accumulate."""
-    from functrans.primitives import indexing
     nd = get_aval(t).ndim
     dtype = get_aval(t).dtype
     padded = structural.pad(t, np.zeros((), dtype),
@@ -411,7 +410,6 @@ def _monoid(computation, dtype):
              ew.bitwise_and: "and", ew.bitwise_or: "or"}
     if computation in known:
         return known[computation]
-    from functrans.interpreters import staging
     aval = ShapedArray((), np.dtype(dtype))
     try:
         jaxpr, _ = staging.trace_to_jaxpr_dynamic(lambda a, b: [computation(a, b)], [aval, aval])

@@ -16,13 +16,13 @@ import math
 
 import numpy as np
 
-from functrans import _dtypes
-from functrans import lax
+from functrans import _dtypes, lax
 from functrans import numpy as jnp
 from functrans import nn as _nn
 from functrans._custom_derivatives import custom_jvp
 from functrans.core import get_aval
 from functrans.numpy._promotion import promote_args_inexact
+from functrans.random._gamma_derivative import log_gamma_sample_derivative
 
 __all__ = [
     "logsumexp", "softmax", "log_softmax", "erf", "erfc", "erfinv", "expit", "logit",
@@ -577,7 +577,6 @@ def _igamma(a, x, upper: bool):
 
 def _igamma_partials(a, x):
     """``(dP/da, dP/dx)`` of the regularized lower incomplete gamma function."""
-    from functrans.random._gamma_derivative import log_gamma_sample_derivative
 
     a, x = _inexact("gammainc", a, x)
     inside = (a > 0) & (x > 0) & (x < np.inf) & (a < np.inf)

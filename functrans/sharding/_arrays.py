@@ -18,10 +18,13 @@ import math
 
 import numpy as np
 
-from functrans import core, distributed
+from functrans import _dtypes, _jit, core, distributed
 from functrans._array import Array
 from functrans.core import ShapedArray, Tracer, get_aval
-from functrans.sharding._shardings import NamedSharding, Sharding, SingleDeviceSharding
+from functrans.sharding._shardings import (block_position, device_coords, NamedSharding, Sharding,
+                                           SingleDeviceSharding)
+from functrans._api import device_put
+from functrans.sharding._constraints import with_sharding_constraint
 
 _array_value_slot = Array.__dict__["_value"]
 
@@ -197,7 +200,7 @@ def local_devices_of(sharding: NamedSharding) -> list:
 
 
 def _placement(devices):
-    from functrans import _pmap
+    from functrans import _pmap  # deferred: _pmap -> sharding -> sharding._arrays at import
     return _pmap._placement_for(devices)
 
 
@@ -242,7 +245,6 @@ def put(x, sharding: Sharding, aval: ShapedArray | None = None):
         aval = get_aval(x)
     if isinstance(sharding, SingleDeviceSharding):
         device = next(iter(sharding.device_set))
-        from functrans._api import device_put
         return device_put(x._value if isinstance(x, PartitionedArray) else x, device)
     if not isinstance(sharding, NamedSharding):
         raise TypeError(f"device_put: unsupported sharding {sharding!r}")
@@ -280,7 +282,6 @@ def put(x, sharding: Sharding, aval: ShapedArray | None = None):
 def _reshard_across_processes(x: PartitionedArray, sharding: NamedSharding):
     """A reshard whose blocks need data from other processes: an identity program with
     that output sharding moves them with collectives."""
-    from functrans import _jit
     return _jit.jit(lambda a: a, out_shardings=sharding)(x)
 
 
@@ -288,7 +289,6 @@ def put_traced(x: Tracer, sharding: Sharding):
     """``device_put`` of a traced value to a NamedSharding: a sharding constraint (the
     partitioned program reshards there); to one device: the value itself."""
     if isinstance(sharding, NamedSharding):
-        from functrans.sharding._constraints import with_sharding_constraint
         return with_sharding_constraint(x, sharding)
     return x
 
@@ -299,7 +299,6 @@ def put_traced(x: Tracer, sharding: Sharding):
 
 
 def _aval_for(shape, dtype, what) -> ShapedArray:
-    from functrans import _dtypes
     return ShapedArray(tuple(int(n) for n in shape), _dtypes.canonicalize_dtype(np.dtype(dtype)))
 
 
@@ -321,7 +320,6 @@ def make_array_from_callback(shape, sharding: Sharding, data_callback, dtype=Non
     if isinstance(sharding, SingleDeviceSharding):
         device = next(iter(sharding.device_set))
         block = np.asarray(data_callback((slice(None),) * len(shape)), dtype)
-        from functrans._api import device_put
         return device_put(block, device)
     expected = sharding.shard_shape(shape)
     indices = sharding.devices_indices_map(shape)
@@ -425,7 +423,6 @@ def make_array_from_process_local_data(sharding: Sharding, local_data, global_sh
     layout = sharding.layout(len(local_shape))
     mesh = sharding.mesh
     local = local_devices_of(sharding)
-    from functrans.sharding._shardings import block_position, device_coords
     coords = device_coords(mesh)
     if global_shape is None:
         shape = []

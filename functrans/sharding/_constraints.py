@@ -26,6 +26,7 @@ def _constraint_abstract_eval(x, *, sharding):
 
 @sharding_constraint_p.def_impl
 def _constraint_impl(x, *, sharding):
+    # deferred: sharding._arrays -> sharding._constraints at import
     from functrans.sharding._arrays import put
     return put(x, sharding)
 
@@ -78,6 +79,7 @@ def with_sharding_constraint(x, shardings):
             return leaf
         if not isinstance(s, NamedSharding):
             if isinstance(s, Sharding) and not isinstance(leaf, Tracer):
+                # deferred: sharding._arrays -> sharding._constraints at import
                 from functrans.sharding._arrays import put
                 return put(leaf, s)
             return leaf

@@ -16,6 +16,7 @@ import threading
 import warnings
 
 import numpy as np
+from functrans import _devices, distributed
 
 
 class AxisType(enum.Enum):
@@ -124,7 +125,6 @@ class Mesh:
     @property
     def local_devices(self) -> list:
         """The mesh's devices that belong to this process, in mesh order."""
-        from functrans import distributed
         rank = distributed.process_index()
         return [d for d in self.devices.flat if d.process_index == rank]
 
@@ -135,7 +135,6 @@ class Mesh:
     @property
     def local_mesh(self) -> "Mesh":
         """The sub-mesh of this process's devices (they must form a block of the mesh)."""
-        from functrans import distributed
         rank = distributed.process_index()
         local = np.vectorize(lambda d: d.process_index == rank, otypes=[bool])(self.devices)
         ranges = []
@@ -241,7 +240,6 @@ def make_mesh(axis_shapes, axis_names, axis_types=None, *, devices=None) -> Mesh
         >>> dict(functrans.make_mesh((1,), ('data',)).shape)
         {'data': 1}
     """
-    from functrans import _devices
     axis_shapes = tuple(int(s) for s in axis_shapes)
     if isinstance(axis_names, str):
         axis_names = (axis_names,)

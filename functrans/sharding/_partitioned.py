@@ -19,13 +19,18 @@ import time
 
 import numpy as np
 
-from functrans import core
+from functrans import _jit, core, tree_util
 from functrans._array import Array
 from functrans._config import config
 from functrans.core import ClosedJaxpr
 from functrans.sharding._arrays import PartitionedArray, put
-from functrans.sharding._mesh import Mesh
+from functrans.sharding._mesh import get_mesh, Mesh
 from functrans.sharding._shardings import NamedSharding, Sharding, spec_of
+from functrans.interpreters import partial_eval as pe
+from functrans.interpreters.inline import inline_calls
+from functrans.sharding._constraints import sharding_constraint_p
+from functrans.sharding._partition_spec import PartitionSpec
+from functrans.sharding._shard_map import shard_map_p
 
 logger = logging.getLogger("functrans")
 
@@ -59,8 +64,6 @@ class PartitionedExecutable:
 
     def __init__(self, closed: ClosedJaxpr, mesh: Mesh, in_layouts=None, out_layouts=None,
                  preferred_in_layouts=None):
-        from functrans.interpreters import partial_eval as pe
-        from functrans.interpreters.inline import inline_calls
         self.closed = closed
         # (convolutions and pooling are partitioned as they are; the backends decompose
         # them when they compile the per-device program)
@@ -98,7 +101,8 @@ class PartitionedExecutable:
         return plan
 
     def _build(self, in_layouts) -> _Plan:
-        from functrans.sharding import _propagation
+        from functrans.sharding import _propagation  # loaded by the first partitioned call
+        # deferred: sharding._runtime -> _pmap -> sharding -> sharding._partitioned at import
         from functrans.sharding._runtime import MeshProgram
         mesh = self.mesh
         start = time.perf_counter()
@@ -163,8 +167,6 @@ class PartitionedExecutable:
 
 
 def _region_primitives():
-    from functrans.sharding._constraints import sharding_constraint_p
-    from functrans.sharding._shard_map import shard_map_p
     return shard_map_p, sharding_constraint_p
 
 
@@ -199,8 +201,6 @@ def _one_mesh(meshes, what: str):
 
 
 def _as_named(s, what: str):
-    from functrans.sharding._mesh import get_mesh
-    from functrans.sharding._partition_spec import PartitionSpec
     if isinstance(s, PartitionSpec):
         mesh = get_mesh()
         if mesh.empty:
@@ -216,12 +216,10 @@ def _as_named(s, what: str):
 
 
 def _is_spec_leaf(x) -> bool:
-    from functrans.sharding._partition_spec import PartitionSpec
     return x is None or isinstance(x, (Sharding, PartitionSpec))
 
 
 def _broadcast_shardings(shardings, tree, what: str) -> list:
-    from functrans import tree_util
     try:
         full = tree_util.tree_broadcast(shardings, tree, is_leaf=_is_spec_leaf)
     except (ValueError, TypeError) as err:
@@ -244,7 +242,6 @@ class JitPartitioner:
     @staticmethod
     def check(shardings) -> None:
         """``jit``'s in_shardings/out_shardings hold shardings, PartitionSpecs or None."""
-        from functrans import tree_util
         for what, tree in zip(("in_shardings", "out_shardings"), shardings):
             for leaf in tree_util.tree_leaves(tree, is_leaf=_is_spec_leaf):
                 if not _is_spec_leaf(leaf):
@@ -287,7 +284,6 @@ class JitPartitioner:
         return executable.call_arrays(leaves)
 
     def _executable(self, closed, shardings, leaves, in_tree, out_tree):
-        from functrans import tree_util
         in_s = out_s = None
         if shardings is not None:
             in_shardings, out_shardings = shardings
@@ -320,7 +316,6 @@ class JitPartitioner:
 def recorded_fallbacks() -> list:
     """(primitive, what was gathered) of every equation that ran replicated in the
     partitioned programs jit has compiled in this process."""
-    from functrans import _jit
     out = []
     if _jit.partitioner is not None:
         for per_key in list(_jit.partitioner._executables.values()):
@@ -331,7 +326,6 @@ def recorded_fallbacks() -> list:
 
 
 def install() -> None:
-    from functrans import _jit
     _jit.partitioner = JitPartitioner()
 
 

@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from functrans import core
+from functrans import core, ops
 from functrans._axis_env import extend_axis_env_nd
 from functrans._remat import name_p
 from functrans._config import config
@@ -59,6 +59,8 @@ from functrans.primitives import special as _sp
 from functrans.primitives import windowed as _wd
 from functrans.sharding._mesh import Mesh
 from functrans.sharding._shardings import spec_of
+from functrans.sharding._constraints import sharding_constraint_p
+from functrans.sharding._shard_map import shard_map_p
 
 logger = logging.getLogger("functrans")
 
@@ -303,7 +305,7 @@ def delay_collectives(jaxpr: core.Jaxpr) -> core.Jaxpr:
     device runs the same program, so the collectives keep one order on all of them."""
     out, pending, produced = [], [], set()
     for eqn in jaxpr.eqns:
-        if collectives.is_collective(eqn.primitive) and eqn.primitive is not \
+        if eqn.primitive.is_collective and eqn.primitive is not \
                 collectives.axis_index_p:
             pending.append(eqn)
             produced.update(id(v) for v in eqn.outvars)
@@ -971,9 +973,6 @@ def _constraint_rule(p: Partitioner, eqn) -> None:
 
 
 def _register_regions() -> None:
-    from functrans import ops  # (its guard of higher derivatives is an identity)
-    from functrans.sharding._constraints import sharding_constraint_p
-    from functrans.sharding._shard_map import shard_map_p
     RULES[shard_map_p] = _shard_map_rule
     RULES[sharding_constraint_p] = _constraint_rule
     RULES[ops.first_order_only_p] = _elementwise

@@ -34,7 +34,7 @@ from functrans.core import ClosedJaxpr, Jaxpr, Primitive, ShapedArray, Tracer, g
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
-from functrans.primitives import collectives
+from functrans.primitives import collectives, elementwise, structural
 from functrans.sharding._mesh import Mesh, get_mesh
 from functrans.sharding._partition_spec import PartitionSpec
 from functrans.sharding._shardings import NamedSharding, check_spec, layout_of, spec_of
@@ -155,7 +155,6 @@ def _shard_map_jvp(primals, tangents, *, jaxpr, mesh, in_specs, out_specs, axis_
 
 
 def _shard_map_transpose(cts, *args, jaxpr, mesh, in_specs, out_specs, axis_names, check_vma):
-    from functrans.primitives import elementwise, structural
     undefined = [ad.is_undefined_primal(a) for a in args]
     defined = [a for a in args if not ad.is_undefined_primal(a)]
     defined_specs = tuple(s for s, u in zip(in_specs, undefined) if not u)
@@ -211,7 +210,6 @@ def _residual_layout(axis_names, aval) -> tuple:
 
 def _shard_map_partial_eval(trace, tracers, *, jaxpr, mesh, in_specs, out_specs, axis_names,
                             check_vma):
-    from functrans.primitives import structural
     unknowns = [not t.pval.is_known() for t in tracers]
     with _axis_env(mesh, axis_names):
         known, unknown, out_unknowns, num_res = pe.partial_eval_jaxpr(jaxpr, unknowns,
@@ -306,7 +304,7 @@ def varying_axes(jaxpr: Jaxpr, in_vary: list) -> list:
         ins = [read(v) for v in eqn.invars]
         union = frozenset().union(*ins)
         prim = eqn.primitive
-        if collectives.is_collective(prim):
+        if prim.is_collective:
             names = frozenset(prim.axis_names(eqn.params))
             if prim in (collectives.psum_p, collectives.pmax_p, collectives.pmin_p,
                         collectives.all_gather_p):

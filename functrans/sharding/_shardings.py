@@ -15,6 +15,7 @@ import numpy as np
 
 from functrans.sharding._mesh import Mesh
 from functrans.sharding._partition_spec import PartitionSpec
+from functrans import distributed
 
 
 class DuplicateSpecError(Exception):
@@ -96,7 +97,6 @@ class Sharding:
 
     @property
     def addressable_devices(self) -> set:
-        from functrans import distributed
         rank = distributed.process_index()
         return {d for d in self.device_set if d.process_index == rank}
 

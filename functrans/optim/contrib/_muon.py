@@ -10,7 +10,7 @@ import functools
 import math
 from typing import Any, NamedTuple, Sequence
 
-import functrans
+from functrans import _api
 from functrans import lax
 from functrans import numpy as jnp
 from functrans.optim._adding import add_decayed_weights
@@ -197,7 +197,7 @@ def orthogonalize_via_newton_schulz(x, ns_coeffs, ns_steps=5, preconditioning="f
         return m.T if transposed else m
 
     to_batch, from_batch = _compute_muon_reshape(x, dimension_numbers)
-    return from_batch(functrans.vmap(orthogonalize)(to_batch(x)))
+    return from_batch(_api.vmap(orthogonalize)(to_batch(x)))
 
 
 class MuonState(NamedTuple):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import functrans
+from functrans import _api
 from functrans import debug, lax, random
 from functrans import numpy as jnp
 from functrans.optim._adding import add_decayed_weights
@@ -52,7 +52,7 @@ def hutchinson_estimator_diag_hessian(random_seed=None) -> GradientTransformatio
         key, subkey = random.split(state.key)
         signs = tree_random_like(subkey, params, random.rademacher, dtype=jnp.float32)
         signs = tree_cast(signs, tree_dtype(params, "lowest"))
-        hvp = functrans.jvp(functrans.grad(obj_fn), (params,), (signs,))[1]
+        hvp = _api.jvp(_api.grad(obj_fn), (params,), (signs,))[1]
         return tree_map(lambda h, r: h * r, hvp, signs), HutchinsonState(key)
 
     return GradientTransformationExtraArgs(init, update)

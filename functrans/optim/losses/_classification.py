@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import functrans
+from functrans import _api
 from functrans import nn
 from functrans import numpy as jnp
 from functrans.optim.losses._inputs import _axes, _floating
@@ -287,4 +287,4 @@ def multiclass_sparsemax_loss(scores, labels):
         Array([0.], dtype=float32)
     """
     scores = _floating("multiclass_sparsemax_loss", scores, "scores")
-    return functrans.vmap(_multiclass_sparsemax_loss)(scores, jnp.asarray(labels))
+    return _api.vmap(_multiclass_sparsemax_loss)(scores, jnp.asarray(labels))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-import functrans
+from functrans import _api
 from functrans import numpy as jnp
 
 __all__ = ["make_fenchel_young_loss"]
@@ -14,7 +14,7 @@ def _over_last_axis(fn: Callable, *arrays, **kwargs):
     keyword arguments are passed unbatched)."""
     lead = arrays[0].shape[:-1]
     flat = [jnp.reshape(a, (-1, a.shape[-1])) for a in arrays]
-    out = functrans.vmap(lambda *rows: fn(*rows, **kwargs))(*flat)
+    out = _api.vmap(lambda *rows: fn(*rows, **kwargs))(*flat)
     return jnp.reshape(out, lead)
 
 

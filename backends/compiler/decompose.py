@@ -19,12 +19,14 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.core import ClosedJaxpr, Jaxpr
+from functrans.primitives import linalg, random_bits, reductions, windowed
 
-_WINDOW_REDUCTIONS = {"reduce_window_sum": "sum", "reduce_window_max": "max",
-                      "reduce_window_min": "min"}
+_WINDOW_REDUCTIONS = {windowed.reduce_window_sum_p: "sum", windowed.reduce_window_max_p: "max",
+                      windowed.reduce_window_min_p: "min"}
+_ARG_EXTREMES = {reductions.argmax_p: "max", reductions.argmin_p: "min"}
 # primitives rewritten here (when their instance qualifies: see _decompose_eqn)
-DECOMPOSABLE = frozenset({"conv_general_dilated", *_WINDOW_REDUCTIONS, "window_select",
-                          "threefry2x32", "argmax", "argmin"})
+DECOMPOSABLE = frozenset({linalg.conv_general_dilated_p, *_WINDOW_REDUCTIONS,
+                          windowed.window_select_p, random_bits.threefry2x32_p, *_ARG_EXTREMES})
 
 
 def decompose_closed(closed: ClosedJaxpr) -> ClosedJaxpr:
@@ -57,17 +59,17 @@ def _decompose_param(value):
 
 
 def _decompose_eqn(eqn):
-    name = eqn.primitive.name
-    if name == "conv_general_dilated" and _conv_decomposable(eqn):
+    primitive = eqn.primitive
+    if primitive is linalg.conv_general_dilated_p and _conv_decomposable(eqn):
         return _as_jit_eqn(eqn, _conv_as_matmul)
-    if name in _WINDOW_REDUCTIONS and _window_decomposable(eqn):
-        return _as_jit_eqn(eqn, _window_reduction(_WINDOW_REDUCTIONS[name]))
-    if name == "window_select" and _window_decomposable(eqn):
+    if primitive in _WINDOW_REDUCTIONS and _window_decomposable(eqn):
+        return _as_jit_eqn(eqn, _window_reduction(_WINDOW_REDUCTIONS[primitive]))
+    if primitive is windowed.window_select_p and _window_decomposable(eqn):
         return _as_jit_eqn(eqn, _window_select)
-    if name == "threefry2x32" and eqn.outvars[0].aval.size > 0:
+    if primitive is random_bits.threefry2x32_p and eqn.outvars[0].aval.size > 0:
         return _as_jit_eqn(eqn, _threefry2x32)
-    if name in ("argmax", "argmin") and _arg_decomposable(eqn):
-        return _as_jit_eqn(eqn, _arg_extreme("max" if name == "argmax" else "min"))
+    if primitive in _ARG_EXTREMES and _arg_decomposable(eqn):
+        return _as_jit_eqn(eqn, _arg_extreme(_ARG_EXTREMES[primitive]))
     params = {k: _decompose_param(v) for k, v in eqn.params.items()}
     if all(params[k] is eqn.params[k] for k in params):
         return eqn

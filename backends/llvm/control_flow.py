@@ -36,6 +36,7 @@ from functrans.backends.llvm import donation
 from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             Step, unique_buffers)
 from functrans.core import ClosedJaxpr, ShapedArray
+from functrans.primitives import control_flow as control_prims
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
@@ -398,10 +399,10 @@ def lower_control(step: FallbackStep, program: Program, target):
     if not all(isinstance(v.aval, ShapedArray) and target.dtype_supported(v.aval.dtype)
                for v in list(eqn.invars) + list(eqn.outvars)):
         return None
-    name, p = eqn.primitive.name, eqn.params
-    if name == "while":
+    primitive, p = eqn.primitive, eqn.params
+    if primitive is control_prims.while_p:
         bodies = [compile_body(p["cond_jaxpr"], target), compile_body(p["body_jaxpr"], target)]
-    elif name == "scan":
+    elif primitive is control_prims.scan_p:
         bodies = [compile_body(p["jaxpr"], target)]
     else:
         bodies = [compile_body(branch, target) for branch in p["branches"]]
@@ -412,9 +413,9 @@ def lower_control(step: FallbackStep, program: Program, target):
         return None
     outputs = list(step.outputs)
     avals = [v.aval for v in eqn.outvars]
-    if name == "while":
+    if primitive is control_prims.while_p:
         return WhileStep(inputs, outputs, avals, *bodies, p["cond_nconsts"], p["body_nconsts"])
-    if name == "scan":
+    if primitive is control_prims.scan_p:
         return ScanStep(inputs, outputs, avals[:p["num_carry"]], *bodies, p["num_consts"],
                         p["num_carry"], int(p["length"]), bool(p["reverse"]))
     return CondStep(inputs, outputs, bodies)

@@ -57,7 +57,7 @@ STEPS = {
 }
 
 # primitives fused by rules of this backend's own (the shared table lacks them)
-EXTRA_FUSED = ("gather",)
+EXTRA_FUSED = (indexing_prims.gather_p,)
 
 
 def native_kind(primitive) -> str:

@@ -34,17 +34,27 @@ def all_primitives() -> list:
     return sorted(found.values(), key=lambda p: p.name)
 
 
-def coverage_rows() -> list[dict]:
-    """One dict per primitive: its name, which rules it has (bools) and, per backend,
-    ``fused``/``reduce``/``dot``/``step``/``inlined``/``decomposed`` (native) or ``host`` (NumPy)."""
+def lowering_tables() -> dict:
+    """Each backend's lowering module (its ``native_kind`` and its ``HOST`` table of
+    primitives left to NumPy, with the reasons), by backend name."""
     from functrans.backends.cuda import lowering as cuda_lowering
     from functrans.backends.llvm import lowering as llvm_lowering
+    return {"llvm": llvm_lowering, "cuda": cuda_lowering}
+
+
+def coverage_rows() -> list[dict]:
+    """One dict per primitive: its name, which rules it has (bools) and, per backend,
+    ``fused``/``reduce``/``dot``/``step``/``inlined``/``decomposed`` (native), ``runtime``
+    (a collective) or ``host`` (NumPy), and under ``<backend>_host`` the backend's reason
+    for leaving it, or some of its instances, to NumPy ("" if none)."""
+    tables = lowering_tables()
     rows = []
     for p in all_primitives():
         row = {"primitive": p.name}
         row.update({rule: getattr(p, rule) is not None for rule in RULES})
-        row["llvm"] = llvm_lowering.native_kind(p)
-        row["cuda"] = cuda_lowering.native_kind(p)
+        for backend in BACKENDS:
+            row[backend] = tables[backend].native_kind(p)
+            row[backend + "_host"] = tables[backend].HOST.get(p, "")
         rows.append(row)
     return rows
 
@@ -59,18 +69,30 @@ def render(rows) -> str:
         "column says how that backend runs the primitive: `fused` (inside a loop kernel),",
         "`reduce` (a reduction kernel), `dot` (BLAS / cuBLAS), `step` (a native step of the",
         "backend's lowering table), `inlined` (a call spliced into the program), `decomposed`",
-        "(rewritten into other primitives before fusion) or `host` (the NumPy implementation",
-        "between compiled parts). Native kinds hold for the dtypes the backend computes;",
-        "others run on the host.",
+        "(rewritten into other primitives before fusion), `runtime` (a collective, carried",
+        "out by the pmap runtime between per-device programs) or `host` (the NumPy",
+        "implementation between compiled parts). Native kinds hold for the dtypes the backend",
+        "computes; others run on the host. A native kind marked `(some host)` leaves some",
+        "instances to NumPy. Why is listed below the table, from each backend's `HOST` table",
+        "(`backends/<backend>/lowering.py`).",
         "",
         "| primitive | " + " | ".join(RULES) + " | " + " | ".join(BACKENDS) + " |",
         "|---" * (1 + len(RULES) + len(BACKENDS)) + "|",
     ]
     for row in rows:
         cells = [f"`{row['primitive']}`"] + ["x" if row[r] else "" for r in RULES] + \
-            [row[b] for b in BACKENDS]
+            [_backend_cell(row, b) for b in BACKENDS]
         lines.append("| " + " | ".join(cells) + " |")
+    for backend in BACKENDS:
+        lines += ["", f"## On the host with {backend}, and why", ""]
+        lines += [f"- `{row['primitive']}`{'' if row[backend] == 'host' else ' (some instances)'}"
+                  f": {row[backend + '_host']}" for row in rows if row[backend + "_host"]]
     return "\n".join(lines) + "\n"
+
+
+def _backend_cell(row, backend) -> str:
+    kind = row[backend]
+    return f"{kind} (some host)" if row[backend + "_host"] and kind != "host" else kind
 
 
 if __name__ == "__main__":

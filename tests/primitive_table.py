@@ -28,6 +28,8 @@ import scipy.special
 import functrans
 import functrans.lax as lax
 from functrans import ad_checkpoint
+from functrans.backends.cuda import lowering as cuda_lowering
+from functrans.backends.llvm import lowering as llvm_lowering
 from functrans.core import Primitive
 from functrans.primitives import random_bits
 
@@ -1372,42 +1374,6 @@ EXCLUDED = {
 # Known NumPy fallbacks, and why (each is checked to still happen for some example)
 # =============================================================================================
 
-_NO_SCALAR_CODE = "no scalar code in the backend's elementwise table: evaluated by NumPy"
-_NO_COMPLEX = "the backend computes no complex numbers: complex values stay in NumPy"
-_NO_LAPACK = ("only cholesky and triangular_solve are linked from LAPACK: the other "
-              "decompositions run NumPy/SciPy")
-LLVM_FALLBACKS = {
-    **{_prim(name): _NO_SCALAR_CODE for name in (
-        "digamma", "bessel_i0e", "bessel_i1e", "igamma", "igammac", "igamma_grad_a",
-        "random_gamma_grad", "polygamma", "zeta", "regularized_incomplete_beta", "mulhi",
-        "reduce_precision")},
-    _prim("erf_inv"): "float64 erf_inv has no scalar code (float32 is native)",
-    **{_prim(name): _NO_COMPLEX for name in ("complex", "real", "imag", "conj")},
-    **{_prim(name): _NO_LAPACK for name in ("lu", "qr", "eigh", "svd", "schur", "hessenberg")},
-    _prim("fft"): "no native FFT: NumPy's pocketfft",
-    _prim("bitcast_convert_type"): "no native reinterpretation of bits: a NumPy view",
-    _prim("cumlogsumexp"): "the native cumulative kernels do sum/prod/max/min only",
-    _prim("cumulative_tangent"): "the native cumulative kernels do sum/prod/max/min only",
-    _prim("sort"): ("short lines at the top level are sorted by NumPy (as fast); lines of "
-                    "RADIX_MIN_LENGTH and more, and sorts in loop bodies, are native"),
-    _prim("top_k"): "no native top_k: NumPy's argpartition",
-    _prim("conv_general_dilated"): ("decomposed into im2col + BLAS only without batch "
-                                    "grouping and input dilation; other convolutions run NumPy"),
-    _prim("linear_solve"): "custom_linear_solve's solve is run as a call to a NumPy step",
-    _prim("optimization_barrier"): "multiple results: the fusion pass leaves it to NumPy",
-    _prim("rng_bit_generator"): "no native generator: NumPy's Philox/threefry",
-    _prim("rng_uniform"): "draws from the host's generator (stateful, as in XLA)",
-}
-CUDA_FALLBACKS = {
-    **{_prim(name): "no CUDA scalar code: evaluated by NumPy on host copies" for name in (
-        "bessel_i0e", "bessel_i1e", "igamma", "igammac", "igamma_grad_a", "random_gamma_grad",
-        "polygamma", "zeta", "regularized_incomplete_beta", "mulhi", "reduce_precision")},
-    **{_prim(name): _NO_COMPLEX for name in ("complex", "real", "imag", "conj")},
-    **{_prim(name): "no cuSOLVER lowering: NumPy/SciPy on host copies" for name in (
-        "cholesky", "triangular_solve", "lu", "qr", "eigh", "svd", "schur", "hessenberg")},
-    _prim("dot_general"): "cuBLAS multiplies floats: integer products run NumPy",
-    **{p: LLVM_FALLBACKS[p] for p in map(_prim, (
-        "fft", "bitcast_convert_type", "cumlogsumexp", "cumulative_tangent", "top_k",
-        "linear_solve", "optimization_barrier", "rng_bit_generator", "rng_uniform"))},
-    _prim("sort"): "no CUDA sort: NumPy on host copies",
-}
+# the backends' own tables of what they leave to NumPy (primitive -> reason)
+LLVM_FALLBACKS = llvm_lowering.HOST
+CUDA_FALLBACKS = cuda_lowering.HOST

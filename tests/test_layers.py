@@ -266,6 +266,13 @@ BACKEND_EXCEPTIONS = {
     ("functrans.backends.compiler.decompose", "functrans.interpreters.staging"),
     # the coverage table walks every module of the package for its primitives
     ("functrans.backends.coverage", "functrans"),
+    # the host-fallback tables name primitives by object: the ones defined by front-end
+    # modules (callbacks, custom rules, remat, sharding), and others through lax's re-exports
+    *(("functrans.backends.compiler.lowering", m) for m in (
+        "functrans._api_extra", "functrans._custom_derivatives", "functrans._remat",
+        "functrans.ops", "functrans.debug", "functrans.sharding._shard_map",
+        "functrans.sharding._constraints", "functrans.lax")),
+    ("functrans.backends.llvm.lowering", "functrans.lax"),
 }
 
 

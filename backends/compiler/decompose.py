@@ -32,12 +32,14 @@ from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans.primitives.random_bits import KEY_SCHEDULE_PARITY, ROTATIONS
 from functrans.primitives.windowed import _identity
 import functrans.numpy as jnp
+from functrans.primitives import linalg, random_bits, reductions, windowed
 
-_WINDOW_REDUCTIONS = {"reduce_window_sum": "sum", "reduce_window_max": "max",
-                      "reduce_window_min": "min"}
+_WINDOW_REDUCTIONS = {windowed.reduce_window_sum_p: "sum", windowed.reduce_window_max_p: "max",
+                      windowed.reduce_window_min_p: "min"}
+_ARG_EXTREMES = {reductions.argmax_p: "max", reductions.argmin_p: "min"}
 # primitives rewritten here (when their instance qualifies: see _decompose_eqn)
-DECOMPOSABLE = frozenset({"conv_general_dilated", *_WINDOW_REDUCTIONS, "window_select",
-                          "threefry2x32", "argmax", "argmin"})
+DECOMPOSABLE = frozenset({linalg.conv_general_dilated_p, *_WINDOW_REDUCTIONS,
+                          windowed.window_select_p, random_bits.threefry2x32_p, *_ARG_EXTREMES})
 
 
 def decompose_closed(closed: ClosedJaxpr, direct_convolutions: bool = False) -> ClosedJaxpr:
@@ -71,19 +73,19 @@ def _decompose_param(value, direct: bool):
 
 
 def _decompose_eqn(eqn, direct: bool = False):
-    name = eqn.primitive.name
-    if name == "conv_general_dilated" and direct and _conv_direct_possible(eqn):
+    primitive = eqn.primitive
+    if primitive is linalg.conv_general_dilated_p and direct and _conv_direct_possible(eqn):
         return eqn if is_direct_convolution(eqn) else _as_jit_eqn(eqn, _conv_as_direct)
-    if name == "conv_general_dilated" and _conv_decomposable(eqn):
+    if primitive is linalg.conv_general_dilated_p and _conv_decomposable(eqn):
         return _as_jit_eqn(eqn, _conv_as_matmul)
-    if name in _WINDOW_REDUCTIONS and _window_decomposable(eqn):
-        return _as_jit_eqn(eqn, _window_reduction(_WINDOW_REDUCTIONS[name]))
-    if name == "window_select" and _window_decomposable(eqn):
+    if primitive in _WINDOW_REDUCTIONS and _window_decomposable(eqn):
+        return _as_jit_eqn(eqn, _window_reduction(_WINDOW_REDUCTIONS[primitive]))
+    if primitive is windowed.window_select_p and _window_decomposable(eqn):
         return _as_jit_eqn(eqn, _window_select)
-    if name == "threefry2x32" and eqn.outvars[0].aval.size > 0:
+    if primitive is random_bits.threefry2x32_p and eqn.outvars[0].aval.size > 0:
         return _as_jit_eqn(eqn, _threefry2x32)
-    if name in ("argmax", "argmin") and _arg_decomposable(eqn):
-        return _as_jit_eqn(eqn, _arg_extreme("max" if name == "argmax" else "min"))
+    if primitive in _ARG_EXTREMES and _arg_decomposable(eqn):
+        return _as_jit_eqn(eqn, _arg_extreme(_ARG_EXTREMES[primitive]))
     params = {k: _decompose_param(v, direct) for k, v in eqn.params.items()}
     if all(params[k] is eqn.params[k] for k in params):
         return eqn

@@ -28,6 +28,8 @@ import weakref
 
 import numpy as np
 
+from functrans.primitives import elementwise as ew
+
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 # One intern table for the process; entries die with their last user. Compilation holds
@@ -262,6 +264,12 @@ def from_scalar(s: "ScalarExpr") -> IndexExpr:
     return _index_node("scalar", (s,), lo, hi)
 
 
+# integer arithmetic that keeps an index affine
+_AFFINE_OPS = (ew.add_p, ew.sub_p, ew.mul_p, ew.neg_p, ew.convert_element_type_p)
+# integer comparisons the operands' bounds can decide, as the index comparison they are
+_ORDER_COMPARISONS = {ew.lt_p: "lt", ew.le_p: "le", ew.gt_p: "gt", ew.ge_p: "ge"}
+
+
 def _affine_value(s: "ScalarExpr"):
     """``s`` as an index expression when it is integer arithmetic on iotas and constants
     whose every value fits its dtype (so the integer arithmetic cannot have wrapped), else
@@ -272,7 +280,7 @@ def _affine_value(s: "ScalarExpr"):
         return const(int(np.asarray(s.args[0]).item()))
     if s.kind == "iota":
         x = s.args[0]
-    elif s.kind == "op" and s.args[0] == "select_n" and len(s.args[2]) == 3:
+    elif s.kind == "op" and s.args[0] is ew.select_n_p and len(s.args[2]) == 3:
         # a choice the bounds decide, as a negative-index wrap of a nonnegative index is
         which = _decided(s.args[2][0])
         if which is None:
@@ -280,20 +288,20 @@ def _affine_value(s: "ScalarExpr"):
         x = _affine_value(s.args[2][1 + which])
         if x is None:
             return None
-    elif s.kind == "op" and s.args[0] in ("add", "sub", "mul", "neg", "convert_element_type"):
-        name, _, args = s.args
+    elif s.kind == "op" and s.args[0] in _AFFINE_OPS:
+        primitive, _, args = s.args
         if any(a.dtype.kind not in "iu" for a in args):
             return None
         parts = [_affine_value(a) for a in args]
         if any(p is None for p in parts):
             return None
-        if name == "add":
+        if primitive is ew.add_p:
             x = add(*parts)
-        elif name == "sub":
+        elif primitive is ew.sub_p:
             x = add(parts[0], scale(parts[1], -1))
-        elif name == "neg":
+        elif primitive is ew.neg_p:
             x = scale(parts[0], -1)
-        elif name == "convert_element_type":
+        elif primitive is ew.convert_element_type_p:
             x = parts[0]
         elif parts[0].kind == "const":
             x = scale(parts[1], parts[0].args[0])
@@ -312,12 +320,12 @@ def _decided(pred: "ScalarExpr"):
     its operands decide, else None."""
     if pred.kind == "const":
         return int(bool(np.asarray(pred.args[0]).item()))
-    if pred.kind != "op" or pred.args[0] not in ("lt", "le", "gt", "ge"):
+    if pred.kind != "op" or pred.args[0] not in _ORDER_COMPARISONS:
         return None
     a, b = (_affine_value(x) for x in pred.args[2])
     if a is None or b is None:
         return None
-    name = pred.args[0]
+    name = _ORDER_COMPARISONS[pred.args[0]]
     if name in ("le", "gt"):  # integers: a <= b is a < b + 1, a > b is a >= b + 1
         b, name = add(b, 1), "lt" if name == "le" else "ge"
     decided = compare(name, a, b)  # decides by the operands' bounds where it can
@@ -373,9 +381,10 @@ def constant(value, dtype) -> ScalarExpr:
     return _scalar_node("const", (value,), dtype, (value.tobytes(),))
 
 
-def op(name: str, params: tuple, args: tuple, dtype) -> ScalarExpr:
-    """The scalar function of primitive ``name`` (with hashable ``params``) on ``args``."""
-    return _scalar_node("op", (name, params, tuple(args)), dtype)
+def op(primitive, params: tuple, args: tuple, dtype) -> ScalarExpr:
+    """The scalar function of elementwise ``primitive`` (with hashable ``params``) on
+    ``args``."""
+    return _scalar_node("op", (primitive, params, tuple(args)), dtype)
 
 
 def iota(index: IndexExpr, dtype) -> ScalarExpr:
@@ -399,13 +408,13 @@ def logical_and(a: ScalarExpr, b: ScalarExpr) -> ScalarExpr:
     for x, y in ((a, b), (b, a)):
         if x.kind == "const":
             return y if bool(x.args[0]) else x
-    return op("and", (), (a, b), np.bool_)
+    return op(ew.and_p, (), (a, b), np.bool_)
 
 
 def select(pred: ScalarExpr, on_true: ScalarExpr, on_false: ScalarExpr) -> ScalarExpr:
     if pred.kind == "const":
         return on_true if bool(pred.args[0]) else on_false
-    return op("select_n", (), (pred, on_false, on_true), on_true.dtype)
+    return op(ew.select_n_p, (), (pred, on_false, on_true), on_true.dtype)
 
 
 # =============================================================================================

@@ -26,13 +26,16 @@ so the CUDA backend can reuse it.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from functrans.backends.compiler import exprs as E
 from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, ShapedArray, Var
 from functrans.interpreters import inline
+from functrans.primitives import elementwise as ew
+from functrans.primitives import linalg, reductions
+from functrans.primitives import structural as st
 
 # =============================================================================================
 # What the target can do
@@ -46,7 +49,7 @@ class Target:
     def dtype_supported(self, dtype) -> bool:
         return True
 
-    def scalar_supported(self, name: str, params: dict, in_dtypes, out_dtype) -> bool:
+    def scalar_supported(self, primitive, params: dict, in_dtypes, out_dtype) -> bool:
         return True
 
     def dot_supported(self, lhs_dtype, rhs_dtype, out_dtype) -> bool:
@@ -70,8 +73,8 @@ class ScalarTableTarget(Target):
     def dtype_supported(self, dtype) -> bool:
         return np.dtype(dtype) in self.scalar_ops.SUPPORTED_DTYPES
 
-    def scalar_supported(self, name: str, params: dict, in_dtypes, out_dtype) -> bool:
-        return self.scalar_ops.supports(name, params, in_dtypes, out_dtype)
+    def scalar_supported(self, primitive, params: dict, in_dtypes, out_dtype) -> bool:
+        return self.scalar_ops.supports(primitive, params, in_dtypes, out_dtype)
 
     def reduce_supported(self, monoid: str, dtype) -> bool:
         return self.dtype_supported(dtype)
@@ -192,9 +195,10 @@ class AxisStep(Step):
     operand viewed as ``[outer, n, inner]`` with ``n`` the walked axis. Backends emit the
     walk (cumulative ops, arg-extrema)."""
 
-    def __init__(self, name, operand: Buffer, out: Buffer, axis: int, reverse: bool = False):
-        self.prims = (name,)
-        self.name = name
+    def __init__(self, primitive, operand: Buffer, out: Buffer, axis: int,
+                 reverse: bool = False):
+        self.prims = (primitive.name,)
+        self.primitive, self.name = primitive, primitive.name
         self.operand, self.out = operand, out
         self.axis, self.reverse = axis, reverse
         shape = operand.shape
@@ -331,19 +335,16 @@ def to_ssa(jaxpr: Jaxpr) -> Jaxpr:
 # variables. Data movement substitutes index expressions into the operand; elementwise ops
 # wrap their operands in an ``op`` node.
 
-ELEMENTWISE_EXTRA = ("select_n", "clamp", "convert_element_type")
-IDENTITY_PRIMS = ("stop_gradient", "copy", "copy_p", "optimization_barrier_identity")
-MOVEMENT_PRIMS = ("broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims", "rev",
-                  "slice", "pad", "concatenate", "iota", "dynamic_slice",
-                  "dynamic_update_slice")
-REDUCE_MONOIDS = {"reduce_sum": "add", "reduce_max": "max", "reduce_min": "min",
-                  "reduce_prod": "mul", "reduce_and": "and", "reduce_or": "or",
-                  "reduce_xor": "xor"}
-
-
-def _elementwise_names():
-    from functrans.primitives import elementwise as ew
-    return set(ew.ELEMENTWISE_UNARY) | set(ew.ELEMENTWISE_BINARY) | set(ELEMENTWISE_EXTRA)
+ELEMENTWISE_EXTRA = (ew.select_n_p, ew.clamp_p, ew.convert_element_type_p)
+IDENTITY_PRIMS = (ew.stop_gradient_p,)
+# reduction primitive -> the monoid its kernel combines with
+REDUCE_MONOIDS = {reductions.reduce_sum_p: "add", reductions.reduce_max_p: "max",
+                  reductions.reduce_min_p: "min", reductions.reduce_prod_p: "mul",
+                  reductions.reduce_and_p: "and", reductions.reduce_or_p: "or",
+                  reductions.reduce_xor_p: "xor"}
+# elementwise primitives: scalar code of the target's (its ``scalar_supported``) in a loop
+ELEMENTWISE_PRIMS = frozenset(ew.ELEMENTWISE_UNARY.values()) | \
+    frozenset(ew.ELEMENTWISE_BINARY.values()) | frozenset(ELEMENTWISE_EXTRA)
 
 
 class _Lazy:
@@ -369,9 +370,8 @@ def _move(operand: _Lazy, operand_index) -> E.ScalarExpr:
 
 
 def _rule_elementwise(eqn, ops, out_shape):
-    name = eqn.primitive.name
     dtype = eqn.outvars[0].aval.dtype
-    return E.op(name, _params_key(eqn.params), tuple(o.node for o in ops), dtype)
+    return E.op(eqn.primitive, _params_key(eqn.params), tuple(o.node for o in ops), dtype)
 
 
 def _rule_broadcast_in_dim(eqn, ops, out_shape):
@@ -427,10 +427,6 @@ def _rule_reshape(eqn, ops, out_shape):
     if 0 in x.shape:
         return E.constant(0, eqn.outvars[0].aval.dtype)
     return _move(x, _reshape_index(x.shape, out_shape, E.index_vars(out_shape)))
-
-
-def _rule_expand_dims(eqn, ops, out_shape):
-    return _rule_reshape(eqn.replace(params={}), ops, out_shape)
 
 
 def _rule_transpose(eqn, ops, out_shape):
@@ -537,20 +533,23 @@ def _rule_dynamic_update_slice(eqn, ops, out_shape):
     return E.select(inside, _move(update, index), x.node)
 
 
-_MOVEMENT_RULES: dict[str, Callable] = {
-    "broadcast_in_dim": _rule_broadcast_in_dim, "reshape": _rule_reshape,
-    "expand_dims": _rule_expand_dims, "transpose": _rule_transpose, "squeeze": _rule_squeeze,
-    "rev": _rule_rev, "slice": _rule_slice, "pad": _rule_pad, "concatenate": _rule_concatenate,
-    "iota": _rule_iota, "dynamic_slice": _rule_dynamic_slice,
-    "dynamic_update_slice": _rule_dynamic_update_slice,
+_MOVEMENT_RULES: dict = {
+    st.broadcast_in_dim_p: _rule_broadcast_in_dim, st.reshape_p: _rule_reshape,
+    st.transpose_p: _rule_transpose, st.squeeze_p: _rule_squeeze,
+    st.rev_p: _rule_rev, st.slice_p: _rule_slice, st.pad_p: _rule_pad,
+    st.concatenate_p: _rule_concatenate, st.iota_p: _rule_iota,
+    st.dynamic_slice_p: _rule_dynamic_slice,
+    st.dynamic_update_slice_p: _rule_dynamic_update_slice,
 }
+MOVEMENT_PRIMS = tuple(_MOVEMENT_RULES)
 
 # Ops that only move or re-index data: repeating them in several kernels costs loads, not
 # arithmetic, so they never force a buffer by themselves.
-_CHEAP = {"broadcast_in_dim", "reshape", "expand_dims", "transpose", "squeeze", "rev", "slice",
-          "iota", "dynamic_slice", "convert_element_type", "stop_gradient", "copy"}
+_CHEAP = {st.broadcast_in_dim_p, st.reshape_p, st.transpose_p, st.squeeze_p, st.rev_p,
+          st.slice_p, st.iota_p, st.dynamic_slice_p, ew.convert_element_type_p,
+          ew.stop_gradient_p}
 # data movement whose result is larger than an operand without reading any element twice
-_PLACING = {"pad", "concatenate"}
+_PLACING = {st.pad_p, st.concatenate_p}
 
 
 # =============================================================================================
@@ -560,7 +559,7 @@ _PLACING = {"pad", "concatenate"}
 
 def _classify(eqn: Eqn, target: Target, elementwise: set) -> str:
     """``fusible``, ``identity``, ``reduce``, ``dot`` or ``fallback``."""
-    name = eqn.primitive.name
+    primitive = eqn.primitive
     if eqn.primitive.multiple_results or len(eqn.outvars) != 1:
         return "fallback"
     out = eqn.outvars[0].aval
@@ -568,20 +567,21 @@ def _classify(eqn: Eqn, target: Target, elementwise: set) -> str:
     if not all(isinstance(a, ShapedArray) and target.dtype_supported(a.dtype)
                for a in in_avals + [out]):
         return "fallback"
-    if name in IDENTITY_PRIMS and len(eqn.invars) == 1:
+    if primitive in IDENTITY_PRIMS and len(eqn.invars) == 1:
         return "identity"
-    if name in elementwise:
-        ok = target.scalar_supported(name, eqn.params, [a.dtype for a in in_avals], out.dtype)
+    if primitive in elementwise:
+        ok = target.scalar_supported(primitive, eqn.params, [a.dtype for a in in_avals],
+                                     out.dtype)
         return "fusible" if ok else "fallback"
-    if name in _MOVEMENT_RULES:
-        if name == "reshape" and eqn.params.get("dimensions") is not None:
+    if primitive in _MOVEMENT_RULES:
+        if primitive is st.reshape_p and eqn.params.get("dimensions") is not None:
             return "fallback"
         return "fusible"
-    if name in REDUCE_MONOIDS:
+    if primitive in REDUCE_MONOIDS:
         ok = set(eqn.params) <= {"axes", "out_sharding"} and target.reduce_supported(
-            REDUCE_MONOIDS[name], out.dtype)
+            REDUCE_MONOIDS[primitive], out.dtype)
         return "reduce" if ok else "fallback"
-    if name == "dot_general":
+    if primitive is linalg.dot_general_p:
         ok = target.dot_supported(in_avals[0].dtype, in_avals[1].dtype, out.dtype)
         return "dot" if ok else "fallback"
     if target.movement_rule(eqn) is not None:
@@ -617,7 +617,7 @@ class _Planner:
     # ---- the decisions: which values get buffers ---------------------------------------------
 
     def classify_all(self):
-        elementwise = _elementwise_names()
+        elementwise = ELEMENTWISE_PRIMS
         self.kinds = []
         for i, e in enumerate(self.jaxpr.eqns):
             kind = "fallback" if i in self.force_fallback else _classify(e, self.target, elementwise)
@@ -643,7 +643,7 @@ class _Planner:
                                    for x in e.invars)
             for v in e.outvars:
                 data_free[v] = free
-            if fusible and (e.primitive.name in _CHEAP or kinds[i] == "identity"):
+            if fusible and (e.primitive in _CHEAP or kinds[i] == "identity"):
                 cheap[e.outvars[0]] = free or all(
                     isinstance(x, Literal) or x not in producer or cheap.get(x, True)
                     for x in e.invars)
@@ -681,7 +681,7 @@ class _Planner:
                     if isinstance(x, Var):
                         # elements read per element of x: a broadcast repeats them; a pad
                         # or a concatenation places each once in a larger result
-                        factor = 1.0 if e.primitive.name in _PLACING else \
+                        factor = 1.0 if e.primitive in _PLACING else \
                             out_size / max(_size(x), 1)
                         consumers.setdefault(x, []).append((kernels_of[v], rep * factor))
             elif kind == "reduce":
@@ -796,7 +796,8 @@ class _Planner:
         name = e.primitive.name
         ops = [self.lazy_of(x) for x in e.invars]
         out_shape = e.outvars[0].aval.shape
-        rule = _MOVEMENT_RULES.get(name) or self.target.movement_rule(e) or _rule_elementwise
+        rule = _MOVEMENT_RULES.get(e.primitive) or self.target.movement_rule(e) or \
+            _rule_elementwise
         node = rule(e, ops, out_shape)
         prims = tuple(dict.fromkeys(sum((o.prims for o in ops), ()) + (name,)))
         lazy = _Lazy(node, out_shape, prims)
@@ -820,7 +821,7 @@ class _Planner:
         kept = [ivars[d] for d in range(len(shape)) if d not in axes]
         offset = E.linearize(kept, out.shape)
         reduced = [d in axes for d in range(len(shape))]
-        self.steps.append(ReduceKernel(shape, reduced, REDUCE_MONOIDS[e.primitive.name],
+        self.steps.append(ReduceKernel(shape, reduced, REDUCE_MONOIDS[e.primitive],
                                        operand.node, out, offset,
                                        tuple(dict.fromkeys(operand.prims + (e.primitive.name,)))))
 
@@ -951,11 +952,11 @@ def _scaled_load(value: E.ScalarExpr, buf: Buffer, offset):
         return 1.0 if value.args[0] is buf and value.args[1] is offset else None
     if value.kind != "op":
         return None
-    name, _, args = value.args
-    if name == "neg":
+    primitive, _, args = value.args
+    if primitive is ew.neg_p:
         inner = _scaled_load(args[0], buf, offset)
         return None if inner is None else -inner
-    if name == "mul":
+    if primitive is ew.mul_p:
         for c, other in ((args[0], args[1]), (args[1], args[0])):
             if c.kind == "const" and np.isfinite(c.args[0]):
                 inner = _scaled_load(other, buf, offset)
@@ -973,11 +974,11 @@ def _epilogue(step: LoopKernel, dot: DotKernel):
     alpha = _scaled_load(value, dot.out, offset)
     if alpha is not None:
         return alpha, None
-    if value.kind != "op" or value.args[0] not in ("add", "sub"):
+    if value.kind != "op" or value.args[0] not in (ew.add_p, ew.sub_p):
         return None
-    name, _, (a, b) = value.args
+    primitive, _, (a, b) = value.args
     # rest + product either way round; rest - product (product - rest would need -rest)
-    candidates = ((a, b, 1.0), (b, a, 1.0)) if name == "add" else ((a, b, -1.0),)
+    candidates = ((a, b, 1.0), (b, a, 1.0)) if primitive is ew.add_p else ((a, b, -1.0),)
     for rest, scaled, sign in candidates:
         alpha = _scaled_load(scaled, dot.out, offset)
         if alpha is not None and all(n.args[0] is not dot.out for n in E.loads([rest])):

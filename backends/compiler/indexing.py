@@ -23,9 +23,12 @@ import numpy as np
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, _move, unique_buffers
 from functrans.primitives.indexing import GatherScatterMode, default_fill_value
+from functrans.primitives import indexing as indexing_prims
 
-SCATTER_COMBINE = {"scatter": None, "scatter_add": "add", "scatter_mul": "mul",
-                   "scatter_min": "min", "scatter_max": "max"}
+# scatter primitive -> the monoid an update combines with (None: it replaces the element)
+SCATTER_COMBINE = {indexing_prims.scatter_p: None, indexing_prims.scatter_add_p: "add",
+                   indexing_prims.scatter_mul_p: "mul", indexing_prims.scatter_min_p: "min",
+                   indexing_prims.scatter_max_p: "max"}
 
 
 # =============================================================================================
@@ -35,7 +38,7 @@ SCATTER_COMBINE = {"scatter": None, "scatter_add": "add", "scatter_mul": "mul",
 
 def gather_rule(eqn):
     """The fusion rule for a ``gather`` equation, or None when it should run in NumPy."""
-    if eqn.primitive.name != "gather":
+    if eqn.primitive is not indexing_prims.gather_p:
         return None
     operand, indices = (v.aval for v in eqn.invars)
     if 0 in operand.shape or indices.dtype.kind not in "iu":
@@ -86,9 +89,9 @@ class ScatterStep(Step):
     """``out = operand`` with each element of ``updates`` combined into it at the position
     its index vector and window offset address."""
 
-    def __init__(self, name, operand, indices, updates, out, params):
-        self.prims = (name,)
-        self.combine = SCATTER_COMBINE[name]
+    def __init__(self, primitive, operand, indices, updates, out, params):
+        self.prims = (primitive.name,)
+        self.combine = SCATTER_COMBINE[primitive]
         self.operand, self.indices, self.updates, self.out = operand, indices, updates, out
         self.params = params
 
@@ -144,7 +147,7 @@ class ScatterStep(Step):
 def scatter_operands(step: FallbackStep):
     """``(operand, indices, updates)`` buffers of a scatter fallback step whose result is
     used, or None (another primitive, or an operand that is not a buffer)."""
-    if step.eqn.primitive.name not in SCATTER_COMBINE or step.outputs[0] is None:
+    if step.eqn.primitive not in SCATTER_COMBINE or step.outputs[0] is None:
         return None
     if not all(isinstance(x, Buffer) for x in step.inputs):
         return None

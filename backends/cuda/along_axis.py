@@ -16,20 +16,22 @@ coalesced whenever the axis is not the last one.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from functrans.backends.cuda import scalar_ops
 from functrans.backends.compiler.fusion import AxisStep, Buffer, FallbackStep
+from functrans.primitives import reductions
 
-CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}
-ARG = {"argmax": ">", "argmin": "<"}
+# cumulative primitive -> the monoid its loop combines with
+CUMULATIVE = {reductions.cumsum_p: "add", reductions.cumprod_p: "mul",
+              reductions.cummax_p: "max", reductions.cummin_p: "min"}
+# arg-extremum primitive -> the comparison a better element passes
+ARG = {reductions.argmax_p: ">", reductions.argmin_p: "<"}
 
 
 def lower_along_axis(step: FallbackStep) -> AxisStep | None:
     """An :class:`AxisStep` for a cumulative or arg-extremum fallback step, or None."""
     eqn = step.eqn
-    name = eqn.primitive.name
-    if name not in CUMULATIVE and name not in ARG:
+    primitive = eqn.primitive
+    if primitive not in CUMULATIVE and primitive not in ARG:
         return None
     if step.outputs[0] is None or not isinstance(step.inputs[0], Buffer):
         return None
@@ -38,9 +40,10 @@ def lower_along_axis(step: FallbackStep) -> AxisStep | None:
         return None
     if not operand.shape:
         return None
-    if name in ARG:
-        return AxisStep(name, operand, out, int(eqn.params["axes"][0]))
-    return AxisStep(name, operand, out, int(eqn.params["axis"]), bool(eqn.params["reverse"]))
+    if primitive in ARG:
+        return AxisStep(primitive, operand, out, int(eqn.params["axes"][0]))
+    return AxisStep(primitive, operand, out, int(eqn.params["axis"]),
+                    bool(eqn.params["reverse"]))
 
 
 class AxisWriter:
@@ -62,8 +65,8 @@ class AxisWriter:
         dtype = step.operand.dtype
         position = "(n - 1 - k)" if step.reverse else "k"
         element = f"base + {position} * {inner}LL"
-        if step.name in CUMULATIVE:
-            monoid = CUMULATIVE[step.name]
+        if step.primitive in CUMULATIVE:
+            monoid = CUMULATIVE[step.primitive]
             acc = accumulator_dtype(dtype)
             acc_t = scalar_ops.reg_type(acc)
             cast_value = f"({acc_t}){load_expr(step.operand, 'i')}"
@@ -76,7 +79,7 @@ class AxisWriter:
                     f"    acc = {combine_expr(monoid, dtype, 'acc', cast_value)};",
                     "  " + store_statement(step.out, "i", stored),
                     "  }"]
-        op = ARG[step.name]
+        op = ARG[step.primitive]
         rt = scalar_ops.reg_type(dtype)
         better = f"v {op} best"
         if scalar_ops.is_float(dtype):

@@ -459,7 +459,7 @@ def combine_expr(monoid: str, dtype, a: str, b: str) -> str:
             return f"ft_f{monoid}({a}, {b})"
         return f"({a} {'+' if monoid == 'add' else '*'} {b})"
     if monoid in ("add", "mul"):
-        return scalar_ops.emit(monoid, {}, [a, b], [acc, acc], acc)
+        return scalar_ops.emit(scalar_ops.MONOID_OPS[monoid], {}, [a, b], [acc, acc], acc)
     if monoid in ("max", "min"):
         return f"({a} {'>' if monoid == 'max' else '<'} {b} ? {a} : {b})"
     op = {"and": "&", "or": "|", "xor": "^"}[monoid]

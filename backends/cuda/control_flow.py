@@ -25,6 +25,7 @@ import numpy as np
 from functrans.backends.cuda.scalar_ops import storage_dtype
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program, Step, flat_program
 from functrans.core import ShapedArray, to_numpy
+from functrans.primitives import control_flow as control_prims
 
 
 
@@ -63,9 +64,9 @@ class ControlStep(Step):
     does) or None for dropped results; ``bodies`` the compiled sub-programs: the condition
     and the body of a ``while``, the body of a ``scan``, the branches of a ``cond``."""
 
-    def __init__(self, name: str, inputs, outputs, bodies, params: dict):
-        self.prims = (name,)
-        self.name = name
+    def __init__(self, primitive, inputs, outputs, bodies, params: dict):
+        self.prims = (primitive.name,)
+        self.primitive, self.name = primitive, primitive.name
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.bodies = list(bodies)
@@ -114,11 +115,11 @@ def lower_control(step: FallbackStep, target) -> ControlStep | None:
         return None
     if any(isinstance(x, Buffer) and not x.is_array for x in step.inputs):
         return None
-    name, p = eqn.primitive.name, eqn.params
-    if name == "while":
+    primitive, p = eqn.primitive, eqn.params
+    if primitive is control_prims.while_p:
         closed = [p["cond_jaxpr"], p["body_jaxpr"]]
         params = {"cond_nconsts": int(p["cond_nconsts"]), "body_nconsts": int(p["body_nconsts"])}
-    elif name == "scan":
+    elif primitive is control_prims.scan_p:
         closed = [p["jaxpr"]]
         params = {"num_consts": int(p["num_consts"]), "num_carry": int(p["num_carry"]),
                   "length": int(p["length"]), "reverse": bool(p["reverse"])}
@@ -131,7 +132,7 @@ def lower_control(step: FallbackStep, target) -> ControlStep | None:
         return None
     if any(b is None for b in bodies):
         return None
-    return ControlStep(name, step.inputs, step.outputs, bodies, params)
+    return ControlStep(primitive, step.inputs, step.outputs, bodies, params)
 
 
 # =============================================================================================
@@ -169,7 +170,7 @@ class ControlLaunch:
                 value = np.ascontiguousarray(np.asarray(x))
                 inputs.append(backend.from_host(value.view(storage_dtype(value.dtype))))
         runner = _Runner(backend, self.executables(), key)
-        results = getattr(runner, "run_" + self.step.name)(inputs, self.step.params)
+        results = _RUNS[self.step.primitive](runner, inputs, self.step.params)
         for buf, value in zip(self.step.outputs, results):
             if buf is not None:
                 arrays[buf.id] = value
@@ -225,3 +226,7 @@ class _Runner:
         k = min(max(index, 0), len(self.executables) - 1)  # clamped, as the reference does
         return self.call(k, inputs[1:])
 
+
+# control primitive -> how its step runs
+_RUNS = {control_prims.while_p: _Runner.run_while, control_prims.scan_p: _Runner.run_scan,
+         control_prims.cond_p: _Runner.run_cond}

@@ -39,7 +39,6 @@ __all__ = ["gather_rule", "lower_scatter", "ScatterStep", "ScatterWriter"]
 # combines with a hardware atomicAdd, by the element's dtype
 _ATOMIC_ADD_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np.uint32,
                                              np.int64, np.uint64)}
-_COMBINE_OP = {"add": "add", "mul": "mul", "min": "min", "max": "max"}
 
 
 def lower_scatter(step: FallbackStep, program=None, target=None) -> ScatterStep | None:
@@ -53,7 +52,7 @@ def lower_scatter(step: FallbackStep, program=None, target=None) -> ScatterStep 
     if operand.dtype not in scalar_ops.SUPPORTED_DTYPES or indices.dtype.kind not in "iu" \
             or indices.dtype not in scalar_ops.SUPPORTED_DTYPES or not operand.shape:
         return None
-    return ScatterStep(eqn.primitive.name, operand, indices, updates, step.outputs[0],
+    return ScatterStep(eqn.primitive, operand, indices, updates, step.outputs[0],
                        dict(eqn.params))
 
 
@@ -124,8 +123,8 @@ class ScatterWriter:
         dtype = self.step.out.dtype
         rt, mt = scalar_ops.reg_type(dtype), scalar_ops.mem_type(dtype)
         old = {scalar_ops.FLOAT16: "ft_h2f(old)", scalar_ops.BFLOAT16: "ft_bf2f(old)"}.get(dtype, "old")
-        combined = scalar_ops.emit(_COMBINE_OP[self.step.combine], {}, ["current", "value"],
-                                   [dtype, dtype], dtype)
+        combined = scalar_ops.emit(scalar_ops.MONOID_OPS[self.step.combine], {},
+                                   ["current", "value"], [dtype, dtype], dtype)
         if dtype == scalar_ops.FLOAT16:
             back = f"ft_f2h({combined})"
         elif dtype == scalar_ops.BFLOAT16:

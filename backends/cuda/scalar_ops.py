@@ -1,4 +1,4 @@
-"""CUDA C for each elementwise primitive, keyed by the primitive's name.
+"""CUDA C for each elementwise primitive, keyed by the ``Primitive`` object.
 
 One row per primitive: a function that returns the C expression computing one element from
 its operands' C expressions. The kernels in :mod:`codegen` bind every value to a ``const``
@@ -16,9 +16,9 @@ back to their precision after every operation (the reference computes them in fl
 rounds each result), stored as ``unsigned short`` bit patterns so the generated code needs
 no half-precision headers.
 
-    >>> supports("exp", {}, [np.dtype("float32")], np.dtype("float32"))
+    >>> supports(ew.exp_p, {}, [np.dtype("float32")], np.dtype("float32"))
     True
-    >>> emit("add", {}, ["a", "b"], [np.dtype("int32")] * 2, np.dtype("int32"))
+    >>> emit(ew.add_p, {}, ["a", "b"], [np.dtype("int32")] * 2, np.dtype("int32"))
     '((int)((unsigned int)a + (unsigned int)b))'
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from functrans import _dtypes
+from functrans.primitives import elementwise as ew
 
 BFLOAT16 = _dtypes.bfloat16
 FLOAT16 = np.dtype(np.float16)
@@ -173,12 +174,13 @@ def convert(x: str, src, dst) -> str:
 
 # CUDA math functions: float version (the double one drops the ``f``)
 _FLOAT_MATH = {
-    "exp": "expf", "exp2": "exp2f", "log": "logf", "log1p": "log1pf", "expm1": "expm1f",
-    "tanh": "tanhf", "sin": "sinf", "cos": "cosf", "tan": "tanf", "asin": "asinf",
-    "acos": "acosf", "atan": "atanf", "sinh": "sinhf", "cosh": "coshf", "asinh": "asinhf",
-    "acosh": "acoshf", "atanh": "atanhf", "sqrt": "sqrtf", "cbrt": "cbrtf", "erf": "erff",
-    "erfc": "erfcf", "erf_inv": "erfinvf", "lgamma": "lgammaf", "floor": "floorf",
-    "ceil": "ceilf",
+    ew.exp_p: "expf", ew.exp2_p: "exp2f", ew.log_p: "logf", ew.log1p_p: "log1pf",
+    ew.expm1_p: "expm1f", ew.tanh_p: "tanhf", ew.sin_p: "sinf", ew.cos_p: "cosf",
+    ew.tan_p: "tanf", ew.asin_p: "asinf", ew.acos_p: "acosf", ew.atan_p: "atanf",
+    ew.sinh_p: "sinhf", ew.cosh_p: "coshf", ew.asinh_p: "asinhf", ew.acosh_p: "acoshf",
+    ew.atanh_p: "atanhf", ew.sqrt_p: "sqrtf", ew.cbrt_p: "cbrtf", ew.erf_p: "erff",
+    ew.erfc_p: "erfcf", ew.erf_inv_p: "erfinvf", ew.lgamma_p: "lgammaf", ew.floor_p: "floorf",
+    ew.ceil_p: "ceilf",
 }
 
 
@@ -439,44 +441,51 @@ def _clamp(args, in_dtypes, out_dtype, params, ctx):
 
 
 EMITTERS = {
-    "neg": _neg, "sign": _sign, "round": _round, "is_finite": _is_finite, "rsqrt": _rsqrt,
-    "logistic": _logistic, "digamma": _digamma, "abs": _abs, "square": _square, "not": _not,
-    "population_count": _popcount, "clz": _clz, "real": _identity, "conj": _identity,
-    "imag": _imag, "integer_pow": _integer_pow,
-    "add": _arith("+"), "sub": _arith("-"), "mul": _arith("*"), "div": _div, "rem": _rem,
-    "pow": _float_binary("powf"), "max": _extremum("max"), "min": _extremum("min"),
-    "atan2": _float_binary("atan2f"), "nextafter": _float_binary("nextafterf"),
-    "and": _bitwise("&", "&&"), "or": _bitwise("|", "||"), "xor": _bitwise("^", "!="),
-    "shift_left": _shift_left, "shift_right_logical": _shift_right_logical,
-    "shift_right_arithmetic": _shift_right_arithmetic,
-    "eq": _compare("=="), "ne": _compare("!="), "lt": _compare("<"), "le": _compare("<="),
-    "gt": _compare(">"), "ge": _compare(">="),
-    "convert_element_type": _convert, "select_n": _select_n, "clamp": _clamp,
+    ew.neg_p: _neg, ew.sign_p: _sign, ew.round_p: _round, ew.is_finite_p: _is_finite,
+    ew.rsqrt_p: _rsqrt, ew.logistic_p: _logistic, ew.digamma_p: _digamma, ew.abs_p: _abs,
+    ew.square_p: _square, ew.not_p: _not, ew.population_count_p: _popcount, ew.clz_p: _clz,
+    ew.real_p: _identity, ew.conj_p: _identity, ew.imag_p: _imag,
+    ew.integer_pow_p: _integer_pow,
+    ew.add_p: _arith("+"), ew.sub_p: _arith("-"), ew.mul_p: _arith("*"), ew.div_p: _div,
+    ew.rem_p: _rem, ew.pow_p: _float_binary("powf"), ew.max_p: _extremum("max"),
+    ew.min_p: _extremum("min"), ew.atan2_p: _float_binary("atan2f"),
+    ew.nextafter_p: _float_binary("nextafterf"),
+    ew.and_p: _bitwise("&", "&&"), ew.or_p: _bitwise("|", "||"), ew.xor_p: _bitwise("^", "!="),
+    ew.shift_left_p: _shift_left, ew.shift_right_logical_p: _shift_right_logical,
+    ew.shift_right_arithmetic_p: _shift_right_arithmetic,
+    ew.eq_p: _compare("=="), ew.ne_p: _compare("!="), ew.lt_p: _compare("<"),
+    ew.le_p: _compare("<="), ew.gt_p: _compare(">"), ew.ge_p: _compare(">="),
+    ew.convert_element_type_p: _convert, ew.select_n_p: _select_n, ew.clamp_p: _clamp,
 }
-for _name, _fname in _FLOAT_MATH.items():
-    EMITTERS[_name] = _float_math(_fname)
+for _primitive, _fname in _FLOAT_MATH.items():
+    EMITTERS[_primitive] = _float_math(_fname)
+
+# the scalar operation of each combining monoid that has one (reductions, scatters)
+MONOID_OPS = {"add": ew.add_p, "mul": ew.mul_p, "min": ew.min_p, "max": ew.max_p}
 
 # Rows only defined here for real floats (complex buffers are not supported: they fall back).
-_FLOAT_ONLY = set(_FLOAT_MATH) | {"round", "is_finite", "rsqrt", "logistic", "digamma", "pow",
-                                  "atan2", "nextafter", "real", "imag", "conj"}
+_FLOAT_ONLY = set(_FLOAT_MATH) | {ew.round_p, ew.is_finite_p, ew.rsqrt_p, ew.logistic_p,
+                                  ew.digamma_p, ew.pow_p, ew.atan2_p, ew.nextafter_p, ew.real_p,
+                                  ew.imag_p, ew.conj_p}
 # nextafter steps to the neighbouring float32, not float16/bfloat16: those fall back.
-_NOT_LOW_PRECISION = {"nextafter"}
+_NOT_LOW_PRECISION = {ew.nextafter_p}
 # Results already exact in the operand's precision: no rounding step needed.
-_EXACT = {"neg", "abs", "sign", "floor", "ceil", "round", "real", "conj", "imag", "max", "min",
-          "select_n", "clamp", "convert_element_type", "eq", "ne", "lt", "le", "gt", "ge",
-          "is_finite"}
+_EXACT = {ew.neg_p, ew.abs_p, ew.sign_p, ew.floor_p, ew.ceil_p, ew.round_p, ew.real_p,
+          ew.conj_p, ew.imag_p, ew.max_p, ew.min_p, ew.select_n_p, ew.clamp_p,
+          ew.convert_element_type_p, ew.eq_p, ew.ne_p, ew.lt_p, ew.le_p, ew.gt_p, ew.ge_p,
+          ew.is_finite_p}
 
 
-def supports(name: str, params: dict, in_dtypes, out_dtype) -> bool:
-    """Whether primitive ``name`` on these dtypes has CUDA code here."""
-    if name not in EMITTERS:
+def supports(primitive, params: dict, in_dtypes, out_dtype) -> bool:
+    """Whether ``primitive`` on these dtypes has CUDA code here."""
+    if primitive not in EMITTERS:
         return False
     dtypes = [np.dtype(d) for d in in_dtypes] + [np.dtype(out_dtype)]
     if any(d not in SUPPORTED_DTYPES for d in dtypes):
         return False
-    if name in _FLOAT_ONLY and not all(is_float(d) for d in dtypes if d != np.bool_):
+    if primitive in _FLOAT_ONLY and not all(is_float(d) for d in dtypes if d != np.bool_):
         return False
-    if name in _NOT_LOW_PRECISION and any(is_low_precision(d) for d in dtypes):
+    if primitive in _NOT_LOW_PRECISION and any(is_low_precision(d) for d in dtypes):
         return False
     return True
 
@@ -488,14 +497,15 @@ class _NoStatements:
         return expr
 
 
-def emit(name: str, params: dict, args, in_dtypes, out_dtype, ctx=None) -> str:
-    """The C expression of primitive ``name`` on operand expressions ``args``.
+def emit(primitive, params: dict, args, in_dtypes, out_dtype, ctx=None) -> str:
+    """The C expression of ``primitive`` on operand expressions ``args``.
 
     ``ctx.bind(dtype, expr)`` (if given) binds an intermediate to a local and returns its
     name; rows with several steps (``integer_pow``, ``clamp``) use it."""
     in_dtypes = [np.dtype(d) for d in in_dtypes]
     out_dtype = np.dtype(out_dtype)
-    expr = EMITTERS[name](list(args), in_dtypes, out_dtype, dict(params), ctx or _NoStatements())
-    if is_low_precision(out_dtype) and name not in _EXACT:
+    expr = EMITTERS[primitive](list(args), in_dtypes, out_dtype, dict(params),
+                               ctx or _NoStatements())
+    if is_low_precision(out_dtype) and primitive not in _EXACT:
         expr = round_to(out_dtype, expr)
     return expr

@@ -18,17 +18,20 @@ import numpy as np
 
 from functrans.backends.llvm import scalar_ops
 from functrans.backends.compiler.fusion import AxisStep, Buffer, FallbackStep
+from functrans.primitives import reductions
 
-CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}
+# cumulative primitive -> the monoid its loop combines with
+CUMULATIVE = {reductions.cumsum_p: "add", reductions.cumprod_p: "mul",
+              reductions.cummax_p: "max", reductions.cummin_p: "min"}
 I64 = ir.IntType(64)
 
 
 class CumulativeStep(AxisStep):
     """``out = primitive(operand)`` along ``axis`` (from the end if ``reverse``)."""
 
-    def __init__(self, name, operand: Buffer, out: Buffer, axis: int, reverse: bool):
-        super().__init__(name, operand, out, axis, reverse)
-        self.monoid = CUMULATIVE[name]
+    def __init__(self, primitive, operand: Buffer, out: Buffer, axis: int, reverse: bool):
+        super().__init__(primitive, operand, out, axis, reverse)
+        self.monoid = CUMULATIVE[primitive]
 
     def emit(self, mb, b: ir.IRBuilder, pointer, table):
         if self.outer * self.n * self.inner == 0:
@@ -72,8 +75,7 @@ class CumulativeStep(AxisStep):
 def lower_cumulative(step: FallbackStep, target) -> CumulativeStep | None:
     """A :class:`CumulativeStep` for a cumulative fallback step, or None."""
     eqn = step.eqn
-    name = eqn.primitive.name
-    if name not in CUMULATIVE or step.outputs[0] is None:
+    if eqn.primitive not in CUMULATIVE or step.outputs[0] is None:
         return None
     operand = step.inputs[0]
     if not isinstance(operand, Buffer) or not operand.shape:
@@ -81,5 +83,5 @@ def lower_cumulative(step: FallbackStep, target) -> CumulativeStep | None:
     if operand.dtype not in scalar_ops.SUPPORTED_DTYPES or operand.dtype == np.bool_ \
             or not target.dtype_supported(operand.dtype):
         return None
-    return CumulativeStep(name, operand, step.outputs[0], int(eqn.params["axis"]),
+    return CumulativeStep(eqn.primitive, operand, step.outputs[0], int(eqn.params["axis"]),
                           bool(eqn.params["reverse"]))

@@ -36,12 +36,9 @@ from functrans.backends.llvm import donation
 from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             Step, unique_buffers)
 from functrans.core import ClosedJaxpr, ShapedArray
-from functrans.backends.llvm.along_axis import CUMULATIVE, lower_cumulative
-from functrans.backends.llvm.indexing import lower_scatter
-from functrans.backends.llvm.lapack import PRIMITIVES as LINALG
-from functrans.backends.llvm.lapack import lower_linalg
 from functrans.backends.llvm.scalar_ops import mem_type
-from functrans.backends.llvm.sorting import lower_sort, SortStep
+from functrans.backends.llvm.sorting import SortStep
+from functrans.primitives import control_flow as control_prims
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
@@ -359,8 +356,7 @@ def lower_control_flow(program: Program, target, in_body: bool = False) -> Progr
     ``program``), by the lowering table (:data:`lowering.STEPS`): control flow whose bodies
     compile natively, scatters, cumulative reductions, direct convolutions, cholesky and
     triangular solves, and sorts (``in_body``: inside a loop or branch body)."""
-    from functrans.backends.llvm.lowering import STEPS
-    from functrans.backends.llvm.sorting import SortStep
+    from functrans.backends.llvm.lowering import STEPS  # deferred: lowering -> control_flow
     output_ids = {b.id for b in program.outputs if isinstance(b, Buffer)}
     for index, step in enumerate(program.steps):
         if not isinstance(step, FallbackStep) or step.eqn.primitive not in STEPS:
@@ -403,10 +399,10 @@ def lower_control(step: FallbackStep, program: Program, target):
     if not all(isinstance(v.aval, ShapedArray) and target.dtype_supported(v.aval.dtype)
                for v in list(eqn.invars) + list(eqn.outvars)):
         return None
-    name, p = eqn.primitive.name, eqn.params
-    if name == "while":
+    primitive, p = eqn.primitive, eqn.params
+    if primitive is control_prims.while_p:
         bodies = [compile_body(p["cond_jaxpr"], target), compile_body(p["body_jaxpr"], target)]
-    elif name == "scan":
+    elif primitive is control_prims.scan_p:
         bodies = [compile_body(p["jaxpr"], target)]
     else:
         bodies = [compile_body(branch, target) for branch in p["branches"]]
@@ -417,9 +413,9 @@ def lower_control(step: FallbackStep, program: Program, target):
         return None
     outputs = list(step.outputs)
     avals = [v.aval for v in eqn.outvars]
-    if name == "while":
+    if primitive is control_prims.while_p:
         return WhileStep(inputs, outputs, avals, *bodies, p["cond_nconsts"], p["body_nconsts"])
-    if name == "scan":
+    if primitive is control_prims.scan_p:
         return ScanStep(inputs, outputs, avals[:p["num_carry"]], *bodies, p["num_consts"],
                         p["num_carry"], int(p["length"]), bool(p["reverse"]))
     return CondStep(inputs, outputs, bodies)

@@ -17,8 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.core import ShapedArray
-
-PRIMITIVES = ("while", "scan", "cond")
+from functrans.primitives import control_flow as control_prims
 
 
 def driver_for(eqn):
@@ -27,8 +26,7 @@ def driver_for(eqn):
     avals = [v.aval for v in list(eqn.invars) + list(eqn.outvars)]
     if not all(isinstance(a, ShapedArray) for a in avals):
         return None
-    kind = {"scan": _Scan, "while": _While, "cond": _Cond}[eqn.primitive.name]
-    return kind(**eqn.params)
+    return DRIVERS[eqn.primitive](**eqn.params)
 
 
 def _compile(closed):
@@ -80,3 +78,8 @@ class _Cond:
     def __call__(self, index, *operands):
         i = int(np.clip(np.asarray(index), 0, len(self.branches) - 1))
         return self.branches[i](*operands)
+
+
+# control primitive -> the Python loop that drives its compiled bodies
+DRIVERS = {control_prims.while_p: _While, control_prims.scan_p: _Scan,
+           control_prims.cond_p: _Cond}

@@ -15,6 +15,11 @@ import numpy as np
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.fusion import FallbackStep, Program
 from functrans.backends.compiler.indexing import ScatterStep, scatter_operands
+from functrans.primitives import indexing as indexing_prims
+
+# scatters whose combine has no boolean code here: on booleans NumPy runs them
+_NO_BOOL = (indexing_prims.scatter_mul_p, indexing_prims.scatter_min_p,
+            indexing_prims.scatter_max_p)
 
 
 class ScatterLoop(ScatterStep):
@@ -51,10 +56,9 @@ def lower_scatter(step: FallbackStep, program: Program, target):
     if operand.dtype.kind not in "biuf" or not target.dtype_supported(operand.dtype) \
             or indices.dtype.kind not in "iu" or not target.dtype_supported(indices.dtype):
         return None
-    if eqn.primitive.name in ("scatter_min", "scatter_max", "scatter_mul") and \
-            operand.dtype == np.bool_:
+    if eqn.primitive in _NO_BOOL and operand.dtype == np.bool_:
         return None
     if len(operand.shape) == 0:
         return None
-    return ScatterLoop(eqn.primitive.name, operand, indices, updates, step.outputs[0],
+    return ScatterLoop(eqn.primitive, operand, indices, updates, step.outputs[0],
                        dict(eqn.params))

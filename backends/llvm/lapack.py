@@ -23,11 +23,12 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, unique_buffers
+from functrans.primitives import linalg
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P, I32P = I8.as_pointer(), I32.as_pointer()
 F32, F64 = ir.FloatType(), ir.DoubleType()
-PRIMITIVES = ("cholesky", "triangular_solve")
+PRIMITIVES = (linalg.cholesky_p, linalg.triangular_solve_p)
 
 
 def _float_type(dtype):
@@ -139,13 +140,12 @@ class TriangularSolveStep(_MatrixStep):
 def lower_linalg(step: FallbackStep):
     """A native step for a ``cholesky`` or ``triangular_solve`` fallback step, or None."""
     eqn = step.eqn
-    name = eqn.primitive.name
-    if name not in PRIMITIVES or step.outputs[0] is None:
+    if eqn.primitive not in PRIMITIVES or step.outputs[0] is None:
         return None
     if not all(isinstance(x, Buffer) and x.is_array for x in step.inputs):
         return None
     if any(x.dtype not in (np.float32, np.float64) for x in step.inputs):
         return None
-    if name == "cholesky":
+    if eqn.primitive is linalg.cholesky_p:
         return CholeskyStep(step.inputs[0], step.outputs[0])
     return TriangularSolveStep(step.inputs[0], step.inputs[1], step.outputs[0], eqn.params)

@@ -5,7 +5,8 @@ movement, reductions and ``dot_general`` into loop kernels and BLAS calls. Every
 that instead becomes a native step of its own is a row of :data:`STEPS`: its lowering takes
 the NumPy fallback step the fusion pass left, and returns the native step, or None when
 this instance (its dtypes, a body that needs NumPy) stays on the host. A primitive in
-neither place runs its NumPy implementation between compiled segments.
+neither place runs its NumPy implementation between compiled segments, and is a row of
+:data:`HOST` with the reason, as is one that stays on the host for some instances.
 
     >>> from functrans.primitives.sorting import sort_p
     >>> sort_p in STEPS
@@ -13,12 +14,13 @@ neither place runs its NumPy implementation between compiled segments.
 """
 from __future__ import annotations
 
+from functrans import lax
 from functrans.backends.compiler import lowering
 from functrans.backends.llvm import (along_axis, control_flow, convolution, indexing, lapack,
                                      scalar_ops, sorting)
 from functrans.primitives import control_flow as control_prims
 from functrans.primitives import indexing as indexing_prims
-from functrans.primitives import linalg, reductions
+from functrans.primitives import linalg, linalg_schur, reductions
 from functrans.primitives.sorting import sort_p
 
 
@@ -63,9 +65,24 @@ STEPS = {
 }
 
 # primitives fused by rules of this backend's own (the shared table lacks them)
-EXTRA_FUSED = ("gather",)
+EXTRA_FUSED = (indexing_prims.gather_p,)
+
+_NO_LAPACK = ("only cholesky and triangular_solve are linked from LAPACK: the other "
+              "decompositions run NumPy/SciPy")
+# primitive -> why this backend leaves it (or some of its instances) to NumPy
+HOST = {
+    **lowering.SHARED_HOST,
+    lax.digamma_p: lowering.NO_SCALAR_CODE,
+    lax.erf_inv_p: "float64 erf_inv has no scalar code (float32 is native)",
+    **{p: _NO_LAPACK for p in (linalg.lu_p, linalg.qr_p, linalg.eigh_p, linalg.svd_p,
+                               linalg_schur.schur_p, linalg_schur.hessenberg_p)},
+    sort_p: ("short lines at the top level are sorted by NumPy (as fast); lines of "
+             "RADIX_MIN_LENGTH and more, and sorts in loop bodies, are native"),
+    lax.conv_general_dilated_p: ("decomposed into im2col + BLAS only without batch "
+                                 "grouping and input dilation; other convolutions run NumPy"),
+}
 
 
 def native_kind(primitive) -> str:
-    """``fused``, ``reduce``, ``dot``, ``step`` or ``host``: where ``primitive`` runs."""
+    """Where ``primitive`` runs: see :func:`lowering.native_kind`."""
     return lowering.native_kind(primitive, STEPS, scalar_ops.EMITTERS, EXTRA_FUSED)

@@ -109,7 +109,7 @@ def _run_loops_on_host(program: fusion.Program) -> fusion.Program:
     bodies compiled on their own (:mod:`host_loops`)."""
     for step in program.steps:
         if isinstance(step, fusion.FallbackStep) and \
-                step.eqn.primitive.name in host_loops.PRIMITIVES:
+                step.eqn.primitive in host_loops.DRIVERS:
             step.driver = host_loops.driver_for(step.eqn)
     return program
 

@@ -1,4 +1,4 @@
-"""Scalar code for each elementwise primitive, keyed by the primitive's name.
+"""Scalar code for each elementwise primitive, keyed by the ``Primitive`` object.
 
 One row per primitive: a function that emits the LLVM IR computing one element from its
 operands' elements. Loops in :mod:`codegen` call these inside their bodies; LLVM then
@@ -9,7 +9,7 @@ propagate NaN, ...).
 
 Registers hold ``bool`` as ``i1``; memory holds it as one byte.
 
-    >>> supports("exp", {}, [np.dtype("float32")], np.dtype("float32"))
+    >>> supports(ew.exp_p, {}, [np.dtype("float32")], np.dtype("float32"))
     True
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm.vector_math import F32, F64, MathLibrary
-from functrans.backends.llvm import exprs as E
+from functrans.backends.compiler import exprs as E
+from functrans.primitives import elementwise as ew
 
 SUPPORTED_DTYPES = {np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
                                            np.uint8, np.uint16, np.uint32, np.uint64,
@@ -86,20 +87,24 @@ class ScalarContext:
 # The table
 # =============================================================================================
 
-_FLOAT_MATH = ("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan",
-               "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf",
-               "erfc", "lgamma", "cbrt")
+# float functions of the math library (:mod:`vector_math`), which names them as the primitive
+_FLOAT_MATH = (ew.exp_p, ew.exp2_p, ew.log_p, ew.log1p_p, ew.expm1_p, ew.tanh_p, ew.logistic_p,
+               ew.sin_p, ew.cos_p, ew.tan_p, ew.asin_p, ew.acos_p, ew.atan_p, ew.sinh_p,
+               ew.cosh_p, ew.asinh_p, ew.acosh_p, ew.atanh_p, ew.erf_p, ew.erfc_p, ew.lgamma_p,
+               ew.cbrt_p)
 
 
 # float32 sin/cos/tan reduce their argument in float64, accurate for |x| below this
 TRIG_FAST_LIMIT = 2.0 ** 26
-GUARDED = ("sin", "cos", "tan")
+GUARDED = (ew.sin_p, ew.cos_p, ew.tan_p)
 
 
-def _float_math(name):
+def _float_math(primitive):
+    name, guarded = primitive.name, primitive in GUARDED
+
     def emit(ctx, args, in_dtypes, out_dtype, params):
         x, = args
-        if name in GUARDED and x.type == F32:
+        if guarded and x.type == F32:
             if ctx.exact:
                 return ctx.math.libm(ctx.b, name, in_dtypes[0], x)
             big = ctx.b.fcmp_ordered(">", ctx.intrinsic("llvm.fabs", F32, x),
@@ -119,7 +124,6 @@ def _lgamma(ctx, args, in_dtypes, out_dtype, params):
 
 def needs_guard(nodes) -> bool:
     """Whether expression ``nodes`` use a function with a guarded fast path."""
-    from functrans.backends.compiler import exprs as E
     return any(isinstance(n, E.ScalarExpr) and n.kind == "op" and n.args[0] in GUARDED
                and n.dtype == np.float32 for n in E.postorder(nodes))
 
@@ -386,48 +390,49 @@ def _clamp(ctx, args, in_dtypes, out_dtype, params):
 
 
 EMITTERS = {
-    "neg": _neg, "sign": _sign, "floor": _unary_intrinsic("llvm.floor"),
-    "ceil": _unary_intrinsic("llvm.ceil"), "round": _round, "is_finite": _is_finite,
-    "sqrt": _sqrt, "rsqrt": _rsqrt, "abs": _abs, "square": _square, "not": _not,
-    "population_count": _popcount, "clz": _clz, "real": _identity, "conj": _identity,
-    "imag": _imag, "integer_pow": _integer_pow,
-    "add": _arith("fadd", "add"), "sub": _arith("fsub", "sub"), "mul": _arith("fmul", "mul"),
-    "div": _div, "rem": _rem, "pow": _pow, "max": _extremum("max"), "min": _extremum("min"),
-    "atan2": _float_binary_libm("atan2"), "nextafter": _float_binary_libm("nextafter"),
-    "and": _bitwise("and_"), "or": _bitwise("or_"), "xor": _bitwise("xor"),
-    "shift_left": _shift("left"), "shift_right_logical": _shift("logical"),
-    "shift_right_arithmetic": _shift("arithmetic"),
-    "eq": _compare("eq"), "ne": _compare("ne"), "lt": _compare("lt"), "le": _compare("le"),
-    "gt": _compare("gt"), "ge": _compare("ge"),
-    "convert_element_type": _convert, "select_n": _select_n, "clamp": _clamp,
+    ew.neg_p: _neg, ew.sign_p: _sign, ew.floor_p: _unary_intrinsic("llvm.floor"),
+    ew.ceil_p: _unary_intrinsic("llvm.ceil"), ew.round_p: _round, ew.is_finite_p: _is_finite,
+    ew.sqrt_p: _sqrt, ew.rsqrt_p: _rsqrt, ew.abs_p: _abs, ew.square_p: _square, ew.not_p: _not,
+    ew.population_count_p: _popcount, ew.clz_p: _clz, ew.real_p: _identity,
+    ew.conj_p: _identity, ew.imag_p: _imag, ew.integer_pow_p: _integer_pow,
+    ew.add_p: _arith("fadd", "add"), ew.sub_p: _arith("fsub", "sub"),
+    ew.mul_p: _arith("fmul", "mul"), ew.div_p: _div, ew.rem_p: _rem, ew.pow_p: _pow,
+    ew.max_p: _extremum("max"), ew.min_p: _extremum("min"),
+    ew.atan2_p: _float_binary_libm("atan2"), ew.nextafter_p: _float_binary_libm("nextafter"),
+    ew.and_p: _bitwise("and_"), ew.or_p: _bitwise("or_"), ew.xor_p: _bitwise("xor"),
+    ew.shift_left_p: _shift("left"), ew.shift_right_logical_p: _shift("logical"),
+    ew.shift_right_arithmetic_p: _shift("arithmetic"),
+    ew.eq_p: _compare("eq"), ew.ne_p: _compare("ne"), ew.lt_p: _compare("lt"),
+    ew.le_p: _compare("le"), ew.gt_p: _compare("gt"), ew.ge_p: _compare("ge"),
+    ew.convert_element_type_p: _convert, ew.select_n_p: _select_n, ew.clamp_p: _clamp,
 }
-for _name in _FLOAT_MATH:
-    EMITTERS[_name] = _float_math(_name)
-EMITTERS["lgamma"] = _lgamma
-EMITTERS["erf_inv"] = _float_math("erf_inv")  # float32 only: inline polynomial (no libm)
+for _primitive in _FLOAT_MATH:
+    EMITTERS[_primitive] = _float_math(_primitive)
+EMITTERS[ew.lgamma_p] = _lgamma
+EMITTERS[ew.erf_inv_p] = _float_math(ew.erf_inv_p)  # float32 only: inline polynomial (no libm)
 
 # Rows that only exist for float dtypes (the shape rules allow complex too; complex buffers
 # are not supported here, so they fall back).
-_FLOAT_ONLY = set(_FLOAT_MATH) | {"floor", "ceil", "round", "is_finite", "sqrt", "rsqrt",
-                                  "pow", "atan2", "nextafter", "real", "imag", "conj",
-                                  "erf_inv"}
+_FLOAT_ONLY = set(_FLOAT_MATH) | {ew.floor_p, ew.ceil_p, ew.round_p, ew.is_finite_p, ew.sqrt_p,
+                                  ew.rsqrt_p, ew.pow_p, ew.atan2_p, ew.nextafter_p, ew.real_p,
+                                  ew.imag_p, ew.conj_p, ew.erf_inv_p}
 
 
-def supports(name: str, params: dict, in_dtypes, out_dtype) -> bool:
-    """Whether ``name`` on these dtypes has scalar code here."""
-    if name not in EMITTERS:
+def supports(primitive, params: dict, in_dtypes, out_dtype) -> bool:
+    """Whether ``primitive`` on these dtypes has scalar code here."""
+    if primitive not in EMITTERS:
         return False
     dtypes = [np.dtype(d) for d in in_dtypes] + [np.dtype(out_dtype)]
     if any(d not in SUPPORTED_DTYPES for d in dtypes):
         return False
-    if name in _FLOAT_ONLY and not all(_is_float(d) for d in dtypes if d != np.bool_):
+    if primitive in _FLOAT_ONLY and not all(_is_float(d) for d in dtypes if d != np.bool_):
         return False
-    if name == "erf_inv" and any(d != np.float32 for d in dtypes):
+    if primitive is ew.erf_inv_p and any(d != np.float32 for d in dtypes):
         return False  # float64 has no inline code and libm has no erfinv: NumPy runs it
     return True
 
 
-def emit(ctx: ScalarContext, name: str, params: dict, args, in_dtypes, out_dtype):
-    """Emit primitive ``name`` on register values ``args``; returns the result value."""
-    return EMITTERS[name](ctx, list(args), [np.dtype(d) for d in in_dtypes], np.dtype(out_dtype),
-                          dict(params))
+def emit(ctx: ScalarContext, primitive, params: dict, args, in_dtypes, out_dtype):
+    """Emit ``primitive`` on register values ``args``; returns the result value."""
+    return EMITTERS[primitive](ctx, list(args), [np.dtype(d) for d in in_dtypes],
+                               np.dtype(out_dtype), dict(params))

@@ -27,6 +27,7 @@ import numpy as np
 
 from functrans.backends.llvm import scalar_ops
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program, Step, unique_buffers
+from functrans.primitives.sorting import sort_p
 
 I1, I64 = ir.IntType(1), ir.IntType(64)
 RADIX = 256  # one byte per counting pass
@@ -251,7 +252,7 @@ def lower_sort(step: FallbackStep, program: Program, target,
     # deferred: backends.llvm.control_flow -> backends.llvm.sorting at import
     from functrans.backends.llvm.control_flow import _new_buffer
     eqn = step.eqn
-    if eqn.primitive.name != "sort":
+    if eqn.primitive is not sort_p:
         return None
     operands = step.inputs
     if not all(isinstance(x, Buffer) and x.is_array for x in operands) or not operands[0].shape:

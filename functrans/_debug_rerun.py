@@ -42,7 +42,7 @@ def _first_bad_equation(jaxpr, consts, args):
 
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
-        outs = eqn.primitive.impl(*ins, **eqn.params)
+        outs = eqn.primitive.run_impl(*ins, **eqn.params)
         outs = outs if eqn.primitive.multiple_results else [outs]
         for v, o in zip(eqn.outvars, outs):
             env[id(v)] = np.asarray(o)

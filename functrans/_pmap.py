@@ -752,7 +752,7 @@ class _PmapProgram:
                     for v, o in zip(step.outputs, outs):
                         env[id(v)] = o
                 else:
-                    out = step.primitive.impl(*[read(v) for v in step.invars], **step.params)
+                    out = step.primitive.run_impl(*[read(v) for v in step.invars], **step.params)
                     (v,) = step.outvars
                     env[id(v)] = placement.collective_result(member, out, v.aval)
         return [read(v) for v in self.outvars]

@@ -446,6 +446,12 @@ class Primitive:
             return [full_lower(o) for o in outs]
         return full_lower(outs)
 
+    def run_impl(self, *values, **params):
+        """The reference implementation on NumPy values, with NumPy's floating-point warnings
+        off: as in JAX, ``inf - inf`` or ``0 / 0`` is a NaN, not a RuntimeWarning."""
+        with np.errstate(all="ignore"):
+            return self.impl(*values, **params)
+
     # Decorators to declare rules next to each other.
     def def_impl(self, f):
         self.impl = f
@@ -839,7 +845,7 @@ def eval_primitive(primitive, args, params):
     if primitive.impl is None:
         raise NotImplementedError(f"primitive {primitive.name} has no reference implementation")
     values = [to_numpy(a, av) for a, av in zip(args, avals)]
-    out = primitive.impl(*values, **params)
+    out = primitive.run_impl(*values, **params)
     outs = out if primitive.multiple_results else [out]
     wrapped = [wrap_array(o, a) for o, a in zip(outs, out_avals)]
     if _debug_checks.enabled():
@@ -924,7 +930,7 @@ def eval_jaxpr_numpy(jaxpr: Jaxpr, consts, args) -> list:
 
     for eqn in jaxpr.eqns:
         prim = eqn.primitive
-        outs = prim.impl(*[read(v) for v in eqn.invars], **eqn.params)
+        outs = prim.run_impl(*[read(v) for v in eqn.invars], **eqn.params)
         if not prim.multiple_results:
             outs = [outs]
         for v, o in zip(eqn.outvars, outs):

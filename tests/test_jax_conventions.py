@@ -224,3 +224,14 @@ def test_samplers_warn_for_64_bit_dtypes_with_x64_off():
         with pytest.warns(UserWarning, match="Explicitly requested dtype (float|int)64 is not "
                                              "available"):
             sample(np.float64)
+
+
+def test_nan_and_inf_arithmetic_warns_nothing():
+    # JAX computes inf - inf and 0 / 0 silently: no NumPy RuntimeWarning, eager or compiled
+    x = jnp.array([np.inf, -np.inf], jnp.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(float(jnp.sum(x)))
+        assert np.isnan(float(functrans.jit(jnp.mean)(x)))
+        assert np.isnan(np.asarray(jnp.array([0.0]) / 0.0)).all()
+        assert np.isnan(float(functrans.jit(lambda v: jnp.fft.fft(v)[0].real)(x)))

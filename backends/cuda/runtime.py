@@ -345,7 +345,7 @@ class CudaExecutable:
         ins = [_logical(backend.to_host(array_of(x)), x) if isinstance(x, Buffer) else x
                for x in step.inputs]
         prim = step.eqn.primitive
-        outs = prim.impl(*ins, **step.eqn.params)
+        outs = prim.run_impl(*ins, **step.eqn.params)
         if not prim.multiple_results:
             outs = [outs]
         for buf, value in zip(step.outputs, outs):

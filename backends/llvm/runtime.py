@@ -243,7 +243,7 @@ class Executable:
         if step.driver is not None:  # control flow around compiled bodies
             outs = step.driver(*ins)
         else:
-            outs = eqn.primitive.impl(*ins, **eqn.params)
+            outs = eqn.primitive.run_impl(*ins, **eqn.params)
         if not eqn.primitive.multiple_results:
             outs = [outs]
         for b, o in zip(step.outputs, outs):

@@ -7,7 +7,6 @@ import functools
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import Tracer, get_aval
 from functrans.numpy import _ufuncs as uf
@@ -19,6 +18,9 @@ from functrans.primitives import structural
 from functrans._api import vmap
 from functrans.numpy._reductions import all as all_
 from functrans.numpy._shape import broadcast_arrays, moveaxis
+from functrans.numpy._creation import asarray, full
+from functrans.numpy._shape import broadcast_to
+from functrans.numpy._ufuncs import where
 
 
 def _dtype_of(x):
@@ -271,12 +273,12 @@ def piecewise(x, condlist, funclist, *args, **kw):
         >>> jnp.piecewise(x, [x < 0, x > 1], [lambda v: -v, lambda v: v * 10, 0.0])
         Array([ 2.,  0., 30.], dtype=float32)
     """
-    x = jnp.asarray(x)
-    conditions = jnp.asarray(condlist, dtype=bool)
+    x = asarray(x)
+    conditions = asarray(condlist, dtype=bool)
     # a single condition array (same shape as x) means one condition, as in NumPy
     if conditions.ndim == x.ndim:
         conditions = conditions[None]
-    conditions = jnp.broadcast_to(conditions, (conditions.shape[0],) + x.shape)
+    conditions = broadcast_to(conditions, (conditions.shape[0],) + x.shape)
     n_cond, n_func = conditions.shape[0], len(funclist)
     if n_func == n_cond + 1:
         default, funclist = funclist[-1], list(funclist[:-1])
@@ -288,11 +290,11 @@ def piecewise(x, condlist, funclist, *args, **kw):
 
     def evaluate(f):
         if not callable(f):
-            return jnp.full(x.shape, f, dtype=x.dtype)
-        per_element = jnp.vectorize(lambda v: jnp.asarray(f(v, *args, **kw)).astype(x.dtype))
-        return jnp.broadcast_to(per_element(x), x.shape)
+            return full(x.shape, f, dtype=x.dtype)
+        per_element = vectorize(lambda v: asarray(f(v, *args, **kw)).astype(x.dtype))
+        return broadcast_to(per_element(x), x.shape)
 
     out = evaluate(default)
     for i, f in enumerate(funclist):
-        out = jnp.where(conditions[i], evaluate(f), out)
+        out = where(conditions[i], evaluate(f), out)
     return out

@@ -10,8 +10,11 @@ import builtins
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes
+from functrans.numpy._creation import asarray
+from functrans.numpy._reductions import sum as sum_
+from functrans.numpy._shape import moveaxis, pad, ravel, reshape
+from functrans.numpy._ufuncs import left_shift, right_shift
 
 
 def _bit_weights(bitorder, name):
@@ -29,20 +32,20 @@ def packbits(a, axis=None, bitorder: str = "big"):
         >>> jnp.packbits(jnp.array([True, False, True]))
         Array([160], dtype=uint8)
     """
-    a = jnp.asarray(a)
+    a = asarray(a)
     if not (_dtypes.is_integer(a.dtype) or a.dtype == np.bool_):
         raise TypeError(f"jnp.packbits: expected an integer or boolean array, got {a.dtype}")
     shifts = _bit_weights(bitorder, "packbits")
     if axis is None:
-        a, axis = jnp.ravel(a), 0
+        a, axis = ravel(a), 0
     axis = int(axis) % builtins.max(a.ndim, 1)
-    bits = jnp.moveaxis((a != 0).astype(np.uint8), axis, -1)
+    bits = moveaxis((a != 0).astype(np.uint8), axis, -1)
     n = bits.shape[-1]
     padded = -(-n // 8) * 8
-    bits = jnp.pad(bits, [(0, 0)] * (bits.ndim - 1) + [(0, padded - n)])
-    bits = jnp.reshape(bits, bits.shape[:-1] + (padded // 8, 8))
-    packed = jnp.sum(jnp.left_shift(bits, jnp.asarray(shifts)), axis=-1, dtype=np.uint8)
-    return jnp.moveaxis(packed, -1, axis)
+    bits = pad(bits, [(0, 0)] * (bits.ndim - 1) + [(0, padded - n)])
+    bits = reshape(bits, bits.shape[:-1] + (padded // 8, 8))
+    packed = sum_(left_shift(bits, asarray(shifts)), axis=-1, dtype=np.uint8)
+    return moveaxis(packed, -1, axis)
 
 
 def unpackbits(a, axis=None, count=None, bitorder: str = "big"):
@@ -54,22 +57,22 @@ def unpackbits(a, axis=None, count=None, bitorder: str = "big"):
         >>> jnp.unpackbits(jnp.array([160], dtype=jnp.uint8), count=3)
         Array([1, 0, 1], dtype=uint8)
     """
-    a = jnp.asarray(a)
+    a = asarray(a)
     if a.dtype != np.uint8:
         raise TypeError(f"jnp.unpackbits: expected a uint8 array, got {a.dtype}")
     shifts = _bit_weights(bitorder, "unpackbits")
     if axis is None:
-        a, axis = jnp.ravel(a), 0
+        a, axis = ravel(a), 0
     axis = int(axis) % builtins.max(a.ndim, 1)
-    moved = jnp.moveaxis(a, axis, -1)
-    bits = jnp.right_shift(moved[..., None], jnp.asarray(shifts)) & np.uint8(1)
-    bits = jnp.reshape(bits, moved.shape[:-1] + (moved.shape[-1] * 8,))
+    moved = moveaxis(a, axis, -1)
+    bits = right_shift(moved[..., None], asarray(shifts)) & np.uint8(1)
+    bits = reshape(bits, moved.shape[:-1] + (moved.shape[-1] * 8,))
     if count is not None:
         count = int(count)
         total = bits.shape[-1]
         keep = count if count >= 0 else builtins.max(total + count, 0)
         if keep > total:
-            bits = jnp.pad(bits, [(0, 0)] * (bits.ndim - 1) + [(0, keep - total)])
+            bits = pad(bits, [(0, 0)] * (bits.ndim - 1) + [(0, keep - total)])
         else:
             bits = bits[..., :keep]
-    return jnp.moveaxis(bits, -1, axis)
+    return moveaxis(bits, -1, axis)

@@ -9,7 +9,6 @@ import string
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import get_aval
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axis,
@@ -20,6 +19,8 @@ from functrans.primitives import structural
 from functrans.numpy._shape import (broadcast_arrays, diagonal, moveaxis, ravel, slice_along_axis,
                                     stack)
 from functrans.numpy._ufuncs import conjugate, multiply, subtract
+from functrans.numpy._creation import asarray
+from functrans.numpy._ufuncs import conj
 
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
@@ -451,14 +452,14 @@ def matvec(x1, x2, /):
         >>> matvec(jnp.array([[1.0, 2.0], [3.0, 4.0]]), jnp.array([1.0, 1.0]))
         Array([3., 7.], dtype=float32)
     """
-    x1, x2 = jnp.asarray(x1), jnp.asarray(x2)
+    x1, x2 = asarray(x1), asarray(x2)
     if x1.ndim < 2 or x2.ndim < 1:
         raise ValueError(f"jnp.matvec: needs a matrix (..., m, n) and a vector (..., n), got "
                          f"shapes {x1.shape} and {x2.shape}")
     if x1.shape[-1] != x2.shape[-1]:
         raise ValueError(f"jnp.matvec: the contracted sizes differ: x1 has shape {x1.shape} "
                          f"and x2 has shape {x2.shape}")
-    return jnp.matmul(x1, x2[..., None])[..., 0]
+    return matmul(x1, x2[..., None])[..., 0]
 
 
 def vecmat(x1, x2, /):
@@ -468,14 +469,14 @@ def vecmat(x1, x2, /):
         >>> vecmat(jnp.array([1.0, 1.0]), jnp.array([[1.0, 2.0], [3.0, 4.0]]))
         Array([4., 6.], dtype=float32)
     """
-    x1, x2 = jnp.asarray(x1), jnp.asarray(x2)
+    x1, x2 = asarray(x1), asarray(x2)
     if x1.ndim < 1 or x2.ndim < 2:
         raise ValueError(f"jnp.vecmat: needs a vector (..., n) and a matrix (..., n, m), got "
                          f"shapes {x1.shape} and {x2.shape}")
     if x1.shape[-1] != x2.shape[-2]:
         raise ValueError(f"jnp.vecmat: the contracted sizes differ: x1 has shape {x1.shape} "
                          f"and x2 has shape {x2.shape}")
-    return jnp.matmul(jnp.conj(x1)[..., None, :], x2)[..., 0, :]
+    return matmul(conj(x1)[..., None, :], x2)[..., 0, :]
 
 
 # =============================================================================================

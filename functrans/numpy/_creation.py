@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes, core
 from functrans._array import Array, host_to_array
 from functrans.core import ConcretizationTypeError, Tracer, canonicalize_shape, get_aval
@@ -16,6 +15,7 @@ from functrans.primitives import elementwise, structural
 from functrans.numpy import _ufuncs as uf
 from functrans.numpy._shape import diagonal, moveaxis, pad, stack
 from functrans.numpy._ufuncs import power
+from functrans.numpy._sorting import nonzero
 
 
 def _canonical(dtype, fname: str):
@@ -562,7 +562,7 @@ def diag_indices_from(arr):
     if len(set(shape)) != 1:
         raise ValueError(f"jnp.diag_indices_from: all dimensions of the input must be equal, "
                          f"got shape {shape}")
-    return jnp.diag_indices(shape[0], len(shape))
+    return diag_indices(shape[0], len(shape))
 
 
 def _triangle_indices_from(fname, arr, k, lower):
@@ -570,7 +570,7 @@ def _triangle_indices_from(fname, arr, k, lower):
     if len(shape) != 2:
         raise ValueError(f"jnp.{fname}: only 2-D inputs are accepted, got shape {shape}")
     k = _static_int(fname, k, "k")
-    make = jnp.tril_indices if lower else jnp.triu_indices
+    make = tril_indices if lower else triu_indices
     return make(shape[0], k=k, m=shape[1])
 
 
@@ -602,5 +602,5 @@ def mask_indices(n, mask_func, k=0, *, size=None):
         (Array([0, 0, 1], dtype=int32), Array([1, 2, 2], dtype=int32))
     """
     n = _static_int("mask_indices", n, "n")
-    mask = mask_func(jnp.ones((n, n), dtype=_dtypes.default_int_dtype()), k)
-    return jnp.nonzero(mask, size=size)
+    mask = mask_func(ones((n, n), dtype=_dtypes.default_int_dtype()), k)
+    return nonzero(mask, size=size)

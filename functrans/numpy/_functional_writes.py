@@ -12,9 +12,11 @@ import builtins
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.numpy._promotion import _concrete
+from functrans.numpy._creation import arange, asarray
+from functrans.numpy._shape import broadcast_to, ravel, reshape, tile
+from functrans.numpy._ufuncs import clip, mod
 
 
 def put(a, ind, v, mode=None, *, inplace=True):
@@ -37,29 +39,29 @@ def put(a, ind, v, mode=None, *, inplace=True):
         if isinstance(arg, (list, tuple)):
             raise TypeError(f"jnp.put requires array or scalar arguments, got a "
                             f"{type(arg).__name__} at position {position}")
-    a = jnp.asarray(a)
-    ind = jnp.ravel(jnp.asarray(ind))
+    a = asarray(a)
+    ind = ravel(asarray(ind))
     if not (_dtypes.is_integer(ind.dtype)):
         raise TypeError(f"jnp.put: indices must be integers, got {ind.dtype}")
-    values = jnp.ravel(jnp.asarray(v))
+    values = ravel(asarray(v))
     if ind.size == 0:
         return a
     if values.size == 0:
         raise ValueError("jnp.put: cannot write an empty array of values to non-empty indices")
-    values = jnp.tile(values, -(-ind.size // values.size))[:ind.size]
-    flat = jnp.ravel(a)
+    values = tile(values, -(-ind.size // values.size))[:ind.size]
+    flat = ravel(a)
     if mode is None or mode in ("fill", "drop"):
         out = flat.at[ind].set(values, mode="drop")
     elif mode == "clip":
-        out = flat.at[jnp.clip(ind, 0, flat.size - 1)].set(values)
+        out = flat.at[clip(ind, 0, flat.size - 1)].set(values)
     elif mode == "wrap":
-        out = flat.at[jnp.mod(ind, flat.size)].set(values)
+        out = flat.at[mod(ind, flat.size)].set(values)
     elif mode == "raise":
         raise NotImplementedError("jnp.put: mode='raise' is not supported (it needs an error "
                                   "that depends on the values); use 'clip' or 'wrap'")
     else:
         raise ValueError(f"jnp.put: unknown mode {mode!r}; expected None, 'clip' or 'wrap'")
-    return jnp.reshape(out, a.shape)
+    return reshape(out, a.shape)
 
 
 # =============================================================================================
@@ -78,14 +80,14 @@ def put_along_axis(arr, indices, values, axis, inplace: bool = True, mode=None):
                [5., 0., 0.]], dtype=float32)
     """
     _require_not_inplace("put_along_axis", inplace)
-    arr = jnp.asarray(arr)
-    indices = jnp.asarray(indices)
+    arr = asarray(arr)
+    indices = asarray(indices)
     original_shape = arr.shape
     if axis is None:
         if indices.ndim != 1:
             raise ValueError(f"jnp.put_along_axis: with axis=None the indices must be 1-D, got "
                              f"shape {indices.shape}")
-        arr, axis = jnp.ravel(arr), 0
+        arr, axis = ravel(arr), 0
     if indices.ndim != arr.ndim:
         raise ValueError(f"jnp.put_along_axis: indices and arr must have the same number of "
                          f"dimensions, got {indices.ndim} and {arr.ndim}")
@@ -99,25 +101,25 @@ def put_along_axis(arr, indices, values, axis, inplace: bool = True, mode=None):
     index = []
     for d in range(arr.ndim):
         if d == axis:
-            index.append(jnp.broadcast_to(indices, target))
+            index.append(broadcast_to(indices, target))
         else:
             # every other axis is indexed by its own position
             shape = [1] * arr.ndim
             shape[d] = arr.shape[d]
-            position = jnp.reshape(jnp.arange(arr.shape[d]), shape)
-            index.append(jnp.broadcast_to(position, target))
-    out = arr.at[tuple(index)].set(jnp.broadcast_to(jnp.asarray(values, arr.dtype), target),
+            position = reshape(arange(arr.shape[d]), shape)
+            index.append(broadcast_to(position, target))
+    out = arr.at[tuple(index)].set(broadcast_to(asarray(values, arr.dtype), target),
                                    mode=mode)
-    return jnp.reshape(out, original_shape)
+    return reshape(out, original_shape)
 
 
 def _cycled(values, n, dtype):
     """``values`` (raveled) repeated to length ``n``, as NumPy's flat assignment does."""
-    values = jnp.ravel(jnp.asarray(values, dtype=dtype))
+    values = ravel(asarray(values, dtype=dtype))
     if values.size == 0:
         raise ValueError("cannot write an empty array of values to non-empty positions")
     repeats = -(-n // values.size)
-    return jnp.tile(values, repeats)[:n]
+    return tile(values, repeats)[:n]
 
 
 def fill_diagonal(a, val, wrap: bool = False, *, inplace: bool = True):
@@ -132,7 +134,7 @@ def fill_diagonal(a, val, wrap: bool = False, *, inplace: bool = True):
                [0., 7., 0.]], dtype=float32)
     """
     _require_not_inplace("fill_diagonal", inplace)
-    a = jnp.asarray(a)
+    a = asarray(a)
     if a.ndim < 2:
         raise ValueError(f"jnp.fill_diagonal: the array must be at least 2-D, got shape "
                          f"{a.shape}")
@@ -145,8 +147,8 @@ def fill_diagonal(a, val, wrap: bool = False, *, inplace: bool = True):
     positions = np.arange(0, end, step)
     if positions.size == 0:
         return a
-    flat = jnp.ravel(a).at[positions].set(_cycled(val, positions.size, a.dtype))
-    return jnp.reshape(flat, a.shape)
+    flat = ravel(a).at[positions].set(_cycled(val, positions.size, a.dtype))
+    return reshape(flat, a.shape)
 
 
 def place(arr, mask, vals, *, inplace: bool = True):
@@ -160,7 +162,7 @@ def place(arr, mask, vals, *, inplace: bool = True):
         Array([ 0.,  1.,  2., 10., 20.], dtype=float32)
     """
     _require_not_inplace("place", inplace)
-    arr = jnp.asarray(arr)
+    arr = asarray(arr)
     mask = _concrete("place", mask, "mask").astype(bool)
     if mask.size != arr.size:
         raise ValueError(f"jnp.place: mask and arr must have the same size, got {mask.size} "
@@ -168,8 +170,8 @@ def place(arr, mask, vals, *, inplace: bool = True):
     positions = np.flatnonzero(mask)
     if positions.size == 0:
         return arr
-    flat = jnp.ravel(arr).at[positions].set(_cycled(vals, positions.size, arr.dtype))
-    return jnp.reshape(flat, arr.shape)
+    flat = ravel(arr).at[positions].set(_cycled(vals, positions.size, arr.dtype))
+    return reshape(flat, arr.shape)
 
 
 def _require_not_inplace(name, inplace):

@@ -12,10 +12,11 @@ import builtins
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import Tracer
 from functrans.numpy._promotion import concrete_or_error
+from functrans.numpy._creation import asarray, meshgrid, zeros
+from functrans.numpy._shape import atleast_2d, concatenate, reshape, stack, transpose
 
 
 # Index expressions are plain Python values (tuples of slices), so NumPy's helpers serve.
@@ -46,8 +47,8 @@ def _slice_values(s: slice, where) -> np.ndarray:
 def _host_to_array(values: np.ndarray):
     """A host array as a functrans Array of the default int or float dtype."""
     if values.dtype.kind in "iu":
-        return jnp.asarray(values, dtype=_dtypes.default_int_dtype())
-    return jnp.asarray(values, dtype=_dtypes.default_float_dtype())
+        return asarray(values, dtype=_dtypes.default_int_dtype())
+    return asarray(values, dtype=_dtypes.default_float_dtype())
 
 
 class _Grid:
@@ -68,10 +69,10 @@ class _Grid:
         dtype = np.result_type(*axes) if axes else np.dtype(int)
         axes = [_host_to_array(a.astype(dtype)) for a in axes]
         if self.sparse:
-            return list(jnp.meshgrid(*axes, indexing="ij", sparse=True))
+            return list(meshgrid(*axes, indexing="ij", sparse=True))
         if not axes:
-            return jnp.zeros((0,), _host_to_array(np.zeros(0, dtype)).dtype)
-        return jnp.stack(jnp.meshgrid(*axes, indexing="ij"), axis=0)
+            return zeros((0,), _host_to_array(np.zeros(0, dtype)).dtype)
+        return stack(meshgrid(*axes, indexing="ij"), axis=0)
 
     def __repr__(self):
         return f"functrans.numpy.{self.name}"
@@ -113,14 +114,14 @@ class _Concatenator:
         original = piece.ndim
         if original >= ndmin:
             return piece
-        piece = jnp.reshape(piece, (1,) * (ndmin - original) + piece.shape)
+        piece = reshape(piece, (1,) * (ndmin - original) + piece.shape)
         if trans1d != -1:
             added = ndmin - original
             start = trans1d + added + 1 if trans1d < 0 else trans1d
             order = list(range(ndmin))
             # the original axes (now last) go to `start`, the added ones fill the rest
             order = order[:start] + order[added:] + order[start:added]
-            piece = jnp.transpose(piece, order)
+            piece = transpose(piece, order)
         return piece
 
     def __getitem__(self, key):
@@ -136,15 +137,15 @@ class _Concatenator:
             if isinstance(item, slice):
                 piece = _host_to_array(_slice_values(item, f"jnp.{self.name}"))
             else:
-                piece = jnp.asarray(item)
+                piece = asarray(item)
                 if piece.ndim == 0:
-                    piece = jnp.reshape(piece, (1,))
+                    piece = reshape(piece, (1,))
             pieces.append(self._raise_dims(piece, ndmin, trans1d))
         if not pieces:
-            return jnp.zeros((0,), _dtypes.default_float_dtype())
-        out = jnp.concatenate(pieces, axis=axis)
+            return zeros((0,), _dtypes.default_float_dtype())
+        out = concatenate(pieces, axis=axis)
         if matrix is not None:
-            out = jnp.atleast_2d(out)
+            out = atleast_2d(out)
             if matrix == "c":
                 out = out.T
         return out

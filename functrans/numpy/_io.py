@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans._api import device_put
+from functrans.numpy._creation import asarray
 
 
 # These read bytes, text, iterables or files on the host at call time (at trace time under
@@ -25,8 +25,8 @@ def frombuffer(buffer, dtype=float, count=-1, offset=0):
         >>> frombuffer(b"\\x01\\x02\\x03", dtype=jnp.uint8)
         Array([1, 2, 3], dtype=uint8)
     """
-    return jnp.asarray(np.frombuffer(buffer, dtype=np.dtype(dtype), count=count,
-                                     offset=offset))
+    return asarray(np.frombuffer(buffer, dtype=np.dtype(dtype), count=count,
+                                 offset=offset))
 
 
 def fromstring(string, dtype=float, count=-1, *, sep):
@@ -35,7 +35,7 @@ def fromstring(string, dtype=float, count=-1, *, sep):
         >>> fromstring("1 2 3", dtype=int, sep=" ")
         Array([1, 2, 3], dtype=int32)
     """
-    return jnp.asarray(np.fromstring(string, dtype=np.dtype(dtype), count=count, sep=sep))
+    return asarray(np.fromstring(string, dtype=np.dtype(dtype), count=count, sep=sep))
 
 
 def fromiter(iterable, dtype, count=-1):
@@ -44,14 +44,14 @@ def fromiter(iterable, dtype, count=-1):
         >>> fromiter(range(3), dtype=float)
         Array([0., 1., 2.], dtype=float32)
     """
-    return jnp.asarray(np.fromiter(iterable, dtype=np.dtype(dtype), count=count))
+    return asarray(np.fromiter(iterable, dtype=np.dtype(dtype), count=count))
 
 
 def fromfile(file, dtype=float, count=-1, sep="", offset=0):
     """A 1-D array of the data in ``file`` (binary, or text when ``sep`` is given), read on
     the host when called."""
-    return jnp.asarray(np.fromfile(file, dtype=np.dtype(dtype), count=count, sep=sep,
-                                   offset=offset))
+    return asarray(np.fromfile(file, dtype=np.dtype(dtype), count=count, sep=sep,
+                               offset=offset))
 
 
 def save(file, arr, allow_pickle=True):
@@ -83,7 +83,7 @@ def load(file, *args, **kwargs):
     if out.dtype == np.dtype("V2"):
         out = out.view(_dtypes.bfloat16)
     try:
-        return jnp.asarray(out)
+        return asarray(out)
     except TypeError:
         return out  # a dtype arrays cannot hold (e.g. object): hand back NumPy's array
 
@@ -135,7 +135,7 @@ def from_dlpack(x, /, *, device=None, copy=None):
     host = np.from_dlpack(x)
     if copy is not False:
         host = np.array(host, copy=True)
-    out = jnp.asarray(host)
+    out = asarray(host)
     if device is not None:
         out = device_put(out, device)
     return out

@@ -8,7 +8,6 @@ import builtins
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import ConcretizationTypeError, Tracer, get_aval
 from functrans.numpy import _ufuncs as uf
@@ -27,6 +26,11 @@ from functrans.numpy._creation import linspace
 from functrans.numpy._reductions import mean
 from functrans.numpy._reductions import sum as sum_
 from functrans.numpy._sorting import argsort, searchsorted
+from functrans.numpy._array_info import result_type
+from functrans.numpy._creation import arange, array, asarray, eye, ones, zeros, zeros_like
+from functrans.numpy._reductions import all as all_, argmax, cumsum, max as max_
+from functrans.numpy._shape import atleast_1d, roll, trace
+from functrans.numpy._ufuncs import abs as abs_, mod, where
 
 
 def _coefficient(p, i):
@@ -478,7 +482,7 @@ def histogramdd(sample, bins=10, range=None, weights=None, density=None):  # noq
         Array([[1, 0],
                [1, 1]], dtype=int32)
     """
-    sample = jnp.asarray(sample)
+    sample = asarray(sample)
     if sample.ndim != 2:
         raise ValueError(f"jnp.histogramdd: sample must be a 2-D array of shape (N, D), got "
                          f"shape {sample.shape}")
@@ -498,14 +502,14 @@ def histogramdd(sample, bins=10, range=None, weights=None, density=None):  # noq
         column, count_or_edges = sample[:, d], bins[d]
         if _is_bin_count(count_or_edges):
             count_or_edges = int(count_or_edges)
-        edge = jnp.histogram_bin_edges(column, count_or_edges, range[d])
+        edge = histogram_bin_edges(column, count_or_edges, range[d])
         # compare in one inexact dtype, so integer edges or samples are not truncated
-        common = jnp.result_type(edge, column, _dtypes.default_float_dtype())
+        common = result_type(edge, column, _dtypes.default_float_dtype())
         edge, column = edge.astype(common), column.astype(common)
         nbins = edge.shape[0] - 1
-        position = jnp.searchsorted(edge, column, side="right") - 1
+        position = searchsorted(edge, column, side="right") - 1
         # the right-most edge belongs to the last bin
-        position = jnp.where(column == edge[-1], nbins - 1, position)
+        position = where(column == edge[-1], nbins - 1, position)
         ok = (position >= 0) & (position < nbins)
         cells = position if cells is None else cells * nbins + position
         inside = ok if inside is None else inside & ok
@@ -513,20 +517,20 @@ def histogramdd(sample, bins=10, range=None, weights=None, density=None):  # noq
     shape = tuple(e.shape[0] - 1 for e in edges)
     total = int(np.prod(shape))
     # points outside the grid go to one extra cell that is cut off afterwards
-    cells = jnp.where(inside, cells, total)
+    cells = where(inside, cells, total)
     if weights is None:
         counts_dtype = (_dtypes.default_float_dtype() if density
                         else _dtypes.default_int_dtype())
         w = inside.astype(counts_dtype)
     else:
-        w = jnp.where(inside, jnp.ravel(_inexact_array("histogramdd", weights)), 0)
-    hist = jnp.bincount(cells, w, length=total + 1)[:total].reshape(shape)
+        w = where(inside, ravel(_inexact_array("histogramdd", weights)), 0)
+    hist = bincount(cells, w, length=total + 1)[:total].reshape(shape)
     if density:
-        volume = jnp.ones((), edges[0].dtype)
+        volume = ones((), edges[0].dtype)
         for d, e in enumerate(edges):
-            width = jnp.diff(e).reshape((-1,) + (1,) * (num_dims - d - 1))
+            width = diff(e).reshape((-1,) + (1,) * (num_dims - d - 1))
             volume = volume * width
-        hist = hist / jnp.sum(hist) / volume
+        hist = hist / sum_(hist) / volume
     return hist, edges
 
 
@@ -540,7 +544,7 @@ def histogram2d(x, y, bins=10, range=None, weights=None, density=None):  # noqa:
         Array([[1, 0],
                [0, 1]], dtype=int32)
     """
-    x, y = jnp.asarray(x), jnp.asarray(y)
+    x, y = asarray(x), asarray(y)
     try:
         count = len(bins)
     except TypeError:
@@ -548,8 +552,8 @@ def histogram2d(x, y, bins=10, range=None, weights=None, density=None):  # noqa:
     if count != 1 and count != 2:
         # one array of edges shared by both axes
         bins = [bins, bins]
-    dtype = jnp.result_type(x, y)
-    sample = jnp.stack([x.astype(dtype), y.astype(dtype)], axis=1)
+    dtype = result_type(x, y)
+    sample = stack([x.astype(dtype), y.astype(dtype)], axis=1)
     hist, (xedges, yedges) = histogramdd(sample, bins, range, weights, density)
     return hist, xedges, yedges
 
@@ -560,8 +564,8 @@ def histogram2d(x, y, bins=10, range=None, weights=None, density=None):  # noqa:
 
 def _inexact_array(fname, x):
     if isinstance(x, (list, tuple)):
-        x = jnp.asarray(x)
-    x = jnp.asarray(x)
+        x = asarray(x)
+    x = asarray(x)
     if not _dtypes.is_inexact(x.dtype):
         x = x.astype(_dtypes.default_float_dtype())
     return x
@@ -574,20 +578,20 @@ def poly(seq_of_zeros):
         >>> poly(jnp.array([1.0, 2.0]))
         Array([ 1., -3.,  2.], dtype=float32)
     """
-    roots = jnp.atleast_1d(_inexact_array("poly", seq_of_zeros))
+    roots = atleast_1d(_inexact_array("poly", seq_of_zeros))
     if roots.ndim == 2 and roots.shape[0] == roots.shape[1] and roots.shape[0] != 0:
         return _characteristic_polynomial(roots)
     if roots.ndim != 1:
         raise ValueError(f"jnp.poly: the input must be 1-D or a non-empty square 2-D array, "
                          f"got shape {roots.shape}")
     if roots.shape[0] == 0:
-        return jnp.ones((), roots.dtype)
-    coeffs = jnp.ones((1,), roots.dtype)
-    zero = jnp.zeros((1,), roots.dtype)
+        return ones((), roots.dtype)
+    coeffs = ones((1,), roots.dtype)
+    zero = zeros((1,), roots.dtype)
     for i in range(roots.shape[0]):
         # multiply by (x - root): shift up one power, subtract root times the old polynomial
-        coeffs = (jnp.concatenate([coeffs, zero])
-                  - roots[i] * jnp.concatenate([zero, coeffs]))
+        coeffs = (concatenate([coeffs, zero])
+                  - roots[i] * concatenate([zero, coeffs]))
     return coeffs
 
 
@@ -596,15 +600,15 @@ def _characteristic_polynomial(a):
     Faddeev-LeVerrier recurrence (traces of matrix products; no eigensolver needed). As in
     JAX, whose route goes through the (complex) eigenvalues, the result is complex."""
     n = a.shape[0]
-    identity = jnp.eye(n, dtype=a.dtype)
-    coeffs = [jnp.ones((), a.dtype)]
-    m = jnp.zeros_like(a)
+    identity = eye(n, dtype=a.dtype)
+    coeffs = [ones((), a.dtype)]
+    m = zeros_like(a)
     for k in range(1, n + 1):
         # m_k = a m_{k-1} + c_{k-1} I and c_k = -trace(a m_k) / k
         m = a @ m + coeffs[-1] * identity
-        coeffs.append(-jnp.trace(a @ m) / k)
-    complex_dtype = jnp.result_type(a.dtype, np.complex64)
-    return jnp.stack(coeffs).astype(complex_dtype)
+        coeffs.append(-trace(a @ m) / k)
+    complex_dtype = result_type(a.dtype, np.complex64)
+    return stack(coeffs).astype(complex_dtype)
 
 
 def polydiv(u, v, *, trim_leading_zeros=False):
@@ -616,14 +620,14 @@ def polydiv(u, v, *, trim_leading_zeros=False):
         (Array([ 1., -2.], dtype=float32), Array([0., 0., 0.], dtype=float32))
     """
     u, v = _inexact_array("polydiv", u), _inexact_array("polydiv", v)
-    dtype = jnp.result_type(u, v)
+    dtype = result_type(u, v)
     u, v = u.astype(dtype), v.astype(dtype)
     if u.ndim != 1 or v.ndim != 1:
         raise ValueError(f"jnp.polydiv: both inputs must be 1-D, got shapes {u.shape} and "
                          f"{v.shape}")
     m, n = u.shape[0] - 1, v.shape[0] - 1
     inverse_lead = 1 / v[0]
-    quotient = jnp.zeros((builtins.max(m - n + 1, 1),), dtype)
+    quotient = zeros((builtins.max(m - n + 1, 1),), dtype)
     remainder = u
     # long division: each step removes the current leading term of the remainder
     for k in range(m - n + 1):
@@ -656,15 +660,15 @@ def unwrap(p, discont=None, axis: int = -1, period=2 * np.pi):
     if discont is None:
         discont = period / 2
     interval = period / 2
-    step = jnp.diff(p, axis=axis)
-    wrapped = jnp.mod(step + interval, period) - interval
+    step = diff(p, axis=axis)
+    wrapped = mod(step + interval, period) - interval
     # a jump of exactly +period/2 stays positive (NumPy's convention)
-    wrapped = jnp.where((wrapped == -interval) & (step > 0), interval, wrapped)
-    correction = jnp.where(jnp.abs(step) < discont, 0, wrapped - step)
-    first = jnp.take(p, jnp.arange(1), axis=axis)
-    rest = jnp.take(p, jnp.arange(1, p.shape[axis]), axis=axis)
-    return jnp.concatenate([first, rest + jnp.cumsum(correction, axis=axis).astype(p.dtype)],
-                           axis=axis)
+    wrapped = where((wrapped == -interval) & (step > 0), interval, wrapped)
+    correction = where(abs_(step) < discont, 0, wrapped - step)
+    first = take(p, arange(1), axis=axis)
+    rest = take(p, arange(1, p.shape[axis]), axis=axis)
+    return concatenate([first, rest + cumsum(correction, axis=axis).astype(p.dtype)],
+                       axis=axis)
 
 
 # =============================================================================================
@@ -684,30 +688,30 @@ def _polynomial_roots(p):
     n = p.shape[0] - 1
     complex_dtype = _complex_of(p.dtype)
     if n < 1:
-        return jnp.zeros((0,), complex_dtype)
+        return zeros((0,), complex_dtype)
     monic = (p / p[0]).astype(complex_dtype)
-    derivative = monic[:-1] * jnp.arange(n, 0, -1).astype(complex_dtype)
+    derivative = monic[:-1] * arange(n, 0, -1).astype(complex_dtype)
     # start on a circle that encloses every root (Cauchy's bound), rotated off the axes so
     # that no start is symmetric to another under conjugation
-    radius = 1 + jnp.max(jnp.abs(monic[1:]))
+    radius = 1 + max_(abs_(monic[1:]))
     angles = 2 * np.pi * np.arange(n) / n + 0.4
-    start = (radius * jnp.asarray(np.cos(angles) + 1j * np.sin(angles), complex_dtype))
-    off_diagonal = jnp.asarray(~np.eye(n, dtype=bool))
+    start = (radius * asarray(np.cos(angles) + 1j * np.sin(angles), complex_dtype))
+    off_diagonal = asarray(~np.eye(n, dtype=bool))
 
     def horner(coefficients, z):
-        value = jnp.zeros_like(z)
+        value = zeros_like(z)
         for c in coefficients:
             value = value * z + c
         return value
 
     def step(_, z):
         value, slope = horner(monic, z), horner(derivative, z)
-        newton = jnp.where(value == 0, 0, value / jnp.where(slope == 0, 1, slope))
+        newton = where(value == 0, 0, value / where(slope == 0, 1, slope))
         gaps = z[:, None] - z[None, :]
-        safe_gaps = jnp.where(off_diagonal & (gaps != 0), gaps, 1)
-        repulsion = jnp.sum(jnp.where(off_diagonal & (gaps != 0), 1 / safe_gaps, 0), axis=1)
+        safe_gaps = where(off_diagonal & (gaps != 0), gaps, 1)
+        repulsion = sum_(where(off_diagonal & (gaps != 0), 1 / safe_gaps, 0), axis=1)
         denominator = 1 - newton * repulsion
-        return z - newton / jnp.where(denominator == 0, 1, denominator)
+        return z - newton / where(denominator == 0, 1, denominator)
 
     return lax.fori_loop(0, _ROOT_ITERATIONS, step, start)
 
@@ -724,7 +728,7 @@ def roots(p, *, strip_zeros: bool = True):
         >>> jnp.sort_complex(jnp.roots(jnp.array([1.0, -3.0, 2.0])))
         Array([1.+0.j, 2.+0.j], dtype=complex64)
     """
-    p = jnp.atleast_1d(_inexact(p))
+    p = atleast_1d(_inexact(p))
     if p.ndim != 1:
         raise ValueError(f"jnp.roots: the coefficients must be one-dimensional, got shape "
                          f"{p.shape}")
@@ -732,27 +736,27 @@ def roots(p, *, strip_zeros: bool = True):
         values = _concrete("roots", p, "p (with strip_zeros=True)")
         nonzero = np.flatnonzero(values)
         if nonzero.size == 0:
-            return jnp.zeros((0,), _complex_of(p.dtype))
+            return zeros((0,), _complex_of(p.dtype))
         first, last = int(nonzero[0]), int(nonzero[-1])
         found = _polynomial_roots(p[first:last + 1])
         # each trailing zero coefficient is a factor x, i.e. a root at 0
-        trailing = jnp.zeros((p.shape[0] - 1 - last,), found.dtype)
-        return jnp.concatenate([found, trailing])
+        trailing = zeros((p.shape[0] - 1 - last,), found.dtype)
+        return concatenate([found, trailing])
     n = p.shape[0]
     if n < 2:
-        return jnp.zeros((0,), _complex_of(p.dtype))
-    leading = jnp.argmax(p != 0)
-    leading = jnp.where(jnp.all(p == 0), n, leading)
+        return zeros((0,), _complex_of(p.dtype))
+    leading = argmax(p != 0)
+    leading = where(all_(p == 0), n, leading)
     # move the leading zeros to the end: they become roots at 0, which we then mark NaN
-    shifted = jnp.roll(p, -leading)
-    safe = shifted.at[0].set(jnp.where(shifted[0] == 0, 1, shifted[0]))
+    shifted = roll(p, -leading)
+    safe = shifted.at[0].set(where(shifted[0] == 0, 1, shifted[0]))
     found = _polynomial_roots(safe)
     # a polynomial with k trailing zeros has k roots at 0; mark those k as NaN
-    order = jnp.argsort(jnp.abs(found), stable=True)
-    nan_slot = jnp.arange(n - 1) < leading
-    nan_positions = jnp.zeros((n - 1,), bool).at[order].set(nan_slot)
-    nan = jnp.array(complex(np.nan, np.nan), found.dtype)
-    return jnp.where(nan_positions, nan, found)
+    order = argsort(abs_(found), stable=True)
+    nan_slot = arange(n - 1) < leading
+    nan_positions = zeros((n - 1,), bool).at[order].set(nan_slot)
+    nan = array(complex(np.nan, np.nan), found.dtype)
+    return where(nan_positions, nan, found)
 
 
 def _complex_of(dtype):

@@ -12,7 +12,6 @@ import builtins
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import canonicalize_shape, ConcretizationTypeError, get_aval, Tracer
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axes,
@@ -906,7 +905,9 @@ def trim_zeros(filt, trim="fb", axis=None):
         >>> trim_zeros(jnp.array([0, 0, 1, 2, 0, 3, 0]))
         Array([1, 2, 0, 3], dtype=int32)
     """
-    arr = jnp.asarray(filt)
+    # deferred: numpy._creation -> numpy._shape at import
+    from functrans.numpy._creation import asarray
+    arr = asarray(filt)
     value = concrete_or_error(arr, "jnp.trim_zeros",
                               "Call it outside jit, or slice with static bounds instead.")
     if arr.ndim == 0:
@@ -945,7 +946,9 @@ def _block_depth(arrays, path=()):
             raise ValueError("jnp.block: list depths are mismatched; every block must be nested "
                              "in the same number of lists")
         return depths.pop() + 1, builtins.max(n for _, n in infos)
-    return 0, jnp.ndim(arrays)
+    # deferred: numpy._array_info -> numpy._shape at import
+    from functrans.numpy._array_info import ndim
+    return 0, ndim(arrays)
 
 
 def block(arrays):
@@ -961,14 +964,17 @@ def block(arrays):
     """
     depth, leaf_ndim = _block_depth(arrays)
     ndim = builtins.max(depth, leaf_ndim)
+    # deferred: numpy._array_info -> numpy._shape, numpy._creation -> numpy._shape at import
+    from functrans.numpy._array_info import result_type
+    from functrans.numpy._creation import asarray
     # promote all leaves together, as concatenate would
-    dtype = jnp.result_type(*_block_leaves(arrays))
+    dtype = result_type(*_block_leaves(arrays))
 
     def assemble(node, level):
         if isinstance(node, list):
-            return jnp.concatenate([assemble(n, level + 1) for n in node], axis=level - depth)
-        leaf = jnp.asarray(node, dtype=dtype)
-        return jnp.reshape(leaf, (1,) * (ndim - leaf.ndim) + leaf.shape)
+            return concatenate([assemble(n, level + 1) for n in node], axis=level - depth)
+        leaf = asarray(node, dtype=dtype)
+        return reshape(leaf, (1,) * (ndim - leaf.ndim) + leaf.shape)
 
     return assemble(arrays, 0)
 

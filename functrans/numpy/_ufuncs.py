@@ -12,7 +12,6 @@ import math
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.core import get_aval
 from functrans.numpy._promotion import (check_arraylike, has_lax_fn, lax_fn, promote_args,
@@ -925,7 +924,9 @@ def select(condlist, choicelist, default=0):
 
 def _inexact(x):
     """``x`` as an array, promoted to the default float type when it is not inexact."""
-    x = jnp.asarray(x)
+    # deferred: numpy._creation -> numpy._ufuncs at import
+    from functrans.numpy._creation import asarray
+    x = asarray(x)
     if not _dtypes.is_inexact(x.dtype):
         x = x.astype(_dtypes.default_float_dtype())
     return x
@@ -949,31 +950,33 @@ def i0(x):
     x = _inexact(x)
     if _dtypes.is_complex(x.dtype):
         raise NotImplementedError("jnp.i0 of complex input is not supported")
-    ax = jnp.abs(x)
+    ax = absolute(x)
     small = ax < _I0_SWITCH
     # each branch sees only inputs it is valid for, so neither yields inf/NaN (nor NaN
     # gradients through the unselected side of the where)
     # (the series is in x^2, so it takes x itself: |x| would lose the curvature at 0)
-    xs = jnp.where(small, x, 0)
-    xl = jnp.where(small, _I0_SWITCH, ax)
+    xs = where(small, x, 0)
+    xl = where(small, _I0_SWITCH, ax)
 
+    # deferred: numpy._creation -> numpy._ufuncs at import
+    from functrans.numpy._creation import ones_like
     quarter_square = xs * xs / 4
-    term = jnp.ones_like(xs)
-    series = jnp.ones_like(xs)
+    term = ones_like(xs)
+    series = ones_like(xs)
     for k in range(1, _I0_SERIES_TERMS):
         term = term * quarter_square / (k * k)
         series = series + term
 
     inv_8x = 1 / (8 * xl)
-    term = jnp.ones_like(xl)
-    tail = jnp.ones_like(xl)
+    term = ones_like(xl)
+    tail = ones_like(xl)
     for k in range(1, _I0_ASYMPTOTIC_TERMS):
         term = term * ((2 * k - 1) ** 2 / k) * inv_8x
         tail = tail + term
     # e^x split in two halves so the result overflows only where I0 itself does
-    half = jnp.exp(xl / 2)
-    asymptotic = half * (half * tail / jnp.sqrt(2 * np.pi * xl))
-    return jnp.where(small, series, asymptotic)
+    half = exp(xl / 2)
+    asymptotic = half * (half * tail / sqrt(2 * np.pi * xl))
+    return where(small, series, asymptotic)
 
 
 def spacing(x):
@@ -987,5 +990,7 @@ def spacing(x):
     x = _inexact(x)
     if _dtypes.is_complex(x.dtype):
         raise TypeError("jnp.spacing does not accept complex input")
-    away = jnp.where(x < 0, jnp.array(-np.inf, x.dtype), jnp.array(np.inf, x.dtype))
-    return jnp.nextafter(x, away) - x
+    # deferred: numpy._creation -> numpy._ufuncs at import
+    from functrans.numpy._creation import array
+    away = where(x < 0, array(-np.inf, x.dtype), array(np.inf, x.dtype))
+    return nextafter(x, away) - x

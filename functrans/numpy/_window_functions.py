@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-import functrans.numpy as jnp
 from functrans import _dtypes
 from functrans.numpy._promotion import _static_int
+from functrans.numpy._creation import asarray, ones, zeros
+from functrans.numpy._ufuncs import i0
 
 
 def _window(name, M, formula):
@@ -21,11 +22,11 @@ def _window(name, M, formula):
     M = _static_int(name, M, "M")
     dtype = _dtypes.default_float_dtype()
     if M < 1:
-        return jnp.zeros((0,), dtype)
+        return zeros((0,), dtype)
     if M == 1:
-        return jnp.ones((1,), dtype)
+        return ones((1,), dtype)
     n = np.arange(M, dtype=np.float64)
-    return jnp.asarray(formula(n, M), dtype=dtype)
+    return asarray(formula(n, M), dtype=dtype)
 
 
 def bartlett(M):
@@ -76,10 +77,10 @@ def kaiser(M, beta):
     M = _static_int("kaiser", M, "M")
     dtype = _dtypes.default_float_dtype()
     if M < 1:
-        return jnp.zeros((0,), dtype)
-    beta = jnp.asarray(beta, dtype=dtype)
+        return zeros((0,), dtype)
+    beta = asarray(beta, dtype=dtype)
     if M == 1:
-        return jnp.ones((1,), dtype)
+        return ones((1,), dtype)
     n = np.arange(M, dtype=np.float64)
-    ratio = jnp.asarray(np.sqrt(np.maximum(0.0, 1 - (2 * n / (M - 1) - 1) ** 2)), dtype=dtype)
-    return jnp.i0(beta * ratio) / jnp.i0(beta)
+    ratio = asarray(np.sqrt(np.maximum(0.0, 1 - (2 * n / (M - 1) - 1) ** 2)), dtype=dtype)
+    return i0(beta * ratio) / i0(beta)

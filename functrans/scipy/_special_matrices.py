@@ -18,10 +18,10 @@ import math
 
 import numpy as np
 
+from functrans import _lax_linalg as lax_linalg
 from functrans import numpy as jnp
 from functrans.core import get_aval
 from functrans.numpy._promotion import promote_dtypes_inexact
-from functrans.scipy import linalg as _linalg
 
 __all__ = [
     "toeplitz", "hankel", "circulant", "companion", "convolution_matrix", "dft", "hadamard",
@@ -415,7 +415,7 @@ def polar(a, side: str = "right", *, method: str = "qdwh", eps: float | None = N
     if jnp.ndim(a) < 2:
         raise ValueError(f"polar: expected a matrix (or a stack of them), got shape "
                          f"{jnp.shape(a)}")
-    w, s, vh = _linalg.svd(a, full_matrices=False)
+    w, s, vh = lax_linalg.svd(a, full_matrices=False, compute_uv=True)
     u = w @ vh
     s = s.astype(a.dtype)
     if side == "right":
@@ -446,7 +446,9 @@ def expm_frechet(A, E, *, method: str | None = None, compute_expm: bool = True):
     n = shape_a[-1]
     top = jnp.concatenate([A, E], axis=-1)
     bottom = jnp.concatenate([jnp.zeros_like(A), A], axis=-1)
-    big = _linalg.expm(jnp.concatenate([top, bottom], axis=-2))
+    # deferred: scipy.linalg -> scipy._special_matrices at import
+    from functrans.scipy.linalg import expm
+    big = expm(jnp.concatenate([top, bottom], axis=-2))
     derivative = big[..., :n, n:]
     if compute_expm:
         return big[..., :n, :n], derivative
@@ -509,7 +511,7 @@ def eigh_tridiagonal(d, e, *, eigvals_only: bool = False, select: str = "a",
                                   "range) has a data-dependent size and is not supported")
     n = d.shape[0]
     matrix = jnp.diag(d) + jnp.diag(e, 1) + jnp.diag(e, -1)
-    w, v = _linalg.eigh(matrix)
+    v, w = lax_linalg.eigh(matrix, lower=True, symmetrize_input=False)
     if select == "i":
         lo, hi = (int(x) for x in select_range)
         if not 0 <= lo <= hi < n:
@@ -537,7 +539,10 @@ def qr_multiply(a, c, mode: str = "right", pivoting: bool = False, conjugate: bo
     if mode not in ("right", "left"):
         raise ValueError(f"qr_multiply: mode must be 'right' or 'left', got {mode!r}")
     a, c = promote_dtypes_inexact(a, c)
-    q, r = _linalg.qr(a, mode="economic")
+    if jnp.ndim(a) < 2:
+        raise ValueError(f"qr: expected a matrix (or a stack of them), got shape "
+                         f"{jnp.shape(a)}")
+    q, r = lax_linalg.qr(a, full_matrices=False)
     if conjugate:
         q = jnp.conj(q)
     vector = jnp.ndim(c) == 1

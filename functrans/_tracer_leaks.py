@@ -19,7 +19,7 @@ import gc
 import types
 
 from functrans._config import config
-from functrans.core import ClosedJaxpr, Trace, Tracer, UnexpectedTracerError
+from functrans.core import ClosedJaxpr, Eqn, Jaxpr, Trace, Tracer, UnexpectedTracerError
 
 
 def enabled() -> bool:
@@ -47,17 +47,39 @@ def _live_tracers(main) -> list:
     # the transform's own bookkeeping (a staging builder's tracer list) refers to every
     # tracer it made; only a reference from anywhere else is a leak
     internal = {id(traces), id(candidates)} | _payload_containers(main.payload)
-    return [t for t in candidates
-            if any(id(r) not in internal and not _is_jaxpr_consts(r)
-                   for r in gc.get_referrers(t))]
+    return [t for t in candidates if _held_from_outside(t, internal)]
 
 
-def _is_jaxpr_consts(obj) -> bool:
-    """Whether ``obj`` is the constants list of a ClosedJaxpr: a nested jit called under a
-    trace stages its program closed over that trace's tracers, and the staged program keeps
-    it; that is the library's own reference, not the user's."""
-    return isinstance(obj, list) and any(
-        isinstance(r, ClosedJaxpr) and r.consts is obj for r in gc.get_referrers(obj))
+# Staged programs (an equation's params: a custom_jvp rule, a nested jit's closed-over
+# constants) may keep tracers of the trace that staged them; that is the library's own
+# reference, not the user's. Another tracer's reference is judged with that tracer.
+_OWNED = (Eqn, Jaxpr, ClosedJaxpr, Tracer)
+
+
+def _held_from_outside(tracer, internal, limit: int = 10_000) -> bool:
+    """Whether a chain of references from outside reaches ``tracer``: walk the referrers
+    upwards, not past a staged program or another tracer, until something that nothing
+    else refers to (a module, a running frame's local) is found."""
+    seen, frontier = {id(tracer)}, [tracer]
+    own = {id(seen), id(frontier)}  # this walk's lists refer to what they hold
+    while frontier and len(seen) < limit:
+        obj = frontier.pop()
+        referrers = gc.get_referrers(obj)
+        own.add(id(referrers))
+        others = [r for r in referrers if id(r) not in own]
+        own.add(id(others))
+        if all(isinstance(r, types.FrameType) for r in others):
+            return True  # a root: only a running frame's locals (or nothing seen) hold it
+        parents = [r for r in others if id(r) not in internal
+                   and not isinstance(r, (types.FrameType, *_OWNED))]
+        own.add(id(parents))
+        for parent in parents:
+            if isinstance(parent, types.ModuleType):
+                return True
+            if id(parent) not in seen:
+                seen.add(id(parent))
+                frontier.append(parent)
+    return False
 
 
 def _payload_containers(payload) -> set[int]:

@@ -15,7 +15,8 @@ from functrans import tree_util  # noqa: F401
 from functrans.primitives import elementwise as _elementwise  # noqa: F401
 from functrans.primitives import structural as _structural  # noqa: F401
 from functrans.primitives import reductions as _reductions  # noqa: F401
-from functrans._api import (ShapeDtypeStruct, block_until_ready, device_put, eval_shape,  # noqa: F401
+from functrans._api import (ShapeDtypeStruct, block_until_ready, device_put,  # noqa: F401
+                            effects_barrier, eval_shape,
                             grad, hessian, jacfwd, jacrev, jvp, linearize, make_jaxpr,
                             value_and_grad, vjp, vmap)
 from functrans._jit import jit  # noqa: F401
@@ -46,7 +47,8 @@ from functrans._transfer_guard import (transfer_guard,  # noqa: F401
                                        transfer_guard_host_to_device)
 from functrans._config import default_matmul_precision  # noqa: F401
 from functrans._api_extra import *  # noqa: F401,F403
-from functrans._api_more import (copy_to_host_async, custom_gradient, debug_infs,  # noqa: F401
+from functrans._api_more import (check_tracer_leaks, checking_leaks,  # noqa: F401
+                                 copy_to_host_async, custom_gradient, debug_infs,
                                  debug_nans, enable_x64, explain_cache_misses, host_count,
                                  host_id, host_ids, live_arrays, log_compiles, process_indices)
 from functrans._devices import Device  # noqa: F401

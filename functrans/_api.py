@@ -654,6 +654,27 @@ def block_until_ready(x):
     return x
 
 
+def effects_barrier() -> None:
+    """Wait until every side effect of the calls made so far has happened (``debug.print``,
+    ``debug.callback``), as ``jax.effects_barrier``.
+
+    It returns at once because no effect here outlives the call that makes it: a compiled
+    program runs its callbacks on the host, in program order, before the call returns (on a
+    GPU too: the program waits for the device's results a callback reads), and ``pmap``
+    joins its device threads, whose callbacks they are, before it returns. Kernels a GPU
+    still runs after a call returns have no effects beyond their outputs, which
+    :func:`block_until_ready` waits for.
+
+        >>> import functrans, functrans.numpy as jnp
+        >>> @functrans.jit
+        ... def f(x):
+        ...     functrans.debug.print("x = {}", x)
+        ...     return x
+        >>> _ = f(jnp.float32(1.0)); functrans.effects_barrier()
+        x = 1.0
+    """
+
+
 def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
     """Place every array of the pytree ``x`` on ``device``: a device (default: the default
     device), a sharding (``NamedSharding(mesh, P('data'))`` gives each device of the mesh

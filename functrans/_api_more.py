@@ -19,7 +19,7 @@ from functrans.interpreters import ad
 from functrans._array import Array
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 
-__all__ = ["custom_gradient", "debug_nans", "debug_infs", "live_arrays", "copy_to_host_async",
+__all__ = ["custom_gradient", "check_tracer_leaks", "checking_leaks", "debug_nans", "debug_infs", "live_arrays", "copy_to_host_async",
            "host_count", "host_id", "host_ids", "process_indices"]
 
 
@@ -177,6 +177,38 @@ enable_x64 = _FlagState(
         ...     print(jnp.zeros(1).dtype)
         float64
     """)
+
+check_tracer_leaks = _FlagState(
+    "check_tracer_leaks",
+    """While set, every transformation (jit, grad, vjp, jvp, vmap, make_jaxpr, control-flow
+    bodies) checks when its trace ends that none of its tracers is still referred to from
+    outside it, and raises UnexpectedTracerError naming each leaked one and what holds it
+    (``config.update("jax_check_tracer_leaks", True)`` or ``FUNCTRANS_CHECK_TRACER_LEAKS=1``
+    set it for good). Each trace then runs a garbage collection: for debugging only.
+
+    Example::
+
+        with functrans.check_tracer_leaks(True):
+            functrans.jit(f)(x)
+    """)
+
+
+def checking_leaks():
+    """Context manager: check for leaked tracers in the block, as ``jax.checking_leaks``
+    (the same as ``check_tracer_leaks(True)``).
+
+        >>> import functrans
+        >>> leaked = []
+        >>> def f(x):
+        ...     leaked.append(x)       # keeps a tracer after jit's trace ends
+        ...     return x
+        >>> with functrans.checking_leaks():
+        ...     functrans.jit(f)(1.0)  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        UnexpectedTracerError: Leaked trace DynamicJaxprTrace ...
+    """
+    return check_tracer_leaks(True)
+
 
 log_compiles = _FlagState(
     "log_compiles",

@@ -113,6 +113,10 @@ class Config:
                                                      1024),
             "arena_cache_threshold": _env_int("FUNCTRANS_ARENA_CACHE_THRESHOLD", 1 << 20),
             "arena_pool_max_size": _env_int("FUNCTRANS_ARENA_POOL_MAX_SIZE", 64 << 20),
+            # look for leaked tracers at the end of every trace (slow: a garbage collection
+            # per trace); JAX's variable name is honoured too
+            "check_tracer_leaks": _env_bool("FUNCTRANS_CHECK_TRACER_LEAKS",
+                                            _env_bool("JAX_CHECK_TRACER_LEAKS", False)),
             # type-check every staged program (slow; the test suite turns it on)
             "check_jaxprs": _env_bool("FUNCTRANS_CHECK_JAXPRS", False),
             # a folder where each compilation writes its program after every compiler pass

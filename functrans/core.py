@@ -490,7 +490,7 @@ class MainTrace:
     """One active transform on the trace stack. ``payload`` carries transform-wide data
     (a staging builder, a vmap axis name and size)."""
 
-    __slots__ = ("level", "trace_type", "payload", "alive", "name")
+    __slots__ = ("level", "trace_type", "payload", "alive", "name", "__weakref__")
 
     def __init__(self, level: int, trace_type, payload=None, name: str = ""):
         self.level = level

@@ -27,10 +27,12 @@ from functrans.primitives.lax_extras import *  # noqa: F401,F403
 from functrans.sharding._constraints import with_sharding_constraint  # noqa: F401
 
 from functrans.primitives import elementwise as _elementwise  # noqa: E402
+from functrans.primitives import special as _special  # noqa: E402
 
 # jax.lax promotes no dtypes: lax.add(jnp.int32(1), 1.0) is a TypeError (the forms imported
 # above let a Python scalar take the other operand's dtype, for the library's own use)
 globals().update(_elementwise.LAX_FUNCTIONS_WITHOUT_PROMOTION)
+globals().update(_special.LAX_FUNCTIONS_WITHOUT_PROMOTION)
 
 from functrans import _lax_linalg as linalg  # noqa: E402,F401
 
@@ -110,3 +112,6 @@ def _export_primitives() -> list:
 
 
 _exported_primitives = _export_primitives()
+
+# (after the export above, which binds mulhi_p wherever its module defines it)
+mulhi = _elementwise.binary_fn_without_promotion(mulhi_p, "mulhi", mulhi.__doc__)  # noqa: F405,F821

@@ -9,7 +9,7 @@ import pytest
 import functrans
 import functrans.numpy as jnp
 from functrans import lax
-from functrans.primitives import elementwise
+from functrans.primitives import elementwise, special
 
 TIP = " (Tip: jnp.{} is a similar function that does automatic type promotion on inputs)."
 
@@ -91,6 +91,52 @@ BINARY_CASES = [
     ("pow", "py:1.0", "py:1", "ok float32 weak"),
     ("pow", "f32", "f16", "the first argument to pow must have an inexact dtype"),
     ("pow", "i32", "py:1.0", "pow does not accept dtype int32 at position 0."),
+    ("lt", "c64", "c64", "lt does not accept dtype complex64 at position 0. Accepted dtypes "
+                         "at position 0 are subtypes of integer, floating, bool."),
+    ("le", "py:1j", "py:1j", "le does not accept dtype complex64 at position 0."),
+    ("gt", "c64", "py:1j", "gt does not accept dtype complex64 at position 0."),
+    ("ge", "c64", "c64", "ge does not accept dtype complex64 at position 0."),
+    ("eq", "c64", "c64", "ok bool"),
+    ("max", "c64", "c64", "ok complex64"),
+    ("igamma", "np:float32", "py:1", "igamma does not accept dtype int32 at position 1. "
+                                     "Accepted dtypes at position 1 are subtypes of floating."),
+    ("igamma", "f32", "py:1.0", "ok float32"),
+    ("igamma", "py:1.0", "f32", "ok float32"),
+    ("igamma", "f16", "py:1.0", same_dtypes("igamma", ["float16", "float32"])),
+    ("igamma", "weak", "f16", same_dtypes("igamma", ["float32", "float16"])),
+    ("igamma", "i32", "i32", "igamma does not accept dtype int32 at position 0."),
+    ("igamma", "py:1.0", "py:1.0", "ok float32 weak"),
+    ("igammac", "f32", "py:1", "igammac does not accept dtype int32 at position 1."),
+    ("igammac", "f32", "f16", same_dtypes("igammac", ["float32", "float16"])),
+    ("igamma_grad_a", "f16", "py:1.0", same_dtypes("igamma_grad_a", ["float16", "float32"])),
+    ("zeta", "f32", "py:1", "zeta does not accept dtype int32 at position 1."),
+    ("zeta", "f16", "py:1.0", same_dtypes("zeta", ["float16", "float32"])),
+    ("zeta", "f32", "py:1.0", "ok float32"),
+    # (JAX fails on Python scalars here with an AttributeError; mixed dtypes are a TypeError)
+    ("random_gamma_grad", "f32", "f16", "lax.random_gamma_grad requires arguments to have "
+                                        "the same dtypes"),
+    ("random_gamma_grad", "f32", "f32", "ok float32"),
+    ("mulhi", "i32", "py:1", "ok int32"),
+    ("mulhi", "u32", "py:1", same_dtypes("mulhi", ["uint32", "int32"])),
+    ("mulhi", "i32", "u32", same_dtypes("mulhi", ["int32", "uint32"])),
+    ("mulhi", "f32", "f32", "mulhi does not accept dtype float32 at position 0. Accepted "
+                            "dtypes at position 0 are subtypes of integer."),
+    ("mulhi", "i32", "py:1.0", "mulhi does not accept dtype float32 at position 1."),
+    ("mulhi", "py:1", "py:1", "ok int32 weak"),
+]
+
+# (a, b, x, JAX 0.10.2's answer)
+BETAINC_CASES = [
+    ("f32", "py:1.0", "f32", "ok float32"),
+    ("f32", "py:1", "f32", "regularized_incomplete_beta does not accept dtype int32 at "
+                           "position 1. Accepted dtypes at position 1 are subtypes of floating."),
+    ("f32", "f16", "f32", same_dtypes("regularized_incomplete_beta",
+                                      ["float32", "float16", "float32"])),
+    ("f16", "py:1.0", "f16", same_dtypes("regularized_incomplete_beta",
+                                         ["float16", "float32", "float16"])),
+    ("py:1.0", "py:1.0", "py:1.0", "ok float32 weak"),
+    ("i32", "i32", "i32", "regularized_incomplete_beta does not accept dtype int32 at "
+                          "position 0."),
 ]
 
 
@@ -107,6 +153,19 @@ def outcome(fn, *args):
 def test_binary_dtype_rules_match_jax(op, x, y, expected):
     got = outcome(getattr(lax, op), operand(x), operand(y))
     assert got.startswith(expected), got
+
+
+@pytest.mark.parametrize("a,b,x,expected", BETAINC_CASES)
+def test_betainc_dtype_rules_match_jax(a, b, x, expected):
+    got = outcome(lax.betainc, operand(a), operand(b), operand(x))
+    assert got.startswith(expected), got
+
+
+def test_special_functions_reject_a_python_int_operand():
+    # the reproducer: JAX's TypeError, where an int operand used to become float32
+    with pytest.raises(TypeError, match="igamma does not accept dtype int32 at position 1"):
+        lax.igamma(jnp.float32(1), 1)
+    np.testing.assert_allclose(lax.igamma(jnp.float32(1), 1.0), 0.6321205, rtol=1e-6)
 
 
 def test_the_issue_reproducer():
@@ -211,3 +270,5 @@ def test_internal_forms_keep_the_scalar_convenience():
     # the library's own code may rely on a Python scalar taking the other operand's dtype
     assert elementwise.add(jnp.ones(2, np.float16), 1.0).dtype == np.float16
     assert elementwise.clamp(0.0, jnp.ones(2, np.int32), 1.0).dtype == np.int32
+    assert special.igamma(jnp.ones(2, np.float16), 1).dtype == np.float16
+    assert special.betainc(1, jnp.ones(2, np.float16), 0.5).dtype == np.float16

@@ -130,6 +130,12 @@ class GpuArray(Array):
             cp.cuda.get_current_stream().synchronize()
         return self
 
+    def is_ready(self) -> bool:
+        """Whether the kernels queued on the device's stream (this array's among them) ended."""
+        cp = cupy_module()
+        with cp.cuda.Device(self._buffer().device.id):
+            return bool(cp.cuda.get_current_stream().done)
+
     def __dlpack__(self, *args, **kwargs):
         return self._buffer().__dlpack__(*args, **kwargs)
 

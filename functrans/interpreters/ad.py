@@ -10,11 +10,12 @@ do not depend on the differentiated arguments.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans import _dtypes, core
+from functrans import _dtypes, _tracer_leaks, core
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.interpreters import partial_eval as pe
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
@@ -180,6 +181,10 @@ def jvp_flat(fun: Callable, primals: Sequence, tangents: Sequence):
         tracers_out = [trace.full_raise(o) for o in outs]
         primals_out = [t.primal for t in tracers_out]
         tangents_out = [t.tangent for t in tracers_out]
+    if _tracer_leaks.enabled():
+        main = weakref.ref(main)
+        del trace, tracers_in, outs, tracers_out  # only leaks may keep tracers now
+        _tracer_leaks.check(main)
     return primals_out, tangents_out
 
 

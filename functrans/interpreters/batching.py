@@ -6,9 +6,10 @@ where their batch dimensions ended up. Nothing here loops over examples.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable, NamedTuple, Sequence
 
-from functrans import core
+from functrans import _tracer_leaks, core
 from functrans.core import Tracer, get_aval
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 
@@ -125,9 +126,12 @@ def batch_fun(fun: Callable, args: Sequence, in_dims: Sequence, axis_size: int,
         outs = fun(*tracers_in)
         tracers_out = [trace.full_raise(o) for o in outs]
         out_dims = out_dims_fn(len(tracers_out))
-        results = []
-        for t, od in zip(tracers_out, out_dims):
-            results.append(matchaxis(axis_size, t.batch_dim, od, t.val))
+        results = [matchaxis(axis_size, t.batch_dim, od, t.val)
+                   for t, od in zip(tracers_out, out_dims)]
+    if _tracer_leaks.enabled():
+        main = weakref.ref(main)
+        del trace, tracers_in, outs, tracers_out  # only leaks may keep tracers now
+        _tracer_leaks.check(main)
     return results
 
 

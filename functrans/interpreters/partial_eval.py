@@ -12,9 +12,10 @@ of higher-order primitives) and :func:`dce_jaxpr`.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable, NamedTuple, Sequence
 
-from functrans import core
+from functrans import _tracer_leaks, core
 from functrans.core import ClosedJaxpr, Eqn, Jaxpr, Literal, Tracer, Var, get_aval
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 
@@ -159,6 +160,11 @@ def trace_to_jaxpr_partial(fun: Callable, pvals_in: Sequence[PartialVal],
         unknown_in = [t for t in tracers_in if not t.pval.is_known()]
         unknown_out = [t for t in tracers_out if not t.pval.is_known()]
         jaxpr, residuals = tracers_to_jaxpr(unknown_in, unknown_out)
+    if _tracer_leaks.enabled():
+        main = weakref.ref(main)
+        # only leaks may keep tracers now
+        del trace, tracers_in, outs, tracers_out, unknown_in, unknown_out
+        _tracer_leaks.check(main)
     return jaxpr, pvals_out, residuals
 
 

@@ -7,11 +7,12 @@ scalars become inline literals.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans import _dtypes, core
+from functrans import _dtypes, _tracer_leaks, core
 from functrans.core import (ClosedJaxpr, Eqn, Jaxpr, Literal, Tracer, Var,
                             get_aval)
 from functrans._config import config
@@ -160,6 +161,10 @@ def trace_to_jaxpr_dynamic(fun: Callable, in_avals: Sequence, arg_suffixes=None)
         outs = fun(*in_tracers)
         out_tracers = [trace.full_raise(o) for o in outs]
         jaxpr, consts = builder.build(in_tracers, out_tracers)
+    if _tracer_leaks.enabled():
+        main = weakref.ref(main)
+        del trace, in_tracers, outs, out_tracers, builder  # only leaks may keep tracers now
+        _tracer_leaks.check(main)
     if config.check_jaxprs:
         core.check_jaxpr(jaxpr)
     return jaxpr, consts

@@ -31,6 +31,7 @@ _KINDS = {
     "int_or_bool": lambda d: _dtypes.is_integer(d) or _dtypes.is_bool(d),
     "numeric": lambda d: not _dtypes.is_bool(d),
     "real_numeric": lambda d: not _dtypes.is_bool(d) and not _dtypes.is_complex(d),
+    "ordered": lambda d: not _dtypes.is_complex(d),  # complex numbers have no order
     "any": lambda d: True,
 }
 
@@ -39,7 +40,8 @@ _KINDS = {
 _KIND_NAMES = {
     "float": "floating, complexfloating", "real_float": "floating", "int": "integer",
     "int_or_bool": "integer, bool", "numeric": "integer, floating, complexfloating",
-    "real_numeric": "integer, floating", "any": "integer, floating, complexfloating, bool",
+    "real_numeric": "integer, floating", "ordered": "integer, floating, bool",
+    "any": "integer, floating, complexfloating, bool",
 }
 
 # jax.numpy's promoting counterpart of a lax operation, named in the error for mixed dtypes
@@ -344,10 +346,10 @@ shift_right_logical_p = _binary("shift_right_logical", "int", _shift_right_logic
 shift_right_arithmetic_p = _binary("shift_right_arithmetic", "int", _shift_right_arithmetic_impl)
 eq_p = _binary("eq", "any", np.equal, _bool_result)
 ne_p = _binary("ne", "any", np.not_equal, _bool_result)
-lt_p = _binary("lt", "any", np.less, _bool_result)
-le_p = _binary("le", "any", np.less_equal, _bool_result)
-gt_p = _binary("gt", "any", np.greater, _bool_result)
-ge_p = _binary("ge", "any", np.greater_equal, _bool_result)
+lt_p = _binary("lt", "ordered", np.less, _bool_result)
+le_p = _binary("le", "ordered", np.less_equal, _bool_result)
+gt_p = _binary("gt", "ordered", np.greater, _bool_result)
+ge_p = _binary("ge", "ordered", np.greater_equal, _bool_result)
 complex_p = _binary("complex", "real_float", lambda x, y: x + 1j * y,
                     lambda d: _dtypes.complex128 if d == _dtypes.float64 else _dtypes.complex64)
 
@@ -454,11 +456,13 @@ ad.register_tangent_primitives(add_any=add_any)
 # (int32, float32, complex64, bool), and operands of different dtypes are a TypeError. These
 # are the forms ``functrans.lax`` exports.
 
-def _binary_fn_without_promotion(p):
+def binary_fn_without_promotion(p, name: str | None = None, doc: str | None = None):
+    """The ``jax.lax`` form of binary primitive ``p``, called ``name`` (default: ``p``'s):
+    operands of one dtype, broadcast as :func:`_broadcast_pair` does, nothing promoted."""
     def fn(x, y):
         return p.bind(*_broadcast_pair(x, y))
-    fn.__name__ = fn.__qualname__ = p.name
-    fn.__doc__ = (f"Elementwise ``{p.name}`` of two arrays of one dtype, as ``jax.lax.{p.name}``: "
+    fn.__name__ = fn.__qualname__ = name or p.name
+    fn.__doc__ = doc or (f"Elementwise ``{p.name}`` of two arrays of one dtype, as ``jax.lax.{p.name}``: "
                   f"no implicit promotion (a Python scalar has its own weak dtype), a rank-0 "
                   f"operand and size-1 axes broadcast.\n\n"
                   f"Example::\n\n    lax.{p.name}(jnp.ones(2), jnp.ones(2))\n"
@@ -502,7 +506,7 @@ def _clamp_without_promotion(min, x, max):  # noqa: A002
 
 LAX_FUNCTIONS_WITHOUT_PROMOTION = {
     **{p.name if p.name not in ("and", "or", "xor") else f"bitwise_{p.name}":
-       _binary_fn_without_promotion(p)
+       binary_fn_without_promotion(p)
        for p in (add_p, sub_p, mul_p, div_p, rem_p, max_p, min_p, atan2_p, nextafter_p,
                  polygamma_p, and_p, or_p, xor_p, shift_left_p, shift_right_logical_p,
                  shift_right_arithmetic_p, eq_p, ne_p, lt_p, le_p, gt_p, ge_p, complex_p)},

@@ -14,8 +14,10 @@ Derivatives follow ``jax.lax``: ``igamma``/``igammac`` in both arguments, ``beta
 ``x``, the Bessel functions in ``x``; ``igamma_grad_a``, ``random_gamma_grad`` and ``zeta`` have
 none. Edge values (``a <= 0``, ``x < 0``, infinities, NaN) match ``jax.lax`` on CPU.
 
-The lax-level functions take arrays of one dtype; Python scalars take the arrays' dtype, and
-rank-0 or size-1 axes broadcast against the others (as in ``jax.lax``).
+The lax-level functions take arrays of one dtype; rank-0 or size-1 axes broadcast against the
+others (as in ``jax.lax``). Here Python scalars take the arrays' dtype, for the library's own
+use; ``functrans.lax`` exports ``LAX_FUNCTIONS_WITHOUT_PROMOTION`` instead, which promote
+nothing, as ``jax.lax``.
 """
 from __future__ import annotations
 
@@ -58,6 +60,15 @@ def elementwise_operands(name: str, args, kind: str = "float"):
         if _dtypes.is_python_scalar(a) or get_aval(a).dtype != dtype:
             a = ew.convert_element_type(a, dtype, weak_type=weak)
         out.append(a)
+    return broadcast_operands(name, out)
+
+
+def broadcast_operands(name: str, args) -> list:
+    """``args`` broadcast to one shape, as ``jax.lax`` n-ary functions take them: rank-0
+    operands and size-1 axes broadcast; other shape mismatches are a TypeError naming
+    ``name``. Dtypes are left as they are."""
+    from functrans.primitives import structural
+    out = list(args)
     shapes = [get_aval(a).shape for a in out]
     ranks = {len(s) for s in shapes if len(s)}
     if len(ranks) > 1:
@@ -382,6 +393,25 @@ def bessel_i1e(x):
         Array([0.        , 0.20791042], dtype=float32)
     """
     return bessel_i1e_p.bind(*elementwise_operands("bessel_i1e", (x,)))
+
+
+# ---- jax.lax's forms: no implicit promotion ------------------------------------------------
+# The functions above let a Python scalar take the arrays' dtype, for the library's own use.
+# jax.lax promotes nothing: a Python scalar keeps its own weak dtype, and the primitive's
+# shape rule rejects an operand of another kind or dtype. These are what functrans.lax exports.
+
+def _betainc_without_promotion(a, b, x):
+    return regularized_incomplete_beta_p.bind(*broadcast_operands("betainc", (a, b, x)))
+
+
+_betainc_without_promotion.__name__ = _betainc_without_promotion.__qualname__ = "betainc"
+_betainc_without_promotion.__doc__ = betainc.__doc__
+
+LAX_FUNCTIONS_WITHOUT_PROMOTION = {
+    fn.__name__: ew.binary_fn_without_promotion(p, fn.__name__, fn.__doc__)
+    for fn, p in ((igamma, igamma_p), (igammac, igammac_p), (igamma_grad_a, igamma_grad_a_p),
+                  (random_gamma_grad, random_gamma_grad_p), (zeta, zeta_p))}
+LAX_FUNCTIONS_WITHOUT_PROMOTION["betainc"] = _betainc_without_promotion
 
 
 __all__ = ["bessel_i0e", "bessel_i1e", "betainc", "igamma", "igamma_grad_a", "igammac",

@@ -186,6 +186,21 @@ def _normalize_argnums(fun, static_argnums, static_argnames):
     return static_argnums, static_argnames, positional
 
 
+def _hoist_traced_consts(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
+    """``closed`` with its traced constants (values of an enclosing trace the function
+    closed over, e.g. ``x`` in ``jit(lambda x: jit(lambda y: x + y)(1.))``) turned into
+    leading inputs, and those values: a compiled program can only hold concrete constants."""
+    traced = [isinstance(c, Tracer) for c in closed.consts]
+    if not any(traced):
+        return closed, []
+    jaxpr = closed.jaxpr
+    hoisted = [v for v, t in zip(jaxpr.constvars, traced) if t]
+    kept = [v for v, t in zip(jaxpr.constvars, traced) if not t]
+    new = core.Jaxpr(kept, hoisted + jaxpr.invars, jaxpr.outvars, jaxpr.eqns)
+    return (ClosedJaxpr(new, [c for c, t in zip(closed.consts, traced) if not t]),
+            [c for c, t in zip(closed.consts, traced) if t])
+
+
 class _CacheEntry:
     __slots__ = ("closed", "out_tree", "executable", "backend")
 
@@ -540,7 +555,10 @@ class JitWrapped:
         entry = self._get_entry(statics, dyn_args, dyn_kwargs, in_tree, avals,
                                 self._backend_for(leaves))
         closed = entry.closed
-        eager = core._state.dynamic.level == 0 and not any(isinstance(x, Tracer) for x in leaves)
+        # a function closing over a traced value (of vmap, grad, ...) binds jit_p to that trace
+        eager = (core._state.dynamic.level == 0
+                 and not any(isinstance(x, Tracer) for x in leaves)
+                 and not any(isinstance(c, Tracer) for c in closed.consts))
         if eager and partitioner is not None and (self._shardings is not None or
                                                   partitioner.wants(leaves)):
             outs = partitioner.call(self._shardings, entry, leaves, in_tree)
@@ -573,7 +591,9 @@ class JitWrapped:
                             self.__class__ = _JitWrappedSignatures
             self._delete_donated(args, outs)
         else:
-            outs = jit_p.bind(*leaves, jaxpr=closed, name=getattr(self._fun, "__name__", "fun"),
+            closed, captured = _hoist_traced_consts(closed)
+            outs = jit_p.bind(*captured, *leaves, jaxpr=closed,
+                              name=getattr(self._fun, "__name__", "fun"),
                               backend=entry.backend, donated_invars=())
         return entry.out_tree.unflatten(outs)
 

@@ -235,3 +235,16 @@ def test_nan_and_inf_arithmetic_warns_nothing():
         assert np.isnan(float(functrans.jit(jnp.mean)(x)))
         assert np.isnan(np.asarray(jnp.array([0.0]) / 0.0)).all()
         assert np.isnan(float(functrans.jit(lambda v: jnp.fft.fft(v)[0].real)(x)))
+
+
+def test_inner_jit_closing_over_an_outer_traced_value():
+    # the inner function's closed-over tracer becomes an input of its jit equation
+    inner = lambda x: functrans.jit(lambda y: jnp.sin(x) * y)(3.0)  # noqa: E731
+    assert float(functrans.jit(inner)(1.0)) == pytest.approx(3 * np.sin(1.0), rel=1e-6)
+    np.testing.assert_allclose(functrans.vmap(inner)(jnp.arange(3.0)),
+                               3 * np.sin(np.arange(3.0)), rtol=1e-6)
+    assert float(functrans.grad(inner)(1.0)) == pytest.approx(3 * np.cos(1.0), rel=1e-6)
+    assert float(functrans.jit(functrans.grad(inner))(1.0)) == pytest.approx(3 * np.cos(1.0),
+                                                                           rel=1e-6)
+    jaxpr = functrans.make_jaxpr(lambda x: functrans.jit(lambda y: x + y)(1.0))(2.0)
+    assert len(jaxpr.jaxpr.eqns) == 1 and len(jaxpr.jaxpr.eqns[0].invars) == 2

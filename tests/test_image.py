@@ -13,21 +13,9 @@ import functrans
 import functrans.numpy as jnp
 from functrans import image
 from functrans.test_util import check_grads, x64
+from assertions import assert_close as _close, jit_equals_eager as _jit_equals_eager
 
 RNG = np.random.default_rng(7)
-
-
-def _close(actual, expected, tol=2e-5):
-    actual = np.asarray(actual)
-    expected = np.asarray(expected)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
-
-
-def _jit_equals_eager(f, *args, tol=1e-6):
-    eager = f(*args)
-    compiled = functrans.jit(f)(*args)
-    _close(compiled, eager, tol)
 
 
 # =============================================================================================

@@ -15,6 +15,7 @@ import functrans.random as random
 from functrans import nn, optim
 from functrans.nn import initializers
 from functrans.test_util import check_grads, x64
+from assertions import assert_close as _close, assert_same, jit_equals_eager as _jit_equals_eager
 
 X = np.array([-3.0, -1.0, -0.25, 0.0, 0.5, 2.0, 7.0], np.float32)
 
@@ -576,29 +577,6 @@ def test_optimizer_state_checkpoint_round_trip(tmp_path):
 # =============================================================================================
 # nn: log1mexp, the less common activations, logmeanexp, delta_orthogonal
 # =============================================================================================
-
-
-def assert_same(actual, expected, dtype=None, atol=1e-6, rtol=1e-6):
-    """Values, shape and (when given) dtype of ``actual`` against NumPy's ``expected``."""
-    actual_np = np.asarray(actual)
-    expected = np.asarray(expected)
-    assert actual_np.shape == expected.shape, (actual_np.shape, expected.shape)
-    if dtype is not None:
-        assert actual.dtype == np.dtype(dtype), (actual.dtype, dtype)
-    np.testing.assert_allclose(actual_np, expected, atol=atol, rtol=rtol)
-
-
-def _close(actual, expected, tol=2e-5):
-    actual = np.asarray(actual)
-    expected = np.asarray(expected)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
-
-
-def _jit_equals_eager(f, *args, tol=1e-6):
-    eager = f(*args)
-    compiled = functrans.jit(f)(*args)
-    _close(compiled, eager, tol)
 
 
 def test_log1mexp():

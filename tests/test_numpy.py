@@ -3,8 +3,6 @@ axes, dtypes), JAX's promotion table with weak types, derivatives through compos
 vmap/jit agreement."""
 from __future__ import annotations
 
-import functools
-import inspect
 import pathlib
 import warnings
 
@@ -17,6 +15,7 @@ import functrans.numpy as jnp
 from functrans.core import ConcretizationTypeError
 from functrans.test_util import check_grads, x64
 import io
+from assertions import assert_close as _close, assert_same, jit_equals_eager as _jit_equals_eager
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(0)
@@ -1273,29 +1272,6 @@ def test_matmul_never_copies_an_operand_across_the_other_batch():
 # =============================================================================================
 # Helpers of the routine tests below
 # =============================================================================================
-
-
-def assert_same(actual, expected, dtype=None, atol=1e-6, rtol=1e-6):
-    """Values, shape and (when given) dtype of ``actual`` against NumPy's ``expected``."""
-    actual_np = np.asarray(actual)
-    expected = np.asarray(expected)
-    assert actual_np.shape == expected.shape, (actual_np.shape, expected.shape)
-    if dtype is not None:
-        assert actual.dtype == np.dtype(dtype), (actual.dtype, dtype)
-    np.testing.assert_allclose(actual_np, expected, atol=atol, rtol=rtol)
-
-
-def _close(actual, expected, tol=2e-5):
-    actual = np.asarray(actual)
-    expected = np.asarray(expected)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
-
-
-def _jit_equals_eager(f, *args, tol=1e-6):
-    eager = f(*args)
-    compiled = functrans.jit(f)(*args)
-    _close(compiled, eager, tol)
 
 
 # =============================================================================================

@@ -10,6 +10,7 @@ import functrans.numpy as jnp
 from functrans.numpy._ufunc_objects import builtin_ufuncs, frompyfunc, ufunc
 from functrans.scipy.stats._kde import gaussian_kde
 from functrans.test_util import check_grads, x64
+from assertions import assert_close as _close, jit_equals_eager as _jit_equals_eager
 
 RNG = np.random.default_rng(0)
 X = np.arange(1, 13, dtype=np.int32).reshape(3, 4)
@@ -212,19 +213,6 @@ def test_public_names():
     times = jnp.ufunc(lambda x, y: x * y, 2, 1, identity=1)
     np.testing.assert_allclose(np.asarray(times.reduce(jnp.arange(1.0, 5.0))), 24.0)
     assert isinstance(jnp.frompyfunc(lambda x: x, 1, 1), ufunc)
-
-
-def _close(actual, expected, tol=2e-5):
-    actual = np.asarray(actual)
-    expected = np.asarray(expected)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
-
-
-def _jit_equals_eager(f, *args, tol=1e-6):
-    eager = f(*args)
-    compiled = functrans.jit(f)(*args)
-    _close(compiled, eager, tol)
 
 
 def test_frompyfunc_ufunc_methods():

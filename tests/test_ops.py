@@ -10,16 +10,7 @@ import functrans
 import functrans.numpy as jnp
 import functrans.ops
 from functrans.test_util import check_grads, x64
-
-
-def assert_same(actual, expected, dtype=None, atol=1e-6, rtol=1e-6):
-    """Values, shape and (when given) dtype of ``actual`` against NumPy's ``expected``."""
-    actual_np = np.asarray(actual)
-    expected = np.asarray(expected)
-    assert actual_np.shape == expected.shape, (actual_np.shape, expected.shape)
-    if dtype is not None:
-        assert actual.dtype == np.dtype(dtype), (actual.dtype, dtype)
-    np.testing.assert_allclose(actual_np, expected, atol=atol, rtol=rtol)
+from assertions import assert_same
 
 
 _SEGMENT_OPS = {

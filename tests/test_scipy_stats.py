@@ -21,31 +21,10 @@ from functrans.scipy.stats import (betabinom, binom, dirichlet, geom, gennorm, g
                                    gumbel_r, multinomial, nbinom, pareto, vonmises, wrapcauchy)
 from functrans.scipy.stats import _descriptive as desc
 from functrans.test_util import check_grads, x64
+from assertions import close_in_float64 as _close, dtype, tolerance as _tol  # noqa: F401,F811
 
 
 INF = np.inf
-
-
-def _close(actual, expected, rtol, atol=0.0):
-    actual = np.asarray(actual)
-    expected = np.asarray(expected, dtype=np.float64)
-    np.testing.assert_allclose(actual.astype(np.float64), expected, rtol=rtol, atol=atol,
-                               equal_nan=True)
-
-
-@pytest.fixture(params=["float32", "float64"])
-def dtype(request):
-    """Run a test in float32, and in float64 with x64 mode on."""
-    if request.param == "float64":
-        from functrans.test_util import x64
-        with x64():
-            yield np.float64
-    else:
-        yield np.float32
-
-
-def _tol(dtype, f32=2e-5, f64=1e-12):
-    return f32 if dtype == np.float32 else f64
 
 
 # =============================================================================================

@@ -23,7 +23,8 @@ from functrans.primitives.fft import *  # noqa: F401,F403
 from functrans.primitives.windowed import *  # noqa: F401,F403
 from functrans.primitives.implicit import *  # noqa: F401,F403
 from functrans.primitives.special import *  # noqa: F401,F403
-from functrans.primitives.lax_extras import *  # noqa: F401,F403
+from functrans.primitives.random_bits import (RandomAlgorithm, rng_bit_generator,  # noqa: F401
+                                              rng_uniform)
 from functrans.sharding._constraints import with_sharding_constraint  # noqa: F401
 
 from functrans.primitives import elementwise as _elementwise  # noqa: E402
@@ -96,7 +97,7 @@ _JAX_PRIMITIVE_NAMES = (
 
 _PRIMITIVE_MODULES = ("elementwise", "structural", "reductions", "indexing", "linalg",
                       "sorting", "control_flow", "collectives", "fft", "windowed", "implicit",
-                      "special", "lax_extras")
+                      "special", "random_bits")
 
 
 def _export_primitives() -> list:

@@ -22,8 +22,9 @@ from functrans.primitives.fft import FftType
 from functrans.primitives.implicit import LinearSolveJaxprs
 from functrans.primitives.indexing import (GatherDimensionNumbers, GatherScatterMode,
                                            ScatterDimensionNumbers)
-from functrans.primitives.lax_extras import Precision, RandomAlgorithm, RoundingMethod
-from functrans.primitives.linalg import ConvDimensionNumbers
+from functrans.primitives.elementwise import RoundingMethod
+from functrans.primitives.linalg import ConvDimensionNumbers, Precision
+from functrans.primitives.random_bits import RandomAlgorithm
 import functrans.primitives as package
 
 # Modules outside functrans.primitives that declare primitives (jit, callbacks, custom

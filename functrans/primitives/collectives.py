@@ -98,11 +98,11 @@ def _unbound_axis_error(name, primitive_name: str) -> NameError:
         f"names bound here are {_bound_names()}.")
 
 
-def axis_size(axis_name, primitive_name: str = "axis_size") -> int:
+def _axis_size(axis_name, primitive_name: str = "axis_size") -> int:
     """The number of members of the named axis (a vmap's batch size or a pmap's device
     count); a tuple of names gives the product."""
     if isinstance(axis_name, (tuple, list)):
-        return int(np.prod([axis_size(n, primitive_name) for n in axis_name], dtype=np.int64))
+        return int(np.prod([_axis_size(n, primitive_name) for n in axis_name], dtype=np.int64))
     main = batching.find_axis_main(axis_name)
     if main is not None:
         return main.payload.size
@@ -188,7 +188,7 @@ def _check_groups(name, axis_index_groups, axis_name) -> tuple | None:
     names = _names_tuple(axis_name)
     if len(names) != 1:
         raise ValueError(f"{name}: axis_index_groups needs a single axis name, got {names}")
-    size = axis_size(names[0], name)
+    size = _axis_size(names[0], name)
     try:
         groups = tuple(tuple(operator.index(i) for i in group) for group in axis_index_groups)
     except TypeError:
@@ -219,7 +219,7 @@ def _check_groups(name, axis_index_groups, axis_name) -> tuple | None:
 
 def _group_size(name, groups, axis_name) -> int:
     """The number of members a collective combines: a group's, or the whole axis's."""
-    return len(groups[0]) if groups is not None else axis_size(axis_name, name)
+    return len(groups[0]) if groups is not None else _axis_size(axis_name, name)
 
 
 def _per_group(impl):
@@ -872,7 +872,7 @@ def ppermute(x, axis_name, perm):
         Array([2., 0., 1.], dtype=float32)
     """
     names = _collective_names("ppermute", axis_name)
-    perm = _check_perm(perm, axis_size(names, "ppermute"))
+    perm = _check_perm(perm, _axis_size(names, "ppermute"))
     return tree_util.tree_map(
         lambda leaf: ppermute_p.bind(_as_operand(leaf), axis_name=names, perm=perm), x)
 
@@ -931,5 +931,16 @@ COLLECTIVES = (psum_p, pmax_p, pmin_p, all_gather_p, reduce_scatter_p, all_to_al
                ppermute_p, axis_index_p)
 
 
-__all__ = ["all_gather", "all_to_all", "axis_index", "pmax", "pmean", "pmin", "ppermute",
-           "pshuffle", "psum", "psum_scatter"]
+def axis_size(axis_name) -> int:
+    """The size of the named mapped axis (the batch size of the enclosing
+    ``vmap(..., axis_name=...)`` or the device count of the ``pmap``); a tuple of names gives
+    the product.
+
+        >>> functrans.vmap(lambda x: x * axis_size("i"), axis_name="i")(jnp.ones(3))
+        Array([3., 3., 3.], dtype=float32)
+    """
+    return _axis_size(axis_name)
+
+
+__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pmax", "pmean", "pmin",
+           "ppermute", "pshuffle", "psum", "psum_scatter"]

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans import _dtypes, core, tree_util
+from functrans import _backends, _dtypes, core, tree_util
 from functrans.core import ClosedJaxpr, Jaxpr, Literal, Primitive, ShapedArray, Tracer, Var, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
@@ -41,7 +41,27 @@ from functrans.interpreters.staging import closed_over_consts_as_args, trace_to_
 from functrans.primitives import elementwise as ew
 from functrans.primitives import reductions, structural
 
-__all__ = ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]
+
+def platform_dependent(*args, default: Callable | None = None, **per_platform: Callable):
+    """Call the function given for the default backend's platform (``cpu=...`` or
+    ``cuda=...``) on ``args``, or ``default`` if there is none.
+
+        >>> platform_dependent(1.0, cpu=lambda x: x + 1, default=lambda x: x - 1)
+        2.0
+    """
+    for name in per_platform:
+        if name == "gpu":
+            raise ValueError("Use 'cuda' or 'rocm' for lax.platform_dependent.")
+    platform = _backends.default_platform()
+    platform = {"gpu": "cuda"}.get(platform, platform)
+    branch = per_platform.get(platform, default)
+    if branch is None:
+        raise NotImplementedError(f"platform_dependent: no branch for platform {platform!r} "
+                                  f"(given: {sorted(per_platform)}) and no default")
+    return branch(*args)
+
+
+__all__ = ["cond", "fori_loop", "map", "platform_dependent", "scan", "switch", "while_loop"]
 
 
 # =============================================================================================

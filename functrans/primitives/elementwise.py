@@ -11,7 +11,9 @@ forms in ``LAX_FUNCTIONS_WITHOUT_PROMOTION`` instead, which promote nothing, as 
 """
 from __future__ import annotations
 
+import enum
 import math
+import operator
 
 import numpy as np
 
@@ -909,13 +911,308 @@ def stop_gradient(x):
     return tree_map(stop, x)
 
 
-__all__ = [
-    "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
-    "bitwise_not", "bitwise_or", "bitwise_xor", "cbrt", "ceil", "clamp", "clz", "complex", "conj",
-    "convert_element_type", "cos", "cosh", "digamma", "div", "eq", "erf", "erf_inv", "erfc",
-    "exp", "exp2", "expm1", "floor", "ge", "gt", "imag", "integer_pow", "is_finite", "le",
-    "lgamma", "log", "log1p", "logistic", "lt", "max", "min", "mul", "ne", "neg", "nextafter",
-    "polygamma", "population_count", "pow", "real", "rem", "round", "rsqrt", "select",
-    "select_n", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sin",
-    "sinh", "sqrt", "square", "stop_gradient", "sub", "tan", "tanh",
-]
+# =============================================================================================
+# Operands: one floating dtype, broadcast to one shape
+# =============================================================================================
+
+
+def elementwise_operands(name: str, args, kind: str = "float"):
+    """``args`` as arrays of one dtype and shape, as ``jax.lax`` n-ary functions take them:
+    Python scalars adopt the arrays' dtype; rank-0 arrays and size-1 axes broadcast; every
+    other shape or dtype mismatch is a TypeError naming ``name``. ``kind`` is ``"float"``
+    (floating dtypes only), ``"int"`` (integers only) or ``"any"``."""
+    arrays = [a for a in args if not _dtypes.is_python_scalar(a)]
+    if arrays:
+        avals = [get_aval(a) for a in arrays]
+        strong = [a.dtype for a in avals if not a.weak_type] or [avals[0].dtype]
+        dtype = strong[0]
+        if any(d != dtype for d in strong):
+            raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got "
+                            f"{', '.join(d.name for d in strong)}")
+        weak = all(a.weak_type for a in avals)
+    else:
+        dtype = _dtypes.default_int_dtype() if kind == "int" else _dtypes.dtype_and_weak(args[0])[0]
+        weak = True
+    ok = {"float": _dtypes.is_float, "int": _dtypes.is_integer, "any": lambda d: True}[kind]
+    if not ok(dtype):
+        raise TypeError(f"{name} does not accept dtype {np.dtype(dtype).name}; it needs "
+                        f"{'a floating' if kind == 'float' else 'an integer'} dtype")
+    out = []
+    for a in args:
+        if _dtypes.is_python_scalar(a) or get_aval(a).dtype != dtype:
+            a = convert_element_type(a, dtype, weak_type=weak)
+        out.append(a)
+    return broadcast_operands(name, out)
+
+
+def broadcast_operands(name: str, args) -> list:
+    """``args`` broadcast to one shape, as ``jax.lax`` n-ary functions take them: rank-0
+    operands and size-1 axes broadcast; other shape mismatches are a TypeError naming
+    ``name``. Dtypes are left as they are."""
+    from functrans.primitives import structural
+    out = list(args)
+    shapes = [get_aval(a).shape for a in out]
+    ranks = {len(s) for s in shapes if len(s)}
+    if len(ranks) > 1:
+        raise TypeError(f"{name}: arrays must have the same number of dimensions, got "
+                        f"{sorted(len(s) for s in shapes)}")
+    rank = ranks.pop() if ranks else 0
+    shape = []
+    for i in range(rank):
+        sizes = {s[i] for s in shapes if len(s)} - {1}
+        if len(sizes) > 1:
+            raise TypeError(f"{name} got incompatible shapes for broadcasting: "
+                            f"{', '.join(str(s) for s in shapes)}")
+        shape.append(sizes.pop() if sizes else 1)
+    shape = tuple(shape)
+    return [a if get_aval(a).shape == shape else structural.broadcast_in_dim(
+        a, shape, tuple(range(rank)) if get_aval(a).ndim else ()) for a in out]
+
+
+
+# =============================================================================================
+# Enums: transcendental accuracy, rounding
+# =============================================================================================
+
+
+class AccuracyMode(enum.Enum):
+    """Accuracy request for transcendental functions (``lax.exp(x, accuracy=...)``). This
+    backend has one implementation per function (accurate to a few ulps), used for every
+    mode."""
+    HIGHEST = 1
+    DEFAULT = 2
+
+
+class Tolerance:
+    """An accuracy target ``(atol, rtol, ulps)`` for transcendental functions
+    (``lax.tanh(x, accuracy=Tolerance(rtol=1e-6))``). This backend's one implementation per
+    function is used whatever the target."""
+
+    def __init__(self, atol: float = 0.0, rtol: float = 0.0, ulps: int = 0):
+        if atol < 0 or rtol < 0 or ulps < 0:
+            raise ValueError("Tolerance: atol, rtol and ulps must be non-negative")
+        self.atol, self.rtol, self.ulps = float(atol), float(rtol), int(ulps)
+
+    def __repr__(self):
+        return f"Tolerance(atol={self.atol}, rtol={self.rtol}, ulps={self.ulps})"
+
+    def __eq__(self, other):
+        return isinstance(other, Tolerance) and \
+            (self.atol, self.rtol, self.ulps) == (other.atol, other.rtol, other.ulps)
+
+    def __hash__(self):
+        return hash((self.atol, self.rtol, self.ulps))
+
+
+class RoundingMethod(enum.IntEnum):
+    """How :func:`round` breaks ties: away from zero (0) or to the nearest even (1)."""
+    AWAY_FROM_ZERO = 0
+    TO_NEAREST_EVEN = 1
+
+    def __str__(self):
+        return self.name
+
+
+def reciprocal(x):
+    """``1 / x`` elementwise (floating and complex dtypes).
+
+        >>> reciprocal(jnp.array([2.0, 4.0]))
+        Array([0.5 , 0.25], dtype=float32)
+    """
+    return integer_pow(x, -1)
+
+
+# =============================================================================================
+# mulhi: the high half of the double-width integer product
+# =============================================================================================
+
+
+def _mulhi_impl(x, y):
+    bits = x.dtype.itemsize * 8
+    if bits < 64:
+        wide = np.int64 if x.dtype.kind == "i" else np.uint64
+        return ((x.astype(wide) * y.astype(wide)) >> bits).astype(x.dtype)
+    # 64-bit: schoolbook on 32-bit halves of the unsigned values, then a sign correction
+    ux, uy = x.view(np.uint64), y.view(np.uint64)
+    mask, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+    with np.errstate(over="ignore"):
+        x_lo, x_hi, y_lo, y_hi = ux & mask, ux >> s32, uy & mask, uy >> s32
+        lo_lo = x_lo * y_lo
+        mid1 = x_hi * y_lo + (lo_lo >> s32)
+        mid2 = x_lo * y_hi + (mid1 & mask)
+        high = x_hi * y_hi + (mid1 >> s32) + (mid2 >> s32)
+        if x.dtype.kind == "i":
+            # signed = unsigned - 2**64 for negatives: subtract the other operand
+            high = high - np.where(x < 0, uy, np.uint64(0)) - np.where(y < 0, ux, np.uint64(0))
+    return high.view(x.dtype)
+
+
+mulhi_p = Primitive("mulhi")
+mulhi_p.def_impl(_mulhi_impl)
+mulhi_p.def_abstract_eval(_elementwise_rule("mulhi", "int"))
+batching.broadcast_batcher(mulhi_p)
+ad.defjvp_zero(mulhi_p)
+
+
+def mulhi(x, y, /):
+    """The high half of the double-width product of two integers of one dtype:
+    ``(x * y) >> bits`` computed without overflow.
+
+        >>> mulhi(jnp.array([2**31 - 1], jnp.int32), jnp.array([2**31 - 1], jnp.int32))
+        Array([1073741823], dtype=int32)
+    """
+    return mulhi_p.bind(*elementwise_operands("mulhi", (x, y), kind="int"))
+
+
+# =============================================================================================
+# bitcast_convert_type
+# =============================================================================================
+
+bitcast_convert_type_p = Primitive("bitcast_convert_type")
+
+
+@bitcast_convert_type_p.def_abstract_eval
+def _bitcast_rule(operand, *, new_dtype):
+    old, new = operand.dtype, np.dtype(new_dtype)
+    if old != new and any(_dtypes.is_bool(d) or _dtypes.is_complex(d) for d in (old, new)):
+        raise TypeError(f"bitcast_convert_type does not support bool or complex values unless "
+                        f"the operand and destination types match (operand "
+                        f"{operand.str_short()}, new_dtype={new.name})")
+    if old.itemsize == new.itemsize:
+        shape = operand.shape
+    elif old.itemsize > new.itemsize:
+        shape = operand.shape + (old.itemsize // new.itemsize,)
+    else:
+        ratio = new.itemsize // old.itemsize
+        if not operand.shape or operand.shape[-1] != ratio:
+            raise TypeError(f"bitcast_convert_type: converting {operand.str_short()} to "
+                            f"{new.name} needs a last axis of size {ratio} (the ratio of "
+                            f"their widths)")
+        shape = operand.shape[:-1]
+    return ShapedArray(shape, new)
+
+
+@bitcast_convert_type_p.def_impl
+def _bitcast_impl(operand, *, new_dtype):
+    new = np.dtype(new_dtype)
+    x = np.array(operand, order="C", copy=True)  # 0-d stays 0-d
+    if x.dtype.itemsize == new.itemsize:
+        return x.view(new)
+    if x.dtype.itemsize > new.itemsize:
+        return x.reshape(x.shape + (1,)).view(new)
+    return x.view(new).reshape(x.shape[:-1])
+
+
+def _bitcast_batch(vals, dims, *, new_dtype):
+    # the conversion may add or remove the last axis: keep the batch axis in front
+    (x,), (d,) = vals, dims
+    return bitcast_convert_type_p.bind(batching.moveaxis(x, d, 0), new_dtype=new_dtype), 0
+
+
+bitcast_convert_type_p.batch = _bitcast_batch
+ad.defjvp_zero(bitcast_convert_type_p)
+
+
+def bitcast_convert_type(operand, new_dtype):
+    """Reinterpret the bits of ``operand`` as ``new_dtype``. A narrower type adds a last axis
+    (the pieces of each element, in memory order); a wider one consumes a last axis of that
+    ratio. Bool and complex only convert to themselves. No derivative flows through.
+
+        >>> bitcast_convert_type(jnp.float32(1.0), jnp.int32)
+        Array(1065353216, dtype=int32)
+    """
+    new_dtype = _dtypes.canonicalize_dtype(new_dtype)
+    if _dtypes.is_python_scalar(operand):
+        operand = convert_element_type(operand, get_aval(operand).dtype)
+    return bitcast_convert_type_p.bind(operand, new_dtype=new_dtype)
+
+
+# =============================================================================================
+# reduce_precision: round to a float format with fewer exponent / mantissa bits
+# =============================================================================================
+
+
+def _reduce_precision_bits(x, exponent_bits, mantissa_bits):
+    """Round float32/float64 ``x`` to ``exponent_bits``/``mantissa_bits`` on its bit pattern:
+    round-to-nearest-even on the mantissa (a carry may bump the exponent), then exponents
+    above the format's range become infinities and those below its smallest normal zero."""
+    finfo = np.finfo(x.dtype)
+    total, mant = finfo.bits, finfo.nmant
+    expo = total - 1 - mant
+    uint = np.dtype(f"u{total // 8}")
+    bits = x.view(uint).copy()
+    one = uint.type(1)
+    if mantissa_bits < mant:
+        drop = uint.type(mant - mantissa_bits)
+        last_kept = (bits >> drop) & one
+        half_minus_one = (one << (drop - one)) - one
+        with np.errstate(over="ignore"):
+            bits = (bits + half_minus_one + last_kept) & ~((one << drop) - one)
+    if exponent_bits < expo:
+        sign = bits & (one << uint.type(total - 1))
+        biased = ((bits >> uint.type(mant)) & ((one << uint.type(expo)) - one)).astype(np.int64)
+        unbiased = biased - (2 ** (expo - 1) - 1)
+        limit = 2 ** (exponent_bits - 1) - 1
+        inf_bits = sign | (((one << uint.type(expo)) - one) << uint.type(mant))
+        bits = np.where(unbiased > limit, inf_bits, bits)
+        bits = np.where(unbiased <= -limit, sign, bits)
+    out = bits.view(x.dtype)
+    return np.where(np.isnan(x), x, out)
+
+
+reduce_precision_p = Primitive("reduce_precision")
+
+
+@reduce_precision_p.def_impl
+def _reduce_precision_impl(operand, *, exponent_bits, mantissa_bits):
+    x = operand
+    if x.dtype.itemsize < 4:  # bf16/f16: every narrower format is exact in float32
+        return _reduce_precision_bits(x.astype(np.float32), exponent_bits,
+                                      mantissa_bits).astype(x.dtype)
+    return _reduce_precision_bits(x, exponent_bits, mantissa_bits)
+
+
+@reduce_precision_p.def_abstract_eval
+def _reduce_precision_rule(operand, *, exponent_bits, mantissa_bits):
+    _check_kind("reduce_precision", "real_float", [operand])
+    return operand
+
+
+batching.defvectorized(reduce_precision_p)
+# rounding is treated as the identity for derivatives, with tangents rounded like the values
+ad.deflinear(reduce_precision_p, lambda ct, **params: [reduce_precision_p.bind(ct, **params)])
+
+
+def reduce_precision(operand, exponent_bits: int, mantissa_bits: int):
+    """Round ``operand`` to the float format with ``exponent_bits`` exponent bits and
+    ``mantissa_bits`` explicit mantissa bits (round to nearest even; overflow to infinity,
+    values below the smallest normal to zero) and return it in its own dtype: emulates
+    bfloat16 (8, 7), float16 (5, 10) and the like.
+
+        >>> reduce_precision(jnp.float32(1.2345678), 8, 7)
+        Array(1.234375, dtype=float32)
+    """
+    exponent_bits, mantissa_bits = operator.index(exponent_bits), operator.index(mantissa_bits)
+    if exponent_bits < 1:
+        raise ValueError(f"reduce_precision: exponent_bits must be positive; got "
+                         f"{exponent_bits}")
+    if mantissa_bits < 0:
+        raise ValueError(f"reduce_precision: mantissa_bits must be non-negative; got "
+                         f"{mantissa_bits}")
+    if _dtypes.is_python_scalar(operand):
+        operand = convert_element_type(operand, get_aval(operand).dtype, weak_type=True)
+    return reduce_precision_p.bind(operand, exponent_bits=exponent_bits,
+                                   mantissa_bits=mantissa_bits)
+
+
+__all__ = ["abs", "AccuracyMode", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2",
+           "atanh", "bitcast_convert_type", "bitwise_and", "bitwise_not", "bitwise_or",
+           "bitwise_xor", "cbrt", "ceil", "clamp", "clz", "complex", "conj",
+           "convert_element_type", "cos", "cosh", "digamma", "div", "eq", "erf", "erf_inv",
+           "erfc", "exp", "exp2", "expm1", "floor", "ge", "gt", "imag", "integer_pow",
+           "is_finite", "le", "lgamma", "log", "log1p", "logistic", "lt", "max", "min", "mul",
+           "mulhi", "ne", "neg", "nextafter", "polygamma", "population_count", "pow", "real",
+           "reciprocal", "reduce_precision", "rem", "round", "RoundingMethod", "rsqrt",
+           "select", "select_n", "shift_left", "shift_right_arithmetic", "shift_right_logical",
+           "sign", "sin", "sinh", "sqrt", "square", "stop_gradient", "sub", "tan", "tanh",
+           "Tolerance"]

@@ -15,7 +15,7 @@ are declared together below it.
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise, structural
+from functrans.primitives import control_flow, reductions
+from functrans.primitives import elementwise as ew
+from functrans.primitives.structural import _axis
 
 
 class GatherDimensionNumbers(NamedTuple):
@@ -742,6 +745,102 @@ scatter_max = _scatter_fn(scatter_max_p, _SCATTER_DOC.format(
     how="keeping the maximum", name="scatter_max",
     example="Array([1., 4., 1., 3.], dtype=float32)"))
 
+def index_take(src, idxs, axes: Sequence[int]):
+    """Gather ``src[..., idxs[0], ..., idxs[1], ...]``: ``idxs[j]`` indexes axis ``axes[j]``
+    (indices wrap modulo the axis size). The result has the indices' shape followed by the
+    axes not indexed, in order.
 
-__all__ = ["GatherDimensionNumbers", "GatherScatterMode", "ScatterDimensionNumbers", "gather",
-           "scatter", "scatter_add", "scatter_max", "scatter_min", "scatter_mul"]
+        >>> x = jnp.arange(24).reshape(2, 3, 4)
+        >>> index_take(x, (jnp.array([1, 0]), jnp.array([2, 3])), (0, 2))
+        Array([[14, 18, 22],
+               [ 3,  7, 11]], dtype=int32)
+    """
+    src_shape = get_aval(src).shape
+    axes = tuple(_axis(a, len(src_shape), "index_take") for a in axes)
+    if len(idxs) != len(axes):
+        raise ValueError(f"index_take: {len(idxs)} index arrays for {len(axes)} axes")
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"index_take: repeated axes {axes}")
+    # the result does not depend on the order of (axis, index) pairs: sort them by axis
+    order = sorted(range(len(axes)), key=lambda j: axes[j])
+    axes = tuple(axes[j] for j in order)
+    idxs = [idxs[j] for j in order]
+    columns = []
+    for i, ax in zip(idxs, axes):
+        i = structural.broadcast_in_dim(i, get_aval(i).shape, tuple(range(get_aval(i).ndim))) \
+            if _dtypes.is_python_scalar(i) else i
+        i_aval = get_aval(i)
+        if not _dtypes.is_integer(i_aval.dtype):
+            raise TypeError(f"index_take: indices must be integers, got {i_aval.str_short()}")
+        size = ew._const(i, src_shape[ax])
+        wrapped = ew.rem(ew.add(ew.rem(i, size), size), size)  # a floor modulo
+        columns.append(structural.expand_dims(wrapped, (i_aval.ndim,)))
+    shapes = {get_aval(c).shape for c in columns}
+    if len(shapes) != 1:
+        raise TypeError(f"index_take: index arrays must have one shape, got {sorted(shapes)}")
+    columns = [ew.convert_element_type(c, np.int32) for c in columns]
+    indices = structural.concatenate(columns, get_aval(columns[0]).ndim - 1)
+    batch_ndim = get_aval(indices).ndim - 1
+    slice_sizes = tuple(1 if d in axes else s for d, s in enumerate(src_shape))
+    offset_dims = tuple(range(batch_ndim, batch_ndim + len(src_shape) - len(axes)))
+    dn = GatherDimensionNumbers(offset_dims=offset_dims, collapsed_slice_dims=axes,
+                                         start_index_map=axes)
+    return gather(src, indices, dn, slice_sizes, mode="clip")
+
+
+# ---- scatter_sub, scatter_apply ------------------------------------------------------------
+
+
+def scatter_sub(operand, scatter_indices, updates, dimension_numbers, *,
+                indices_are_sorted: bool = False, unique_indices: bool = False, mode=None):
+    """Subtract ``updates`` from windows of ``operand`` at ``scatter_indices`` (repeated
+    positions accumulate); as :func:`scatter_add` with ``-updates`` (for unsigned integers
+    the wrap-around difference).
+
+        >>> dn = ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
+        ...                              scatter_dims_to_operand_dims=(0,))
+        >>> scatter_sub(jnp.zeros(3), jnp.array([[1], [1]]), jnp.array([1., 2.]), dn)
+        Array([ 0., -3.,  0.], dtype=float32)
+    """
+    return scatter_add(operand, scatter_indices, ew.neg(updates), dimension_numbers,
+                                indices_are_sorted=indices_are_sorted,
+                                unique_indices=unique_indices, mode=mode)
+
+
+def scatter_apply(operand, scatter_indices, func: Callable, dimension_numbers, *,
+                  update_shape=(), indices_are_sorted: bool = False,
+                  unique_indices: bool = False, mode=None):
+    """Apply the scalar function ``func`` to the elements of ``operand`` that windows of
+    ``update_shape`` at ``scatter_indices`` cover. A position covered ``n`` times gets
+    ``func`` applied ``n`` times (as XLA applies the scatter combiner once per update).
+
+        >>> dn = ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
+        ...                              scatter_dims_to_operand_dims=(0,))
+        >>> scatter_apply(jnp.zeros(3), jnp.array([[1], [1]]), lambda v: v + 1, dn,
+        ...               update_shape=(2,))
+        Array([0., 2., 0.], dtype=float32)
+    """
+    from functrans import _api  # upward: _api is in the API, above this layer
+    aval = get_aval(operand)
+    ones = structural.full(tuple(update_shape), 1, np.int32)
+    count = scatter_add(structural.full(aval.shape, 0, np.int32), scatter_indices,
+                                 ones, dimension_numbers,
+                                 indices_are_sorted=indices_are_sorted,
+                                 unique_indices=unique_indices, mode=mode)
+    flat_func = _api.vmap(func)  # func sees scalars, as in XLA's update computation
+
+    def apply(x):
+        return structural.reshape(flat_func(structural.reshape(x, (aval.size,))), aval.shape)
+
+    def step(k, x):
+        return ew.select(ew.gt(count, ew._const(count, k)), apply(x), x)
+
+    if unique_indices or aval.size == 0:
+        return step(0, operand)
+    times = reductions.reduce_max(count, tuple(range(aval.ndim)))
+    return control_flow.fori_loop(0, times, lambda k, x: step(k, x), operand)
+
+
+__all__ = ["gather", "GatherDimensionNumbers", "GatherScatterMode", "index_take", "scatter",
+           "scatter_add", "scatter_apply", "scatter_max", "scatter_min", "scatter_mul",
+           "scatter_sub", "ScatterDimensionNumbers"]

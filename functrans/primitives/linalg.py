@@ -7,7 +7,9 @@ ones) and batching rule are declared together below it.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+import enum
+import math
+from typing import Any, NamedTuple, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -1268,6 +1270,324 @@ def svd(x, full_matrices: bool = True, compute_uv: bool = True):
     return u, s, vh
 
 
-__all__ = ["ConvDimensionNumbers", "batch_matmul", "cholesky", "conv", "conv_dimension_numbers",
-           "conv_general_dilated", "dot", "dot_general", "eigh", "lu", "padtype_to_pads", "qr",
-           "svd", "triangular_solve"]
+# =============================================================================================
+# Precision, dot algorithms and dimension-number types
+# =============================================================================================
+
+
+class Precision(enum.Enum):
+    """Precision of ``dot_general``/``conv_general_dilated`` and the jnp contractions.
+
+    On this backend every precision computes in the operands' dtype (float32 products are
+    float32 products: ``DEFAULT`` is already ``HIGHEST``), so the choice never changes
+    results. Strings name the members too: ``"default"``/``"bfloat16"``/``"fastest"``,
+    ``"high"``/``"tensorfloat32"``, ``"highest"``/``"float32"``.
+
+        >>> Precision("highest")
+        <Precision.HIGHEST: 2>
+    """
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+    @classmethod
+    def _missing_(cls, value):
+        aliases = {"default": cls.DEFAULT, "bfloat16": cls.DEFAULT, "fastest": cls.DEFAULT,
+                   "high": cls.HIGH, "tensorfloat32": cls.HIGH,
+                   "highest": cls.HIGHEST, "float32": cls.HIGHEST}
+        if isinstance(value, str) and value.lower() in aliases:
+            return aliases[value.lower()]
+        return None
+
+    def __repr__(self):
+        return f"<Precision.{self.name}: {self.value}>"
+
+    def __str__(self):
+        return self.name
+
+
+class DotAlgorithm(NamedTuple):
+    """A dot algorithm spelled out: input precision types, accumulation type, how many
+    components each input is split into and how many primitive products are summed.
+
+    Accepted wherever ``precision=`` is. This backend computes every dot in the operands'
+    dtype with at least float32 accumulation whatever the algorithm says (JAX on CPU does
+    the same for the algorithms it accepts)."""
+    lhs_precision_type: Any
+    rhs_precision_type: Any
+    accumulation_type: Any
+    lhs_component_count: int = 1
+    rhs_component_count: int = 1
+    num_primitive_operations: int = 1
+    allow_imprecise_accumulation: bool = False
+
+
+class DotAlgorithmPreset(enum.Enum):
+    """Named dot algorithms (``precision=DotAlgorithmPreset.BF16_BF16_F32``, ...).
+
+    Accepted wherever ``precision=`` is; as for :class:`DotAlgorithm`, this backend computes
+    in the operands' dtype: the presets that round inputs to bf16/f16/tf32 on accelerators do
+    not round them here (JAX on CPU computes the BF16 presets in full float32 as well)."""
+    DEFAULT = enum.auto()
+    ANY_F8_ANY_F8_F32 = enum.auto()
+    ANY_F8_ANY_F8_F32_FAST_ACCUM = enum.auto()
+    ANY_F8_ANY_F8_ANY = enum.auto()
+    ANY_F8_ANY_F8_ANY_FAST_ACCUM = enum.auto()
+    F16_F16_F16 = enum.auto()
+    F16_F16_F32 = enum.auto()
+    BF16_BF16_BF16 = enum.auto()
+    BF16_BF16_F32 = enum.auto()
+    BF16_BF16_F32_X3 = enum.auto()
+    BF16_BF16_F32_X6 = enum.auto()
+    BF16_BF16_F32_X9 = enum.auto()
+    TF32_TF32_F32 = enum.auto()
+    TF32_TF32_F32_X3 = enum.auto()
+    F32_F32_F32 = enum.auto()
+    F64_F64_F64 = enum.auto()
+
+    def __repr__(self):
+        return f"DotAlgorithmPreset.{self.name}"
+
+    __str__ = __repr__
+
+
+PrecisionLike = Union[None, str, Precision, Tuple[str, str], Tuple[Precision, Precision],
+                      DotAlgorithm, DotAlgorithmPreset]
+
+DotDimensionNumbers = Tuple[Tuple[Sequence[int], Sequence[int]],
+                            Tuple[Sequence[int], Sequence[int]]]
+
+
+def _conv_dimension_numbers_type():
+    return Union[Tuple[str, str, str], ConvDimensionNumbers, None]
+
+
+ConvGeneralDilatedDimensionNumbers = _conv_dimension_numbers_type()
+
+
+# =============================================================================================
+# Convolution helpers
+# =============================================================================================
+
+
+def conv_general_permutations(dimension_numbers):
+    """``(lhs_perm, rhs_perm, out_perm)``: for each operand, its (batch/out-feature,
+    feature/in-feature, spatial...) axes, from layout strings such as
+    ``("NHWC", "HWIO", "NHWC")``.
+
+        >>> conv_general_permutations(("NHWC", "HWIO", "NHWC"))
+        ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+    """
+    if isinstance(dimension_numbers[0], str):
+        rank = len(dimension_numbers[0])
+        for spec, required in zip(dimension_numbers, ("NC", "OI", "NC")):
+            if len(spec) != rank or any(spec.count(c) != 1 for c in required):
+                raise TypeError(f"conv_general_permutations: {spec!r} must have length {rank} "
+                                f"and contain each of {required!r} once")
+        dn = conv_dimension_numbers((1,) * rank, (1,) * rank, dimension_numbers)
+    else:
+        dn = conv_dimension_numbers((1,) * len(dimension_numbers[0]),
+                                    (1,) * len(dimension_numbers[0]), dimension_numbers)
+    return tuple(dn)
+
+
+def _conv_specs(rank, dimension_numbers):
+    return conv_dimension_numbers((1,) * rank, (1,) * rank, dimension_numbers)
+
+
+def _window_output_size(size, window, stride):
+    return max(0, (size - window) // stride + 1) if size >= window else 0
+
+
+def conv_shape_tuple(lhs_shape, rhs_shape, strides, pads, batch_group_count: int = 1):
+    """Output shape of a convolution in the NC.../OI... layout (``pads``: ``(low, high)``
+    pairs or ``"SAME"``/``"VALID"``).
+
+        >>> conv_shape_tuple((1, 3, 5, 5), (8, 3, 3, 3), (2, 2), [(1, 1), (0, 0)])
+        (1, 8, 3, 2)
+    """
+    lhs_shape, rhs_shape = tuple(lhs_shape), tuple(rhs_shape)
+    if isinstance(pads, str):
+        pads = padtype_to_pads(lhs_shape[2:], rhs_shape[2:], strides, pads)
+    if len(pads) != len(lhs_shape) - 2:
+        raise TypeError(f"conv_shape_tuple: {len(pads)} padding pairs for "
+                        f"{len(lhs_shape) - 2} spatial dimensions")
+    spatial = tuple(_window_output_size(n + lo + hi, k, s) for n, k, s, (lo, hi)
+                    in zip(lhs_shape[2:], rhs_shape[2:], strides, pads))
+    return (lhs_shape[0] // batch_group_count, rhs_shape[0]) + spatial
+
+
+def _to_layout(canonical, spec):
+    """Place ``canonical`` (batch, feature, spatial...) sizes at the axes ``spec`` names."""
+    out = [0] * len(spec)
+    for size, axis in zip(canonical, spec):
+        out[axis] = size
+    return tuple(out)
+
+
+def _canonical_conv_shapes(lhs_shape, rhs_shape, dimension_numbers):
+    """The operand shapes in (N, C, spatial...) and (O, I, spatial...) order, and the output
+    layout's spec."""
+    lhs_spec, rhs_spec, out_spec = _conv_specs(len(lhs_shape), dimension_numbers)
+    return (tuple(lhs_shape[a] for a in lhs_spec), tuple(rhs_shape[a] for a in rhs_spec),
+            out_spec)
+
+
+def conv_general_shape_tuple(lhs_shape, rhs_shape, window_strides, padding, dimension_numbers):
+    """Output shape of :func:`conv_general_dilated` (no dilation) for the given layouts.
+
+        >>> conv_general_shape_tuple((1, 5, 5, 3), (3, 3, 3, 8), (1, 1), "SAME",
+        ...                          ("NHWC", "HWIO", "NHWC"))
+        (1, 5, 5, 8)
+    """
+    lhs_nc, rhs_oi, out_spec = _canonical_conv_shapes(lhs_shape, rhs_shape, dimension_numbers)
+    out = conv_shape_tuple(lhs_nc, rhs_oi, window_strides, padding)
+    return _to_layout(out, out_spec)
+
+
+def conv_transpose_shape_tuple(lhs_shape, rhs_shape, window_strides, padding,
+                               dimension_numbers):
+    """Output shape of :func:`conv_transpose` for the given layouts.
+
+        >>> conv_transpose_shape_tuple((1, 5, 5, 3), (3, 3, 3, 8), (2, 2), "SAME",
+        ...                            ("NHWC", "HWIO", "NHWC"))
+        (1, 10, 10, 8)
+    """
+    lhs_nc, rhs_oi, out_spec = _canonical_conv_shapes(lhs_shape, rhs_shape, dimension_numbers)
+    if isinstance(padding, str):
+        from functrans.primitives.implicit import _conv_transpose_padding  # implicit imports linalg
+        padding = [_conv_transpose_padding(k, s, padding.upper())
+                   for k, s in zip(rhs_oi[2:], window_strides)]
+    # the input dilated by the stride, padded, then a VALID convolution with the kernel
+    spatial = tuple((n - 1) * s + 1 + lo + hi - k + 1 for n, k, s, (lo, hi)
+                    in zip(lhs_nc[2:], rhs_oi[2:], window_strides, padding))
+    return _to_layout((lhs_nc[0], rhs_oi[0]) + spatial, out_spec)
+
+
+def reduce_window_shape_tuple(operand_shape, window_dimensions, window_strides, padding,
+                              base_dilation=None, window_dilation=None):
+    """Output shape of :func:`reduce_window` (``padding``: ``(low, high)`` pairs, or
+    ``"SAME"``/``"VALID"``).
+
+        >>> reduce_window_shape_tuple((1, 5, 5, 3), (1, 3, 3, 1), (1, 2, 2, 1),
+        ...                           [(0, 0), (1, 1), (0, 0), (0, 0)])
+        (1, 3, 2, 3)
+    """
+    n = len(operand_shape)
+    base_dilation = (1,) * n if base_dilation is None else tuple(base_dilation)
+    window_dilation = (1,) * n if window_dilation is None else tuple(window_dilation)
+    dilated = [0 if d == 0 else (d - 1) * b + 1 for d, b in zip(operand_shape, base_dilation)]
+    windows = [(w - 1) * wd + 1 for w, wd in zip(window_dimensions, window_dilation)]
+    if isinstance(padding, str):
+        padding = padtype_to_pads(dilated, windows, window_strides, padding)
+    return tuple(_window_output_size(d + lo + hi, w, s) for d, w, s, (lo, hi)
+                 in zip(dilated, windows, window_strides, padding))
+
+
+def conv_general_dilated_patches(lhs, filter_shape: Sequence[int], window_strides, padding,
+                                 lhs_dilation=None, rhs_dilation=None, dimension_numbers=None,
+                                 precision=None, preferred_element_type=None):
+    """The patches :func:`conv_general_dilated` would multiply by its kernel: the output's
+    feature axis holds each receptive field flattened, input channel major, then the filter's
+    spatial positions in ``rhs_spec`` order (size ``C * prod(filter_shape)``). Computed as a
+    grouped convolution with a 0/1 selection kernel, so it differentiates and batches like
+    any convolution.
+
+        >>> conv_general_dilated_patches(jnp.ones((1, 2, 4, 4)), (2, 2), (1, 1), "VALID").shape
+        (1, 8, 3, 3)
+    """
+    lhs_aval = get_aval(lhs)
+    filter_shape = tuple(int(s) for s in filter_shape)
+    dn = conv_dimension_numbers(lhs_aval.shape, (1, 1) + filter_shape, dimension_numbers)
+    channels = lhs_aval.shape[dn.lhs_spec[1]]
+    taps = math.prod(filter_shape)
+    # kernel in OI<spatial> order: output feature c*taps + t reads input channel c (its own
+    # group) at filter position t
+    selector = np.eye(taps, dtype=lhs_aval.dtype).reshape((taps, 1) + filter_shape)
+    kernel_oi = np.tile(selector, (channels,) + (1,) * (1 + len(filter_shape)))
+    kernel = np.transpose(kernel_oi, np.argsort(dn.rhs_spec))
+    return conv_general_dilated(lhs, kernel, window_strides, padding, lhs_dilation=lhs_dilation,
+                                rhs_dilation=rhs_dilation, dimension_numbers=dn,
+                                feature_group_count=channels, precision=precision,
+                                preferred_element_type=preferred_element_type)
+
+
+def conv_general_dilated_local(lhs, rhs, window_strides, padding, filter_shape: Sequence[int],
+                               lhs_dilation=None, rhs_dilation=None, dimension_numbers=None,
+                               precision=None):
+    """Unshared ("locally connected") convolution: a separate kernel at each output position.
+    ``rhs``'s spatial axes index output positions and its ``I`` axis holds the receptive
+    field flattened as in :func:`conv_general_dilated_patches` (input channel major).
+
+        >>> lhs = jnp.ones((1, 2, 4, 4))
+        >>> rhs = jnp.ones((5, 2 * 2 * 2, 3, 3))          # O, I = C*2*2, out H, out W
+        >>> conv_general_dilated_local(lhs, rhs, (1, 1), "VALID", (2, 2)).shape
+        (1, 5, 3, 3)
+    """
+    lhs_aval = get_aval(lhs)
+    filter_shape = tuple(int(s) for s in filter_shape)
+    dn = conv_dimension_numbers(lhs_aval.shape, (1, 1) + filter_shape, dimension_numbers)
+    lhs_precision = precision[0] if isinstance(precision, (tuple, list)) else precision
+    patches = conv_general_dilated_patches(lhs, filter_shape, window_strides, padding,
+                                           lhs_dilation, rhs_dilation, dn, lhs_precision)
+    # contract the patch axis with rhs's I axis; the k-th spatial axes of both pair up
+    nsp = len(filter_shape)
+    dims = (((dn.out_spec[1],), (dn.rhs_spec[1],)),
+            (tuple(dn.out_spec[2:]), tuple(dn.rhs_spec[2:])))
+    out = dot_general(patches, rhs, dims, precision=precision)  # (spatial..., N, O)
+    canonical = (nsp, nsp + 1) + tuple(range(nsp))               # -> (N, O, spatial...)
+    out = structural.transpose(out, canonical)
+    return structural.transpose(out, tuple(int(i) for i in np.argsort(dn.out_spec)))
+
+
+# =============================================================================================
+# ragged_dot
+# =============================================================================================
+
+
+def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None,
+               group_offset=None, out_sharding=None):
+    """Grouped matmul: ``lhs`` is ``[m, k]``, ``rhs`` is ``[g, k, n]``; consecutive rows of
+    ``lhs`` form ``g`` groups of ``group_sizes`` rows, and group ``i`` is multiplied by
+    ``rhs[i]``. Rows past ``sum(group_sizes)`` give zeros. Returns ``[m, n]``.
+
+        >>> lhs, rhs = jnp.ones((3, 2)), jnp.stack([jnp.eye(2), 2 * jnp.eye(2)])
+        >>> ragged_dot(lhs, rhs, jnp.array([1, 2]))
+        Array([[1., 1.],
+               [2., 2.],
+               [2., 2.]], dtype=float32)
+    """
+    if group_offset is not None:
+        raise NotImplementedError("ragged_dot: group_offset is not supported")
+    lhs_aval, rhs_aval, gs_aval = get_aval(lhs), get_aval(rhs), get_aval(group_sizes)
+    if lhs_aval.ndim != 2 or rhs_aval.ndim != 3 or gs_aval.shape != (rhs_aval.shape[0],) \
+            or lhs_aval.shape[1] != rhs_aval.shape[1]:
+        raise TypeError(f"ragged_dot: expected lhs [m, k], rhs [g, k, n] and group_sizes [g], "
+                        f"got {lhs_aval.str_short()}, {rhs_aval.str_short()}, "
+                        f"{gs_aval.str_short()}")
+    if not _dtypes.is_integer(gs_aval.dtype):
+        raise TypeError(f"ragged_dot: group_sizes must be integers, got {gs_aval.str_short()}")
+    m, g = lhs_aval.shape[0], rhs_aval.shape[0]
+    sizes = ew.convert_element_type(group_sizes, np.int32)
+    ends = reductions.cumsum(sizes, 0)
+    starts = ew.sub(ends, sizes)
+    rows = structural.broadcasted_iota(np.int32, (m, g), 0)
+    in_group = ew.bitwise_and(ew.ge(rows, structural.broadcast_in_dim(starts, (m, g), (1,))),
+                              ew.lt(rows, structural.broadcast_in_dim(ends, (m, g), (1,))))
+    per_group = dot_general(lhs, rhs, (((1,), (1,)), ((), ())), precision=precision,
+                            preferred_element_type=preferred_element_type)   # [m, g, n]
+    out_dtype = get_aval(per_group).dtype
+    n = rhs_aval.shape[2]
+    mask = structural.broadcast_in_dim(in_group, (m, g, n), (0, 1))
+    picked = ew.select(mask, per_group, structural.full((m, g, n), 0, out_dtype))
+    return reductions.reduce_sum(picked, (1,))
+
+
+__all__ = ["batch_matmul", "cholesky", "conv", "conv_dimension_numbers",
+           "conv_general_dilated", "conv_general_dilated_local",
+           "conv_general_dilated_patches", "conv_general_permutations",
+           "conv_general_shape_tuple", "conv_shape_tuple", "conv_transpose_shape_tuple",
+           "ConvDimensionNumbers", "ConvGeneralDilatedDimensionNumbers", "dot", "dot_general",
+           "DotAlgorithm", "DotAlgorithmPreset", "DotDimensionNumbers", "eigh", "lu",
+           "padtype_to_pads", "Precision", "PrecisionLike", "qr", "ragged_dot",
+           "reduce_window_shape_tuple", "svd", "triangular_solve"]

@@ -7,6 +7,8 @@ implementation, JVP, transpose and batching rule are declared together below it.
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from functrans import _dtypes
@@ -14,6 +16,8 @@ from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import indexing, structural
+from functrans.primitives import elementwise as ew
+from functrans.primitives.structural import _axis
 
 
 def _total_order_key(x: np.ndarray) -> list:
@@ -248,4 +252,63 @@ def top_k(operand, k: int):
     return tuple(top_k_p.bind(operand, k=int(k)))
 
 
-__all__ = ["sort", "sort_key_val", "top_k"]
+# ---- approx_max_k / approx_min_k -------------------------------------------------------------
+
+
+def _approx_k(name, operand, k, reduction_dimension, recall_target, aggregate_to_topk,
+              largest):
+    aval = get_aval(operand)
+    if not _dtypes.is_float(aval.dtype):
+        raise ValueError(f"{name}: operand must be a floating type, got {aval.str_short()}")
+    axis = _axis(reduction_dimension, aval.ndim, name)
+    size = aval.shape[axis]
+    k = operator.index(k)
+    if not 0 <= k <= size:
+        raise ValueError(f"k must be smaller than the size of reduction_dim {size}, got {k}")
+    if not 0 < recall_target <= 1:
+        raise ValueError(f"{name}: recall_target must be in (0, 1], got {recall_target}")
+    # exact selection satisfies any recall target; without aggregation XLA:CPU returns every
+    # element, sorted, and so do we
+    k = k if aggregate_to_topk else size
+    x = batching.moveaxis(operand, axis, -1)
+    if largest:
+        values, indices = top_k(x, k)
+    else:
+        # the smallest first: top_k of -x, with NaN (which -x keeps NaN) ranked last
+        negated = ew.neg(x)
+        negated = ew.select(ew.ne(negated, negated), structural.full(
+            get_aval(x).shape, -np.inf, aval.dtype), negated)
+        _, indices = top_k(negated, k)
+        from functrans.numpy import take_along_axis  # upward: numpy is in the API, above this layer
+        values = take_along_axis(x, indices, axis=-1)
+    return [batching.moveaxis(values, -1, axis), batching.moveaxis(indices, -1, axis)]
+
+
+def approx_max_k(operand, k: int, reduction_dimension: int = -1, recall_target: float = 0.95,
+                 reduction_input_size_override: int = -1, aggregate_to_topk: bool = True):
+    """The ``k`` largest values along ``reduction_dimension`` and their int32 indices,
+    descending (NaN ranks highest, +0 above -0, lower index first among ties). Computed
+    exactly, which meets every ``recall_target``; with ``aggregate_to_topk=False`` every
+    element comes back, sorted (as XLA:CPU does).
+
+        >>> approx_max_k(jnp.array([3., 1., 4., 1., 5.]), 2)
+        [Array([5., 4.], dtype=float32), Array([4, 2], dtype=int32)]
+    """
+    return _approx_k("approx_max_k", operand, k, reduction_dimension, recall_target,
+                     aggregate_to_topk, largest=True)
+
+
+def approx_min_k(operand, k: int, reduction_dimension: int = -1, recall_target: float = 0.95,
+                 reduction_input_size_override: int = -1, aggregate_to_topk: bool = True):
+    """The ``k`` smallest values along ``reduction_dimension`` and their int32 indices,
+    ascending (NaN ranks last, -0 below +0, lower index first among ties); exact, as
+    :func:`approx_max_k`.
+
+        >>> approx_min_k(jnp.array([3., 1., 4., 1., 5.]), 2)
+        [Array([1., 1.], dtype=float32), Array([1, 3], dtype=int32)]
+    """
+    return _approx_k("approx_min_k", operand, k, reduction_dimension, recall_target,
+                     aggregate_to_topk, largest=False)
+
+
+__all__ = ["approx_max_k", "approx_min_k", "sort", "sort_key_val", "top_k"]

@@ -27,65 +27,7 @@ from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.primitives import elementwise as ew
-from functrans.primitives import structural
-
-# =============================================================================================
-# Operands: one floating dtype, broadcast to one shape
-# =============================================================================================
-
-
-def elementwise_operands(name: str, args, kind: str = "float"):
-    """``args`` as arrays of one dtype and shape, as ``jax.lax`` n-ary functions take them:
-    Python scalars adopt the arrays' dtype; rank-0 arrays and size-1 axes broadcast; every
-    other shape or dtype mismatch is a TypeError naming ``name``. ``kind`` is ``"float"``
-    (floating dtypes only), ``"int"`` (integers only) or ``"any"``."""
-    arrays = [a for a in args if not _dtypes.is_python_scalar(a)]
-    if arrays:
-        avals = [get_aval(a) for a in arrays]
-        strong = [a.dtype for a in avals if not a.weak_type] or [avals[0].dtype]
-        dtype = strong[0]
-        if any(d != dtype for d in strong):
-            raise TypeError(f"lax.{name} requires arguments to have the same dtypes, got "
-                            f"{', '.join(d.name for d in strong)}")
-        weak = all(a.weak_type for a in avals)
-    else:
-        dtype = _dtypes.default_int_dtype() if kind == "int" else _dtypes.dtype_and_weak(args[0])[0]
-        weak = True
-    ok = {"float": _dtypes.is_float, "int": _dtypes.is_integer, "any": lambda d: True}[kind]
-    if not ok(dtype):
-        raise TypeError(f"{name} does not accept dtype {np.dtype(dtype).name}; it needs "
-                        f"{'a floating' if kind == 'float' else 'an integer'} dtype")
-    out = []
-    for a in args:
-        if _dtypes.is_python_scalar(a) or get_aval(a).dtype != dtype:
-            a = ew.convert_element_type(a, dtype, weak_type=weak)
-        out.append(a)
-    return broadcast_operands(name, out)
-
-
-def broadcast_operands(name: str, args) -> list:
-    """``args`` broadcast to one shape, as ``jax.lax`` n-ary functions take them: rank-0
-    operands and size-1 axes broadcast; other shape mismatches are a TypeError naming
-    ``name``. Dtypes are left as they are."""
-    from functrans.primitives import structural
-    out = list(args)
-    shapes = [get_aval(a).shape for a in out]
-    ranks = {len(s) for s in shapes if len(s)}
-    if len(ranks) > 1:
-        raise TypeError(f"{name}: arrays must have the same number of dimensions, got "
-                        f"{sorted(len(s) for s in shapes)}")
-    rank = ranks.pop() if ranks else 0
-    shape = []
-    for i in range(rank):
-        sizes = {s[i] for s in shapes if len(s)} - {1}
-        if len(sizes) > 1:
-            raise TypeError(f"{name} got incompatible shapes for broadcasting: "
-                            f"{', '.join(str(s) for s in shapes)}")
-        shape.append(sizes.pop() if sizes else 1)
-    shape = tuple(shape)
-    return [a if get_aval(a).shape == shape else structural.broadcast_in_dim(
-        a, shape, tuple(range(rank)) if get_aval(a).ndim else ()) for a in out]
-
+from functrans.primitives.elementwise import broadcast_operands, elementwise_operands
 
 # =============================================================================================
 # Reference implementations

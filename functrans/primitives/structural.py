@@ -9,6 +9,9 @@ declared together below it.
 from __future__ import annotations
 
 import builtins
+import math
+import operator
+from typing import Sequence
 
 import numpy as np
 
@@ -957,8 +960,194 @@ def dynamic_update_index_in_dim(operand, update, index, axis: int, *,
                                        allow_negative_indices=allow_negative_indices)
 
 
-__all__ = ["broadcast", "broadcast_in_dim", "broadcasted_iota", "concatenate",
+# =============================================================================================
+# Shape and array-construction conveniences
+# =============================================================================================
+
+
+def full_like(x, fill_value, dtype=None, shape=None, sharding=None):
+    """An array like ``x`` (its shape and dtype, unless ``shape``/``dtype`` are given) filled
+    with ``fill_value``. A weakly typed ``x`` gives a weakly typed result.
+
+        >>> full_like(jnp.ones(3, jnp.int32), 2.7)
+        Array([2, 2, 2], dtype=int32)
+    """
+    aval = get_aval(x)
+    weak = aval.weak_type and dtype is None
+    dtype = aval.dtype if dtype is None else _dtypes.canonicalize_dtype(dtype)
+    shape = aval.shape if shape is None else tuple(int(s) for s in shape)
+    return full(shape, fill_value, dtype, weak_type=weak)
+
+
+def broadcast_to_rank(x, rank: int):
+    """``x`` with leading axes of size 1 added until it has ``rank`` axes (unchanged if it
+    already has at least that many).
+
+        >>> broadcast_to_rank(jnp.ones(3), 3).shape
+        (1, 1, 3)
+    """
+    aval = get_aval(x)
+    if aval.ndim >= rank:
+        return broadcast_in_dim(x, aval.shape, tuple(range(aval.ndim))) \
+            if _dtypes.is_python_scalar(x) else x
+    return broadcast(x, (1,) * (rank - aval.ndim))
+
+
+def _axis(axis: int, ndim: int, name: str) -> int:
+    axis = operator.index(axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}: axis {axis} is out of bounds for an array of rank {ndim}")
+    return axis % ndim
+
+
+def collapse(operand, start_dimension: int, stop_dimension: int | None = None):
+    """Merge axes ``start_dimension`` up to (not including) ``stop_dimension`` into one
+    (to the end when ``stop_dimension`` is None); an empty range inserts an axis of size 1.
+
+        >>> collapse(jnp.ones((2, 3, 4, 5)), 1, 3).shape
+        (2, 12, 5)
+    """
+    shape = get_aval(operand).shape
+    ndim = len(shape)
+    start = start_dimension + ndim if start_dimension < 0 else start_dimension
+    stop = ndim if stop_dimension is None else (
+        stop_dimension + ndim if stop_dimension < 0 else stop_dimension)
+    if not 0 <= start <= stop <= ndim:
+        raise ValueError(f"collapse: invalid dimension range [{start_dimension}, "
+                         f"{stop_dimension}) for an array of shape {shape}")
+    size = math.prod(shape[start:stop])
+    return reshape(operand, shape[:start] + (size,) + shape[stop:])
+
+
+def empty(shape, dtype, *, out_sharding=None):
+    """An array of ``shape`` and ``dtype`` whose contents are unspecified (here: zeros).
+
+        >>> empty((2,), jnp.int32)
+        Array([0, 0], dtype=int32)
+    """
+    return full(shape, 0, _dtypes.canonicalize_dtype(dtype))
+
+
+def split(operand, sizes: Sequence[int], axis: int = 0):
+    """Split ``operand`` along ``axis`` into pieces of the given ``sizes`` (which must add up
+    to the axis length).
+
+        >>> split(jnp.arange(5), [2, 3])
+        [Array([0, 1], dtype=int32), Array([2, 3, 4], dtype=int32)]
+    """
+    shape = get_aval(operand).shape
+    axis = _axis(axis, len(shape), "split")
+    sizes = [operator.index(s) for s in sizes]
+    if any(s < 0 for s in sizes) or sum(sizes) != shape[axis]:
+        raise ValueError(f"split: sizes {sizes} must be non-negative and add up to dimension "
+                         f"{axis} of the operand shape {list(shape)}")
+    pieces, start = [], 0
+    for s in sizes:
+        pieces.append(slice_in_dim(operand, start, start + s, axis=axis))
+        start += s
+    return pieces
+
+
+def stack(operands, axis: int = 0):
+    """Join arrays of one shape and dtype along a new ``axis``.
+
+        >>> stack([jnp.ones(2), jnp.zeros(2)], axis=1)
+        Array([[1., 0.],
+               [1., 0.]], dtype=float32)
+    """
+    from functrans.primitives.elementwise import elementwise_operands
+    operands = elementwise_operands("stack", tuple(operands), kind="any")
+    ndim = get_aval(operands[0]).ndim
+    axis = _axis(axis, ndim + 1, "stack")
+    return concatenate([expand_dims(x, (axis,)) for x in operands], axis)
+
+
+def unstack(x, axis: int = 0):
+    """The slices of ``x`` along ``axis``, as a tuple (the inverse of :func:`stack`).
+
+        >>> unstack(jnp.arange(4).reshape(2, 2))
+        (Array([0, 1], dtype=int32), Array([2, 3], dtype=int32))
+    """
+    shape = get_aval(x).shape
+    axis = _axis(axis, len(shape), "unstack")
+    return tuple(index_in_dim(x, i, axis, keepdims=False) for i in range(shape[axis]))
+
+
+def tile(operand, reps: Sequence[int]):
+    """Repeat ``operand`` ``reps[i]`` times along each axis ``i`` (one entry per axis).
+
+        >>> tile(jnp.arange(3), (2,))
+        Array([0, 1, 2, 0, 1, 2], dtype=int32)
+    """
+    shape = get_aval(operand).shape
+    reps = tuple(operator.index(r) for r in reps)
+    if len(reps) != len(shape):
+        raise TypeError(f"reps length must be equal to the ndim of x, got len(reps)="
+                        f"{len(reps)} and x.ndim={len(shape)}.")
+    # broadcast a new axis of length reps[i] before each axis i, then merge the pairs
+    wide = tuple(v for r, d in zip(reps, shape) for v in (r, d))
+    out = broadcast_in_dim(operand, wide, tuple(range(1, 2 * len(shape), 2)))
+    return reshape(out, tuple(r * d for r, d in zip(reps, shape)))
+
+
+def broadcast_like(arr, like_arr):
+    """``arr`` broadcast (NumPy rules) to the shape of ``like_arr``.
+
+        >>> broadcast_like(jnp.array([1, 2]), jnp.zeros((2, 2)))
+        Array([[1, 2],
+               [1, 2]], dtype=int32)
+    """
+    from functrans.numpy import broadcast_to  # upward: numpy is in the API, above this layer
+    return broadcast_to(arr, get_aval(like_arr).shape)
+
+
+def broadcast_shapes(*shapes):
+    """The shape NumPy broadcasting gives ``shapes`` (a ValueError if they do not broadcast).
+
+        >>> broadcast_shapes((2, 1), (3,))
+        (2, 3)
+    """
+    shapes = [tuple(operator.index(d) for d in s) for s in shapes]
+    rank = max((len(s) for s in shapes), default=0)
+    result = []
+    for i in range(rank):
+        sizes = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"Incompatible shapes for broadcasting: shapes={shapes}")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
+
+
+def dtype(x) -> np.dtype:
+    """The dtype functrans gives ``x`` (a value, array, scalar type or dtype name), with
+    64-bit types narrowed unless x64 is enabled.
+
+        >>> dtype(1.0)
+        dtype('float32')
+    """
+    if isinstance(x, (type, str, np.dtype)):
+        return _dtypes.canonicalize_dtype(np.dtype(x))
+    if _dtypes.is_python_scalar(x):
+        return _dtypes.python_scalar_dtype(x)
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        raise TypeError(f"Cannot determine dtype of {x!r}")
+    return _dtypes.canonicalize_dtype(dt)
+
+
+def shape_as_value(shape):
+    """``shape`` as an int32 vector (a NumPy array, as in JAX).
+
+        >>> shape_as_value((2, 3))
+        array([2, 3], dtype=int32)
+    """
+    return np.asarray([operator.index(d) for d in shape], dtype=np.int32)
+
+
+__all__ = ["broadcast", "broadcast_in_dim", "broadcast_like", "broadcast_shapes",
+           "broadcast_to_rank", "broadcasted_iota", "collapse", "concatenate", "dtype",
            "dynamic_index_in_dim", "dynamic_slice", "dynamic_slice_in_dim",
-           "dynamic_update_index_in_dim", "dynamic_update_slice", "dynamic_update_slice_in_dim",
-           "expand_dims", "full", "index_in_dim", "iota", "pad", "reshape", "rev", "slice",
-           "slice_in_dim", "squeeze", "transpose"]
+           "dynamic_update_index_in_dim", "dynamic_update_slice",
+           "dynamic_update_slice_in_dim", "empty", "expand_dims", "full", "full_like",
+           "index_in_dim", "iota", "pad", "reshape", "rev", "shape_as_value", "slice",
+           "slice_in_dim", "split", "squeeze", "stack", "tile", "transpose", "unstack"]

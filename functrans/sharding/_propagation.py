@@ -49,7 +49,6 @@ from functrans.primitives import control_flow as _cf
 from functrans.primitives import elementwise as _ew
 from functrans.primitives import fft as _fft
 from functrans.primitives import indexing as _ix
-from functrans.primitives import lax_extras as _lx
 from functrans.primitives import linalg as _la
 from functrans.primitives import linalg_schur as _ls
 from functrans.primitives import random_bits as _rb
@@ -354,7 +353,7 @@ def _read_as(p: Partitioner, v, layout, ndim):
 
 ELEMENTWISE = (list(_ew.ELEMENTWISE_UNARY.values()) + list(_ew.ELEMENTWISE_BINARY.values()) +
                [_ew.select_n_p, _ew.clamp_p, _ew.convert_element_type_p, _ew.stop_gradient_p,
-                _lx.reduce_precision_p, _lx.mulhi_p, _rb.threefry2x32_p, _sp.igamma_p,
+                _ew.reduce_precision_p, _ew.mulhi_p, _rb.threefry2x32_p, _sp.igamma_p,
                 _sp.igammac_p, _sp.igamma_grad_a_p, _sp.random_gamma_grad_p,
                 _sp.regularized_incomplete_beta_p, _sp.zeta_p, _sp.bessel_i0e_p,
                 _sp.bessel_i1e_p, name_p])
@@ -376,7 +375,7 @@ def _elementwise(p: Partitioner, eqn) -> None:
         p.write(v, o, layout)
 
 
-@rule(_lx.bitcast_convert_type_p)
+@rule(_ew.bitcast_convert_type_p)
 def _bitcast(p: Partitioner, eqn) -> None:
     (x,), (out,) = eqn.invars, eqn.outvars
     if x.aval.ndim != out.aval.ndim:

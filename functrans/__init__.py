@@ -46,11 +46,15 @@ from functrans._transfer_guard import (transfer_guard,  # noqa: F401
                                        transfer_guard_device_to_host,
                                        transfer_guard_host_to_device)
 from functrans._config import default_matmul_precision  # noqa: F401
-from functrans._api_extra import *  # noqa: F401,F403
-from functrans._api_more import (check_tracer_leaks, checking_leaks,  # noqa: F401
-                                 copy_to_host_async, custom_gradient, debug_infs,
-                                 debug_nans, enable_x64, explain_cache_misses, host_count,
-                                 host_id, host_ids, live_arrays, log_compiles, process_indices)
+from functrans._callbacks import *  # noqa: F401,F403
+from functrans._environment import *  # noqa: F401,F403
+from functrans._program_transforms import *  # noqa: F401,F403
+from functrans._custom_derivatives import custom_gradient  # noqa: F401
+from functrans._flag_contexts import (check_tracer_leaks, checking_leaks,  # noqa: F401
+                                      debug_infs, debug_nans, enable_x64, explain_cache_misses,
+                                      log_compiles)
+from functrans._process_state import (copy_to_host_async, host_count, host_id,  # noqa: F401
+                                      host_ids, live_arrays, process_indices)
 from functrans._devices import Device  # noqa: F401
 from functrans._dtypes import float0  # noqa: F401
 from functrans import custom_batching  # noqa: F401

@@ -1,4 +1,4 @@
-"""``custom_jvp`` and ``custom_vjp``: user-supplied derivative rules.
+"""``custom_jvp``, ``custom_vjp`` and ``custom_gradient``: user-supplied derivative rules.
 
 A call of a decorated function binds a *call primitive* through
 ``Trace.process_custom_jvp_call`` / ``process_custom_vjp_call``, so each transform decides:
@@ -34,12 +34,12 @@ from functrans._jit import jit_p
 from functrans.core import (ClosedJaxpr, Jaxpr, Primitive, Tracer, UnexpectedTracerError, Var,
                             get_aval)
 from functrans.interpreters import ad, batching
-from functrans.interpreters.staging import trace_to_closed_jaxpr
+from functrans.interpreters.staging import trace_to_closed_jaxpr, trace_to_jaxpr_dynamic
 from functrans.tree_util import keystr, tree_flatten, tree_leaves, tree_unflatten
 from functrans.primitives.elementwise import stop_gradient
 
-__all__ = ["custom_jvp", "custom_vjp", "SymbolicZero", "zero_from_primal", "CustomVJPPrimal",
-           "custom_vjp_primal_tree_values"]
+__all__ = ["custom_jvp", "custom_vjp", "custom_gradient", "SymbolicZero", "zero_from_primal",
+           "CustomVJPPrimal", "custom_vjp_primal_tree_values"]
 
 
 # =============================================================================================
@@ -917,3 +917,94 @@ def _symbolic_zeros_of(bwd) -> bool:
 custom_vjp_call_p.custom_jvp = custom_vjp_jvp
 custom_jvp_call_p.custom_batch = batch_custom_jvp
 custom_vjp_call_p.custom_batch = batch_custom_vjp
+
+
+# =============================================================================================
+# custom_gradient
+# =============================================================================================
+
+
+class _GradientResiduals:
+    """What ``custom_gradient``'s forward pass hands to its backward pass: the user's
+    gradient function staged as a jaxpr, whose constants (the values it closed over) are
+    the residual arrays. A pytree node, so the arrays travel as residual leaves and the
+    program as static data."""
+
+    def __init__(self, jaxpr, consts, ct_in_tree, ct_out_tree):
+        self.jaxpr = jaxpr
+        self.consts = list(consts)
+        self.ct_in_tree = ct_in_tree     # structure of the output cotangent
+        self.ct_out_tree = ct_out_tree   # structure of what the gradient function returns
+
+
+tree_util.register_pytree_node(
+    _GradientResiduals,
+    lambda r: (r.consts, (r.jaxpr, r.ct_in_tree, r.ct_out_tree)),
+    lambda aux, consts: _GradientResiduals(aux[0], consts, aux[1], aux[2]))
+
+
+def _positional(fun, args, kwargs) -> tuple:
+    if not kwargs:
+        return tuple(args)
+    bound = inspect.signature(fun).bind(*args, **kwargs)
+    bound.apply_defaults()
+    if bound.kwargs:
+        raise TypeError(f"custom_gradient: keyword-only arguments {sorted(bound.kwargs)} of "
+                        f"{getattr(fun, '__name__', fun)!r} are not supported")
+    return tuple(bound.args)
+
+
+def custom_gradient(fun: Callable) -> Callable:
+    """Define a function and its gradient together, as TensorFlow's ``tf.custom_gradient``.
+
+    ``fun(*args)`` returns ``(value, vjp_fn)``: ``vjp_fn(cotangent)`` gives the cotangents of
+    the arguments (a tuple, one per argument; a single value when there is one argument).
+    ``vjp_fn`` may close over values computed in the forward pass, but must not branch in
+    Python on them: it is traced once into a program.
+
+        >>> import functrans
+        >>> @functrans.custom_gradient
+        ... def f(x):
+        ...     return x ** 2, lambda g: (g * x,)
+        >>> f(3.0), functrans.grad(f)(3.0)
+        (9.0, Array(3., dtype=float32, weak_type=True))
+    """
+
+    def primal(*args):
+        value, _ = fun(*args)
+        return value
+
+    def fwd(*args):
+        value, vjp_fn = fun(*args)
+        value_leaves, ct_in_tree = tree_util.tree_flatten((value,))
+        ct_avals = [ad.tangent_aval(get_aval(v)) for v in value_leaves]
+        ct_out_tree_cell = []
+
+        def flat_vjp(*ct_leaves):
+            (ct,) = tree_util.tree_unflatten(ct_in_tree, list(ct_leaves))
+            cts_leaves, cts_tree = tree_util.tree_flatten(vjp_fn(ct))
+            ct_out_tree_cell.append(cts_tree)
+            return cts_leaves
+
+        jaxpr, consts = trace_to_jaxpr_dynamic(flat_vjp, ct_avals)
+        return value, _GradientResiduals(jaxpr, consts, ct_in_tree, ct_out_tree_cell[-1])
+
+    def bwd(res: _GradientResiduals, ct):
+        ct_leaves, ct_tree = tree_util.tree_flatten((ct,))
+        if ct_tree != res.ct_in_tree:
+            raise TypeError(f"custom_gradient: cotangent structure {ct_tree} does not match "
+                            f"the output structure {res.ct_in_tree}")
+        cts = core.eval_jaxpr(res.jaxpr, res.consts, *ct_leaves)
+        cts = tree_util.tree_unflatten(res.ct_out_tree, cts)
+        if not isinstance(cts, (tuple, list)):
+            cts = (cts,)  # one argument: its cotangent may be returned bare
+        return tuple(cts)
+
+    wrapped_primal = custom_vjp(primal)
+    wrapped_primal.defvjp(fwd, bwd)
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+        return wrapped_primal(*_positional(fun, args, kwargs))
+
+    return wrapper

@@ -17,8 +17,8 @@ the objects rules see with ``symbolic_zeros=True``, ``closure_convert`` and
 """
 from __future__ import annotations
 
-from functrans._api_extra import closure_convert
-from functrans._api_more import custom_gradient
+from functrans._program_transforms import closure_convert
+from functrans._custom_derivatives import custom_gradient
 from functrans._custom_derivatives import (CustomVJPPrimal, SymbolicZero, custom_jvp,
                                            custom_jvp_call_p, custom_vjp, custom_vjp_call_p,
                                            custom_vjp_primal_tree_values, zero_from_primal)

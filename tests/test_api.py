@@ -13,9 +13,10 @@ import pytest
 
 import functrans
 import functrans.numpy as jnp
-from functrans._api_extra import (clear_caches, closure_convert, default_backend, device_get,
-                                  ensure_compile_time_eval, jacobian, linear_transpose,
-                                  named_call, named_scope, print_environment_info, typeof)
+from functrans._environment import (clear_caches, default_backend, device_get,
+                                    print_environment_info)
+from functrans._program_transforms import (closure_convert, ensure_compile_time_eval, jacobian,
+                                           linear_transpose, named_call, named_scope, typeof)
 from functrans.core import ShapedArray, Tracer
 
 Spec = functrans.ShapeDtypeStruct

@@ -10,7 +10,7 @@ import pytest
 import functrans
 import functrans.numpy as jnp
 from functrans import lax
-from functrans._api_extra import pure_callback
+from functrans._callbacks import pure_callback
 
 Spec = functrans.ShapeDtypeStruct
 F32 = np.float32

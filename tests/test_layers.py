@@ -259,7 +259,7 @@ BACKEND_EXCEPTIONS = {
     # the host-fallback tables name primitives by object: the ones defined by front-end
     # modules (callbacks, custom rules, remat, sharding), and others through lax's re-exports
     *(("functrans.backends.compiler.lowering", m) for m in (
-        "functrans._api_extra", "functrans._custom_derivatives", "functrans._remat",
+        "functrans._callbacks", "functrans._custom_derivatives", "functrans._remat",
         "functrans.ops", "functrans.debug", "functrans.sharding._shard_map",
         "functrans.sharding._constraints", "functrans.lax")),
     ("functrans.backends.llvm.lowering", "functrans.lax"),

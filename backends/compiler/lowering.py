@@ -11,7 +11,7 @@ handles a primitive on every target, and the lookup the coverage table uses.
 from __future__ import annotations
 
 from functrans import lax
-from functrans._api_extra import pure_callback_p
+from functrans._callbacks import pure_callback_p
 from functrans._custom_derivatives import custom_lin_p
 from functrans._remat import remat_linear_p
 from functrans.backends.compiler import decompose, fusion

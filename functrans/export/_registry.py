@@ -31,7 +31,7 @@ import functrans.primitives as package
 # derivative calls, remat, ...). A test checks that these, with functrans.primitives,
 # hold every primitive of the library.
 _PRIMITIVE_MODULES = (
-    "functrans._jit", "functrans._api_extra", "functrans._custom_derivatives",
+    "functrans._jit", "functrans._callbacks", "functrans._custom_derivatives",
     "functrans._remat", "functrans.custom_batching", "functrans.debug", "functrans.ops",
     "functrans.sharding._constraints", "functrans.sharding._shard_map",
 )

@@ -47,6 +47,7 @@ its reparameterization gradient in :mod:`._gamma_derivative`), :mod:`._multivari
 """
 from __future__ import annotations
 
+from functrans._environment import clear_caches as _clear_caches
 from functrans._config import config as _config
 from functrans.random._bits import bits, fold_in, split, threefry_2x32
 from functrans.random._continuous import (cauchy, double_sided_maxwell, exponential, gumbel,
@@ -79,9 +80,7 @@ __all__ = [
 
 def _forget_compiled_programs(_value):
     # jitted functions cache programs traced under the old scheme; a new scheme must retrace.
-    # (Imported here: _api_extra imports this package.)
-    from functrans._api_extra import clear_caches
-    clear_caches()
+    _clear_caches()
 
 
 _config.on_change("threefry_partitionable", _forget_compiled_programs)

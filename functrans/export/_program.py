@@ -399,7 +399,9 @@ class _Decoder:
         _expect(isinstance(params_doc, dict), "equation parameters must be an object", doc)
         params = {str(key): self.param(value) for key, value in params_doc.items()}
         try:
-            out_avals = primitive.abstract_eval_many([x.aval for x in inputs], params)
+            # foreign parameters may be NaN: report the rule's error, without NumPy's warning
+            with np.errstate(all="ignore"):
+                out_avals = primitive.abstract_eval_many([x.aval for x in inputs], params)
         except Exception as err:  # noqa: BLE001 - a shape rule's error on foreign input
             raise ValueError(f"malformed program: {' in '.join(reversed(self._where))}: the "
                              f"shape rule rejects it: {type(err).__name__}: {err}") from None

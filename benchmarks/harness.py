@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from benchmarks import frameworks
+
 # Column order of the table; "numpy" is the usual reference.
 IMPLEMENTATIONS = ("functrans", "jax", "numpy", "torch", "torch.compile")
 
@@ -101,6 +103,26 @@ def step_as_gradients(params, learning_rate: float):
                     for b, n in zip(before, to_leaves(new))]
         return max_error(grads(result), grads(reference))
     return check
+
+
+def jit_impls(make_step: Callable[[Any], Callable], args: tuple,
+              options: Options) -> dict[str, Callable[[], Any]]:
+    """The implementations of a step written once against a library (``make_step(lib)``):
+    functrans jitted, JAX jitted when installed, and functrans's reference interpreter as
+    "numpy", each a zero-argument callable on ``args`` (NumPy arrays) converted once."""
+    ft = frameworks.load("functrans")
+    step = make_step(ft)
+    fargs = ft.tree_util.tree_map(ft.numpy.asarray, args)
+    fn = ft.jit(step)
+    impls = {"functrans": lambda: ft.block_until_ready(fn(*fargs))}
+    if "jax" in options.available:
+        jax = frameworks.load("jax")
+        jfn = jax.jit(make_step(jax))
+        jargs = jax.tree_util.tree_map(jax.numpy.asarray, args)
+        impls["jax"] = lambda: jax.block_until_ready(jfn(*jargs))
+    reference = ft.jit(step, backend="reference")
+    impls["numpy"] = lambda: ft.block_until_ready(reference(*fargs))
+    return impls
 
 
 def _calibrate(fn: Callable[[], Any], target: float = 2e-3) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks import frameworks
-from benchmarks.harness import Options, Row, compare, step_as_gradients
+from benchmarks.harness import Options, Row, compare, jit_impls, step_as_gradients
 
 LEARNING_RATE = 0.1
 CHANNELS = 16
@@ -83,18 +83,7 @@ def make_torch_resnet(torch, lr: float = LEARNING_RATE):
 def resnet_train_step(options: Options) -> list[Row]:
     batch, size = (8, 16) if options.quick else (64, 32)
     params, x, onehot = make_data(batch, size)
-    ft = frameworks.load("functrans")
-    step = make_resnet(ft)
-    fargs = ft.tree_util.tree_map(ft.numpy.asarray, (params, x, onehot))
-    fn = ft.jit(step)
-    impls = {"functrans": lambda: ft.block_until_ready(fn(*fargs))}
-    if "jax" in options.available:
-        jax = frameworks.load("jax")
-        jfn = jax.jit(make_resnet(jax))
-        jargs = jax.tree_util.tree_map(jax.numpy.asarray, (params, x, onehot))
-        impls["jax"] = lambda: jax.block_until_ready(jfn(*jargs))
-    reference = ft.jit(step, backend="reference")
-    impls["numpy"] = lambda: ft.block_until_ready(reference(*fargs))
+    impls = jit_impls(make_resnet, (params, x, onehot), options)
     if "torch" in options.available:
         torch = frameworks.load("torch")
         tfn = make_torch_resnet(torch)

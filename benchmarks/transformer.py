@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks import frameworks
-from benchmarks.harness import Options, Row, compare, step_as_gradients
+from benchmarks.harness import Options, Row, compare, jit_impls, step_as_gradients
 
 LEARNING_RATE = 0.05
 
@@ -42,8 +41,9 @@ def make_data(sizes: dict, seed: int = 0):
     return params, tokens[:, :-1], targets
 
 
-def make_transformer(lib, heads: int, lr: float = LEARNING_RATE):
-    """The train step written against ``lib`` (functrans or jax)."""
+def make_loss(lib, heads: int):
+    """The model's loss ``loss(params, tokens, targets)`` written against ``lib`` (functrans or
+    jax)."""
     jnp, lax, nn = lib.numpy, lib.lax, lib.nn
 
     def layer_norm(x, scale, shift):
@@ -70,6 +70,12 @@ def make_transformer(lib, heads: int, lr: float = LEARNING_RATE):
         x = layer_norm(x, params["final_scale"], params["final_shift"])
         logits = x @ params["embed"].T
         return -jnp.mean(jnp.sum(nn.log_softmax(logits) * targets, axis=-1))
+    return loss
+
+
+def make_transformer(lib, heads: int, lr: float = LEARNING_RATE):
+    """The train step written against ``lib`` (functrans or jax)."""
+    loss = make_loss(lib, heads)
 
     def step(params, tokens, targets):
         grads = lib.grad(loss)(params, tokens, targets)
@@ -80,18 +86,8 @@ def make_transformer(lib, heads: int, lr: float = LEARNING_RATE):
 def transformer_train_step(options: Options) -> list[Row]:
     sizes = sizes_for(options)
     params, tokens, targets = make_data(sizes)
-    ft = frameworks.load("functrans")
-    step = make_transformer(ft, sizes["heads"])
-    fargs = ft.tree_util.tree_map(ft.numpy.asarray, (params, tokens, targets))
-    fn = ft.jit(step)
-    impls = {"functrans": lambda: ft.block_until_ready(fn(*fargs))}
-    if "jax" in options.available:
-        jax = frameworks.load("jax")
-        jfn = jax.jit(make_transformer(jax, sizes["heads"]))
-        jargs = jax.tree_util.tree_map(jax.numpy.asarray, (params, tokens, targets))
-        impls["jax"] = lambda: jax.block_until_ready(jfn(*jargs))
-    reference = ft.jit(step, backend="reference")
-    impls["numpy"] = lambda: ft.block_until_ready(reference(*fargs))
+    impls = jit_impls(lambda lib: make_transformer(lib, sizes["heads"]),
+                      (params, tokens, targets), options)
     title = (f"transformer {sizes['layers']}x(attn+MLP) d{sizes['width']} train step, "
              f"batch {sizes['batch']}x{sizes['seq']}")
     row = compare("transformer", title, impls, options, tol=2e-4,

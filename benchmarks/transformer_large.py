@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from benchmarks import frameworks
+from benchmarks import frameworks, transformer
 from benchmarks.harness import Options, Row, compare, max_error, to_leaves
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,27 +39,12 @@ def sizes_for(options: Options) -> dict:
 
 def make_data(sizes: dict, seed: int = 0):
     """(params, Adam state, tokens, one-hot targets) as NumPy arrays."""
-    rng = np.random.default_rng(seed)
-    d, v, t = sizes["width"], sizes["vocab"], sizes["seq"]
-
-    def dense(m, n):
-        return (rng.standard_normal((m, n)) / np.sqrt(m)).astype(np.float32)
-    params = {"embed": (rng.standard_normal((v, d)) * 0.1).astype(np.float32),
-              "pos": (rng.standard_normal((t, d)) * 0.1).astype(np.float32),
-              "final_scale": np.ones(d, np.float32), "final_shift": np.zeros(d, np.float32),
-              "blocks": [{"scale1": np.ones(d, np.float32), "shift1": np.zeros(d, np.float32),
-                          "qkv": dense(d, 3 * d), "out": dense(d, d),
-                          "scale2": np.ones(d, np.float32), "shift2": np.zeros(d, np.float32),
-                          "up": dense(d, 4 * d), "up_bias": np.zeros(4 * d, np.float32),
-                          "down": dense(4 * d, d), "down_bias": np.zeros(d, np.float32)}
-                         for _ in range(sizes["layers"])]}
+    params, tokens, targets = transformer.make_data(sizes, seed)
     zeros = lambda tree: {k: zeros(x) if isinstance(x, dict) else  # noqa: E731
                           [zeros(b) for b in x] if isinstance(x, list) else np.zeros_like(x)
                           for k, x in tree.items()}
     state = {"m": zeros(params), "v": zeros(params), "count": np.zeros((), np.float32)}
-    tokens = rng.integers(0, v, (sizes["batch"], t + 1)).astype(np.int32)
-    targets = np.eye(v, dtype=np.float32)[tokens[:, 1:]]
-    return params, state, tokens[:, :-1], targets
+    return params, state, tokens, targets
 
 
 def adam_update(tree_map, params, grads, state):
@@ -75,32 +60,7 @@ def adam_update(tree_map, params, grads, state):
 
 def make_step(lib, heads: int):
     """The train step written against ``lib`` (functrans or jax)."""
-    jnp, lax, nn = lib.numpy, lib.lax, lib.nn
-
-    def layer_norm(x, scale, shift):
-        mean = jnp.mean(x, axis=-1, keepdims=True)
-        var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-        return (x - mean) * lax.rsqrt(var + 1e-5) * scale + shift
-
-    def attention(x, p):
-        b, t, d = x.shape
-        q, k, v = jnp.split(x @ p["qkv"], 3, axis=-1)
-        q, k, v = (z.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3) for z in (q, k, v))
-        scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(d // heads).astype(np.float32)
-        causal = jnp.tril(jnp.ones((t, t), bool))
-        weights = nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
-        out = jnp.einsum("bhqk,bhkd->bhqd", weights, v).transpose(0, 2, 1, 3).reshape(b, t, d)
-        return out @ p["out"]
-
-    def loss(params, tokens, targets):
-        x = params["embed"][tokens] + params["pos"]
-        for p in params["blocks"]:
-            x = x + attention(layer_norm(x, p["scale1"], p["shift1"]), p)
-            h = nn.gelu(layer_norm(x, p["scale2"], p["shift2"]) @ p["up"] + p["up_bias"])
-            x = x + h @ p["down"] + p["down_bias"]
-        x = layer_norm(x, params["final_scale"], params["final_shift"])
-        logits = x @ params["embed"].T
-        return -jnp.mean(jnp.sum(nn.log_softmax(logits) * targets, axis=-1))
+    loss = transformer.make_loss(lib, heads)
 
     def step(params, state, tokens, targets):
         grads = lib.grad(loss)(params, tokens, targets)

@@ -136,7 +136,7 @@ def _calibrate(fn: Callable[[], Any], target: float = 2e-3) -> int:
 
 
 def time_round_robin(fns: dict[str, Callable[[], Any]], repeats: int, min_time: float,
-                     rounds: int = 3, settle: float = 0.05) -> dict[str, tuple[float, float]]:
+                     rounds: int = 3, settle: float = 0.25) -> dict[str, tuple[float, float]]:
     """Median seconds per call and relative spread (IQR / median) for each function.
 
     Samples are taken in ``rounds`` rounds; in each round every function gets one block of
@@ -145,6 +145,8 @@ def time_round_robin(fns: dict[str, Callable[[], Any]], repeats: int, min_time: 
     OpenMP and XLA worker threads spin for a while after each call, and alternating call
     by call would bill one library for another's spinning threads on a small machine.
     Rounds: a burst of load from another process then hits every function, not just one.
+    Before each block it sleeps ``settle`` seconds: NumPy's OpenBLAS threads spin for about
+    0.12 s after a product, taking a core from whichever library is measured next.
     """
     numbers = {name: _calibrate(fn) for name, fn in fns.items()}
     samples: dict[str, list[float]] = {name: [] for name in fns}

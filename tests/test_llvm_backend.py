@@ -394,11 +394,11 @@ def test_split_matrix_products(dtype, x64):
     small = fusion.DotKernel(None, None, None, 1, 16, 128, 128, False, False)  # 0.5 MFLOP
     assert codegen.gemm_split(small, threads=2) == (None, 1)
     batched = fusion.DotKernel(None, None, None, 4, 32, 64, 256, False, False)  # 4 MFLOP
-    assert codegen.gemm_split(batched, threads=2) == ("batch", 4)
-    # several chunks per thread (a thread that loses its core holds up one of them), and
-    # the same split whatever the load: it depends on the shape and thread count alone
+    assert codegen.gemm_split(batched, threads=2) == ("batch", 2)
+    # one chunk per thread below GEMM_FINE_SPLIT_FLOPS, and the same split whatever the
+    # load: it depends on the shape and thread count alone
     mlp = fusion.DotKernel(None, None, None, 1, 128, 512, 784, False, False)
-    assert codegen.gemm_split(mlp, threads=2) == ("n", 4)
+    assert codegen.gemm_split(mlp, threads=2) == ("n", 2)
     assert codegen.gemm_split(mlp, threads=1) == (None, 1)
 
 
@@ -860,6 +860,42 @@ def test_pool_with_a_busy_thread_on_its_cores():
     finally:
         stop.set()
         thread.join(timeout=10)
+
+
+_SHARED_CORE_SCRIPT = textwrap.dedent("""
+    import os, sys
+    if sys.argv[1] == "shared":  # the caller and the worker on one core: the worker starves
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    import numpy as np, functrans, functrans.numpy as jnp
+    from functrans.backends.llvm import thread_pool
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(512, 512)).astype(np.float32)
+    w = rng.normal(size=(512, 256)).astype(np.float32)
+    f = functrans.jit(lambda x, w: (jnp.tanh(x) * 2.0 + 1.0, x @ w))
+    first = [np.asarray(a).tobytes() for a in f(x, w)]
+    same = all([np.asarray(a).tobytes() for a in f(x, w)] == first for _ in range(300))
+    print(same, first[0].hex()[:64], first[1].hex()[:64], thread_pool.stats())
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_a_starved_worker_pauses_the_pool(tmp_path):
+    """Two pool threads on one core: the worker notices it does not get its core, and the
+    next parallel loops run on the calling thread alone (``contended_jobs``) for a pause
+    that has grown; the numbers are those of an unshared run, bitwise."""
+    runs = {}
+    for mode in ("shared", "unshared"):
+        env = dict(os.environ, FUNCTRANS_NUM_THREADS="2", FUNCTRANS_CACHE_DIR=str(tmp_path))
+        out = subprocess.run([sys.executable, "-c", _SHARED_CORE_SCRIPT, mode], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        same, a, b, stats = out.stdout.strip().split(" ", 3)
+        runs[mode] = (same, a, b, eval(stats))
+    shared, unshared = runs["shared"], runs["unshared"]
+    assert shared[0] == unshared[0] == "True"
+    assert shared[1:3] == unshared[1:3]
+    assert shared[3]["contended_jobs"] > 0 and shared[3]["pause_ns"] > 0, shared[3]
+    assert shared[3]["pooled_jobs"] + shared[3]["contended_jobs"] >= 300
 
 
 _THREADS_SCRIPT = textwrap.dedent("""

@@ -85,9 +85,13 @@ def test_results_are_bitwise_equal_run_after_run_on_several_threads():
 
 
 def test_a_product_is_split_into_several_chunks_per_thread():
-    """On two threads a product is cut into more chunks than threads (a thread that loses
-    its core holds up only a small part), each a block of whole rows of C with its whole k
-    sum; on one thread it is one BLAS call."""
-    product = fusion.DotKernel(None, None, None, 1, 512, 256, 64, False, False)
-    assert codegen.gemm_split(product, threads=2) == ("m", 4)
+    """On two threads a product of milliseconds is cut into more chunks than threads (a
+    thread that loses its core holds up only a small part), each a block of whole rows of C
+    with its whole k sum; a smaller one into one chunk per thread (each chunk re-packs the
+    shared operand); on one thread either is one BLAS call."""
+    product = fusion.DotKernel(None, None, None, 1, 1024, 512, 512, False, False)
+    assert 2 * 1024 * 512 * 512 >= codegen.GEMM_FINE_SPLIT_FLOPS
+    assert codegen.gemm_split(product, threads=2) == ("m", 8)
     assert codegen.gemm_split(product, threads=1) == (None, 1)
+    smaller = fusion.DotKernel(None, None, None, 1, 512, 256, 64, False, False)
+    assert codegen.gemm_split(smaller, threads=2) == ("m", 2)

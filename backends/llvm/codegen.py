@@ -1088,18 +1088,21 @@ class ModuleBuilder:
 
 
 # A matrix product is split across the thread pool into a fixed number of chunks (each a
-# single-threaded BLAS call, claimed dynamically): several per thread, so that a thread that
-# loses its core to another process holds up one small chunk, not half the product, while
-# the others take the rest. The split depends only on the product's shape and the pool's
-# thread count, never on which threads are free, so results do not change from run to run.
-# Products from GEMM_SPLIT_MIN_FLOPS up are split (from about there OpenBLAS would thread
-# them itself, which the hold rules out), into chunks of at least GEMM_CHUNK_FLOPS, at most
-# GEMM_CHUNKS_PER_THREAD per thread. A split of rows or columns re-packs the operand the
+# single-threaded BLAS call, claimed dynamically). The split depends only on the product's
+# shape and the pool's thread count, never on which threads are free, so results do not
+# change from run to run. Products from GEMM_SPLIT_MIN_FLOPS up are split (from about there
+# OpenBLAS would thread them itself, which the hold rules out), into chunks of at least
+# GEMM_CHUNK_FLOPS: one per thread, or, from GEMM_FINE_SPLIT_FLOPS (milliseconds of work),
+# GEMM_CHUNKS_PER_THREAD per thread, so that a thread that loses its core to another process
+# holds up one chunk, not half the product, while the others take the rest. (Smaller
+# products are not worth it: each chunk re-packs an operand, and on a busy machine the pool
+# runs short jobs on the calling thread alone; see thread_pool.) A split of rows or columns re-packs the operand the
 # chunks share once per chunk, so each such chunk keeps at least GEMM_CHUNK_EXTENT rows or
 # columns (more when that operand is large); a batch of products re-packs nothing.
 GEMM_SPLIT_MIN_FLOPS = 1 << 20
 GEMM_CHUNK_FLOPS = 1 << 19
 GEMM_CHUNKS_PER_THREAD = 4
+GEMM_FINE_SPLIT_FLOPS = 1 << 28
 GEMM_CHUNK_EXTENT = 128
 GEMM_MAX_CHUNKS = 64
 GEMM_FOR_SYMBOL = "ft_gemm_for"
@@ -1176,7 +1179,8 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     flops = 2 * step.batch * step.m * step.n * step.k
     if threads < 2 or flops < GEMM_SPLIT_MIN_FLOPS:
         return None, 1
-    wanted = min(flops // GEMM_CHUNK_FLOPS, threads * GEMM_CHUNKS_PER_THREAD, GEMM_MAX_CHUNKS)
+    per_thread = GEMM_CHUNKS_PER_THREAD if flops >= GEMM_FINE_SPLIT_FLOPS else 1
+    wanted = min(flops // GEMM_CHUNK_FLOPS, threads * per_thread, GEMM_MAX_CHUNKS)
     if step.batch > 1:
         chunks = min(step.batch, wanted)
     else:

@@ -16,6 +16,12 @@ Design, and why:
   waits only until every chunk has *finished*.
 * Workers spin for about 2 ms after a job (the kernels of a program and the next call come
   within that, and wake them for free), then sleep on a condition variable. The caller spins briefly for the last chunks, then sleeps too.
+* A busy machine pauses the pool: a worker that finds it is not getting its core (its CPU
+  time against the time passed) makes the next jobs run on the calling thread alone, for a
+  pause that doubles while the workers keep starving and halves while they do not (see
+  ``_BACKOFF_MIN_NS``); a long job still goes to the pool during a pause. Three threads
+  on two cores otherwise wait, at the end of each short job, for a descheduled worker's
+  chunk. ``stats()`` counts both kinds of job.
 * A SIGINT drops the rest of a job: before each claim a thread compares the SIGINT counter
   (see :mod:`interrupts`) with its value when the job was published, and when it has moved
   it claims every remaining chunk at once, with one compare-and-swap, and counts them as
@@ -59,6 +65,7 @@ RESERVE_SYMBOL = "ft_pool_reserve"
 SERIAL_SYMBOL = "ft_serial_for"
 BLAS_HOLD_SYMBOL = "ft_blas_hold"
 _SET_BLAS_SYMBOL = "ft_pool_set_blas"
+_STATS_SYMBOL = "ft_pool_stats"
 _NO_CHUNK = 0xFFFFFFFF  # the low half of the counter while a job is being published
 # A worker spins this many cycle-counter ticks (about 2 ms) after a job before sleeping:
 # the serial code between two parallel loops of a program (its small kernels, or the next
@@ -74,11 +81,29 @@ _WORKER_SPIN_TICKS = 5_000_000
 _CONTENTION_CHECK_SPINS = 1024
 _CONTENTION_MIN_NS = 20_000
 _CONTENTION_SHARE = (3, 5)  # 60%, as a fraction
+# A starved spell pauses the pool (below) only when measured over at least this long: a VM's
+# vCPU or an interrupt takes tens of microseconds now and then from a thread on a quiet
+# machine, while a thread that shares its core loses whole time slices (milliseconds).
+_PAUSE_MIN_WINDOW_NS = 500_000
 # The caller, its own chunks done, spins this many ticks (about 30 us) for the last chunks
 # before it sleeps: long enough for chunks that finish together, short enough that a chunk
 # whose worker lost its core does not keep the caller's core (which that worker may need)
 # busy for a whole time slice.
 _CALLER_SPIN_TICKS = 100_000
+# A worker that did not get its core (the checks above) also makes the next parallel loops of
+# the process run on the calling thread alone for a while: with another process on the
+# cores, a job split over more threads than the cores free waits, at its end, for the chunk
+# of whichever thread was descheduled, for up to a scheduler time slice per job, and a
+# program runs many short jobs. The pause starts at _BACKOFF_MIN_NS and doubles each time
+# a worker is starved again soon after it (up to _BACKOFF_MAX_NS); after a quarter as long
+# with every worker getting its core it halves, down to zero. The chunks are the same either
+# way, so results do not depend on which threads ran them.
+_BACKOFF_MIN_NS = 10_000_000
+_BACKOFF_MAX_NS = 160_000_000
+# During a pause the caller times the job's first chunk, and hands the rest to the pool after
+# all when it would take longer than this alone (chunks are even): three threads on two cores
+# give the process a third more of them, against a wait of up to a time slice at the end.
+_CONTENDED_POOL_NS = 8_000_000
 
 # clock ids of clock_gettime (the platform's values, as Python's time module knows them)
 _THREAD_CPU_CLOCK = getattr(time, "CLOCK_THREAD_CPUTIME_ID", 3)
@@ -143,6 +168,13 @@ def _build_module(triple: str) -> str:
     interrupt_state = ir.GlobalVariable(m, interrupts.STATE_TYPE, interrupts.STATE_SYMBOL)
     busy = global_("busy", I32)
     workers = global_("workers", I32)
+    serial_until = global_("serial_until", I64)  # CLOCK_MONOTONIC ns; see _BACKOFF_MIN_NS
+    backoff = global_("backoff", I64)
+    calm_since = global_("calm_since", I64)  # the end of the last pause, or the last halving
+    # jobs run by the pool, and jobs run on the caller alone because a worker was starved
+    pooled_jobs = global_("pooled_jobs", I64)
+    contended_jobs = global_("contended_jobs", I64)
+    starved_count = global_("starved_count", I64)  # times a worker found itself starved
     # room for a pthread_mutex_t / pthread_cond_t on any platform; ft_pool_start initializes
     storage = ir.ArrayType(I64, 16)
     mutex, job_cv, done_cv = (global_(n, storage) for n in ("mutex", "job_cv", "done_cv"))
@@ -164,6 +196,55 @@ def _build_module(triple: str) -> str:
 
     def ptr(b, g):
         return b.bitcast(g, I8P)
+
+    # ---- now_ns(clock id): clock_gettime in nanoseconds ---------------------------------------
+    now_ns = ir.Function(m, ir.FunctionType(I64, [I32]), name="now_ns")
+    now_ns.linkage = "internal"
+    b = ir.IRBuilder(now_ns.append_basic_block("entry"))
+    ts = b.alloca(ir.ArrayType(I64, 2))
+    ts64 = b.bitcast(ts, I64.as_pointer())
+    b.call(clock, [now_ns.args[0], ts64])
+    b.ret(b.add(b.mul(b.load(ts64), ir.Constant(I64, 1_000_000_000)),
+                b.load(b.gep(ts64, [ir.Constant(I32, 1)]))))
+
+    # ---- note_starved(): a worker lost its core; run the next jobs on the caller alone -------
+    note_starved = ir.Function(m, ir.FunctionType(VOID, []), name="note_starved")
+    note_starved.linkage = "internal"
+    b = ir.IRBuilder(note_starved.append_basic_block("entry"))
+    b.atomic_rmw("add", starved_count, ir.Constant(I64, 1), "monotonic")
+    old = b.load_atomic(backoff, "monotonic", 8)
+    doubled = b.mul(old, ir.Constant(I64, 2))
+    longer = b.select(b.icmp_unsigned(">", doubled, ir.Constant(I64, _BACKOFF_MAX_NS)),
+                      ir.Constant(I64, _BACKOFF_MAX_NS), doubled)
+    pause_ns = b.select(b.icmp_unsigned("==", old, ir.Constant(I64, 0)),
+                        ir.Constant(I64, _BACKOFF_MIN_NS), longer)
+    b.store_atomic(pause_ns, backoff, "monotonic", 8)
+    until = b.add(b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)]), pause_ns)
+    b.store_atomic(until, calm_since, "monotonic", 8)
+    b.store_atomic(until, serial_until, "release", 8)
+    b.ret_void()
+
+    # ---- note_with_core(): a worker ran a job on its own core: after a calm a quarter as
+    # long as the pause, halve the pause ----------------------------------------------
+    note_with_core = ir.Function(m, ir.FunctionType(VOID, []), name="note_with_core")
+    note_with_core.linkage = "internal"
+    b = ir.IRBuilder(note_with_core.append_basic_block("entry"))
+    check_calm, halve, out_block = (note_with_core.append_basic_block(n)
+                                    for n in ("check_calm", "halve", "out"))
+    old = b.load_atomic(backoff, "monotonic", 8)
+    b.cbranch(b.icmp_unsigned("==", old, ir.Constant(I64, 0)), out_block, check_calm)
+    b.position_at_end(check_calm)
+    now = b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)])
+    calm_for = b.sub(now, b.load_atomic(calm_since, "monotonic", 8))
+    b.cbranch(b.icmp_signed(">", b.mul(calm_for, ir.Constant(I64, 4)), old), halve, out_block)
+    b.position_at_end(halve)
+    half = b.lshr(old, ir.Constant(I64, 1))
+    b.store_atomic(b.select(b.icmp_unsigned("<", half, ir.Constant(I64, _BACKOFF_MIN_NS)),
+                            ir.Constant(I64, 0), half), backoff, "monotonic", 8)
+    b.store_atomic(now, calm_since, "monotonic", 8)
+    b.branch(out_block)
+    b.position_at_end(out_block)
+    b.ret_void()
 
     def sigint_count(b):
         """The SIGINT counter (defined in interrupts.py)."""
@@ -244,29 +325,26 @@ def _build_module(triple: str) -> str:
     worker.linkage = "internal"
     b = ir.IRBuilder(worker.append_basic_block("entry"))
     seen_slot = b.alloca(I32)
-    timespec = b.alloca(ir.ArrayType(I64, 2))
     spins_slot, cpu_slot, wall_slot = b.alloca(I64), b.alloca(I64), b.alloca(I64)
     b.store(b.load_atomic(generation, "acquire", 4), seen_slot)
-    top, spin, spin_next, check, sleep, sleep_check, work = (
+    top, spin, spin_next, check, starving, sleep, sleep_check, work = (
         worker.append_basic_block(n) for n in
-        ("top", "spin", "spin_next", "check", "sleep", "sleep_check", "work"))
+        ("top", "spin", "spin_next", "check", "starving", "sleep", "sleep_check", "work"))
 
     def nanoseconds(clock_id):
-        ts = b.bitcast(timespec, I64.as_pointer())
-        b.call(clock, [ir.Constant(I32, clock_id), ts])
-        seconds = b.load(ts)
-        nanos = b.load(b.gep(ts, [ir.Constant(I32, 1)]))
-        return b.add(b.mul(seconds, ir.Constant(I64, 1_000_000_000)), nanos)
+        return b.call(now_ns, [ir.Constant(I32, clock_id)])
 
     def starved(cpu_start, wall_start):
         """Whether this thread got less than _CONTENTION_SHARE of the time since the two
-        clock readings (an i1 value)."""
+        clock readings, and whether that time was long enough to pause the pool (i1
+        values)."""
         cpu = b.sub(nanoseconds(_THREAD_CPU_CLOCK), cpu_start)
         wall = b.sub(nanoseconds(_MONOTONIC_CLOCK), wall_start)
         part, whole = _CONTENTION_SHARE
-        return b.and_(b.icmp_signed(">", wall, ir.Constant(I64, _CONTENTION_MIN_NS)),
-                      b.icmp_signed("<", b.mul(cpu, ir.Constant(I64, whole)),
-                                    b.mul(wall, ir.Constant(I64, part))))
+        short = b.and_(b.icmp_signed(">", wall, ir.Constant(I64, _CONTENTION_MIN_NS)),
+                       b.icmp_signed("<", b.mul(cpu, ir.Constant(I64, whole)),
+                                     b.mul(wall, ir.Constant(I64, part))))
+        return short, b.icmp_signed(">", wall, ir.Constant(I64, _PAUSE_MIN_WINDOW_NS))
 
     b.branch(top)
     b.position_at_end(top)
@@ -291,7 +369,16 @@ def _build_module(triple: str) -> str:
     b.position_at_end(keep)
     b.cbranch(due, check, spin)
     b.position_at_end(check)  # sleep now if the spin is losing its core to another thread
-    b.cbranch(starved(b.load(cpu_slot), b.load(wall_slot)), sleep, spin)
+    spin_starved, spin_long = starved(b.load(cpu_slot), b.load(wall_slot))
+    b.cbranch(spin_starved, starving, spin)
+    b.position_at_end(starving)  # ... and, over a long enough time, pause the pool
+    long_window = b.phi(I1)
+    long_window.add_incoming(spin_long, check)
+    pausing = worker.append_basic_block("pausing")
+    b.cbranch(long_window, pausing, sleep)
+    b.position_at_end(pausing)
+    b.call(note_starved, [])
+    b.branch(sleep)
     b.position_at_end(sleep)
     b.call(lock, [ptr(b, mutex)])
     b.branch(sleep_check)
@@ -313,7 +400,13 @@ def _build_module(triple: str) -> str:
     b.call(run, [g])
     # a job that did not get its core: sleep right away rather than spin against the thread
     # that took it
-    b.cbranch(starved(work_cpu, work_wall), sleep, top)
+    with_core = worker.append_basic_block("with_core")
+    job_starved, job_long = starved(work_cpu, work_wall)
+    long_window.add_incoming(job_long, b.block)
+    b.cbranch(job_starved, starving, with_core)
+    b.position_at_end(with_core)
+    b.call(note_with_core, [])
+    b.branch(top)
 
     # ---- ft_parallel_for(fn, ctx, n) ----------------------------------------------------------
     pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=SYMBOL)
@@ -322,16 +415,46 @@ def _build_module(triple: str) -> str:
     serial, parallel = pf.append_basic_block("serial"), pf.append_basic_block("parallel")
     no_workers = b.icmp_unsigned("==", b.load_atomic(workers, "acquire", 4), ir.Constant(I32, 0))
     tiny = b.icmp_signed("<=", n_arg, ir.Constant(I64, 1))
-    try_lock = pf.append_basic_block("try_lock")
-    b.cbranch(b.or_(no_workers, tiny), serial, try_lock)
+    try_lock, check_clock, contended, pooled = (
+        pf.append_basic_block(n) for n in ("try_lock", "check_clock", "contended", "pooled"))
+    entry = b.block
+    b.cbranch(b.or_(no_workers, tiny), serial, check_clock)
+    b.position_at_end(check_clock)  # within a pause after a worker was starved: run alone...
+    until = b.load_atomic(serial_until, "acquire", 8)
+    paused = b.icmp_unsigned("<", b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)]), until)
+    b.cbranch(paused, contended, try_lock)
+    b.position_at_end(contended)
+    b.atomic_rmw("add", contended_jobs, ir.Constant(I64, 1), "monotonic")
+    chunk = b.bitcast(fn_arg, CHUNK_FN.as_pointer())
+    started = b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)])
+    b.call(chunk, [ctx_arg, ir.Constant(I64, 0)])
+    took = b.sub(b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)]), started)
+    # ... unless the rest is long enough that the cores the pool does get outweigh waiting,
+    # at the end, for a worker's time slice
+    rest = b.mul(took, b.sub(n_arg, ir.Constant(I64, 1)))
+    long_job = b.icmp_signed(">", rest, ir.Constant(I64, _CONTENDED_POOL_NS))
+    contended_end = b.block
+    b.cbranch(long_job, try_lock, serial)
     b.position_at_end(try_lock)
+    first = b.phi(I64)  # the first chunk left to run
+    first.add_incoming(ir.Constant(I64, 0), check_clock)
+    first.add_incoming(ir.Constant(I64, 1), contended_end)
     got = b.extract_value(b.cmpxchg(busy, ir.Constant(I32, 0), ir.Constant(I32, 1), "acquire",
                                     "monotonic"), 1)
-    b.cbranch(got, parallel, serial)
+    try_lock_end = b.block
+    b.cbranch(got, pooled, serial)
+    b.position_at_end(pooled)
+    b.atomic_rmw("add", pooled_jobs, ir.Constant(I64, 1), "monotonic")
+    b.branch(parallel)
 
     b.position_at_end(serial)
+    serial_first = b.phi(I64)
+    serial_first.add_incoming(ir.Constant(I64, 0), entry)
+    serial_first.add_incoming(ir.Constant(I64, 1), contended_end)
+    serial_first.add_incoming(first, try_lock_end)
     chunk = b.bitcast(fn_arg, CHUNK_FN.as_pointer())
-    counted_loop(b, pf, n_arg, lambda i: b.call(chunk, [ctx_arg, i]), "serial")
+    counted_loop(b, pf, b.sub(n_arg, serial_first),
+                 lambda i: b.call(chunk, [ctx_arg, b.add(serial_first, i)]), "serial")
     b.ret_void()
 
     b.position_at_end(parallel)
@@ -341,9 +464,9 @@ def _build_module(triple: str) -> str:
     b.store_atomic(fn_arg, job_fn, "monotonic", 8)
     b.store_atomic(ctx_arg, job_ctx, "monotonic", 8)
     b.store_atomic(n_arg, job_n, "monotonic", 8)
-    b.store_atomic(ir.Constant(I64, 0), done, "monotonic", 8)
+    b.store_atomic(first, done, "monotonic", 8)
     b.store_atomic(sigint_count(b), job_epoch, "monotonic", 8)
-    b.store_atomic(gen_high, counter, "seq_cst", 8)  # chunks are claimable from here
+    b.store_atomic(b.or_(gen_high, first), counter, "seq_cst", 8)  # claimable from here
     b.call(lock, [ptr(b, mutex)])
     b.store_atomic(gen, generation, "seq_cst", 4)
     b.call(broadcast, [ptr(b, job_cv)])
@@ -384,6 +507,8 @@ def _build_module(triple: str) -> str:
     b = ir.IRBuilder(start_fn.append_basic_block("entry"))
     b.store_atomic(ir.Constant(I32, 0), workers, "seq_cst", 4)
     b.store_atomic(ir.Constant(I32, 0), busy, "seq_cst", 4)
+    for g_ in (serial_until, backoff, calm_since):
+        b.store_atomic(ir.Constant(I64, 0), g_, "seq_cst", 8)
     for g_ in (mutex, job_cv, done_cv):
         b.store(ir.Constant(storage, None), g_)
     b.call(mutex_init, [ptr(b, mutex), ir.Constant(I8P, None)])
@@ -416,9 +541,25 @@ def _build_module(triple: str) -> str:
     b.store_atomic(ir.Constant(I32, 0), busy, "release", 4)
     b.ret(ir.Constant(I32, 1))
 
+    _add_stats(m, (pooled_jobs, contended_jobs, backoff, starved_count))
     _add_blas_hold(m, lock, unlock, mutex_init, global_)
     _add_serial_helpers(m)
     return str(m)
+
+
+STATS_FIELDS = ("pooled_jobs", "contended_jobs", "pause_ns", "starved")
+
+
+def _add_stats(m: ir.Module, counters) -> None:
+    """``ft_pool_stats(out)``: write the values of ``counters`` (i64 globals, or None for a
+    zero) to ``out[0..]``, in the order of ``STATS_FIELDS``."""
+    fn = ir.Function(m, ir.FunctionType(VOID, [I64.as_pointer()]), name=_STATS_SYMBOL)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    for i, counter in enumerate(counters):
+        value = ir.Constant(I64, 0) if counter is None else \
+            b.load_atomic(counter, "monotonic", 8)
+        b.store(value, b.gep(fn.args[0], [ir.Constant(I32, i)]))
+    b.ret_void()
 
 
 def _add_blas_hold(m: ir.Module, lock, unlock, mutex_init, global_) -> None:
@@ -511,6 +652,7 @@ def _build_serial_module(triple: str) -> str:
     ir.IRBuilder(set_blas.append_basic_block("entry")).ret_void()
     hold = ir.Function(m, ir.FunctionType(VOID, [I32]), name=BLAS_HOLD_SYMBOL)
     ir.IRBuilder(hold.append_basic_block("entry")).ret_void()
+    _add_stats(m, (None,) * len(STATS_FIELDS))
     return str(m)
 
 
@@ -543,8 +685,9 @@ def ensure_started() -> None:
         reserve = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(loaded.address(RESERVE_SYMBOL))
         set_blas = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(loaded.address(_SET_BLAS_SYMBOL))
         hold = ctypes.CFUNCTYPE(None, ctypes.c_int)(loaded.address(BLAS_HOLD_SYMBOL))
+        stats = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(loaded.address(_STATS_SYMBOL))
         _state.update(engine=loaded, address=address, start=start, reserve=reserve,
-                      set_blas=set_blas, hold=hold, blas_setter=None, **helpers)
+                      set_blas=set_blas, hold=hold, stats=stats, blas_setter=None, **helpers)
         _state["workers"] = start(num_threads() - 1)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_restart_after_fork)
@@ -593,3 +736,18 @@ def workers() -> int:
     """How many worker threads the pool runs (besides the calling thread)."""
     ensure_started()
     return _state["workers"]
+
+
+def stats() -> dict:
+    """Counts since the pool started: ``pooled_jobs`` (parallel loops run by the pool),
+    ``contended_jobs`` (run on the calling thread alone because a worker recently did not
+    get its core), and ``pause_ns`` (the current length of such a pause; 0 when the workers
+    have their cores).
+
+        >>> sorted(stats())          # doctest: +SKIP
+        ['contended_jobs', 'pause_ns', 'pooled_jobs']
+    """
+    ensure_started()
+    out = (ctypes.c_int64 * len(STATS_FIELDS))()
+    _state["stats"](ctypes.addressof(out))
+    return dict(zip(STATS_FIELDS, out))

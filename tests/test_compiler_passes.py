@@ -95,7 +95,7 @@ def test_llvm_passes_dump_the_program_after_each_pass(dump_dir):
     # decompose rewrites the convolution into the direct kernel's layout, in a call
     assert "= jit[" in dumps["01-decompose"]
     assert "= jit[" not in dumps["02-inline"]
-    assert "loop[" in dumps["03-fuse"] and "numpy conv_general_dilated" in dumps["03-fuse"]
+    assert "loop[" in dumps["04-fuse"] and "numpy conv_general_dilated" in dumps["04-fuse"]
     lowered = next(text for name, text in dumps.items() if name.endswith("lower_native_steps"))
     assert "conv[direct" in lowered and "numpy conv_general_dilated" not in lowered
     assert "arena" in dumps[f"{len(names):02d}-plan_buffers"]

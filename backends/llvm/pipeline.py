@@ -17,7 +17,7 @@ import threading
 import numpy as np
 
 from functrans.backends.llvm import thread_pool
-from functrans.backends.compiler import buffers, fusion
+from functrans.backends.compiler import buffers, fusion, scan_sums
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
@@ -130,6 +130,7 @@ def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
         # convolutions in the forms the direct kernels run (see convolution.py)
         Pass("decompose", functools.partial(decompose_closed, direct_convolutions=True)),
         Pass("inline", fusion.flat_closed),
+        Pass("hoist_scan_sums", scan_sums.hoist_closed),
         Pass("fuse", _fuse(fuse)),
         *([Pass("fuse_dot_epilogues", fusion.fuse_dot_epilogues),
            Pass("fuse_rows", row_fusion.fuse_rows)] if fuse else []),

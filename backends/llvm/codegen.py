@@ -446,6 +446,7 @@ class ModuleBuilder:
         self.function_texts: dict = {}  # a function's IR with its name blanked -> function
         self.kernels: dict = {}  # kernel_structure(...) -> its function
         self.chunk_functions: dict = {}  # (kernel function, rows per chunk, extent) -> wrapper
+        self.constant_slots: dict = {}  # (function name, type, constant) -> its stack slot
         # per function, the SIGINT counter's value when the running segment started (see
         # interrupts.py): read in a segment's prologue, a parameter of a body; only functions
         # that poll ask for it (a segment that never does returns 0 without reading it)
@@ -482,8 +483,7 @@ class ModuleBuilder:
         if all(calls_only(step) for step in segment.steps):
             # straight-line calls of kernels and BLAS, as long as the program: optimizing
             # them gains nothing, and took most of LLVM's time for large programs
-            fn.attributes.add("noinline")
-            fn.attributes.add("optnone")
+            calls_only_function(fn)
         prologue, b = self.prologue_and_body(fn)
         self.baseline_sources[fn.name] = lambda: self.epoch(prologue)
         table = fn.args[0]
@@ -762,6 +762,7 @@ class ModuleBuilder:
                                name=f"{kernel_fn.name}_chunk{self.kernel_count}")
         chunk_fn.linkage = "internal"
         chunk_fn.attributes.add("nounwind")
+        calls_only_function(chunk_fn)
         cb = ir.IRBuilder(chunk_fn.append_basic_block("entry"))
         ctx = cb.bitcast(chunk_fn.args[0], I8P.as_pointer())
         self.skip_chunk_if_interrupted(cb, ctx, len(args))  # the rest of the job is dropped
@@ -774,6 +775,20 @@ class ModuleBuilder:
         cb.call(kernel_fn, loaded + [start, end])
         cb.ret_void()
         return self.shared(chunk_fn)
+
+    def constant_slot(self, b: ir.IRBuilder, ty, value):
+        """A stack slot holding the constant ``value``, for passing it by reference (BLAS
+        reads its scalar arguments, never writes them): one per distinct constant in
+        ``b``'s function, set in its prologue. A program's products share a few sizes and
+        flags, and a slot per argument per product made a long segment slow to build."""
+        key = (b.function.name, str(ty), repr(value))
+        found = self.constant_slots.get(key)
+        if found is None:
+            prologue = self.prologues[b.function.name]
+            found = prologue.alloca(ty)
+            prologue.store(ir.Constant(ty, value), found)
+            self.constant_slots[key] = found
+        return found
 
     def entry_alloca(self, b: ir.IRBuilder, ty):
         """A stack slot allocated in the prologue of ``b``'s function (once, even if the code
@@ -987,6 +1002,7 @@ class ModuleBuilder:
         fn = ir.Function(self.module, CHUNK_FN, name=name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
+        calls_only_function(fn)
         cb = ir.IRBuilder(fn.append_basic_block("entry"))
         ctx = cb.bitcast(fn.args[0], I8P.as_pointer())
         stack = ir.IRBuilder(fn.entry_basic_block)
@@ -1021,6 +1037,8 @@ class ModuleBuilder:
         # Fortran passes every argument by reference: stack slots (in the entry block: a
         # product inside a loop body must not grow the stack per iteration)
         def slot(ty_, value):
+            if split is None and not isinstance(value, ir.Value):
+                return self.constant_slot(b, ty_, value)
             p = new_slot(ty_, None)
             b.store(value if isinstance(value, ir.Value) else ir.Constant(ty_, value), p)
             return p
@@ -1156,6 +1174,14 @@ def calls_only(step) -> bool:
     if isinstance(step, DotKernel):
         return step.k > 0 and step.out.dtype in (np.float32, np.float64)
     return isinstance(step, (LoopKernel, ReduceKernel, RowGroup))
+
+
+def calls_only_function(fn: ir.Function) -> None:
+    """Mark ``fn``, whose work is calls (of kernels, BLAS), to be compiled unoptimized:
+    optimizing its few instructions around the calls gains nothing measurable, and a
+    function costs LLVM's optimizer and code generator about a millisecond each."""
+    fn.attributes.add("noinline")
+    fn.attributes.add("optnone")
 
 
 def kernel_alloca(b: ir.IRBuilder, ty):

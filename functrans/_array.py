@@ -237,9 +237,10 @@ def host_to_array(x, aval=None, device=None, explicit: bool = False) -> Array:
         Array([1., 1.], dtype=float32)
 
     It is a host-to-device transfer, ``explicit`` when the program asked for it
-    (``device_put``), for the transfer guards.
+    (``device_put``), for the transfer guards; while a program is being staged it is a
+    constant of that program instead, as in JAX.
     """
-    if _transfer_guard.switch.on:
+    if _transfer_guard.switch.on and not core.is_staging():
         _transfer_guard.check("host_to_device", explicit,
                               lambda: _transfer_guard.describe_host_to_device(
                                   aval if aval is not None else core.get_aval(x), device))

@@ -536,6 +536,12 @@ def trace_stack() -> list[MainTrace]:
     return list(_state.stack)
 
 
+def is_staging() -> bool:
+    """Whether this thread is staging a program (inside jit, make_jaxpr or a control-flow
+    body): values made now become constants of the program, not transfers."""
+    return _state.dynamic.level > 0
+
+
 class JAXTypeError(TypeError):
     """The base of the tracer-misuse errors (``jax.errors.JAXTypeError``)."""
 

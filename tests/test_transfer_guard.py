@@ -103,3 +103,26 @@ def test_default_matmul_precision():
                 pass
         with pytest.raises(ValueError):
             functrans.config.update("jax_default_matmul_precision", bad)
+
+
+def test_staging_a_program_transfers_nothing(caplog):
+    """Constants met while a program is staged (a first jit trace, make_jaxpr, a scan body)
+    become part of the program: no guard sees them, even at "disallow". Eager operations
+    on Python scalars do transfer (as in JAX 0.10.2)."""
+    x = jnp.ones(3)
+    fresh = [functrans.jit(lambda x: x + 1),
+             functrans.jit(lambda x: jnp.sin(x) * 2.0 + jnp.arange(3) + np.float32(3)),
+             functrans.jit(lambda x: x + jnp.asarray(np.ones(3))),
+             functrans.jit(lambda x: functrans.lax.scan(
+                 lambda c, _: (c * 2.0 + 1, None), x, None, length=3)[0])]
+    with caplog.at_level(logging.WARNING, logger="functrans"), \
+            functrans.transfer_guard("log"):
+        for g in fresh:
+            g(x)
+        functrans.make_jaxpr(lambda x: x * 3.0 + np.ones(3, np.float32))(x)
+    assert not [r for r in caplog.records if "transfer" in r.getMessage()]
+    with functrans.transfer_guard("disallow"):
+        assert outcome(lambda: functrans.jit(lambda x: x * 5.0 - 1)(x)) == "ok"
+        assert outcome(lambda: jnp.sin(x) * 2.0).startswith(
+            "INVALID_ARGUMENT: Disallowed host-to-device transfer")
+        assert outcome(lambda: functrans.grad(lambda x: jnp.sum(x * 2.0))(x)) != "ok"

@@ -238,3 +238,9 @@ def test_thread_pool_drops_the_rest_of_an_interrupted_job():
 
     parallel_for(ctypes.cast(plain, ctypes.c_void_p), None, 1000)
     assert sorted(ran) == list(range(1000))
+    # a job run on the calling thread alone (the pool held, or paused on a busy machine)
+    # stops at the next chunk too
+    ran.clear()
+    with thread_pool.reserved() as held:
+        parallel_for(ctypes.cast(chunk, ctypes.c_void_p), None, 1000)
+    assert held and ran == [0]

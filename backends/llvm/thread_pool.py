@@ -23,7 +23,8 @@ Design, and why:
   on two cores otherwise wait, at the end of each short job, for a descheduled worker's
   chunk. ``stats()`` counts both kinds of job.
 * A SIGINT drops the rest of a job: before each claim a thread compares the SIGINT counter
-  (see :mod:`interrupts`) with its value when the job was published, and when it has moved
+  (see :mod:`interrupts`) with its value when the job was started (a job run on the calling
+  thread alone checks it before each chunk too), and when it has moved
   it claims every remaining chunk at once, with one compare-and-swap, and counts them as
   finished. Chunks already running finish; the caller returns as soon as they have.
 * One job at a time: a second thread calling ``ft_parallel_for`` while the pool is busy (two
@@ -413,6 +414,7 @@ def _build_module(triple: str) -> str:
     fn_arg, ctx_arg, n_arg = pf.args
     b = ir.IRBuilder(pf.append_basic_block("entry"))
     serial, parallel = pf.append_basic_block("serial"), pf.append_basic_block("parallel")
+    start_epoch = sigint_count(b)  # a SIGINT from here on drops the chunks not yet started
     no_workers = b.icmp_unsigned("==", b.load_atomic(workers, "acquire", 4), ir.Constant(I32, 0))
     tiny = b.icmp_signed("<=", n_arg, ir.Constant(I64, 1))
     try_lock, check_clock, contended, pooled = (
@@ -453,8 +455,20 @@ def _build_module(triple: str) -> str:
     serial_first.add_incoming(ir.Constant(I64, 1), contended_end)
     serial_first.add_incoming(first, try_lock_end)
     chunk = b.bitcast(fn_arg, CHUNK_FN.as_pointer())
-    counted_loop(b, pf, b.sub(n_arg, serial_first),
-                 lambda i: b.call(chunk, [ctx_arg, b.add(serial_first, i)]), "serial")
+    loop_head, loop_body, loop_end = (pf.append_basic_block(n) for n in (
+        "serial.head", "serial.body", "serial.end"))
+    b.branch(loop_head)
+    b.position_at_end(loop_head)  # for c in first..n-1, until a SIGINT: chunk(ctx, c)
+    c = b.phi(I64)
+    c.add_incoming(serial_first, serial)
+    more = b.icmp_signed("<", c, n_arg)
+    calm = b.icmp_unsigned("==", sigint_count(b), start_epoch)
+    b.cbranch(b.and_(more, calm), loop_body, loop_end)
+    b.position_at_end(loop_body)
+    b.call(chunk, [ctx_arg, c])
+    c.add_incoming(b.add(c, ir.Constant(I64, 1)), loop_body)
+    b.branch(loop_head)
+    b.position_at_end(loop_end)
     b.ret_void()
 
     b.position_at_end(parallel)
@@ -465,7 +479,7 @@ def _build_module(triple: str) -> str:
     b.store_atomic(ctx_arg, job_ctx, "monotonic", 8)
     b.store_atomic(n_arg, job_n, "monotonic", 8)
     b.store_atomic(first, done, "monotonic", 8)
-    b.store_atomic(sigint_count(b), job_epoch, "monotonic", 8)
+    b.store_atomic(start_epoch, job_epoch, "monotonic", 8)
     b.store_atomic(b.or_(gen_high, first), counter, "seq_cst", 8)  # claimable from here
     b.call(lock, [ptr(b, mutex)])
     b.store_atomic(gen, generation, "seq_cst", 4)

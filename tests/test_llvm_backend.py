@@ -967,6 +967,32 @@ def test_as_text_is_llvm_ir():
     assert "define i32 @\"ft_segment_0\"" in text and "tanh" in text
 
 
+def test_elementwise_loops_are_not_interleaved_reductions_are():
+    """Loops whose iterations are independent ask LLVM for one vector per iteration (an
+    interleaved loop compiles to several times the code for no speed); a reduction's loop,
+    whose several interleaved accumulators do shorten its chain, keeps the default."""
+    import re
+
+    def f(x, y):
+        return jnp.tanh(x) * y + 1, jnp.sum(x * y, axis=1)
+
+    x = np.random.default_rng(13).normal(size=(64, 96)).astype(np.float32)
+    y = np.random.default_rng(14).normal(size=(64, 96)).astype(np.float32)
+    text = functrans.jit(f, backend="llvm").lower(x, y).compile().as_text()
+    hint = re.search(r'^(!\d+) = !{ !"llvm.loop.interleave.count", i32 1 }$', text, re.M)
+    assert hint, "no interleave hint in the module"
+    loop_id = re.search(rf"^(!\d+) = distinct !{{ \1, {hint.group(1)} }}$", text, re.M)
+    assert loop_id, "the loop ID must be distinct and name itself first"
+    functions = dict(re.findall(r'define [^@]*@"?([\w.]+)"?\(.*?\n(.*?)\n}', text, re.S))
+    tagged = {name for name, body in functions.items() if f"!llvm.loop {loop_id.group(1)}" in body}
+    elementwise = [name for name in functions if name.startswith("k") and "tanh" in name]
+    reductions = [name for name in functions if name.startswith("k") and "reduce_sum" in name]
+    assert elementwise and reductions, sorted(functions)
+    assert set(elementwise) <= tagged
+    assert not set(reductions) & tagged
+    _check_against_reference(f, x, y, rtol=2e-5, atol=1e-5)
+
+
 def test_llvm_errors_name_the_primitive_and_dump_the_ir():
     bad_ir = textwrap.dedent("""
         define internal void @"k1_exp_mul"(float* %a) {

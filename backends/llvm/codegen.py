@@ -454,6 +454,7 @@ class ModuleBuilder:
         self.baseline_sources: dict = {}
         # matrix products on the thread pool: its workers are busy (see POOLED_MIN_ELEMENTS)
         self.pool_in_use = thread_pool.num_threads() > 1 and splits_products(program)
+        self._single_vector_loop = None  # see single_vector_loop
 
     def build(self) -> str:
         with E.lock:
@@ -797,10 +798,12 @@ class ModuleBuilder:
 
     # ---- loops ------------------------------------------------------------------------------
 
-    def loop(self, b: ir.IRBuilder, extent: int, body, name="i", bounds=None):
+    def loop(self, b: ir.IRBuilder, extent: int, body, name="i", bounds=None,
+             interleave=True):
         """``for i in range(extent): body(i)`` (or ``range(*bounds)``, two i64 values within
         ``[0, extent]``); leaves ``b`` after the loop. Extents are static, so an empty loop
-        is simply not emitted."""
+        is simply not emitted. ``interleave=False`` asks LLVM to vectorize the loop without
+        interleaving its vector iterations (see :meth:`single_vector_loop`)."""
         if extent <= 0:
             return
         fn = b.function
@@ -819,16 +822,36 @@ class ModuleBuilder:
         body(i)
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nuw", "nsw"])
         i.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, end), head, done)
+        latch = b.cbranch(b.icmp_signed("<", nxt, end), head, done)
+        if not interleave:
+            latch.set_metadata("llvm.loop", self.single_vector_loop())
         b.position_at_end(done)
 
-    def loop_nest(self, b, extents, body, indices=(), bounds=None):
+    def single_vector_loop(self):
+        """The loop ID (``!llvm.loop``) of loops whose iterations are independent (each
+        writes its own elements): vectorized, one vector per iteration. Interleaving (the
+        vectorizer's unrolling: 4 vectors per iteration, then a vectorized epilogue) buys
+        such loops nothing that out-of-order execution does not already overlap, and costs
+        compile time: several times the code to select instructions for. Loops that carry
+        an accumulator in a register (:meth:`accumulate`) keep it: their several
+        accumulators do shorten the chain. Every such loop shares this one node, so
+        identical kernels keep identical text (see :meth:`shared`)."""
+        if self._single_vector_loop is None:
+            hint = self.module.add_metadata([ir.MetaDataString(self.module,
+                                                               "llvm.loop.interleave.count"),
+                                             ir.Constant(I32, 1)])
+            self._single_vector_loop = _LoopID(self.module, [hint])
+        return self._single_vector_loop
+
+    def loop_nest(self, b, extents, body, indices=(), bounds=None, interleave=True):
         """Nested loops over ``extents``; ``bounds`` (start, end) limits the outermost."""
         if not extents:
             body(list(indices))
             return
-        self.loop(b, extents[0], lambda i: self.loop_nest(b, extents[1:], body, tuple(indices) + (i,)),
-                  name=f"i{len(indices)}", bounds=bounds)
+        self.loop(b, extents[0],
+                  lambda i: self.loop_nest(b, extents[1:], body, tuple(indices) + (i,),
+                                           interleave=interleave),
+                  name=f"i{len(indices)}", bounds=bounds, interleave=interleave)
 
     def emit_loop_kernel(self, b, step: LoopKernel, ptrs, bounds, flag=None, exact=False):
         def body(indices):
@@ -849,7 +872,7 @@ class ModuleBuilder:
             streaming_stores.emit_streamed_loops(self, b, step, ptrs[streamed.id], value_at,
                                                  bounds)
         elif step.shape:
-            self.loop_nest(b, list(step.shape), body, bounds=bounds)
+            self.loop_nest(b, list(step.shape), body, bounds=bounds, interleave=False)
         else:
             body([])
 
@@ -872,7 +895,7 @@ class ModuleBuilder:
                         for buf, off, value in values:
                             ev.store(buf, off, value)
                         ev.record_guards(flag)
-                    self.loop(b, width, element, name="col")
+                    self.loop(b, width, element, name="col", interleave=False)
                     continue
 
                 def value_at(idx, part=part):
@@ -899,7 +922,7 @@ class ModuleBuilder:
             def init(indices):
                 ev = _Evaluator(self, b, [], ptrs)
                 ev.store(out, indices[0], identity)
-            self.loop_nest(b, [out.size], init)
+            self.loop_nest(b, [out.size], init, interleave=False)
 
         def outer_body(outer_idx):
             def value_at(idx):
@@ -961,7 +984,8 @@ class ModuleBuilder:
         if k == 0:
             if not step.accumulate:
                 self.loop(b, step.out.size,
-                          lambda i: b.store(constant(dtype, 0), b.gep(c_ptr, [i])))
+                          lambda i: b.store(constant(dtype, 0), b.gep(c_ptr, [i])),
+                          interleave=False)
             return
         if dtype in (np.float32, np.float64):
             self.emit_gemm(b, step, a_ptr, b_ptr, c_ptr)
@@ -1127,6 +1151,24 @@ GEMM_FOR_SYMBOL = "ft_gemm_for"
 # OpenBLAS runs a product of m * n * k up to this on one thread whatever its thread count
 # (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD in its interface/gemm.c): no hold needed
 BLAS_SERIAL_MNK = 65536 * 4
+
+
+class _LoopID(ir.values.MDValue):
+    """A loop ID: ``distinct !{!self, hints...}``. LLVM wants a loop's metadata to name
+    itself first, which llvmlite's (uniqued) ``add_metadata`` cannot express."""
+
+    def __init__(self, module: ir.Module, hints: list):
+        super().__init__(module, hints, name=str(len(module.metadata)))
+
+    def descr(self, buf):
+        refs = [self.get_reference()] + [hint.get_reference() for hint in self.operands]
+        buf += (f"distinct !{{ {', '.join(refs)} }}", "\n")
+
+    # identity, not contents (which include the node itself)
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
 
 
 def kernel_structure(step, buffers) -> tuple:

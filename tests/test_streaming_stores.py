@@ -6,6 +6,8 @@ must agree bit for bit.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,21 @@ def test_the_hint_survives_optimization_as_an_aligned_vector_store():
     stores = [line for line in streamed.optimized_ir.splitlines()
               if "!nontemporal" in line and line.strip().startswith("store")]
     assert stores and all("x float>" in line and "align 32" in line for line in stores), stores
+
+
+def test_each_block_computes_several_vectors_side_by_side():
+    # a long chain per vector leaves the floating-point units idle unless several vectors'
+    # chains are interleaved: the block of stores holds INTERLEAVE tanh divisions
+    x = np.ones(THRESHOLD, np.float32)
+    streamed, _ = both_ways(chain, x)
+    blocks = re.split(r"\n(?=[\w.]+:)", streamed.optimized_ir)
+    [block] = [text for text in blocks if "!nontemporal" in text]
+    assert block.count("store <8 x float>") == streamed_count(block) == streaming_stores.INTERLEAVE
+    assert len(re.findall(r"fdiv [a-z ]*<8 x float>", block)) == streaming_stores.INTERLEAVE
+
+
+def streamed_count(block: str) -> int:
+    return sum("!nontemporal" in line and line.strip().startswith("store") for line in block.splitlines())
 
 
 def test_reductions_keep_plain_stores():

@@ -784,8 +784,9 @@ class ModuleBuilder:
 
     def loop(self, b: ir.IRBuilder, extent: int, body, name="i", bounds=None):
         """``for i in range(extent): body(i)`` (or ``range(*bounds)``, two i64 values within
-        ``[0, extent]``); leaves ``b`` after the loop. Extents are static, so an empty loop
-        is simply not emitted."""
+        ``[0, extent]``); leaves ``b`` after the loop and returns the loop's back edge (the
+        branch that carries ``llvm.loop`` hints), or None: extents are static, so an empty
+        loop is simply not emitted."""
         if extent <= 0:
             return
         fn = b.function
@@ -804,8 +805,9 @@ class ModuleBuilder:
         body(i)
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nuw", "nsw"])
         i.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, end), head, done)
+        latch = b.cbranch(b.icmp_signed("<", nxt, end), head, done)
         b.position_at_end(done)
+        return latch
 
     def loop_nest(self, b, extents, body, indices=(), bounds=None):
         """Nested loops over ``extents``; ``bounds`` (start, end) limits the outermost."""

@@ -97,3 +97,13 @@ def test_tanh_edges_keep_sign_nan_and_never_pass_one():
     near = np.linspace(7.0, 11.0, 200001, dtype=np.float32)
     y = np.asarray(functrans.jit(jnp.tanh)(np.concatenate([near, -near])))
     assert np.all(np.abs(y) <= 1.0)
+
+
+@pytest.mark.parametrize("fn", [jnp.exp, jnp.exp2, jnp.expm1, jnp.sinh, jnp.cosh, jnp.tanh,
+                                lax.logistic], ids=lambda fn: fn.__name__)
+def test_nans_of_any_payload_stay_nan(fn):
+    # exp's 2**n scaling works on bit patterns: a NaN's payload must not leak into it
+    bits = np.array([0x7FC00000, 0xFFC00000, 0x7FC00123, 0xFFFFFFFF, 0x7F800001, 0x7FBFFFFF,
+                     0xFF8001FF], np.uint32)
+    out = np.asarray(functrans.jit(fn)(np.concatenate([bits.view(np.float32), np.ones(9, np.float32)])))
+    assert np.all(np.isnan(out[:bits.size])), out

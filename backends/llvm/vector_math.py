@@ -66,6 +66,9 @@ COS_COEFFS = [1 / 24, -1 / 720, 1 / 40320, -1 / 3628800]
 LN2 = math.log(2.0)
 LN2_HI = float(np.float32(LN2))  # exactly representable head, and the tail below
 LN2_LO = LN2 - LN2_HI
+# adding 1.5 * 2**23 to a float32 of magnitude below 2**22 rounds it to an integer, which is
+# then the low bits of the sum
+ROUNDER = 1.5 * 2 ** 23
 PIO2_HI = math.pi / 2
 PIO2_LO = 6.123233995736766e-17  # pi/2 - PIO2_HI
 
@@ -125,6 +128,10 @@ def _has_vector_ldexp() -> bool:
         import llvmlite.binding as llvm
         _vector_ldexp = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
     return _vector_ldexp
+
+
+def _float_bits(value: float) -> int:
+    return int(np.array(value, np.float32).view(np.int32))
 
 
 def _fty(dtype):
@@ -259,22 +266,31 @@ class MathLibrary:
 
     # ---- float32 implementations -------------------------------------------------------------
 
-    def _scale_by_pow2(self, o: _Ops, p, n_float):
-        """``p * 2**n`` for ``p`` in [0.5, 2] and integral ``n`` in [-151, 131]: one ``ldexp``
-        where it is a vector instruction (AVX-512's vscalefps); elsewhere ``2**(n//2)`` is
-        added to the exponent bits of ``p`` (exact: the product is a normal number) and one
-        multiplication by the other half rounds the result once, into the subnormals or to
-        infinity as it must."""
+    def _round_to_int(self, o: _Ops, x, scale=1.0):
+        """``t = round(x * scale) + ROUNDER`` in one rounding: the integer n then sits in the
+        low bits of ``t`` (no float-to-int conversion, which LLVM defines for no NaN) and
+        ``t - ROUNDER`` is n exactly. Needs |x * scale| < 2**22."""
+        return o.fma(x, o.c(scale), o.c(ROUNDER)) if scale != 1.0 else o.add(x, o.c(ROUNDER))
+
+    def _scale_by_pow2(self, o: _Ops, p, t):
+        """``p * 2**n`` for ``p`` in [0.5, 2] and ``t`` from :meth:`_round_to_int` of an
+        integer n in [-151, 131]: one ``ldexp`` where it is a vector instruction (AVX-512's
+        vscalefps); elsewhere a multiplication by 2**(n//2) (exact: the product is a normal
+        number) and one by 2**(n - n//2), which rounds the result once, into the subnormals
+        or to infinity as it must. A NaN ``p`` stays NaN whatever ``t`` holds."""
         b = o.b
-        n = b.fptosi(n_float, I32)
+        bits = b.bitcast(t, I32)
         if _has_vector_ldexp():
-            fn = self.declare("llvm.ldexp.f32.i32", F32, [F32, I32])
-            return b.call(fn, [p, n])
-        n1 = b.ashr(n, ir.Constant(I32, 1))
-        n2 = b.sub(n, n1)
-        half = b.bitcast(b.add(b.bitcast(p, I32), b.shl(n1, ir.Constant(I32, 23))), F32)
-        other = b.bitcast(b.shl(b.add(n2, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
-        return o.mul(half, other)
+            n = b.sub(bits, ir.Constant(I32, _float_bits(ROUNDER)))
+            return b.call(self.declare("llvm.ldexp.f32.i32", F32, [F32, I32]), [p, n])
+        # the rounder's own bits are zero from bit 9 down, so they leave the 32-bit word
+        # when n's bits are moved to the exponent field
+        exponent = ir.Constant(I32, 23)
+        half = b.shl(b.lshr(bits, ir.Constant(I32, 1)), exponent)  # (n//2) << 23
+        one = ir.Constant(I32, 127 << 23)
+        first = b.bitcast(b.add(half, one), F32)
+        second = b.bitcast(b.add(b.sub(b.shl(bits, exponent), half), one), F32)
+        return o.mul(o.mul(p, first), second)
 
     def _exp_reduced(self, o: _Ops, r):
         """exp(r) for |r| <= ln2/2 (see EXP_COEFFS)."""
@@ -286,20 +302,20 @@ class MathLibrary:
 
     def _exp_times_pow2(self, o: _Ops, x, k: int):
         """``exp(x) * 2**k`` without intermediate overflow: exp(x) = 2**n * exp(r) with
-        n = round(x / ln2) and r = x - n*ln2 (ln2 in two parts, the head exact)."""
-        xc = self._clamp(o, x, -104.0, 90.0)
-        n = o.roundeven(o.mul(xc, o.c(1 / LN2)))
+        n = round(x / ln2) and r = x - n*ln2 (ln2 in two parts, the head exact). NaN passes
+        the clamp and every step after it."""
+        xc = self._clamp_keeping_nan(o, x, -104.0, 90.0)
+        t = self._round_to_int(o, xc, 1 / LN2)
+        n = o.sub(t, o.c(ROUNDER))
         r = o.fma(n, o.c(-LN2_HI), xc)
         r = o.fma(n, o.c(-LN2_LO), r)
-        y = self._scale_by_pow2(o, self._exp_reduced(o, r), o.add(n, o.c(k)) if k else n)
-        return o.sel(o.isnan(x), x, y)
+        return self._scale_by_pow2(o, self._exp_reduced(o, r), o.add(t, o.c(k)) if k else t)
 
     def _exp2(self, o: _Ops, x):
-        xc = self._clamp(o, x, -151.0, 129.0)
-        n = o.roundeven(xc)
-        r = o.mul(o.sub(xc, n), o.c(LN2))  # xc - n is exact
-        y = self._scale_by_pow2(o, self._exp_reduced(o, r), n)
-        return o.sel(o.isnan(x), x, y)
+        xc = self._clamp_keeping_nan(o, x, -151.0, 129.0)
+        t = self._round_to_int(o, xc)
+        r = o.mul(o.sub(xc, o.sub(t, o.c(ROUNDER))), o.c(LN2))  # xc - n is exact
+        return self._scale_by_pow2(o, self._exp_reduced(o, r), t)
 
     def _clamp(self, o: _Ops, x, lo, hi):
         # NaN goes to ``lo``: callers restore NaN at the end

@@ -21,7 +21,8 @@ def ulps(got, want):
     spacing = np.maximum(np.spacing(want32).astype(np.float64), 2.0 ** -149)
     with np.errstate(invalid="ignore"):
         err = np.abs(got - want) / spacing
-    same = (got == want) | (np.isnan(got) & np.isnan(want)) | (np.isinf(got) & (got == want32 * np.sign(want)))
+    same = ((got == want) | (np.isnan(got) & np.isnan(want))
+            | (np.isinf(got) & (got == want32 * np.sign(want))))
     err[same] = 0.0
     err[np.isnan(err)] = np.inf
     return err
@@ -68,14 +69,15 @@ def test_exp_overflow_and_subnormal_edges():
     with np.errstate(over="ignore"):
         want = np.exp(x.astype(np.float64))
     assert np.all(ulps(got, want) <= 1.0), (got, want)
-    assert np.isfinite(got[0]) and np.isinf(got[1]) and np.isinf(got[4]) and got[14] == 0.0 and np.isnan(got[15])
+    assert np.isfinite(got[0]) and np.isinf(got[1]) and np.isinf(got[4])
+    assert got[14] == 0.0 and np.isnan(got[15])
     assert got[9] > 0 and got[11] == 0.0 and got[12] == 0.0
 
 
 def test_exp2_and_sinh_cosh_at_the_ends_of_the_exponent_range():
     e = np.array([127.99, 128.0, -126.0, -126.5, -140.25, -149.0, -149.5, -149.6, -150.0, -151.0],
                  np.float32)
-    np.testing.assert_array_less(ulps(functrans.jit(jnp.exp2)(e), np.exp2(e.astype(np.float64))), 1.0001)
+    assert np.all(ulps(functrans.jit(jnp.exp2)(e), np.exp2(e.astype(np.float64))) <= 1.0)
     # e**x / 2 is finite a little beyond exp's own range
     h = np.array([89.41, 89.415, 89.42, 90.0, -89.41, -89.42, np.inf, -np.inf, np.nan], np.float32)
     for fn, reference in ((jnp.sinh, np.sinh), (jnp.cosh, np.cosh)):
@@ -105,5 +107,6 @@ def test_nans_of_any_payload_stay_nan(fn):
     # exp's 2**n scaling works on bit patterns: a NaN's payload must not leak into it
     bits = np.array([0x7FC00000, 0xFFC00000, 0x7FC00123, 0xFFFFFFFF, 0x7F800001, 0x7FBFFFFF,
                      0xFF8001FF], np.uint32)
-    out = np.asarray(functrans.jit(fn)(np.concatenate([bits.view(np.float32), np.ones(9, np.float32)])))
+    x = np.concatenate([bits.view(np.float32), np.ones(9, np.float32)])
+    out = np.asarray(functrans.jit(fn)(x))
     assert np.all(np.isnan(out[:bits.size])), out

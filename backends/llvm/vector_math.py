@@ -118,17 +118,18 @@ def register_libm_symbols() -> None:
     _registered = True
 
 
-_vector_ldexp = None
+_avx512 = None
 
 
-def _has_vector_ldexp() -> bool:
-    """Whether the host has AVX-512 (``ldexp`` on a vector is then one instruction; elsewhere
-    LLVM may split it into library calls, which would stop vectorization)."""
-    global _vector_ldexp
-    if _vector_ldexp is None:
+def host_has_avx512() -> bool:
+    """Whether the host has AVX-512: ``ldexp`` on a vector is then one instruction (elsewhere
+    LLVM may split it into library calls, which would stop vectorization), and vectors are
+    64 bytes wide."""
+    global _avx512
+    if _avx512 is None:
         import llvmlite.binding as llvm
-        _vector_ldexp = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
-    return _vector_ldexp
+        _avx512 = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    return _avx512
 
 
 def _float_bits(value: float) -> int:
@@ -281,7 +282,7 @@ class MathLibrary:
         or to infinity as it must. A NaN ``p`` stays NaN whatever ``t`` holds."""
         b = o.b
         bits = b.bitcast(t, I32)
-        if _has_vector_ldexp():
+        if host_has_avx512():
             n = b.sub(bits, ir.Constant(I32, _float_bits(ROUNDER)))
             return b.call(self.declare("llvm.ldexp.f32.i32", F32, [F32, I32]), [p, n])
         # the rounder's own bits are zero from bit 9 down, so they leave the 32-bit word

@@ -369,13 +369,16 @@ class MathLibrary:
         return o.sel(o.cmp("==", u, o.c(math.inf)), u, y)
 
     def _tanh(self, o: _Ops, x):
-        # P and Q are even, so x * P/Q is odd and keeps the sign of zero; NaN passes the
-        # clamps (an unordered comparison is false) and the arithmetic
-        xc = self._clamp_keeping_nan(o, x, -TANH_LIMIT, TANH_LIMIT)
-        s = o.mul(xc, xc)
+        # P and Q are even, so x * P/Q is odd and keeps the sign of zero. Beyond the limit,
+        # x^2 is clamped instead of x (one comparison, not two): x * P/Q then exceeds 1 in
+        # magnitude (or is infinite), and the final clamp, needed anyway because rounding may
+        # overshoot 1 near the limit, gives +-1. NaN passes the clamps (an unordered
+        # comparison is false) and the arithmetic.
+        s = o.mul(x, x)
+        s = o.sel(o.cmp(">", s, o.c(TANH_LIMIT ** 2)), o.c(TANH_LIMIT ** 2), s)
         s2 = o.mul(s, s)
-        y = o.div(o.mul(xc, o.poly_pairs(s, s2, TANH_P)), o.poly_pairs(s, s2, TANH_Q))
-        return self._clamp_keeping_nan(o, y, -1.0, 1.0)  # rounding may overshoot 1 near the limit
+        y = o.div(o.mul(x, o.poly_pairs(s, s2, TANH_P)), o.poly_pairs(s, s2, TANH_Q))
+        return self._clamp_keeping_nan(o, y, -1.0, 1.0)
 
     def _logistic(self, o: _Ops, x):
         return o.div(o.c(1.0), o.add(o.c(1.0), o.call("exp", o.b.fneg(x))))

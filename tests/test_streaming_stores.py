@@ -6,12 +6,15 @@ must agree bit for bit.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import functrans
 import functrans.numpy as jnp
 from functrans.backends.llvm import pipeline, streaming_stores
+from functrans.backends.llvm.vector_math import host_has_avx512
 
 THRESHOLD = 1 << 14   # bytes a kernel touches (inputs + outputs) before it streams
 
@@ -82,6 +85,34 @@ def test_the_hint_survives_optimization_as_an_aligned_vector_store():
     stores = [line for line in streamed.optimized_ir.splitlines()
               if "!nontemporal" in line and line.strip().startswith("store")]
     assert stores and all("x float>" in line and "align 32" in line for line in stores), stores
+
+
+def test_each_block_computes_several_vectors_side_by_side():
+    # a long chain per vector leaves the floating-point units idle unless several vectors'
+    # chains are interleaved: the block of stores holds INTERLEAVE tanh divisions
+    if host_has_avx512():
+        pytest.skip("AVX2 code: 8-lane vectors")
+    x = np.ones(THRESHOLD, np.float32)
+    streamed, _ = both_ways(chain, x)
+    blocks = re.split(r"\n(?=[\w.]+:)", streamed.optimized_ir)
+    [block] = [text for text in blocks if "!nontemporal" in text]
+    assert block.count("store <8 x float>") == streamed_count(block) == streaming_stores.INTERLEAVE
+    assert len(re.findall(r"fdiv [a-z ]*<8 x float>", block)) == streaming_stores.INTERLEAVE
+
+
+def streamed_count(block: str) -> int:
+    return sum("!nontemporal" in line and line.strip().startswith("store")
+               for line in block.splitlines())
+
+
+def test_blocks_llvm_cannot_vectorize_compile_quietly(capfd, x64):
+    # float64 tanh calls the C library: the block's loop stays scalar, and LLVM must not
+    # print a remark about it (as it does for a loop whose vector width is forced)
+    x = np.linspace(-3, 3, THRESHOLD // 8)
+    streamed, plain = both_ways(jnp.tanh, x)
+    assert "!nontemporal" in streamed.ir_text
+    np.testing.assert_array_equal(streamed(x)[0], plain(x)[0])
+    assert "remark" not in capfd.readouterr().err
 
 
 def test_reductions_keep_plain_stores():

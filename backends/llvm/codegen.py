@@ -801,9 +801,10 @@ class ModuleBuilder:
     def loop(self, b: ir.IRBuilder, extent: int, body, name="i", bounds=None,
              interleave=True):
         """``for i in range(extent): body(i)`` (or ``range(*bounds)``, two i64 values within
-        ``[0, extent]``); leaves ``b`` after the loop. Extents are static, so an empty loop
-        is simply not emitted. ``interleave=False`` asks LLVM to vectorize the loop without
-        interleaving its vector iterations (see :meth:`single_vector_loop`)."""
+        ``[0, extent]``); leaves ``b`` after the loop and returns the loop's back edge (the
+        branch that carries ``llvm.loop`` hints), or None: extents are static, so an empty
+        loop is simply not emitted. ``interleave=False`` asks LLVM to vectorize the loop
+        without interleaving its vector iterations (see :meth:`single_vector_loop`)."""
         if extent <= 0:
             return
         fn = b.function
@@ -826,13 +827,16 @@ class ModuleBuilder:
         if not interleave:
             latch.set_metadata("llvm.loop", self.single_vector_loop())
         b.position_at_end(done)
+        return latch
 
     def single_vector_loop(self):
         """The loop ID (``!llvm.loop``) of loops whose iterations are independent (each
         writes its own elements): vectorized, one vector per iteration. Interleaving (the
-        vectorizer's unrolling: 4 vectors per iteration, then a vectorized epilogue) buys
-        such loops nothing that out-of-order execution does not already overlap, and costs
-        compile time: several times the code to select instructions for. Loops that carry
+        vectorizer's unrolling: 4 vectors per iteration, then a vectorized epilogue) costs
+        compile time, several times the code to select instructions for, and measured no
+        faster on these loops (the streamed blocks of kernels larger than the cache do
+        interleave, where long chains of float32 math gain from it: see
+        :mod:`streaming_stores`). Loops that carry
         an accumulator in a register (:meth:`accumulate`) keep it: their several
         accumulators do shorten the chain. Every such loop shares this one node, so
         identical kernels keep identical text (see :meth:`shared`)."""

@@ -1098,11 +1098,11 @@ class ModuleBuilder:
 # products are not worth it: each chunk re-packs an operand, and on a busy machine the pool
 # runs short jobs on the calling thread alone; see thread_pool.) A split of rows or columns re-packs the operand the
 # chunks share once per chunk, so each such chunk keeps at least GEMM_CHUNK_EXTENT rows or
-# columns (more when that operand is large); a batch of products re-packs nothing. Packing
-# costs about as much as 2 * 30 flops per element packed, so a chunk of E rows spends about
-# 30 / E of its time re-packing the shared operand: chunks beyond one per thread are only
-# cut where each keeps GEMM_FINE_CHUNK_EXTENT rows or columns (the 2048-row products of a
-# transformer layer ran 5-10% faster in two chunks than in eight of 256 rows).
+# columns (more when that operand is large); a batch of products re-packs nothing. Chunks
+# beyond one per thread are only cut where each keeps GEMM_FINE_CHUNK_EXTENT rows or
+# columns: with other processes on the cores, the 2048-row products of a transformer layer
+# ran 5-10% faster in two chunks than in eight of 256 rows (whose re-packing competes for
+# the shared cache), and on a quiet machine the two tie.
 GEMM_SPLIT_MIN_FLOPS = 1 << 20
 GEMM_CHUNK_FLOPS = 1 << 19
 GEMM_CHUNKS_PER_THREAD = 4

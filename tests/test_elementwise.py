@@ -119,3 +119,16 @@ def test_lax_binary_functions_broadcast_scalars_and_size_one_axes():
         lax.add(jnp.ones(3, jnp.int32), jnp.ones(3))
     grad = functrans.grad(lambda a: jnp.sum(lax.mul(a, jnp.arange(6.0).reshape(2, 3))))
     np.testing.assert_array_equal(grad(jnp.ones((1, 3))), [[3.0, 5.0, 7.0]])
+
+
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+def test_power_of_one_half_keeps_the_special_cases_of_pow(backend):
+    """As in JAX, ``x ** 0.5`` is pow, not sqrt, at -0 and -inf: +0 and +inf (NumPy computes
+    a power by one exponent of 0.5 as a square root, which gives -0 and NaN there)."""
+    x = np.array([-0.0, -np.inf, np.inf, 0.0, 4.0, -1.0], np.float32)
+    expected = np.array([0.0, np.inf, np.inf, 0.0, 2.0, np.nan], np.float32)
+    for f in (lambda x: x ** 0.5, lambda x: lax.pow(x, np.float32(0.5)),
+              lambda x: lax.pow(x[0], np.float32(0.5))):
+        out = np.atleast_1d(np.asarray(functrans.jit(f, backend=backend)(x)))
+        np.testing.assert_array_equal(out, expected[:out.size])
+        assert not np.signbit(out[0])

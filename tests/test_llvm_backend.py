@@ -215,6 +215,25 @@ def test_binary_elementwise_64bit(dtype, x64):
     _check_binary_family(dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_power_one_half_is_a_square_root_with_the_special_cases_of_pow(dtype, x64):
+    """``x ** 0.5`` (Adam's denominator) compiles to a square root, not a libm ``pow`` call
+    per element, and keeps pow's results: +0 for -0, +inf for -inf, NaN below zero."""
+    rng = np.random.default_rng(3)
+    x = _float_inputs(np.dtype(dtype), rng)
+    f = lambda x: (x ** 0.5, jnp.power(x, 0.5))  # noqa: E731
+    assert "ft_libm_pow" not in functrans.jit(f, backend="llvm").lower(x).as_text()
+    ours, ref = run_both(f, x)
+    rtol, atol = _tolerance(np.dtype(dtype))
+    for a, b in zip(ours, ref):
+        assert_close(a, b, rtol, atol, what=f"x ** 0.5 on {dtype}")
+        number = ~np.isnan(b)
+        np.testing.assert_array_equal(np.signbit(a[number]), np.signbit(b[number]))
+    assert ours[0][list(x).index(-np.inf)] == np.inf
+    negative_zero = np.flatnonzero((x == 0) & np.signbit(x))[0]
+    assert ours[0][negative_zero] == 0 and not np.signbit(ours[0][negative_zero])
+
+
 def test_convert_element_type_every_pair(x64):
     dtypes = ["bool", "int8", "uint8", "int16", "int32", "uint32", "int64", "uint64", "float32",
               "float64"]

@@ -89,9 +89,25 @@ def test_a_product_is_split_into_several_chunks_per_thread():
     thread that loses its core holds up only a small part), each a block of whole rows of C
     with its whole k sum; a smaller one into one chunk per thread (each chunk re-packs the
     shared operand); on one thread either is one BLAS call."""
-    product = fusion.DotKernel(None, None, None, 1, 1024, 512, 512, False, False)
-    assert 2 * 1024 * 512 * 512 >= codegen.GEMM_FINE_SPLIT_FLOPS
+    product = fusion.DotKernel(None, None, None, 1, 8192, 512, 512, False, False)
+    assert 2 * 8192 * 512 * 512 >= codegen.GEMM_FINE_SPLIT_FLOPS
     assert codegen.gemm_split(product, threads=2) == ("m", 8)
     assert codegen.gemm_split(product, threads=1) == (None, 1)
     smaller = fusion.DotKernel(None, None, None, 1, 512, 256, 64, False, False)
     assert codegen.gemm_split(smaller, threads=2) == ("m", 2)
+
+
+def test_a_product_cut_finer_than_the_threads_keeps_long_chunks():
+    """Each chunk re-packs the operand the chunks share, so chunks beyond one per thread
+    keep GEMM_FINE_CHUNK_EXTENT rows or columns: a transformer layer's 2048-row products
+    (milliseconds each) run in one chunk per thread, not in eight of 256 rows."""
+    for m, n, k in [(2048, 512, 2048), (2048, 2048, 512), (1024, 512, 512)]:
+        product = fusion.DotKernel(None, None, None, 1, m, n, k, False, False)
+        assert 2 * m * n * k >= codegen.GEMM_FINE_SPLIT_FLOPS
+        axis, chunks = codegen.gemm_split(product, threads=2)
+        assert chunks == 2, (m, n, k, axis, chunks)
+    wide = fusion.DotKernel(None, None, None, 1, 512, 4096, 2048, False, False)
+    assert codegen.gemm_split(wide, threads=2) == ("n", 4)
+    # a batch re-packs nothing: its chunks stay fine
+    heads = fusion.DotKernel(None, None, None, 64, 256, 256, 64, False, False)
+    assert codegen.gemm_split(heads, threads=2) == ("batch", 8)

@@ -168,6 +168,15 @@ def _div_impl(x, y):
     return np.true_divide(x, y).astype(x.dtype)
 
 
+def _pow_impl(x, y):
+    # NumPy takes a power whose exponent is one value (a scalar or a stride-0 broadcast) of
+    # 0.5 as a square root: -0 for -0 and NaN for -inf, where pow (and JAX) give +0 and +inf.
+    # A contiguous, at least 1-d exponent keeps NumPy on the pow loop.
+    shape = np.broadcast_shapes(np.shape(x), np.shape(y))
+    exponent = np.array(np.broadcast_to(y, shape), ndmin=1)
+    return np.power(x, exponent).reshape(shape)
+
+
 def _rem_impl(x, y):
     if _dtypes.is_integer(x.dtype):
         safe_y = np.where(y == 0, 1, y)
@@ -334,7 +343,7 @@ sub_p = _binary("sub", "numeric", np.subtract)
 mul_p = _binary("mul", "numeric", np.multiply)
 div_p = _binary("div", "numeric", _div_impl)
 rem_p = _binary("rem", "real_numeric", _rem_impl)
-pow_p = _binary("pow", "float", np.power)
+pow_p = _binary("pow", "float", _pow_impl)
 max_p = _binary("max", "any", np.maximum)
 min_p = _binary("min", "any", np.minimum)
 atan2_p = _binary("atan2", "real_float", np.arctan2)

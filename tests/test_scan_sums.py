@@ -172,3 +172,23 @@ def test_rnn_gradients_match_finite_differences():
                 numeric = (float(f_up) - float(f_down)) / (2 * eps)
                 np.testing.assert_allclose(np.asarray(grads[name]).reshape(-1)[i], numeric,
                                            rtol=1e-5, atol=1e-7)
+
+
+def test_an_operand_that_is_another_carry_is_stacked_as_it_enters():
+    """``c + h^T x`` with ``h`` a carry: the value of ``h`` at the start of each iteration
+    is stacked (the body outputs its own input)."""
+    w = RNG.normal(size=(3, 3)).astype(np.float32)
+    xs = RNG.normal(size=(6, 2, 3)).astype(np.float32)
+
+    def f(w, xs):
+        def body(carry, x):
+            h, c = carry
+            return (jnp.tanh(h @ w + x), c + lax.dot_general(h, x, (((0,), (0,)), ((), ())))), None
+        return lax.scan(body, (jnp.ones((2, 3)), jnp.zeros((3, 3))), xs, reverse=True)[0]
+
+    _, after = _hoisted(f, w, xs)
+    scan = _scans(after)[0]
+    assert scan.params["num_carry"] == 1
+    body = scan.params["jaxpr"].jaxpr
+    assert body.outvars[-1] is body.invars[scan.params["num_consts"]]
+    _compare(f, w, xs)

@@ -846,24 +846,22 @@ class _Planner:
         """A buffer holding the operand in [batch, first, second] row-major order, or in
         [batch, second, first] order (then the flag is True). Reuses an existing buffer when
         its layout already is one of the two; otherwise a kernel writes the canonical one."""
-        for order, transposed in ((batch + first + second, False), (batch + second + first, True)):
+        def read_in(order):
+            """The operand's shape in ``order``, the index variables, and its value there."""
             shape = [lazy.shape[d] for d in order]
             ivars = E.index_vars(shape)
             index = [None] * len(order)
             for j, d in enumerate(order):
                 index[d] = ivars[j]
-            node = _move(lazy, index)
+            return shape, ivars, _move(lazy, index)
+
+        for order, transposed in ((batch + first + second, False), (batch + second + first, True)):
+            shape, ivars, node = read_in(order)
             if node.kind == "load" and node.args[1] is E.linearize(ivars, shape):
                 buf = node.args[0]
                 if buf.size == int(np.prod(shape, dtype=np.int64)):
                     return buf, transposed
-        order = batch + first + second
-        shape = [lazy.shape[d] for d in order]
-        ivars = E.index_vars(shape)
-        index = [None] * len(order)
-        for j, d in enumerate(order):
-            index[d] = ivars[j]
-        node = _move(lazy, index)
+        shape, _, node = read_in(batch + first + second)
         b = self.new_buffer(shape, var.aval.dtype if isinstance(var, Var) else lazy.node.dtype, "temp")
         self.emit_loop(shape, [(b, node)], lazy.prims + ("transpose",))
         return b, False

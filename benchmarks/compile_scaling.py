@@ -11,18 +11,13 @@ about the same time per layer at every N.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 
-import numpy as np
+from benchmarks.compile_time import _write_bytecode, failures, median_total, run_worker, \
+    time_compile
+from benchmarks.harness import Options, Row
 
-from benchmarks.compile_time import _write_bytecode
-from benchmarks.harness import Options, Row, max_error
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIDTH, BATCH, INPUTS, CLASSES = 64, 32, 32, 10
 
 
@@ -32,36 +27,17 @@ def depths_for(options: Options) -> tuple[int, ...]:
 
 def worker(impl: str, layers: int) -> dict:
     """Time lowering + compiling the ``layers``-layer train step with ``impl`` here."""
-    from benchmarks import frameworks, mlp
+    from benchmarks import frameworks
     lib = frameworks.load(impl)
     if lib is None:
         return {"error": f"{impl} is not importable"}
     sizes = (INPUTS,) + (WIDTH,) * (layers - 1) + (CLASSES,)
-    params, x, onehot = mlp.make_data(sizes, BATCH)
-    _, step, _ = mlp.make_mlp(lib)
-    args = lib.tree_util.tree_map(lib.numpy.asarray, (params, x, onehot))
-    start = time.perf_counter()
-    lowered = lib.jit(step).lower(*args)
-    traced = time.perf_counter()
-    compiled = lowered.compile()
-    done = time.perf_counter()
-    err = max_error(compiled(*args), mlp.numpy_train_step(params, x, onehot))
-    return {"layers": layers, "trace_s": traced - start, "compile_s": done - traced,
-            "total_s": done - start, "max_error": err, "ok": bool(err <= 2e-4)}
+    return {"layers": layers, **time_compile(lib, sizes, BATCH)}
 
 
 def _run_worker(impl: str, layers: int, env_updates: dict) -> dict:
-    env = dict(os.environ)
-    for name in ("JAX_COMPILATION_CACHE_DIR", "FUNCTRANS_DISABLE_COMPILATION_CACHE",
-                 "PYTHONDONTWRITEBYTECODE", "FUNCTRANS_CHECK_JAXPRS"):
-        env.pop(name, None)
-    env.update(env_updates)
-    cmd = [sys.executable, "-m", "benchmarks.compile_scaling", impl, str(layers)]
-    proc = subprocess.run(cmd, cwd=_ROOT, env=env, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return {"error": f"worker exited {proc.returncode}: {tail[:100]}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_worker(["benchmarks.compile_scaling", impl, str(layers)], env_updates,
+                      timeout=900)
 
 
 def _cold(impl: str, layers: int) -> dict:
@@ -85,13 +61,9 @@ def compile_scaling(options: Options) -> list[Row]:
                   unit="compile")
         per_layer = []
         for impl, found in results.items():
-            good = [r["total_s"] for r in found if r.get("ok")]
-            bad = [r.get("error") or f"disagrees: error {r['max_error']:.1e}"
-                   for r in found if not r.get("ok")]
-            row.times[impl] = float(np.median(good)) if good else None
-            row.checks[impl] = bad[0] if bad else "ok"
-            if good:
-                total = float(np.median(good))
+            total = median_total(found)
+            row.times[impl], row.checks[impl] = total, failures(found)
+            if total is not None:
                 text = f"{impl} {1e3 * total / layers:.0f} ms/layer"
                 if impl in previous:  # the cost of the added layers, without the fixed part
                     depth, before = previous[impl]

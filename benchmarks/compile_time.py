@@ -35,10 +35,17 @@ def worker(impl: str, quick: bool) -> dict:
     """Time lowering + compiling the train step with ``impl`` in this (fresh) process."""
     from benchmarks import frameworks, mlp
     options = Options(quick=quick)
-    params, x, onehot = mlp.make_data(mlp.sizes_for(options), mlp.batch_for(options))
     lib = frameworks.load(impl)
     if lib is None:
         return {"error": f"{impl} is not importable"}
+    return time_compile(lib, mlp.sizes_for(options), mlp.batch_for(options))
+
+
+def time_compile(lib, sizes, batch: int) -> dict:
+    """Time ``lib.jit(step).lower(*args)`` and ``.compile()`` of the MLP train step with
+    layer ``sizes``, then run it once and check it against the NumPy step."""
+    from benchmarks import mlp
+    params, x, onehot = mlp.make_data(sizes, batch)
     _, step, _ = mlp.make_mlp(lib)
     args = lib.tree_util.tree_map(lib.numpy.asarray, (params, x, onehot))
     start = time.perf_counter()
@@ -46,29 +53,42 @@ def worker(impl: str, quick: bool) -> dict:
     traced = time.perf_counter()
     compiled = lowered.compile()
     done = time.perf_counter()
-    out = compiled(*args)
-    err = max_error(out, mlp.numpy_train_step(params, x, onehot))
+    err = max_error(compiled(*args), mlp.numpy_train_step(params, x, onehot))
     return {"trace_s": traced - start, "compile_s": done - traced, "total_s": done - start,
             "max_error": err, "ok": bool(err <= 2e-4)}
 
 
-def _run_worker(impl: str, quick: bool, env_updates: dict) -> dict:
+def run_worker(module_args: list, env_updates: dict, timeout: float = 600) -> dict:
+    """Run ``python -m <module_args>`` in a fresh process without persistent compilation
+    caches or checking options, with ``env_updates``; its last output line, as JSON."""
     env = dict(os.environ)
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    env.pop("FUNCTRANS_DISABLE_COMPILATION_CACHE", None)
     # Python's own bytecode caches are used, as in any installed package: without them each
     # process would compile functrans's sources, while JAX's come precompiled by pip
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    for name in ("JAX_COMPILATION_CACHE_DIR", "FUNCTRANS_DISABLE_COMPILATION_CACHE",
+                 "PYTHONDONTWRITEBYTECODE", "FUNCTRANS_CHECK_JAXPRS"):
+        env.pop(name, None)
     env.update(env_updates)
-    cmd = [sys.executable, "-m", "benchmarks.compile_time", impl] + (["--quick"] if quick else [])
-    proc = subprocess.run(cmd, cwd=_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", *module_args], cwd=_ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return {"error": f"worker exited {proc.returncode}: {tail[:100]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _median(results: list[dict]):
+def _run_worker(impl: str, quick: bool, env_updates: dict) -> dict:
+    return run_worker(["benchmarks.compile_time", impl] + (["--quick"] if quick else []),
+                      env_updates)
+
+
+def failures(results: list[dict]) -> str:
+    """The first failed measurement's error, or "ok"."""
+    bad = [r.get("error") or f"disagrees: error {r['max_error']:.1e}"
+           for r in results if not r.get("ok")]
+    return bad[0] if bad else "ok"
+
+
+def median_total(results: list[dict]):
     good = [r["total_s"] for r in results if r.get("ok")]
     return float(np.median(good)) if good else None
 
@@ -92,17 +112,12 @@ def compile_times(options: Options) -> list[Row]:
         if "jax" in options.available:
             jax_cold.append(_run_worker("jax", options.quick, {"JAX_PLATFORMS": "cpu"}))
 
-    def checks(results):
-        bad = [r.get("error") or f"disagrees: error {r['max_error']:.1e}"
-               for r in results if not r.get("ok")]
-        return bad[0] if bad else "ok"
-
     step = "MLP train step" + (" (quick sizes)" if options.quick else "")
     rows = []
     row = Row("compile", f"compile {step}, cold", unit="compile")
-    row.times["functrans"], row.checks["functrans"] = _median(cold), checks(cold)
+    row.times["functrans"], row.checks["functrans"] = median_total(cold), failures(cold)
     if jax_cold:
-        row.times["jax"], row.checks["jax"] = _median(jax_cold), checks(jax_cold)
+        row.times["jax"], row.checks["jax"] = median_total(jax_cold), failures(jax_cold)
     good = [r for r in cold if r.get("ok")]
     if good:
         row.notes = (f"functrans: trace {1e3 * np.median([r['trace_s'] for r in good]):.0f} ms + "
@@ -111,7 +126,7 @@ def compile_times(options: Options) -> list[Row]:
     row.extra = {"functrans": cold, "jax": jax_cold}
     rows.append(row)
     row = Row("compile", f"compile {step}, warm (disk cache)", unit="compile")
-    row.times["functrans"], row.checks["functrans"] = _median(warm), checks(warm)
+    row.times["functrans"], row.checks["functrans"] = median_total(warm), failures(warm)
     row.notes = "second process, same FUNCTRANS_CACHE_DIR"
     row.extra = {"functrans": warm}
     rows.append(row)

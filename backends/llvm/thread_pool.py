@@ -415,6 +415,7 @@ def _build_module(triple: str) -> str:
     b = ir.IRBuilder(pf.append_basic_block("entry"))
     serial, parallel = pf.append_basic_block("serial"), pf.append_basic_block("parallel")
     start_epoch = sigint_count(b)  # a SIGINT from here on drops the chunks not yet started
+    chunk = b.bitcast(fn_arg, CHUNK_FN.as_pointer())
     no_workers = b.icmp_unsigned("==", b.load_atomic(workers, "acquire", 4), ir.Constant(I32, 0))
     tiny = b.icmp_signed("<=", n_arg, ir.Constant(I64, 1))
     try_lock, check_clock, contended, pooled = (
@@ -427,7 +428,6 @@ def _build_module(triple: str) -> str:
     b.cbranch(paused, contended, try_lock)
     b.position_at_end(contended)
     b.atomic_rmw("add", contended_jobs, ir.Constant(I64, 1), "monotonic")
-    chunk = b.bitcast(fn_arg, CHUNK_FN.as_pointer())
     started = b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)])
     b.call(chunk, [ctx_arg, ir.Constant(I64, 0)])
     took = b.sub(b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)]), started)
@@ -454,7 +454,6 @@ def _build_module(triple: str) -> str:
     serial_first.add_incoming(ir.Constant(I64, 0), entry)
     serial_first.add_incoming(ir.Constant(I64, 1), contended_end)
     serial_first.add_incoming(first, try_lock_end)
-    chunk = b.bitcast(fn_arg, CHUNK_FN.as_pointer())
     loop_head, loop_body, loop_end = (pf.append_basic_block(n) for n in (
         "serial.head", "serial.body", "serial.end"))
     b.branch(loop_head)

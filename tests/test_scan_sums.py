@@ -192,3 +192,25 @@ def test_an_operand_that_is_another_carry_is_stacked_as_it_enters():
     body = scan.params["jaxpr"].jaxpr
     assert body.outvars[-1] is body.invars[scan.params["num_consts"]]
     _compare(f, w, xs)
+
+
+def test_only_the_operands_of_moved_sums_are_stacked():
+    """``a`` adds a product and a reduce_sum of a value no product reads, so it stays in the
+    loop; ``b`` moves, and only its own computed operand is stacked."""
+    xs = RNG.normal(size=(5, 2, 3)).astype(np.float32)
+
+    def f(xs):
+        def body(carry, x):
+            a, b = carry
+            z, u = jnp.sin(x), jnp.cos(x)
+            w = jnp.exp(x)[:, :, None] * jnp.ones((1, 1, 3))
+            a = a + x.T @ z + jnp.sum(w, axis=0)
+            b = b + lax.dot_general(x, u, (((0,), (0,)), ((), ())))
+            return (a, b), None
+        return lax.scan(body, (jnp.zeros((3, 3)), jnp.zeros((3, 3))), xs)[0]
+
+    before, after = _hoisted(f, xs)
+    scan = _scans(after)[0]
+    assert scan.params["num_carry"] == 1
+    assert len(scan.outvars) == len(_scans(before)[0].outvars)  # b out, one stacked operand
+    _compare(f, xs)

@@ -92,16 +92,24 @@ def _hoist_scan(eqn: Eqn) -> list[Eqn] | None:
             if (s := _iteration_sum(body, i, n_consts, defs, uses, invariant)) is not None]
     xs_position = {id(v): n_consts + n_carry + j
                    for j, v in enumerate(body.invars[n_consts + n_carry:])}
+    def product_operands(sums) -> dict:
+        """The operands the products of ``sums`` read that the body computes (by id)."""
+        return {id(v): v for s in sums for r in s.reductions
+                if r.primitive is linalg.dot_general_p for v in r.invars
+                if id(v) not in xs_position}
+
+    def movable(s, stacked) -> bool:
+        return all(r.primitive is linalg.dot_general_p or all(
+            id(v) in xs_position or id(v) in stacked for v in r.invars) for r in s.reductions)
+
     # operands of products are stacked; a reduce_sum goes only with an operand stacked anyway
-    stacked: dict = {}
-    for s in sums:
-        for r in s.reductions:
-            if r.primitive is linalg.dot_general_p:
-                for v in r.invars:
-                    if id(v) not in xs_position:
-                        stacked.setdefault(id(v), v)
-    sums = [s for s in sums if all(r.primitive is linalg.dot_general_p or all(
-        id(v) in xs_position or id(v) in stacked for v in r.invars) for r in s.reductions)]
+    # (until no sum that stays in the loop leaves an operand stacked for nothing)
+    while True:
+        stacked = product_operands(sums)
+        kept = [s for s in sums if movable(s, stacked)]
+        if len(kept) == len(sums):
+            break
+        sums = kept
     if not sums:
         return None
     stacked_bytes = sum(length * int(np.prod(v.aval.shape, dtype=np.int64))

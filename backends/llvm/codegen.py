@@ -836,16 +836,19 @@ class ModuleBuilder:
         compile time, several times the code to select instructions for, and measured no
         faster on these loops (the streamed blocks of kernels larger than the cache do
         interleave, where long chains of float32 math gain from it: see
-        :mod:`streaming_stores`). Loops that carry
-        an accumulator in a register (:meth:`accumulate`) keep it: their several
-        accumulators do shorten the chain. Every such loop shares this one node, so
+        :mod:`streaming_stores`). Loops that carry an accumulator in a register
+        (:meth:`accumulate`) keep it: their several accumulators do shorten the chain. Every such loop shares this one node, so
         identical kernels keep identical text (see :meth:`shared`)."""
         if self._single_vector_loop is None:
-            hint = self.module.add_metadata([ir.MetaDataString(self.module,
-                                                               "llvm.loop.interleave.count"),
-                                             ir.Constant(I32, 1)])
-            self._single_vector_loop = _LoopID(self.module, [hint])
+            self._single_vector_loop = self.loop_id({"llvm.loop.interleave.count": 1})
         return self._single_vector_loop
+
+    def loop_id(self, hints: dict):
+        """A new loop ID (``!llvm.loop``) carrying ``hints`` (name -> i32 value), for the
+        back edge :meth:`loop` returns."""
+        return _LoopID(self.module, [
+            self.module.add_metadata([ir.MetaDataString(self.module, name), ir.Constant(I32, value)])
+            for name, value in hints.items()])
 
     def loop_nest(self, b, extents, body, indices=(), bounds=None, interleave=True):
         """Nested loops over ``extents``; ``bounds`` (start, end) limits the outermost."""
@@ -1142,9 +1145,10 @@ class ModuleBuilder:
 # GEMM_CHUNKS_PER_THREAD per thread, so that a thread that loses its core to another process
 # holds up one chunk, not half the product, while the others take the rest. (Smaller
 # products are not worth it: each chunk re-packs an operand, and on a busy machine the pool
-# runs short jobs on the calling thread alone; see thread_pool.) A split of rows or columns re-packs the operand the
-# chunks share once per chunk, so each such chunk keeps at least GEMM_CHUNK_EXTENT rows or
-# columns (more when that operand is large); a batch of products re-packs nothing. Chunks
+# runs short jobs on the calling thread alone; see thread_pool.) A split of rows or columns
+# re-packs the operand the chunks share once per chunk, so each such chunk keeps at least
+# GEMM_CHUNK_EXTENT rows or columns (more when that operand is large); a batch of products
+# re-packs nothing. Chunks
 # beyond one per thread are only cut where each keeps GEMM_FINE_CHUNK_EXTENT rows or
 # columns: with other processes on the cores, the 2048-row products of a transformer layer
 # ran 5-10% faster in two chunks than in eight of 256 rows (whose re-packing competes for

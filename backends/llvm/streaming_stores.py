@@ -110,7 +110,7 @@ def emit_streamed_loops(mb, b: ir.IRBuilder, step, out_ptr, compute, bounds):
     line.align = STORE_BYTES
     strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
     hint = mb.module.add_metadata([ir.Constant(I32, 1)])
-    interleave = _loop_hints(mb.module, {"llvm.loop.interleave.count": INTERLEAVE})
+    interleave = mb.loop_id({"llvm.loop.interleave.count": INTERLEAVE})
 
     def row(prefix, lo, hi):
         base = ir.Constant(I64, 0)
@@ -160,16 +160,6 @@ def emit_streamed_loops(mb, b: ir.IRBuilder, step, out_ptr, compute, bounds):
         row([], *(bounds or whole))
     else:
         mb.loop_nest(b, shape[:-1], lambda prefix: row(prefix, *whole), bounds=bounds)
-
-
-def _loop_hints(module: ir.Module, hints: dict):
-    """A loop's ``!llvm.loop`` node: its first operand itself (as LLVM requires),
-    then one ``!{!"name", i32 value}`` per hint."""
-    node = ir.values.MDValue(module, [], name=str(len(module.metadata)))
-    node.operands = (node, *[module.add_metadata([ir.MetaDataString(module, name),
-                                                  ir.Constant(I32, value)])
-                             for name, value in hints.items()])
-    return node
 
 
 def _minimum(b: ir.IRBuilder, x, y):

@@ -171,10 +171,13 @@ def _div_impl(x, y):
 def _pow_impl(x, y):
     # NumPy takes a power whose exponent is one value (a scalar or a stride-0 broadcast) of
     # 0.5 as a square root: -0 for -0 and NaN for -inf, where pow (and JAX) give +0 and +inf.
-    # A contiguous, at least 1-d exponent keeps NumPy on the pow loop.
-    shape = np.broadcast_shapes(np.shape(x), np.shape(y))
-    exponent = np.array(np.broadcast_to(y, shape), ndmin=1)
-    return np.power(x, exponent).reshape(shape)
+    # Those two results are set afterwards (no exponent the size of the output is made).
+    out = np.asarray(np.power(x, y))
+    half = np.asarray(y) == 0.5
+    if half.any():
+        out = np.where(half & (x == 0), out.dtype.type(0), out)
+        out = np.where(half & (x == -np.inf), out.dtype.type(np.inf), out)
+    return out
 
 
 def _rem_impl(x, y):

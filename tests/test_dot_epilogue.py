@@ -40,6 +40,12 @@ CASES = {
                     (_f32(256, 640), _f32(256, 300), _f32(300, 640)), True, -0.5),
     "float64": (lambda c, a, b: c - 0.25 * (a @ b),
                 (C.astype(np.float64), A.astype(np.float64), B.astype(np.float64)), True, -0.25),
+    # two products read by one loop: the first writes the output, the second adds to it
+    "two_products_one_sum": (lambda a, b: a.T @ b + a @ b,
+                             (np.arange(9, dtype=np.float32).reshape(3, 3),
+                              np.ones((3, 2), np.float32)), True, 1.0),
+    "two_scaled_products": (lambda c, a, b, d: c - 0.5 * (a @ b) + 2.0 * (a @ d),
+                            (C, A, B, _f32(5, 4)), True, 2.0),
     # not foldable
     "product_minus": (lambda c, a, b: (a @ b) - c, (C, A, B), False, None),
     "transposed_result": (lambda c, a, b: (a @ b).T + c, (C.T.copy(), A, B), False, None),
@@ -78,6 +84,29 @@ def _check_epilogue(name, fun, args, folded, alpha):
     for g, e in zip(functrans.tree_util.tree_leaves(got), functrans.tree_util.tree_leaves(expected)):
         assert np.asarray(g).dtype == np.asarray(e).dtype
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-4)
+
+
+def test_a_loop_reading_two_products_keeps_both():
+    """``a.T @ b + a @ b``: both products fold, one per sweep, and neither is lost (once,
+    folding the second overwrote the first's rewrite, leaving its buffer unwritten)."""
+    a = np.arange(9, dtype=np.float32).reshape(3, 3)
+    b = np.ones((3, 2), np.float32)
+    got = functrans.jit(lambda a, b: a.T @ b + a @ b)(a, b)
+    np.testing.assert_array_equal(np.asarray(got), a.T @ b + a @ b)
+    dots = _dots(lambda a, b: a.T @ b + a @ b, (a, b))
+    assert len(dots) == 2 and [d.accumulate for d in dots] == [False, True]
+    assert dots[0].out is dots[1].out
+
+
+def test_jit_of_grad_of_a_gram_matrix_loss():
+    """The gradient of ``sum((x @ x.T) ** 2)`` sums two products of the same operands."""
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    f = lambda x: jnp.sum(jnp.einsum("ij,kj->ik", x, x) ** 2)  # noqa: E731
+    expected = 4 * (x @ x.T) @ x
+    np.testing.assert_allclose(np.asarray(functrans.jit(functrans.grad(f))(x)), expected,
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(functrans.grad(f)(x)), expected, rtol=1e-5,
+                               atol=1e-5)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")

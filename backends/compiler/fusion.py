@@ -989,7 +989,19 @@ def fuse_dot_epilogues(program: Program) -> Program:
     into the product: the loop writes ``x`` into its output, and BLAS accumulates ``alpha *
     a @ b`` onto it (beta = 1). The product's own buffer, and a pass over it, disappear —
     e.g. an SGD update ``w - lr * grad`` where the gradient is a matrix product, or a dense
-    layer's bias add."""
+    layer's bias add.
+
+    A loop reading two products (``a.T @ b + a @ b``) folds one of them per sweep: the loop
+    left to initialize the accumulator reads the other product alone, and the next sweep
+    folds that one into it (the first product writes the output, the second adds to it).
+    A reader is rewritten at most once per sweep, from the program as the sweep found it."""
+    while _fold_dot_epilogues_once(program):
+        pass
+    return program
+
+
+def _fold_dot_epilogues_once(program: Program) -> bool:
+    """One sweep of :func:`fuse_dot_epilogues`; whether it changed the program."""
     readers: dict = {}
     for k, step in enumerate(program.steps):
         for b in step.reads():
@@ -1001,8 +1013,8 @@ def fuse_dot_epilogues(program: Program) -> Program:
                 or dot.out.dtype not in (np.float32, np.float64) or dot.accumulate:
             continue
         users = readers.get(dot.out.id, [])
-        if len(users) != 1:
-            continue
+        if len(users) != 1 or users[0] in replaced:
+            continue  # (a reader already rewritten in this sweep is looked at in the next)
         step = program.steps[users[0]]
         if not isinstance(step, LoopKernel) or len(step.outputs) != 1:
             continue
@@ -1026,14 +1038,15 @@ def fuse_dot_epilogues(program: Program) -> Program:
         # may read what was computed in between
         moved.add(k)
         replaced[users[0]] = new_steps
-    if moved:
-        steps = []
-        for k, step in enumerate(program.steps):
-            if k in moved:
-                continue
-            steps.extend(replaced.get(k, [step]))
-        program.steps = steps
-    return program
+    if not moved:
+        return False
+    steps = []
+    for k, step in enumerate(program.steps):
+        if k in moved:
+            continue
+        steps.extend(replaced.get(k, [step]))
+    program.steps = steps
+    return True
 
 
 def split_dims(shape, roots):

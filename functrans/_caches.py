@@ -183,3 +183,10 @@ def _trim_all(option: str) -> Callable:
 
 for _option in LIMIT_OPTIONS:
     config.on_change(_option, _trim_all(_option))
+
+# Options that change how programs compile: a program compiled before the change must not
+# be called after it (a pass left out to bisect a wrong result has to be left out of the
+# next call of every function), so every compiled program is forgotten.
+COMPILE_OPTIONS = ("disable_passes", "poison_scratch")
+for _option in COMPILE_OPTIONS:
+    config.on_change(_option, lambda _value: clear_all())

@@ -121,6 +121,16 @@ class Config:
             "check_jaxprs": _env_bool("FUNCTRANS_CHECK_JAXPRS", False),
             # a folder where each compilation writes its program after every compiler pass
             "dump_passes": os.environ.get("FUNCTRANS_DUMP_PASSES", ""),
+            # compiler passes left out, by name, comma-separated (to bisect a wrong result:
+            # see docs/compiler.md); a pass that is left out changes only speed
+            "disable_passes": os.environ.get("FUNCTRANS_DISABLE_PASSES", ""),
+            # prove every buffer plan sound at compile time (written before read, no live
+            # buffer reused; the test suite turns it on)
+            "verify_plans": _env_bool("FUNCTRANS_VERIFY_PLANS", False),
+            # fill scratch memory and fresh outputs with NaN (integers: 0xA5 bytes) before
+            # each compiled call, so a read of memory nothing wrote shows in the results
+            # (slow; the test suite turns it on)
+            "poison_scratch": _env_bool("FUNCTRANS_POISON_SCRATCH", False),
             **{name: None for name in _ENUMS},
         }
         for name in _LIMITS:

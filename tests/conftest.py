@@ -16,6 +16,11 @@ if not os.environ.get("FUNCTRANS_TEST_SESSION_CACHE"):
 
 # type-check every program the tests stage (check_jaxpr after each trace)
 os.environ.setdefault("FUNCTRANS_CHECK_JAXPRS", "1")
+# prove every buffer plan sound as it is compiled, and fill scratch memory and fresh outputs
+# with NaN (integers: a marker) before every compiled call, so that a read of memory nothing
+# wrote changes results instead of passing unseen
+os.environ.setdefault("FUNCTRANS_VERIFY_PLANS", "1")
+os.environ.setdefault("FUNCTRANS_POISON_SCRATCH", "1")
 # the suite tests the CPU compiler by default, also on a machine with a GPU (where jit would
 # otherwise default to the cuda backend); tests of the GPU name it explicitly
 os.environ.setdefault("FUNCTRANS_DEFAULT_BACKEND", "cpu")

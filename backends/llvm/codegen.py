@@ -38,6 +38,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.compiler import exprs as E
+from functrans.backends.compiler import passes
 from functrans.backends.llvm import (cache, interrupts, linker, scalar_ops, streaming_stores,
                                      thread_pool)
 from functrans.backends.compiler.buffers import BufferPlan
@@ -453,7 +454,7 @@ class ModuleBuilder:
         self.baselines: dict = {}
         self.baseline_sources: dict = {}
         # matrix products on the thread pool: its workers are busy (see POOLED_MIN_ELEMENTS)
-        self.pool_in_use = thread_pool.num_threads() > 1 and splits_products(program)
+        self.pool_in_use = thread_pool.compiled_threads() > 1 and splits_products(program)
         self._single_vector_loop = None  # see single_vector_loop
 
     def build(self) -> str:
@@ -467,6 +468,8 @@ class ModuleBuilder:
         """``fn``, or an identical function built earlier (then ``fn`` is dropped): kernels
         repeat (a bias add in each layer, a step's update of each parameter), and LLVM then
         optimizes and compiles each body once."""
+        if not passes.enabled("shared_kernels"):
+            return fn
         key = str(fn).replace(f'@"{fn.name}"', "@", 1)
         same = self.function_texts.get(key)
         if same is None:
@@ -600,8 +603,12 @@ class ModuleBuilder:
             raw = cache.get(buf.id)
             if raw is None:
                 if buf.kind == "temp":
-                    raw = prologue.gep(arena, [ir.Constant(I64, plan.offsets.get(buf.id, 0))],
-                                       inbounds=True)
+                    offset = plan.offsets.get(buf.id)
+                    if offset is None and buf.nbytes > 0:  # never written: nothing to read
+                        raise LLVMCompileError(f"llvm backend: buffer {buf!r} is used but has "
+                                               f"no place in the scratch arena (a compiler "
+                                               f"bug: see backends/compiler/verify.py)")
+                    raw = prologue.gep(arena, [ir.Constant(I64, offset or 0)], inbounds=True)
                 else:
                     raw = external(buf)
                 cache[buf.id] = raw
@@ -687,7 +694,7 @@ class ModuleBuilder:
         buffers = unique_buffers(step.writes() + step.reads())
         # kernels repeat (each layer's bias add, each parameter's update): a kernel whose
         # structure was built before is that function, found without building its IR
-        key = kernel_structure(step, buffers)
+        key = kernel_structure(step, buffers) if passes.enabled("shared_kernels") else object()
         if key in self.kernels:
             return self.kernels[key], buffers
         self.kernel_count += 1
@@ -1256,7 +1263,7 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     each chunk re-packs the other operand); ``chunks`` is 1 for a product run by one BLAS
     call. On two threads, a 128x784 by 784x512 product: ``("n", 2)``, two chunks of 256
     columns; an 8192x512 by 512x512 one: ``("m", 8)``, eight chunks of 1024 rows."""
-    threads = thread_pool.num_threads() if threads is None else threads
+    threads = thread_pool.compiled_threads() if threads is None else threads
     flops = 2 * step.batch * step.m * step.n * step.k
     if threads < 2 or flops < GEMM_SPLIT_MIN_FLOPS:
         return None, 1
@@ -1292,7 +1299,7 @@ def parallel_chunks(step, min_elements: int = PARALLEL_MIN_ELEMENTS) -> int:
     Only loops whose chunks write disjoint outputs qualify: an elementwise loop, or a
     reduction whose outermost dimension is kept and whose reduced dimensions all come after
     the kept ones (so each output element is finished by one thread)."""
-    if not step.shape or step.shape[0] < 2:
+    if not step.shape or step.shape[0] < 2 or thread_pool.compiled_threads() < 2:
         return 1
     size = int(np.prod(step.shape, dtype=np.int64))
     if size < min_elements:

@@ -31,7 +31,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.compiler import buffers as buffer_planning
-from functrans.backends.compiler import fusion
+from functrans.backends.compiler import fusion, passes
 from functrans.backends.llvm import donation
 from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
                                             Step, unique_buffers)
@@ -70,9 +70,14 @@ def compile_body(closed: ClosedJaxpr, target) -> Body | None:
     jaxpr, consts = fusion.flat_program(closed)
     if not all(isinstance(v.aval, ShapedArray) for v in list(jaxpr.invars) + list(jaxpr.outvars)):
         return None
-    program = fusion.fuse_dot_epilogues(fusion.normalize(fusion.plan_program(jaxpr, target,
-                                                                             consts)))
-    lower_control_flow(program, target, in_body=True)
+    # the pipeline's passes, on the body, as the pipeline runs them (some may be disabled)
+    disabled = passes.disabled_passes()
+    program = fusion.normalize(fusion.plan_program(jaxpr, target, consts,
+                                                   fuse="fuse" not in disabled))
+    if "fuse_dot_epilogues" not in disabled:
+        program = fusion.fuse_dot_epilogues(program)
+    if "lower_native_steps" not in disabled:
+        lower_control_flow(program, target, in_body=True)
     if any(isinstance(s, FallbackStep) for s in program.steps):
         return None
     # literal outputs become constants, so every output is a buffer the body copies from
@@ -97,6 +102,8 @@ def run_carries_in_place(body: Body, first: int, count: int) -> frozenset:
     pointer, and a loop that only copied the input into the output disappears (a product
     accumulates onto the carry directly)."""
     program = body.program
+    if not passes.enabled("carries_in_place"):
+        return frozenset()
     candidates = donation.alias_candidates(program)
     in_place = set()
     for k in range(count):

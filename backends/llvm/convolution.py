@@ -108,7 +108,7 @@ class ConvolutionStep(Step):
     def chunks(self, threads: int | None = None) -> int:
         """How many pieces of its rows the convolution is split into for the thread pool
         (more than the threads: a preempted worker's share is picked up by the others)."""
-        threads = thread_pool.num_threads() if threads is None else threads
+        threads = thread_pool.compiled_threads() if threads is None else threads
         if threads < 2 or self.flops() < CHUNK_FLOPS:
             return 1
         wanted = max(threads, min(8 * threads, self.flops() // CHUNK_FLOPS))

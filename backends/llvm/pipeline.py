@@ -17,8 +17,10 @@ import threading
 import numpy as np
 
 from functrans.backends.llvm import thread_pool
-from functrans.backends.compiler import buffers, fusion, scan_sums
+from functrans._config import config
+from functrans.backends.compiler import buffers, fusion, scan_sums, verify
 from functrans.backends.compiler.indexing import gather_rule
+from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
                                      interrupts, linker, row_fusion, scalar_ops, vector_math)
@@ -117,6 +119,8 @@ def _run_loops_on_host(program: fusion.Program) -> fusion.Program:
 def _plan(closed: ClosedJaxpr):
     def run(program: fusion.Program) -> NativePlan:
         plan = buffers.plan_buffers(program)
+        if config.verify_plans:
+            verify.verify_plan(program, plan)
         slots, nested_consts = _assign_slots(program)
         return NativePlan(closed, program, plan, slots, nested_consts,
                           codegen.split_segments(program))
@@ -125,19 +129,22 @@ def _plan(closed: ClosedJaxpr):
 
 def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
     """The llvm compiler before code generation, as named passes (see
-    :mod:`functrans.backends.compiler.passes` for dumping them)."""
+    :mod:`functrans.backends.compiler.passes` for dumping them, and for disabling the
+    optional ones by name)."""
     return [
         # convolutions in the forms the direct kernels run (see convolution.py)
         Pass("decompose", functools.partial(decompose_closed, direct_convolutions=True)),
-        Pass("inline", fusion.flat_closed),
+        # the planner takes a flat program in SSA form
+        Pass("inline", fusion.flat_closed, required=True),
         Pass("hoist_scan_sums", scan_sums.hoist_closed),
-        Pass("fuse", _fuse(fuse)),
+        # disabled, every elementwise op is a loop of its own
+        Pass("fuse", _fuse(fuse), off=_fuse(False)),
         *([Pass("fuse_dot_epilogues", fusion.fuse_dot_epilogues),
            Pass("fuse_rows", row_fusion.fuse_rows)] if fuse else []),
         Pass("lower_native_steps", lambda program: control_flow.lower_control_flow(program,
                                                                                    TARGET)),
         Pass("run_loops_on_host", _run_loops_on_host),
-        Pass("plan_buffers", _plan(closed)),
+        Pass("plan_buffers", _plan(closed), required=True),
     ]
 
 
@@ -151,34 +158,44 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
                   fuse: bool = True) -> Executable:
     """Compile ``closed`` for this machine's CPU (see the module docstring)."""
     with _compile_lock:
-        native = plan_native(closed, fuse)
-        closed, program, plan, slots = native.closed, native.program, native.plan, native.slots
-        nested_consts, schedule = native.nested_consts, native.schedule
-        segments = [s for s in schedule if isinstance(s, Segment)]
-        description = program.describe()
-        if not segments:
-            return Executable(program, plan, schedule, slots, {}, description=description)
-        digest = _plan_digest(program, plan, slots)
-        key = cache.cache_key(closed, codegen.target_description()) if use_cache else None
-        entry = cache.load(key) if key else None
-        if entry is not None and entry[1].get("plan") != digest:
-            entry = None  # same program text but a different schedule: never trust it
-        if entry is not None:
-            stats["cache_hits"] += 1
-            sections, _ = entry
-            obj, ir_text = sections["object"], sections["ir"].decode()
-            optimized = sections["optimized_ir"].decode()
-        else:
-            stats["compiled"] += 1
-            builder = codegen.ModuleBuilder(program, plan, slots, schedule)
-            ir_text = builder.build()
-            obj, optimized = codegen.optimize_and_emit(ir_text, builder.names)
-            if key:
-                cache.store(key, {"object": obj, "ir": ir_text.encode(),
-                                  "optimized_ir": optimized.encode()}, {"plan": digest})
-        engine, entry_points = _load_object(obj, [s.name for s in segments])
-        return Executable(program, plan, schedule, slots, entry_points, ir_text, optimized,
-                          engine, description, nested_consts, donation.alias_candidates(program))
+        return build_executable(plan_native(closed, fuse), use_cache)
+
+
+def build_executable(native: NativePlan, use_cache: bool = True) -> Executable:
+    """The executable of a planned program: LLVM code generation (or the disk cache), then
+    linking. The caller holds ``_compile_lock``."""
+    closed, program, plan, slots = native.closed, native.program, native.plan, native.slots
+    nested_consts, schedule = native.nested_consts, native.schedule
+    segments = [s for s in schedule if isinstance(s, Segment)]
+    description = program.describe()
+    if not segments:
+        return Executable(program, plan, schedule, slots, {}, description=description)
+    digest = _plan_digest(program, plan, slots)
+    # passes left out change the code, never the program's meaning
+    disabled = ",".join(sorted(compiler_passes.disabled_passes()))
+    key = cache.cache_key(closed, f"{codegen.target_description()}|without={disabled}") \
+        if use_cache else None
+    entry = cache.load(key) if key else None
+    if entry is not None and entry[1].get("plan") != digest:
+        entry = None  # same program text but a different schedule: never trust it
+    if entry is not None:
+        stats["cache_hits"] += 1
+        sections, _ = entry
+        obj, ir_text = sections["object"], sections["ir"].decode()
+        optimized = sections["optimized_ir"].decode()
+    else:
+        stats["compiled"] += 1
+        builder = codegen.ModuleBuilder(program, plan, slots, schedule)
+        ir_text = builder.build()
+        obj, optimized = codegen.optimize_and_emit(ir_text, builder.names)
+        if key:
+            cache.store(key, {"object": obj, "ir": ir_text.encode(),
+                              "optimized_ir": optimized.encode()}, {"plan": digest})
+    engine, entry_points = _load_object(obj, [s.name for s in segments])
+    aliases = donation.alias_candidates(program) if compiler_passes.enabled("donation") \
+        else {}
+    return Executable(program, plan, schedule, slots, entry_points, ir_text, optimized,
+                      engine, description, nested_consts, aliases)
 
 
 def _load_object(obj: bytes, names):

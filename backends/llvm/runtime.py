@@ -11,6 +11,12 @@ are not running. A segment returns a status, almost always 0: when Ctrl-C stoppe
 early the call raises KeyboardInterrupt, and nothing needs resetting before the next one
 (see :mod:`interrupts`).
 
+With the config option ``poison_scratch`` on when it is compiled (the test suite's
+default), an executable fills its scratch arena and its fresh outputs before every call:
+floating-point memory with NaN (all bits set), integer and boolean memory with the byte
+0xA5. A kernel that reads memory no step of this call wrote then returns a NaN or a
+marker value instead of what a previous call or another buffer left there.
+
     >>> exe = functrans.backends.llvm.compile_jaxpr(closed)   # doctest: +SKIP
     >>> outs = exe(np.ones(3, np.float32))                     # doctest: +SKIP
 """
@@ -21,6 +27,7 @@ import threading
 
 import numpy as np
 
+from functrans._config import config
 from functrans.backends.llvm import arenas, interrupts
 from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.llvm.codegen import Segment
@@ -99,10 +106,14 @@ class Executable:
                 self._schedule.append(("numpy", item))
         self._native_only = [fn for kind, fn in self._schedule] \
             if all(kind == "native" for kind, _ in self._schedule) else None
+        # arena byte ranges to fill before each call, integer ones and then floating-point
+        # ones (where memory is reused, NaN wins); None: no poisoning
+        self._poison = _poison_ranges(program, plan) if config.poison_scratch else None
         # The common case (one native segment, array inputs, results that are fresh outputs)
         # gets a call path with nothing else in it: about 1 µs of Python around the native
         # call for a small program.
-        if self._native_only is not None and len(self._native_only) == 1 \
+        if self._poison is None and self._native_only is not None \
+                and len(self._native_only) == 1 \
                 and self._simple_results and all(d is not None for _, _, d, _ in self._inputs):
             self._fast_inputs = [(i, slot or 0, dtype, self._input_shapes[i])
                                  for i, slot, dtype, _ in self._inputs]
@@ -169,6 +180,8 @@ class Executable:
             raise TypeError(f"compiled program takes {self._num_inputs} arguments, "
                             f"got {len(args)}")
         table, arena = self._thread_buffers()
+        if self._poison is not None:
+            _poison_arena(arena, self._poison)
         # Every array the table points at stays referenced by ``inputs``/``outputs`` (or by
         # this executable) until the native code has returned.
         inputs = list(args)
@@ -193,6 +206,8 @@ class Executable:
                     break
             if out is None:
                 out = np.empty(shape, dtype)
+                if self._poison is not None:
+                    poison(out)
             outputs.append(out)
             table[slot] = id(out)
         if self._native_only is not None:
@@ -232,8 +247,9 @@ class Executable:
         if b.kind == "const":
             return self._const_arrays[b.id]
         if b.kind == "temp":
-            offset = self.plan.offsets.get(b.id, 0)
-            return np.ndarray(b.shape, b.dtype, buffer=arena, offset=offset)
+            offset = self.plan.offsets.get(b.id)
+            if offset is not None or b.nbytes == 0:
+                return np.ndarray(b.shape, b.dtype, buffer=arena, offset=offset or 0)
         raise RuntimeError(f"llvm backend: buffer {b!r} read before it was written")
 
     def _run_fallback(self, step: FallbackStep, arrays, table, arena):
@@ -277,6 +293,46 @@ class Executable:
     def __repr__(self):
         n = sum(1 for kind, _ in self._schedule if kind == "native")
         return f"<llvm Executable: {len(self.program.steps)} steps, {n} native segment(s)>"
+
+
+def poison(array: np.ndarray) -> None:
+    """Fill ``array`` (C-contiguous) with NaN if it holds floating-point numbers, else with
+    the byte 0xA5 (see the module docstring)."""
+    array.reshape(-1).view(np.uint8).fill(_POISON_FLOAT if _is_float(array.dtype)
+                                          else _POISON_INTEGER)
+
+
+_POISON_FLOAT = 0xFF  # all bits set: a NaN in every floating-point format
+_POISON_INTEGER = 0xA5
+
+
+def _is_float(dtype) -> bool:
+    # bfloat16 and the other ml_dtypes floats are kind "V"
+    return dtype.kind in "fcV"
+
+
+def _poison_ranges(program: Program, plan: BufferPlan) -> tuple:
+    """``(integer ranges, floating-point ranges)`` of the arena, as (start, end) bytes. The
+    control-flow steps' scratch (carries, bodies' arenas: mostly floats) counts as
+    floating-point."""
+    scratch = {s.scratch.id for s in program.steps if getattr(s, "scratch", None) is not None}
+    integer, floating = [], []
+    for b in program.buffers:
+        offset = plan.offsets.get(b.id)
+        if b.kind != "temp" or offset is None or b.nbytes == 0:
+            continue
+        kind = floating if _is_float(b.dtype) or b.id in scratch else integer
+        kind.append((offset, offset + b.nbytes))
+    return integer, floating
+
+
+def _poison_arena(arena: np.ndarray, ranges) -> None:
+    arena.fill(_POISON_FLOAT)
+    integer, floating = ranges
+    for start, end in integer:
+        arena[start:end] = _POISON_INTEGER
+    for start, end in floating:
+        arena[start:end] = _POISON_FLOAT
 
 
 def _raise_shape_mismatch(position: int, shape, dtype, given) -> None:

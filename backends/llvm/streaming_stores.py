@@ -25,6 +25,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.compiler import exprs as E
+from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import LoopKernel, unique_buffers
 from functrans.backends.llvm.scalar_ops import mem_type
 from functrans.backends.llvm.vector_math import host_has_avx512
@@ -80,7 +81,8 @@ def streamed_output(step):
     Only a loop kernel with one output of 4 or 8 byte elements, written in row-major order
     (its offset is the linear index of the loop nest, so each row is contiguous), with rows
     of several cache lines, and touching more than :func:`min_streamed_bytes`."""
-    if not isinstance(step, LoopKernel) or len(step.outputs) != 1 or not step.shape:
+    if not isinstance(step, LoopKernel) or len(step.outputs) != 1 or not step.shape \
+            or not passes.enabled("streaming_stores"):
         return None
     out, offset, _ = step.outputs[0]
     if out.dtype.itemsize not in (4, 8):

@@ -54,6 +54,7 @@ import time
 
 import llvmlite.ir as ir
 
+from functrans.backends.compiler import passes
 from functrans.backends.llvm import interrupts, linker
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -113,6 +114,13 @@ _MONOTONIC_CLOCK = getattr(time, "CLOCK_MONOTONIC", 1)
 logger = logging.getLogger("functrans")
 _lock = threading.RLock()
 _state: dict = {}
+
+
+def compiled_threads() -> int:
+    """Threads the generated code splits loops, products and convolutions for: the pool's,
+    or 1 with the optimization ``parallel_loops`` disabled (see
+    :mod:`functrans.backends.compiler.passes`)."""
+    return num_threads() if passes.enabled("parallel_loops") else 1
 
 
 def num_threads() -> int:

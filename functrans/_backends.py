@@ -21,21 +21,27 @@ _lock = threading.Lock()
 
 
 class Backend:
+    """``optional_passes()``: the names of the compiler passes that the config option
+    ``disable_passes`` may leave out (to bisect a wrong result)."""
+
     def __init__(self, name: str, platform: str, compile: Callable, priority: int = 0,
-                 available: Callable[[], bool] = lambda: True):
+                 available: Callable[[], bool] = lambda: True,
+                 optional_passes: Callable[[], list] = list):
         self.name = name
         self.platform = platform
         self.compile = compile
         self.priority = priority
         self.available = available
+        self.optional_passes = optional_passes
 
     def __repr__(self):
         return f"Backend({self.name}, platform={self.platform})"
 
 
 def register_backend(name: str, platform: str, compile: Callable, priority: int = 0,
-                     available: Callable[[], bool] = lambda: True) -> None:
-    _registry[name] = Backend(name, platform, compile, priority, available)
+                     available: Callable[[], bool] = lambda: True,
+                     optional_passes: Callable[[], list] = list) -> None:
+    _registry[name] = Backend(name, platform, compile, priority, available, optional_passes)
 
 
 def _discover() -> None:

@@ -69,6 +69,11 @@ def enabled(name: str) -> bool:
     return name not in disabled_passes()
 
 
+def optional_names(passes: Sequence[Pass]) -> list:
+    """The passes of ``passes`` that may be disabled, then the inner switches."""
+    return [p.name for p in passes if not p.required] + list(INNER_SWITCHES)
+
+
 def check_disabled(backend: str, passes: Sequence[Pass], disabled) -> None:
     """Raise ValueError for a name in ``disabled`` that is neither an optional pass of
     ``passes`` nor an inner switch."""
@@ -77,7 +82,7 @@ def check_disabled(backend: str, passes: Sequence[Pass], disabled) -> None:
         if name in INNER_SWITCHES:
             continue
         if name not in names:
-            optional = sorted([p.name for p in passes if not p.required] + list(INNER_SWITCHES))
+            optional = sorted(optional_names(passes))
             raise ValueError(f"disable_passes: the {backend} backend has no pass {name!r}; "
                              f"those that can be disabled: {', '.join(optional)}")
         if names[name].required:

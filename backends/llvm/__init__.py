@@ -77,7 +77,14 @@ def build_shared_library(entries, prefix: str, library: str):
 
 __all__ = ["compile_jaxpr", "build_shared_library"]
 
-register_backend("llvm", "cpu", compile_jaxpr, priority=10, available=_available)
+def _optional_passes() -> list:
+    # deferred: backends.llvm.pipeline -> backends.llvm at import
+    from functrans.backends.llvm.pipeline import optional_passes
+    return optional_passes()
+
+
+register_backend("llvm", "cpu", compile_jaxpr, priority=10, available=_available,
+                 optional_passes=_optional_passes)
 if _available():
     register_device_parallel_hook(_devices_in_parallel)
     register_shared_library_builder("cpu", build_shared_library)

@@ -148,6 +148,11 @@ def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
     ]
 
 
+def optional_passes() -> list:
+    """The names that the config option ``disable_passes`` may list for this backend."""
+    return compiler_passes.optional_names(passes(None))
+
+
 def plan_native(closed: ClosedJaxpr, fuse: bool = True) -> NativePlan:
     """Every step of compilation before LLVM (:func:`passes`). The caller holds
     ``_compile_lock``."""

@@ -10,7 +10,7 @@ pytest.importorskip("llvmlite")
 import functrans  # noqa: E402
 import functrans.numpy as jnp  # noqa: E402
 from functrans import lax, nn  # noqa: E402
-from functrans.backends.compiler import fusion, passes, verify  # noqa: E402
+from functrans.backends.compiler import fusion, verify  # noqa: E402
 from functrans.backends.llvm import pipeline  # noqa: E402
 
 rng = np.random.default_rng(0)
@@ -36,11 +36,7 @@ ARGS = (rng.standard_normal((6, 6)).astype(np.float32),
         rng.standard_normal((5, 4, 6)).astype(np.float32))
 
 
-def _optional_passes():
-    return [p.name for p in pipeline.passes(None) if not p.required] + list(passes.INNER_SWITCHES)
-
-
-@pytest.mark.parametrize("name", _optional_passes())
+@pytest.mark.parametrize("name", pipeline.optional_passes())
 def test_each_optional_pass_can_be_disabled_by_name(name):
     expected = functrans.jit(_program, backend="reference")(*ARGS)
     functrans.config.update("disable_passes", name)

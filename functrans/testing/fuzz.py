@@ -261,8 +261,17 @@ def check(program: Program, seed: int, checks=CHECKS) -> None:
             counts[f"{name} not applicable"] += 1
 
 
+def _attempt(run) -> str | None:
+    """What ``run()`` found wrong, or None; an error raised while compiling or running the
+    program (a plan the verifier refuses, say) counts as a mismatch too."""
+    try:
+        return run()
+    except Exception as err:  # noqa: BLE001 -- reported with the program that raised it
+        return f"{type(err).__name__}: {err}"
+
+
 def _run_check(name: str, program: Program, seed: int, run) -> None:
-    found = run()
+    found = _attempt(run)
     counts[f"{name} checked"] += 1
     if found is not None:
         counts[f"{name} mismatches"] += 1
@@ -294,16 +303,13 @@ def bisect(run) -> str:
     """The first optional pass of the default backend whose removal makes ``run()`` (a
     check, returning None when it passes) pass; or why none could be found."""
     names = _backends.get_backend().optional_passes()
-    try:
-        with disabled(",".join(names)):
-            if run() is not None:
-                return "none: the check fails with every optional pass disabled"
-        for name in names:
-            with disabled(name):
-                if run() is None:
-                    return f"{name!r} (the check passes with it disabled)"
-    except Exception as err:  # noqa: BLE001 -- a report must not fail on what it reports
-        return f"bisection stopped by {type(err).__name__}: {err}"
+    with disabled(",".join(names)):
+        if _attempt(run) is not None:
+            return "none: the check fails with every optional pass disabled"
+    for name in names:
+        with disabled(name):
+            if _attempt(run) is None:
+                return f"{name!r} (the check passes with it disabled)"
     return "no single pass: the check passes only with several disabled"
 
 
@@ -351,6 +357,9 @@ def main(argv=None) -> int:
     parser.add_argument("--database", default=os.path.join(".hypothesis", "fuzz"),
                         help="folder where failing programs are kept and replayed from "
                              "(default: %(default)s)")
+    parser.add_argument("--no-checks", action="store_true",
+                        help="compile without the buffer-plan verifier and poisoned scratch "
+                             "(on by default, as in the test suite)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     checks = tuple(c for c in options.checks.split(",") if c)
@@ -358,6 +367,10 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown checks {sorted(unknown)}; known: {', '.join(CHECKS)}")
     if options.worker:
+        # what the test suite runs with: a plan the verifier refuses, or a read of memory
+        # that nothing wrote, is a mismatch rather than luck
+        config.update("verify_plans", not options.no_checks)
+        config.update("poison_scratch", not options.no_checks)
         try:
             found = run_batch(options.programs, options.seed, checks, options.database)
         except Mismatch as mismatch:
@@ -380,6 +393,7 @@ def _run_workers(options, checks) -> int:
         while batches and len(running) < options.jobs:
             seed, n = batches.pop(0)
             command = [sys.executable, "-m", "functrans.testing.fuzz", "--worker",
+                       *(["--no-checks"] if options.no_checks else []),
                        "--programs", str(n), "--seed", str(seed), "--checks", ",".join(checks),
                        "--database", options.database]
             running.append((seed, subprocess.Popen(command, stdout=subprocess.PIPE,

@@ -78,6 +78,12 @@ def _compile_for_jit(closed, devices=None):
     return compile_jaxpr(closed, devices, device_outputs=True)
 
 
-register_backend("cuda", "gpu", _compile_for_jit, priority=20, available=is_available)
+def _optional_passes() -> list:
+    from functrans.backends.cuda.runtime import optional_passes  # deferred: needs CuPy's modules
+    return optional_passes()
+
+
+register_backend("cuda", "gpu", _compile_for_jit, priority=20, available=is_available,
+                 optional_passes=_optional_passes)
 if _cupy_installed():
     register_platform("gpu", gpu_devices)

@@ -28,6 +28,7 @@ import threading
 import numpy as np
 
 from functrans._caches import LRUCache
+from functrans._config import config
 from functrans.backends.cuda import codegen
 from functrans.backends.cuda.codegen import BLOCK_SIZE, KernelLaunch
 from functrans.backends.cuda.control_flow import ControlLaunch
@@ -37,6 +38,7 @@ from functrans.backends.compiler import fusion
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.compiler.fusion import Buffer, DotKernel, FallbackStep
 from functrans.backends.compiler.passes import Pass, run_passes
+from functrans.backends.compiler.verify import verify_plan
 from functrans.core import ClosedJaxpr, to_numpy
 
 NVRTC_OPTIONS = ("--std=c++14",)
@@ -177,6 +179,8 @@ class CudaExecutable:
         self.device_outputs = device_outputs
         self.program = module.program
         self.plan = plan_buffers(self.program)
+        if config.verify_plans:
+            verify_plan(self.program, self.plan)
         self.device_id = device_id
         # graphs need fixed memory: only kernels, and every output a distinct fresh buffer
         outs = [b for b in self.program.outputs if isinstance(b, Buffer)]
@@ -454,16 +458,25 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, fuse: bool = True,
 
 def passes(fuse: bool = True) -> list[Pass]:
     """The cuda compiler, jaxpr to CUDA C, as named passes (see
-    :mod:`functrans.backends.compiler.passes` for dumping them)."""
+    :mod:`functrans.backends.compiler.passes` for dumping them, and for disabling the
+    optional ones by name)."""
     return [
         Pass("decompose", decompose_closed),  # e.g. convolutions as im2col + cuBLAS
-        Pass("inline", fusion.flat_closed),
-        Pass("consts_to_host", _consts_to_host),
-        Pass("fuse", lambda closed: codegen.fuse_program(closed.jaxpr, closed.consts,
-                                                         fuse=fuse)),
+        Pass("inline", fusion.flat_closed, required=True),
+        Pass("consts_to_host", _consts_to_host, required=True),
+        Pass("fuse", _fuse(fuse), off=_fuse(False)),
         Pass("lower_native_steps", codegen.lower_native_steps),
-        Pass("generate", codegen.generate),
+        Pass("generate", codegen.generate, required=True),
     ]
+
+
+def _fuse(fuse: bool):
+    return lambda closed: codegen.fuse_program(closed.jaxpr, closed.consts, fuse=fuse)
+
+
+def optional_passes() -> list:
+    """The names that the config option ``disable_passes`` may list for this backend."""
+    return [p.name for p in passes() if not p.required]
 
 
 def _consts_to_host(closed: ClosedJaxpr) -> ClosedJaxpr:

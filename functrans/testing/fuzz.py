@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 
@@ -388,7 +389,7 @@ def _run_workers(options, checks) -> int:
     total: Counter = Counter()
     failed = []
     start = time.perf_counter()
-    running: list = []
+    running: list = []  # (seed, process, its output file, its error file)
     while batches or running:
         while batches and len(running) < options.jobs:
             seed, n = batches.pop(0)
@@ -396,18 +397,26 @@ def _run_workers(options, checks) -> int:
                        *(["--no-checks"] if options.no_checks else []),
                        "--programs", str(n), "--seed", str(seed), "--checks", ",".join(checks),
                        "--database", options.database]
-            running.append((seed, subprocess.Popen(command, stdout=subprocess.PIPE,
-                                                   stderr=subprocess.PIPE, text=True)))
-        seed, process = running.pop(0)
-        out, err = process.communicate()
-        lines = out.strip().splitlines()
-        if lines:
-            total.update(json.loads(lines[-1]))
-        if process.returncode != 0:
-            failed.append((seed, err))
-        print(f"batch seed={seed}: {'FAILED' if process.returncode else 'ok'}; so far "
-              f"{total['programs']} programs in {time.perf_counter() - start:.0f} s",
-              flush=True)
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            running.append((seed, subprocess.Popen(command, stdout=out, stderr=err, text=True),
+                            out, err))
+        finished = [r for r in running if r[1].poll() is not None]
+        if not finished:
+            time.sleep(0.1)
+            continue
+        for item in finished:
+            running.remove(item)
+            seed, process, out, err = item
+            out.seek(0)
+            err.seek(0)
+            lines = out.read().strip().splitlines()
+            if lines:
+                total.update(json.loads(lines[-1]))
+            if process.returncode != 0:
+                failed.append((seed, err.read()))
+            print(f"batch seed={seed}: {'FAILED' if process.returncode else 'ok'}; so far "
+                  f"{total['programs']} programs in {time.perf_counter() - start:.0f} s",
+                  flush=True)
     print(json.dumps(dict(sorted(total.items())), indent=1))
     for seed, err in failed:
         print(f"\n---- batch with seed {seed} ----\n{err}", file=sys.stderr)

@@ -573,8 +573,11 @@ def _result_like(inner: _Builder, target: Value) -> Value:
 
 def _bounded_carry(inner: _Builder, carry: Value, new: Value, steps: int) -> tuple:
     """``(name, bound)`` of a carry's next value, kept bounded over ``steps`` iterations."""
+    # a step that at most adds to the carry's bound grows it by as much each iteration; one
+    # that multiplies it (or worse: exp of the carry) is bounded by a tanh
     grow = new.bound - carry.bound
-    if grow <= 0 or carry.bound + steps * grow <= MAX_BOUND / 10:
+    if grow <= 0 or (new.bound <= 2 * carry.bound + 10
+                     and carry.bound + steps * grow <= MAX_BOUND / 10):
         return new.name, carry.bound + max(grow, 0) * steps
     return f"jnp.tanh({new.name})", max(carry.bound, 1.0)
 

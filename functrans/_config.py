@@ -157,6 +157,17 @@ class Config:
         for listener in self._listeners.get(name, ()):
             listener(value)
 
+    @contextlib.contextmanager
+    def setting(self, name: str, value):
+        """Flag ``name`` set to ``value`` for the length of a ``with`` block, then restored
+        (process-wide, as every flag)."""
+        previous = self.read(name)
+        self.update(name, value)
+        try:
+            yield
+        finally:
+            self.update(name, previous)
+
     def on_change(self, name: str, listener) -> None:
         self._listeners.setdefault(self._name(name), []).append(listener)
 

@@ -15,9 +15,5 @@ def disable_jit(disable: bool = True):
         ...     functrans.jit(lambda x: x + 1)(1)
         2
     """
-    previous = config.disable_jit
-    config.update("disable_jit", disable)
-    try:
+    with config.setting("disable_jit", disable):
         yield
-    finally:
-        config.update("disable_jit", previous)

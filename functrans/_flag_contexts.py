@@ -3,7 +3,6 @@
 and ``explain_cache_misses`` (``with functrans.debug_nans(True): ...``)."""
 from __future__ import annotations
 
-import contextlib
 
 from functrans._config import config
 
@@ -31,14 +30,8 @@ class _FlagState:
     def value(self) -> bool:
         return bool(config.read(self._name))
 
-    @contextlib.contextmanager
     def __call__(self, new_val: bool = True):
-        previous = config.read(self._name)
-        config.update(self._name, bool(new_val))
-        try:
-            yield
-        finally:
-            config.update(self._name, previous)
+        return config.setting(self._name, bool(new_val))
 
     def __repr__(self):
         return f"<flag {self.name}={self.value}>"

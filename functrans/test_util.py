@@ -18,16 +18,9 @@ from functrans._array import Array
 __all__ = ["check_grads", "check_jvp", "check_vjp", "numerical_jvp", "x64"]
 
 
-class x64:
+def x64():
     """Context manager that turns on 64-bit mode for the duration of a block."""
-
-    def __enter__(self):
-        self.previous = config.enable_x64
-        config.update("enable_x64", True)
-        return self
-
-    def __exit__(self, *exc):
-        config.update("enable_x64", self.previous)
+    return config.setting("enable_x64", True)
 
 
 _DEFAULT_TOL = {np.dtype(np.float16): 1e-1, _dtypes.bfloat16: 1e-1,

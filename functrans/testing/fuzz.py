@@ -25,7 +25,6 @@ release; programs run in batches in worker processes, ``--jobs`` at once)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -281,25 +280,13 @@ def _run_check(name: str, program: Program, seed: int, run) -> None:
         raise Mismatch(name, program, seed, found, run)
 
 
-@contextlib.contextmanager
 def _x64():
-    previous = config.enable_x64
-    config.update("enable_x64", True)
-    try:
-        yield
-    finally:
-        config.update("enable_x64", previous)
+    return config.setting("enable_x64", True)
 
 
-@contextlib.contextmanager
 def disabled(names: str):
     """The config option ``disable_passes`` set to ``names`` for a block."""
-    previous = config.disable_passes
-    config.update("disable_passes", names)
-    try:
-        yield
-    finally:
-        config.update("disable_passes", previous)
+    return config.setting("disable_passes", names)
 
 
 def bisect(run) -> str:

@@ -6,7 +6,8 @@ arguments. A program is built one statement at a time from a catalogue of operat
 elementwise math and broadcasting, transposes, reshapes, slices, pads and concatenations,
 reductions (several of one buffer), cumulative reductions and sorts, matrix products (``x @
 x.T``, ``a.T @ b + a @ b``, batched einsums, products scaled into a sum), convolutions,
-gathers and scatters, integer and boolean values, and ``scan``, ``fori_loop``,
+pooling windows, Cholesky factors and triangular solves, random bits, rematerialized
+regions, gathers and scatters, integer, bitwise and boolean values, and ``scan``, ``fori_loop``,
 ``while_loop``, ``cond`` and ``switch`` whose bodies are built the same way (and may close
 over the program's values). Operands are drawn from every value built so far, with a bias
 to reuse one: shared operands, results read twice and products or reductions of one buffer
@@ -547,6 +548,85 @@ def integers(b: _Builder):
     return None
 
 
+# ---- windows, factorizations, random bits, rematerialization, bit operations ----------------
+
+
+def windowed(b: _Builder):
+    x = b.pick(where=lambda v: v.ndim == 2 and min(v.shape) >= 2)
+    if x is None:
+        return None
+    window = (b.draw(st.integers(1, 2)), b.draw(st.integers(1, 2)))
+    strides = (b.draw(st.integers(1, 2)), b.draw(st.integers(1, 2)))
+    padding = b.draw(st.sampled_from(["VALID", "SAME"]))
+    if padding == "VALID":
+        shape = tuple((n - w) // s + 1 for n, w, s in zip(x.shape, window, strides))
+    else:
+        shape = tuple(-(-n // s) for n, s in zip(x.shape, strides))
+    if b.draw(st.booleans()):
+        return b.add(f"lax.reduce_window({x.name}, -jnp.inf, lax.max, {window}, {strides}, "
+                     f"'{padding}')", shape, "f", x.bound, "reduce_window")
+    return b.add(f"lax.reduce_window({x.name}, 0.0, lax.add, {window}, {strides}, "
+                 f"'{padding}')", shape, "f", x.bound * window[0] * window[1], "reduce_window")
+
+
+def factorization(b: _Builder):
+    # a symmetric positive definite matrix from any matrix: x @ x.T + n I
+    x = b.pick(where=lambda v: v.ndim == 2 and v.shape[0] <= 16)
+    if x is None:
+        return None
+    n, k = x.shape
+    spd = f"({x.name} @ {x.name}.T + {n}.0 * jnp.eye({n}, dtype=F))"
+    factor = b.add(f"jnp.linalg.cholesky({spd})", (n, n), "f",
+                   math.sqrt(k * x.bound * x.bound + n), "cholesky")
+    if factor is None or not b.draw(st.booleans()):
+        return factor
+    y = b.pick(where=lambda v: v.ndim == 2 and v.shape[0] == n)
+    if y is None:
+        return factor
+    # the factor's diagonal is at least sqrt(n): the solve stays within y's bound
+    return b.add(f"lax.linalg.triangular_solve({factor.name}, {y.name}, left_side=True, "
+                 f"lower=True)", y.shape, "f", y.bound * n, "triangular_solve")
+
+
+def random_bits(b: _Builder):
+    x = b.pick()
+    if x is None:
+        return None
+    k = b.pick("i", where=lambda v: v.ndim == 1)
+    # the key from an integer value, or a constant one
+    key = f"functrans.random.key(jnp.sum({k.name}))" if k is not None else \
+        f"functrans.random.key({b.draw(st.integers(0, 3))})"
+    kind = b.draw(st.sampled_from(["normal", "uniform", "bernoulli"]))
+    shape = tuple(x.shape)
+    if kind == "normal":
+        return b.add(f"{x.name} + 0.1 * functrans.random.normal({key}, {shape}, dtype=F)",
+                     shape, "f", x.bound + 1, "random")
+    if kind == "uniform":
+        return b.add(f"{x.name} * functrans.random.uniform({key}, {shape}, dtype=F)", shape, "f",
+                     x.bound, "random")
+    return b.add(f"jnp.where(functrans.random.bernoulli({key}, 0.5, {shape}), {x.name}, 0.0)",
+                 shape, "f", x.bound, "random")
+
+
+def rematerialized(b: _Builder):
+    x = b.pick()
+    if x is None:
+        return None
+    y = b.partner(x, where=lambda v: _broadcast(x.shape, v.shape) is not None)
+    shape = _broadcast(x.shape, y.shape)
+    return b.add(f"functrans.checkpoint(lambda a, c: jnp.sin(a) * c + a)({x.name}, {y.name})",
+                 shape, "f", x.bound * (y.bound + 1), "remat")
+
+
+def bits(b: _Builder):
+    k = b.pick("i")
+    if k is None:
+        return None
+    expr = b.draw(st.sampled_from(["({k} & 5) | 2", "{k} ^ 3", "({k} << 2) >> 1",
+                                   "lax.population_count({k})", "jnp.clip({k}, 1, 6)"]))
+    return b.add(expr.format(k=k.name), k.shape, "i", 4 * k.bound + 8, "bitwise")
+
+
 # ---- control flow -----------------------------------------------------------------------------
 
 
@@ -666,7 +746,8 @@ def control(b: _Builder):
 
 # the operation families, with their weights
 FAMILIES = [(unary, 4), (binary, 4), (structural, 3), (reduction, 3), (product, 5),
-            (convolution, 2), (indexing, 2), (integers, 2), (control, 2)]
+            (convolution, 2), (indexing, 2), (integers, 2), (control, 2), (windowed, 1),
+            (factorization, 1), (random_bits, 1), (rematerialized, 1), (bits, 1)]
 _WEIGHTED = [f for f, w in FAMILIES for _ in range(w)]
 
 

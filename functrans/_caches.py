@@ -183,3 +183,11 @@ def _trim_all(option: str) -> Callable:
 
 for _option in LIMIT_OPTIONS:
     config.on_change(_option, _trim_all(_option))
+
+
+def _forget_compiled_code(_value) -> None:
+    # code compiled for the previous target CPU must not serve calls made for the new one
+    clear_all()
+
+
+config.on_change("llvm_cpu", _forget_compiled_code)

@@ -21,7 +21,8 @@ from functrans.backends.compiler import buffers, fusion, scan_sums
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
-                                     interrupts, linker, row_fusion, scalar_ops, vector_math)
+                                     interrupts, linker, row_fusion, scalar_ops, targets,
+                                     vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -148,9 +149,12 @@ def plan_native(closed: ClosedJaxpr, fuse: bool = True) -> NativePlan:
 
 
 def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
-                  fuse: bool = True) -> Executable:
-    """Compile ``closed`` for this machine's CPU (see the module docstring)."""
-    with _compile_lock:
+                  fuse: bool = True, target_cpu: str | None = None) -> Executable:
+    """Compile ``closed`` for ``target_cpu`` (see :mod:`targets`; default: the CPU of the
+    compilation this one is nested in, else ``config.llvm_cpu``), to run on this machine."""
+    target = targets.resolve(target_cpu)
+    targets.check_runs_here(target)
+    with _compile_lock, targets.compiling_for(target):
         native = plan_native(closed, fuse)
         closed, program, plan, slots = native.closed, native.program, native.plan, native.slots
         nested_consts, schedule = native.nested_consts, native.schedule

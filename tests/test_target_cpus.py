@@ -1,12 +1,17 @@
 """The CPU compiled code is for (``backends/llvm/targets.py``): the option's three forms
 (``FUNCTRANS_LLVM_CPU`` / ``config.llvm_cpu``, ``jit(compiler_options=...)``,
-``to_shared_library(target_cpu=...)``), the caches keeping targets apart, and a library built
-for x86-64-v3 holding no AVX-512 instruction."""
+``to_shared_library(target_cpu=...)``), the caches keeping targets apart, a library built for
+x86-64-v3 holding no AVX-512 instruction, and docstring examples that print the same on an
+old CPU as here."""
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -177,3 +182,75 @@ def test_a_library_for_x86_64_v3_has_no_avx512_instruction(tmp_path):
     assert library.model(pointer(x.ctypes.data), pointer(w.ctypes.data),
                          pointer(out.ctypes.data), None) == 0
     np.testing.assert_allclose(out, _library_program(x, w), rtol=2e-5, atol=1e-6)
+
+
+# ---- docstring examples -----------------------------------------------------------------------
+
+# Runs every docstring example of the library and prints, per example, whether its output
+# matched (with ELLIPSIS and NORMALIZE_WHITESPACE, as the suite's doctest runs use).
+_RECORD_EXAMPLES = textwrap.dedent("""
+    import doctest, importlib, json, pkgutil, sys
+    import functrans, functrans.backends
+    verdicts = {}
+
+    class Recorder(doctest.DocTestRunner):
+        def report_success(self, out, test, example, got):
+            verdicts[test.name + "::" + example.source] = [True, got]
+        def report_failure(self, out, test, example, got):
+            verdicts[test.name + "::" + example.source] = [False, got]
+        def report_unexpected_exception(self, out, test, example, exc_info):
+            verdicts[test.name + "::" + example.source] = [False, repr(exc_info[1])]
+
+    names = {"functrans"}
+    for package in (functrans, functrans.backends):
+        names.update(i.name for i in pkgutil.walk_packages(package.__path__,
+                                                           package.__name__ + "."))
+    for name in sorted(names):
+        try:
+            tests = doctest.DocTestFinder().find(importlib.import_module(name), name)
+        except Exception:   # optional dependencies (cupy, mpi4py) absent
+            continue
+        runner = Recorder(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        for test in tests:
+            runner.run(test, out=lambda text: None)
+    print(json.dumps(verdicts))
+""")
+
+
+def _numpy_dispatch_targets() -> list[str]:
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_dispatch__
+    return list(__cpu_dispatch__)
+
+
+@pytest.mark.skipif(not runs_here("x86-64-v2"), reason="needs an x86-64 host")
+def test_docstring_examples_print_the_same_on_an_old_cpu(tmp_path):
+    # The last digits of a float32 result depend on the CPU: NumPy (eager evaluation) picks
+    # AVX-512, AVX2 or SSE loops for exp and log at run time, and compiled code uses the
+    # target's instructions (no FMA before x86-64-v3). An example that prints all of them
+    # fails on some other machine. Here every example runs as on this CPU and as on an old
+    # one (code for x86-64-v2, NumPy's baseline loops only): each passes on both or on
+    # neither (one that fails on both is not run by the suite).
+    def run(name, **env):  # each in a folder of its own (examples write files, the cache)
+        folder = tmp_path / name
+        folder.mkdir()
+        environment = dict(os.environ, FUNCTRANS_CACHE_DIR=str(folder), **env)
+        environment.pop("FUNCTRANS_CHECK_JAXPRS", None)  # the examples, not the checks
+        return subprocess.Popen([sys.executable, "-c", _RECORD_EXAMPLES], cwd=folder,
+                                env=environment, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    old_cpu = run("old", FUNCTRANS_LLVM_CPU="x86-64-v2",
+                  NPY_DISABLE_CPU_FEATURES=" ".join(_numpy_dispatch_targets()))
+    this_cpu = run("this", FUNCTRANS_LLVM_CPU="native")
+    results = []
+    for process in (this_cpu, old_cpu):
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+        results.append(json.loads(stdout.splitlines()[-1]))
+    here, old = results
+    assert len(here) > 1000   # the examples of every module ran
+    differ = {name: (here[name][1], old[name][1]) for name in here
+              if here[name][0] != old[name][0]}
+    assert not differ, f"examples whose printed digits depend on the CPU: {differ}"

@@ -66,8 +66,12 @@ SIN_COEFFS = [-1 / 6, 1 / 120, -1 / 5040, 1 / 362880]
 COS_COEFFS = [1 / 24, -1 / 720, 1 / 40320, -1 / 3628800]
 
 LN2 = math.log(2.0)
-LN2_HI = float(np.float32(LN2))  # exactly representable head, and the tail below
-LN2_LO = LN2 - LN2_HI
+# ln2 in two parts (Cody and Waite): the head has 16 significant bits, so n * LN2_HI is exact
+# in float32 for every |n| < 2**8 the reductions use, and x - n * LN2_HI is then exact too,
+# with a fused multiply-add or without one (x86-64-v2 has none: a 24-bit head rounded the
+# product there, and exp lost 60 ulp near the ends of its range)
+LN2_HI = round(LN2 * 2 ** 16) / 2 ** 16
+LN2_LO = float(np.float32(LN2 - LN2_HI))
 # adding 1.5 * 2**23 to a float32 of magnitude below 2**22 rounds it to an integer, which is
 # then the low bits of the sum
 ROUNDER = 1.5 * 2 ** 23

@@ -1,8 +1,10 @@
 """The narrow interface between the front end and the compilers.
 
 A backend registers ``compile(closed_jaxpr, devices) -> Executable``, where an executable is
-called with NumPy buffers (one per jaxpr input) and returns a list of NumPy buffers. Backends
-live in ``functrans.backends.<name>`` and register themselves when imported; the front end
+called with NumPy buffers (one per jaxpr input) and returns a list of NumPy buffers, and
+the names of the compiler options ``compile`` takes as keywords (``jit``'s
+``compiler_options``; the llvm backend's ``target_cpu``). Backends live in
+``functrans.backends.<name>`` and register themselves when imported; the front end
 discovers them by listing that package, never by importing one by name.
 """
 from __future__ import annotations
@@ -26,13 +28,27 @@ class Backend:
 
     def __init__(self, name: str, platform: str, compile: Callable, priority: int = 0,
                  available: Callable[[], bool] = lambda: True,
-                 optional_passes: Callable[[], list] = list):
+                 optional_passes: Callable[[], list] = list, compiler_options=()):
         self.name = name
         self.platform = platform
-        self.compile = compile
+        self._compile = compile
         self.priority = priority
         self.available = available
         self.optional_passes = optional_passes
+        self.compiler_options = tuple(compiler_options)
+
+    def compile(self, closed, devices, compiler_options=None):
+        """``closed`` compiled for ``devices``, with ``compiler_options`` (a mapping, or
+        pairs, of option names to values); ValueError for an option this backend does not
+        take."""
+        options = dict(compiler_options or ())
+        unknown = sorted(set(options) - set(self.compiler_options))
+        if unknown:
+            takes = (f"it takes {', '.join(map(repr, self.compiler_options))}"
+                     if self.compiler_options else "it takes none")
+            raise ValueError(f"compiler_options: the {self.name} backend has no option "
+                             f"{', '.join(map(repr, unknown))} ({takes})")
+        return self._compile(closed, devices, **options)
 
     def __repr__(self):
         return f"Backend({self.name}, platform={self.platform})"
@@ -40,8 +56,12 @@ class Backend:
 
 def register_backend(name: str, platform: str, compile: Callable, priority: int = 0,
                      available: Callable[[], bool] = lambda: True,
-                     optional_passes: Callable[[], list] = list) -> None:
-    _registry[name] = Backend(name, platform, compile, priority, available, optional_passes)
+                     optional_passes: Callable[[], list] = list,
+                     compiler_options=()) -> None:
+    """``optional_passes()``: the names of the passes ``disable_passes`` may leave out;
+    ``compiler_options``: the names of the keyword options ``compile`` takes."""
+    _registry[name] = Backend(name, platform, compile, priority, available, optional_passes,
+                              compiler_options)
 
 
 def _discover() -> None:
@@ -121,8 +141,9 @@ _shared_library_builders: dict[str, Callable] = {}
 
 
 def register_shared_library_builder(platform: str, build: Callable) -> None:
-    """A backend's ``build(entries, prefix, library)`` compiles programs into a standalone
-    shared library and C header for ``platform`` (see ``functrans.export.to_shared_library``)."""
+    """A backend's ``build(entries, prefix, library, target_cpu=None)`` compiles programs
+    into a standalone shared library and C header for ``platform`` and, on a CPU, for the
+    target CPU named (see ``functrans.export.to_shared_library``)."""
     _shared_library_builders[platform] = build
 
 

@@ -17,6 +17,11 @@ Memory kept between calls is bounded by the options below (sizes in bytes; -1: n
   cache of compiled code, least recently used entries evicted (0 turns it off, as does
   ``enable_compilation_cache=False`` or ``FUNCTRANS_DISABLE_COMPILATION_CACHE=1``); it lives
   in ``cache_dir`` (alias ``compilation_cache_dir``, ``FUNCTRANS_CACHE_DIR``).
+
+The CPU the llvm backend compiles for is ``llvm_cpu`` (``FUNCTRANS_LLVM_CPU``): ``"native"``
+(the default: this machine's CPU and all its features) or an x86-64 micro-architecture level,
+``"x86-64-v2"``, ``"x86-64-v3"`` (AVX2, FMA) or ``"x86-64-v4"`` (AVX-512), whose code runs
+on every CPU of that level. Changing it empties the in-memory caches of compiled programs.
 """
 from __future__ import annotations
 
@@ -63,6 +68,20 @@ _ENUMS = {
         "BF16_BF16_F32", "BF16_BF16_F32_X3", "BF16_BF16_F32_X6", "BF16_BF16_F32_X9",
         "TF32_TF32_F32", "TF32_TF32_F32_X3", "F32_F32_F32", "F64_F64_F64"),
 }
+
+
+# the CPUs the llvm backend compiles for (see backends/llvm/targets.py)
+TARGET_CPUS = ("native", "x86-64-v2", "x86-64-v3", "x86-64-v4")
+
+
+def check_target_cpu(value, where: str = "config option 'llvm_cpu'") -> str:
+    """``value`` if it names a CPU the llvm backend compiles for (:data:`TARGET_CPUS`),
+    else a ValueError that says what ``where`` accepts."""
+    if not isinstance(value, str) or value not in TARGET_CPUS:
+        raise ValueError(f"{where}: unknown target CPU {value!r}; known: "
+                         f"{', '.join(TARGET_CPUS)} (native: this machine's CPU; "
+                         "x86-64-vN: the x86-64 micro-architecture levels)")
+    return value
 
 
 def check_enum(name: str, value) -> None:
@@ -131,6 +150,10 @@ class Config:
             # each compiled call, so a read of memory nothing wrote shows in the results
             # (slow; the test suite turns it on)
             "poison_scratch": _env_bool("FUNCTRANS_POISON_SCRATCH", False),
+            # the CPU compiled code is for (see TARGET_CPUS)
+            "llvm_cpu": check_target_cpu(
+                os.environ.get("FUNCTRANS_LLVM_CPU", "").strip() or "native",
+                "environment variable FUNCTRANS_LLVM_CPU"),
             **{name: None for name in _ENUMS},
         }
         for name in _LIMITS:
@@ -152,6 +175,8 @@ class Config:
             _check_limit(name, value)
         if name in _ENUMS:
             check_enum(name, value)
+        if name == "llvm_cpu":
+            check_target_cpu(value)
         with self._lock:
             self._values[name] = value
         for listener in self._listeners.get(name, ()):

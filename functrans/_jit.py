@@ -24,7 +24,7 @@ from functrans._api import ShapeDtypeStruct
 from functrans._array import Array
 from functrans._array import delete as _array_delete
 from functrans._caches import LRUCache, WeakKeyLRUCache, insert_plain
-from functrans._config import config
+from functrans._config import check_target_cpu, config
 from functrans._traceback_util import api_boundary
 from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
 from functrans.interpreters import ad, batching
@@ -47,25 +47,54 @@ _executables = WeakKeyLRUCache("executable_cache_max_entries")
 partitioner = None
 
 
-def compile_closed(closed: ClosedJaxpr, backend: str | None):
+def compile_closed(closed: ClosedJaxpr, backend: str | None, compiler_options=None):
+    """The executable of ``closed`` for ``backend`` with ``compiler_options`` (None, or the
+    sorted (name, value) pairs :func:`compiler_options_key` makes), compiled on first need."""
     per_jaxpr = _executables.get(closed)
     if per_jaxpr is None:
         per_jaxpr = {}
         _executables.insert(closed, per_jaxpr)
-    executable = per_jaxpr.get(backend)
+    key = backend if compiler_options is None else (backend, compiler_options)
+    executable = per_jaxpr.get(key)
     if executable is None and partitioner is not None and partitioner.holds_regions(closed):
-        executable = per_jaxpr[backend] = partitioner.compile(closed)
+        executable = per_jaxpr[key] = partitioner.compile(closed)
     if executable is None:
         be = _backends.get_backend(backend)
         start = time.perf_counter()
-        executable = be.compile(pe.dce_closed_jaxpr(inline_calls(closed)), None)
+        executable = be.compile(pe.dce_closed_jaxpr(inline_calls(closed)), None,
+                                compiler_options)
         profiler.record(f"compile {_jaxpr_name(closed)}", "compilation", int(start * 1e9),
                         time.perf_counter_ns(), {"backend": be.name})
         if config.log_compiles:
             logger.warning("compiled %s with backend %s in %.1f ms", _jaxpr_name(closed),
                            be.name, 1e3 * (time.perf_counter() - start))
-        per_jaxpr[backend] = executable
+        per_jaxpr[key] = executable
     return executable
+
+
+# The compiler options jit takes, with the check of their values. (A backend that does not
+# take one refuses it when it compiles: only the llvm backend compiles for a target CPU.)
+_COMPILER_OPTIONS = {
+    "target_cpu": lambda value: check_target_cpu(value, "jit: compiler_options['target_cpu']"),
+}
+
+
+def compiler_options_key(compiler_options) -> tuple | None:
+    """``compiler_options`` (a mapping, or None) checked and made hashable: its sorted
+    (name, value) pairs, or None when it holds none."""
+    if not compiler_options:
+        return None
+    if not hasattr(compiler_options, "items"):
+        raise TypeError(f"jit: compiler_options is a dict of option names to values, got "
+                        f"{type(compiler_options).__name__}")
+    for name, value in compiler_options.items():
+        check = _COMPILER_OPTIONS.get(name)
+        if check is None:
+            raise ValueError(f"jit: compiler_options has {name!r}, which functrans's "
+                             f"compilers do not take; they take "
+                             f"{', '.join(map(repr, _COMPILER_OPTIONS))}")
+        check(value)
+    return tuple(sorted(compiler_options.items()))
 
 
 def _jaxpr_name(closed) -> str:
@@ -73,24 +102,27 @@ def _jaxpr_name(closed) -> str:
 
 
 @jit_p.def_impl
-def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, backend=None, donated_invars=()):
-    executable = compile_closed(jaxpr, backend)
+def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str, backend=None, donated_invars=(),
+              compiler_options=None):
+    executable = compile_closed(jaxpr, backend, compiler_options)
     if getattr(executable, "takes_device_buffers", False):  # results as (GPU) arrays
         return _call_executable(executable, args, jaxpr.in_avals, jaxpr.out_avals)
     return executable(*args)
 
 
 @jit_p.def_abstract_eval
-def _jit_abstract_eval(*avals, jaxpr: ClosedJaxpr, name: str, backend=None, donated_invars=()):
+def _jit_abstract_eval(*avals, jaxpr: ClosedJaxpr, name: str, backend=None, donated_invars=(),
+                       compiler_options=None):
     return jaxpr.out_avals
 
 
-def _jit_jvp(primals, tangents, *, jaxpr, name, backend=None, donated_invars=()):
+def _jit_jvp(primals, tangents, *, jaxpr, name, backend=None, donated_invars=(),
+             compiler_options=None):
     nonzeros = [not isinstance(t, ad.Zero) for t in tangents]
     jvp_closed, out_nonzeros = ad.jvp_jaxpr(jaxpr, nonzeros, instantiate=False)
     nz_tangents = [t for t in tangents if not isinstance(t, ad.Zero)]
     outs = jit_p.bind(*primals, *nz_tangents, jaxpr=jvp_closed, name=f"jvp({name})",
-                      backend=backend, donated_invars=())
+                      backend=backend, donated_invars=(), compiler_options=compiler_options)
     num_out = len(jaxpr.out_avals)
     primals_out, nz_tangents_out = outs[:num_out], iter(outs[num_out:])
     tangents_out = [next(nz_tangents_out) if nz else ad.Zero(ad.tangent_aval(a))
@@ -98,7 +130,8 @@ def _jit_jvp(primals, tangents, *, jaxpr, name, backend=None, donated_invars=())
     return primals_out, tangents_out
 
 
-def _jit_transpose(cts, *args, jaxpr, name, backend=None, donated_invars=()):
+def _jit_transpose(cts, *args, jaxpr, name, backend=None, donated_invars=(),
+                   compiler_options=None):
     undefined = [ad.is_undefined_primal(a) for a in args]
     defined_args = [a for a in args if not ad.is_undefined_primal(a)]
     ct_nonzero = [not isinstance(ct, ad.Zero) for ct in cts]
@@ -117,35 +150,39 @@ def _jit_transpose(cts, *args, jaxpr, name, backend=None, donated_invars=()):
     t_jaxpr, t_consts = trace_to_jaxpr_dynamic(transposed, res_avals + ct_avals)
     outs = jit_p.bind(*defined_args, *[ct for ct in cts if not isinstance(ct, ad.Zero)],
                       jaxpr=ClosedJaxpr(t_jaxpr, t_consts), name=f"transpose({name})",
-                      backend=backend, donated_invars=())
+                      backend=backend, donated_invars=(), compiler_options=compiler_options)
     outs = iter(outs)
     return [next(outs) if u else None for u in undefined]
 
 
-def _jit_batch(vals, dims, *, jaxpr, name, backend=None, donated_invars=(), axis_data=None):
+def _jit_batch(vals, dims, *, jaxpr, name, backend=None, donated_invars=(), axis_data=None,
+               compiler_options=None):
     size = batching.batch_size_of(vals, dims)
     # the vmap's axis name reaches the body, so collectives over it inside jit resolve
     batched, out_dims = batching.batch_jaxpr(
         jaxpr, size, dims, False, axis_name=axis_data.name if axis_data else None,
         spmd_axis_name=axis_data.spmd_name if axis_data else None)
-    outs = jit_p.bind(*vals, jaxpr=batched, name=name, backend=backend, donated_invars=())
+    outs = jit_p.bind(*vals, jaxpr=batched, name=name, backend=backend, donated_invars=(),
+                      compiler_options=compiler_options)
     return outs, out_dims
 
 
-def _jit_partial_eval(trace, tracers, *, jaxpr, name, backend=None, donated_invars=()):
+def _jit_partial_eval(trace, tracers, *, jaxpr, name, backend=None, donated_invars=(),
+                      compiler_options=None):
     unknowns = [not t.pval.is_known() for t in tracers]
     known_jaxpr, unknown_jaxpr, out_unknowns, num_res = pe.partial_eval_jaxpr(
         jaxpr, unknowns, instantiate=False)
     known_vals = [t.pval.get_known() for t in tracers if t.pval.is_known()]
     known_outs = jit_p.bind(*known_vals, jaxpr=known_jaxpr, name=name, backend=backend,
-                            donated_invars=())
+                            donated_invars=(), compiler_options=compiler_options)
     num_known_out = len(known_outs) - num_res
     known_out_vals, residuals = known_outs[:num_known_out], known_outs[num_known_out:]
     res_tracers = [trace.instantiate_const(trace.pure(r)) for r in residuals]
     unknown_tracers = [trace.instantiate_const(t) for t in tracers if not t.pval.is_known()]
     unknown_outs = trace.default_process_primitive(
         jit_p, res_tracers + unknown_tracers,
-        dict(jaxpr=unknown_jaxpr, name=name, backend=backend, donated_invars=()))
+        dict(jaxpr=unknown_jaxpr, name=name, backend=backend, donated_invars=(),
+             compiler_options=compiler_options))
     known_iter, unknown_iter = iter(known_out_vals), iter(unknown_outs)
     return [next(unknown_iter) if uk else next(known_iter) for uk in out_unknowns]
 
@@ -254,13 +291,14 @@ class _Stage:
     donation of its arguments."""
 
     def __init__(self, closed: ClosedJaxpr, in_tree, out_tree, backend, arg_names=(),
-                 donated=frozenset()):
+                 donated=frozenset(), compiler_options=None):
         self.closed = closed
         self.in_tree = in_tree
         self.out_tree = out_tree
         self.backend = backend
         self._arg_names = arg_names
         self._donated = donated  # positions among the argument leaves
+        self._compiler_options = compiler_options  # see compiler_options_key
 
     @property
     def in_avals(self):
@@ -301,8 +339,9 @@ class Traced(_Stage):
     for those arguments' types, ready to lower."""
 
     def __init__(self, closed, in_tree, out_tree, backend, arg_names=(), donated=frozenset(),
-                 fun_name="fun"):
-        super().__init__(closed, in_tree, out_tree, backend, arg_names, donated)
+                 fun_name="fun", compiler_options=None):
+        super().__init__(closed, in_tree, out_tree, backend, arg_names, donated,
+                         compiler_options)
         self.fun_name = fun_name
 
     @property
@@ -311,7 +350,7 @@ class Traced(_Stage):
 
     def lower(self) -> "Lowered":
         return Lowered(self.closed, self.in_tree, self.out_tree, self.backend, self._arg_names,
-                       self._donated)
+                       self._donated, self._compiler_options)
 
 
 class Lowered(_Stage):
@@ -325,9 +364,15 @@ class Lowered(_Stage):
             text += "\n# compiled (" + _backends.get_backend(self.backend).name + ")\n" + extra()
         return text
 
-    def compile(self) -> "Compiled":
-        return Compiled(compile_closed(self.closed, self.backend), self.in_tree, self.out_tree,
-                        self.closed, self._arg_names, self._donated, self.backend)
+    def compile(self, compiler_options: dict | None = None) -> "Compiled":
+        """The compiled program; ``compiler_options`` (as jit's) add to or replace those
+        given to jit."""
+        options = dict(self._compiler_options or ())
+        options.update(compiler_options or {})
+        options = compiler_options_key(options)
+        return Compiled(compile_closed(self.closed, self.backend, options), self.in_tree,
+                        self.out_tree, self.closed, self._arg_names, self._donated,
+                        self.backend, options)
 
     def jaxpr(self) -> ClosedJaxpr:
         return self.closed
@@ -340,8 +385,9 @@ class Compiled(_Stage):
     shape ``()`` of its kind), else it raises ``TypeError`` as JAX does."""
 
     def __init__(self, executable, in_tree, out_tree, closed, arg_names=(),
-                 donated=frozenset(), backend=None):
-        super().__init__(closed, in_tree, out_tree, backend, arg_names, donated)
+                 donated=frozenset(), backend=None, compiler_options=None):
+        super().__init__(closed, in_tree, out_tree, backend, arg_names, donated,
+                         compiler_options)
         self._executable = executable
 
     def __call__(self, *args, **kwargs):
@@ -435,7 +481,7 @@ class JitWrapped:
     """A jitted function. Calling it traces once per signature and runs compiled code."""
 
     def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=(),
-                 backend=None, shardings=None):
+                 backend=None, shardings=None, compiler_options=None):
         functools.update_wrapper(self, fun)
         self._fun = fun
         self._static_argnums, self._static_argnames, self._positional = _normalize_argnums(
@@ -445,13 +491,14 @@ class JitWrapped:
         self._donate_argnums = tuple(donate_argnums or ())
         self._backend = backend
         self._shardings = shardings  # (in_shardings, out_shardings) or None
+        self._compiler_options = compiler_options  # see compiler_options_key
         # Per signature, least recently called first, at most config.jit_cache_max_entries:
         # the traced program and executable, and the fast path's runner (in a plain dict,
         # whose lookup is the cheapest; see _caches.insert_plain). Shared by every jit of
         # the same function with the same options (see _caches_for).
         self._fast_cache, self._cache = _caches_for(
             fun, (self._static_argnums, self._static_argnames, self._donate_argnums, backend,
-                  shardings))
+                  shardings, compiler_options))
         self._fast_eligible = not self._static_argnums and not self._static_argnames and \
             shardings is None
 
@@ -568,7 +615,7 @@ class JitWrapped:
             if _transfer_guard.switch.on:
                 _check_host_arguments(leaves, avals, entry.backend)
             if entry.executable is None:
-                entry.executable = compile_closed(closed, entry.backend)
+                entry.executable = compile_closed(closed, entry.backend, self._compiler_options)
             start = time.perf_counter_ns()
             if self._donate_argnums and hasattr(entry.executable, "call_donating"):
                 outs = self._call_donating(entry.executable, args, kwargs, leaves, avals,
@@ -594,7 +641,8 @@ class JitWrapped:
             closed, captured = _hoist_traced_consts(closed)
             outs = jit_p.bind(*captured, *leaves, jaxpr=closed,
                               name=getattr(self._fun, "__name__", "fun"),
-                              backend=entry.backend, donated_invars=())
+                              backend=entry.backend, donated_invars=(),
+                              compiler_options=self._compiler_options)
         return entry.out_tree.unflatten(outs)
 
     def _donated_leaves(self, args) -> list:
@@ -649,7 +697,8 @@ class JitWrapped:
         names = [self._positional[i] if i < len(self._positional) else f"args[{i}]"
                  for i in range(len(args)) if i not in self._static_argnums]
         return Traced(entry.closed, in_tree, entry.out_tree, backend, names,
-                      frozenset(self._donated_leaves(args)), getattr(self._fun, "__name__", "fun"))
+                      frozenset(self._donated_leaves(args)), getattr(self._fun, "__name__", "fun"),
+                      self._compiler_options)
 
     def lower(self, *args, **kwargs) -> Lowered:
         return self.trace(*args, **kwargs).lower()
@@ -939,8 +988,10 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
     ``device`` or ``backend`` pick where it runs (by default where its arguments are);
     ``donate_argnums``/``donate_argnames`` let the program reuse those arguments' buffers;
     ``keep_unused`` and ``inline`` are accepted (unused arguments are always kept, and a
-    jitted function called under another ``jit`` is one equation either way). Compiler
-    options are refused with an error: functrans's compiler has none.
+    jitted function called under another ``jit`` is one equation either way).
+    ``compiler_options`` holds the llvm backend's ``{"target_cpu": name}``: the CPU the
+    code is compiled for, ``"native"``, ``"x86-64-v2"``, ``"x86-64-v3"`` or ``"x86-64-v4"``
+    (default ``config.llvm_cpu``; see docs/compiler.md); any other option is a ValueError.
 
     Called with arguments split over a mesh (``device_put(x, NamedSharding(...))``), or
     given ``in_shardings``/``out_shardings`` (shardings, or pytree prefixes of the
@@ -960,9 +1011,7 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
                    compiler_options=compiler_options)
     if fun is None:
         return functools.partial(jit, **options)
-    if compiler_options:
-        raise ValueError(f"jit: functrans's compiler takes no compiler_options, got "
-                         f"{sorted(compiler_options)}")
+    compiler_options = compiler_options_key(compiler_options)
     if device is not None:
         if backend is not None:
             raise ValueError("jit: pass device or backend, not both")
@@ -974,7 +1023,7 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
         partitioner.check(shardings)
     return JitWrapped(fun, () if static_argnums is None else static_argnums,
                       () if static_argnames is None else static_argnames, donate_argnums, backend,
-                      shardings)
+                      shardings, compiler_options)
 
 
 def _donated_positions(fun, donate_argnums, donate_argnames) -> tuple:

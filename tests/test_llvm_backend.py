@@ -538,6 +538,41 @@ def test_random_programs_match_reference(program, seed):
         assert_close(a, b, 1e-4, 1e-5 * scale, what=f"value {i} of {steps}")
 
 
+def _level_this_machine_runs():
+    """x86-64-v2 (no fused multiply-add: its float32 math rounds differently), else
+    x86-64-v3, when this machine runs code for it; else None."""
+    from functrans.backends.llvm import targets
+    if not targets.host().triple.startswith(("x86_64", "amd64")):
+        return None
+    for name in ("x86-64-v2", "x86-64-v3"):
+        if not targets.missing_features(targets.resolve(name)):
+            return name
+    return None
+
+
+@settings(max_examples=10, deadline=None)
+@given(random_programs(), st.integers(0, 2 ** 16))
+def test_random_programs_agree_across_target_cpus(program, seed):
+    # the same program compiled for this CPU and for an x86-64 level: each within the
+    # functions' ulp bounds of exact (primitive_table.FLOAT32_MATH_ULPS), so within the
+    # tolerance the reference comparison above allows of each other
+    level = _level_this_machine_runs()
+    if level is None:
+        pytest.skip("this machine runs code for one target CPU only")
+    shape, steps = program
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape).astype(np.float32)
+    y = rng.normal(size=shape).astype(np.float32)
+    f = _build_program(steps)
+    leaves = functrans.tree_util.tree_leaves
+    here = leaves(functrans.jit(f, compiler_options={"target_cpu": "native"})(x, y))
+    there = leaves(functrans.jit(f, compiler_options={"target_cpu": level})(x, y))
+    for i, (a, b) in enumerate(zip(there, here)):
+        a, b = np.asarray(a), np.asarray(b)
+        scale = max(1.0, float(np.max(np.abs(b[np.isfinite(b)]), initial=0)))
+        assert_close(a, b, 1e-4, 1e-5 * scale, what=f"value {i} of {steps} ({level})")
+
+
 # =============================================================================================
 # Control flow: native loops and branches
 # =============================================================================================

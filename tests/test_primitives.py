@@ -7,7 +7,9 @@
 5. the cuda backend against the reference interpreter: on a GPU, or else with ``nvcc`` by
    running the generated kernels as host code (skipped when neither is there);
 6. it runs natively: the llvm and cuda schedules of the primitive hold no NumPy fallback step,
-   unless the row gives the reason it still has one.
+   unless the row gives the reason it still has one;
+7. the llvm backend's code for several target CPUs (native, x86-64-v3, x86-64-v2: those this
+   machine runs) gives results within the row's bound of each other (``Row.ulps``).
 
 And a guard: every ``Primitive`` object of the library has a row, or a reasoned entry in
 ``EXCLUDED``.
@@ -333,6 +335,62 @@ def test_runs_natively_on_cuda(row, cuda_programs):
         assert left <= {row.primitive.name}, left
     else:
         assert not left, f"{row.name}: NumPy fallback steps for {sorted(left)}"
+
+
+# =============================================================================================
+# 7. the llvm backend for several target CPUs, within the row's bound of each other
+# =============================================================================================
+
+
+def _target_cpus() -> list:
+    """native, and the x86-64 levels below AVX-512 whose code this machine runs."""
+    from functrans.backends.llvm import targets
+    names = ["native"]
+    if targets.host().triple.startswith(("x86_64", "amd64")):
+        names += [n for n in ("x86-64-v3", "x86-64-v2")
+                  if not targets.missing_features(targets.resolve(n))]
+    return names
+
+
+def ulps_apart(a, b, accumulates: bool = False) -> float:
+    """The largest distance between ``a`` and ``b`` in ulps of their dtype, at the larger
+    magnitude of each pair (``accumulates``: at the largest magnitude in ``a`` and ``b``);
+    0 where both are the same value or both NaN, inf where only one is NaN or they differ
+    in an integer or boolean."""
+    a, b = np.atleast_1d(np.asarray(a)), np.atleast_1d(np.asarray(b))
+    if a.dtype.kind in "biu" or a.size == 0:
+        return 0.0 if np.array_equal(a, b) else float("inf")
+    if a.dtype.kind == "c":
+        return max(ulps_apart(a.real, b.real, accumulates), ulps_apart(a.imag, b.imag,
+                                                                         accumulates))
+    with np.errstate(invalid="ignore", over="ignore"):
+        magnitude = np.maximum(np.abs(a), np.abs(b))
+        if accumulates:
+            finite = magnitude[np.isfinite(magnitude)]
+            magnitude = np.full_like(magnitude, finite.max() if finite.size else 0)
+        spacing = np.spacing(magnitude.astype(a.dtype)).astype(np.float64)
+        apart = np.abs(a.astype(np.float64) - b.astype(np.float64)) / spacing
+    apart[(a == b) | (np.isnan(a) & np.isnan(b))] = 0.0
+    apart[np.isnan(apart)] = np.inf
+    return float(apart.max())
+
+
+@pytest.mark.parametrize("row", _rows(lambda row: row.ulps is not None))
+def test_target_cpus_agree_within_the_rows_bound(row):
+    names = _target_cpus()
+    if len(names) < 2:
+        pytest.skip("this machine runs code for one target CPU only")
+    with x64():
+        case, _ = binding_example(row)
+        fun = row.bound(case)
+        results = {name: _leaves(functrans.jit(fun, backend="llvm",
+                                                compiler_options={"target_cpu": name})(*case.args))
+                   for name in names}
+    for name in names[1:]:
+        for k, (got, native) in enumerate(zip(results[name], results["native"])):
+            apart = ulps_apart(got, native, row.accumulates)
+            assert apart <= row.ulps, (f"{row.name} output {k}: {name} is {apart} ulps from "
+                                       f"native (bound {row.ulps})")
 
 
 @pytest.mark.parametrize("row", _rows(lambda row: row.llvm_fallback))

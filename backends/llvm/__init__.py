@@ -9,8 +9,9 @@ matmul, large loops split into chunks for the native :mod:`thread_pool`), :mod:`
 (the executable, called once per native segment with the GIL released; its loops stop
 early on Ctrl-C, see :mod:`interrupts`) and :mod:`cache` (machine code on disk). The driver
 is :mod:`pipeline`; :mod:`standalone` links compiled programs into shared libraries with C
-entry points (``functrans.export.to_shared_library``). ``FUNCTRANS_NUM_THREADS`` sets how
-many threads run a parallel loop (default: the CPUs this process may use).
+entry points (``functrans.export.to_shared_library``); :mod:`targets` is the CPU the code is
+for (``FUNCTRANS_LLVM_CPU``). ``FUNCTRANS_NUM_THREADS`` sets how many threads run a
+parallel loop (default: the CPUs this process may use).
 
     >>> import functrans, functrans.numpy as jnp
     >>> functrans.jit(lambda x: jnp.exp(x) + 1, backend="llvm")(jnp.zeros(2))
@@ -46,13 +47,14 @@ def _available() -> bool:
     return _IMPORT_ERROR is None
 
 
-def compile_jaxpr(closed, devices=None):
-    """Compile ``closed`` to native code (see :func:`pipeline.compile_jaxpr`)."""
+def compile_jaxpr(closed, devices=None, *, target_cpu=None):
+    """Compile ``closed`` to native code for ``target_cpu`` (default ``config.llvm_cpu``;
+    see :func:`pipeline.compile_jaxpr`)."""
     if _IMPORT_ERROR is not None:
         raise RuntimeError(f"the llvm backend needs llvmlite and scipy: {_IMPORT_ERROR}")
     # deferred: backends.llvm.pipeline -> backends.llvm at import
     from functrans.backends.llvm.pipeline import compile_jaxpr as compile_native
-    return compile_native(closed, devices)
+    return compile_native(closed, devices, target_cpu=target_cpu)
 
 
 @contextlib.contextmanager
@@ -65,14 +67,15 @@ def _devices_in_parallel(num_devices: int):
         yield
 
 
-def build_shared_library(entries, prefix: str, library: str):
-    """A standalone ``.so`` and C header for programs (see :mod:`standalone`)."""
+def build_shared_library(entries, prefix: str, library: str, target_cpu=None):
+    """A standalone ``.so`` and C header for programs, with machine code for
+    ``target_cpu`` (default ``config.llvm_cpu``; see :mod:`standalone`)."""
     if _IMPORT_ERROR is not None:
         raise RuntimeError(f"the llvm backend needs llvmlite and scipy: {_IMPORT_ERROR}")
     # deferred: backends.llvm.standalone -> backends.llvm at import
     from functrans.backends.llvm import standalone
     return standalone.build_shared_library(
-        [standalone.Entry(**e) for e in entries], prefix, library)
+        [standalone.Entry(**e) for e in entries], prefix, library, target_cpu=target_cpu)
 
 
 __all__ = ["compile_jaxpr", "build_shared_library"]
@@ -84,7 +87,7 @@ def _optional_passes() -> list:
 
 
 register_backend("llvm", "cpu", compile_jaxpr, priority=10, available=_available,
-                 optional_passes=_optional_passes)
+                 optional_passes=_optional_passes, compiler_options=("target_cpu",))
 if _available():
     register_device_parallel_hook(_devices_in_parallel)
     register_shared_library_builder("cpu", build_shared_library)

@@ -18,8 +18,8 @@ Layout of the module:
 * one internal function per control-flow body (see :mod:`control_flow`), called from the
   loops and branches the control steps emit.
 
-Loops are plain counted loops over contiguous memory; LLVM's O3 pipeline, given the host
-CPU's features, vectorizes them. Matrix products call BLAS ``sgemm``/``dgemm`` (from SciPy's
+Loops are plain counted loops over contiguous memory; LLVM's O3 pipeline, given the target
+CPU's features (the host's by default; see :mod:`targets`), vectorizes them. Matrix products call BLAS ``sgemm``/``dgemm`` (from SciPy's
 bundled BLAS) through symbols registered with the JIT linker, so the machine code does not
 embed addresses and can be cached across processes.
 
@@ -40,7 +40,7 @@ import numpy as np
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler import passes
 from functrans.backends.llvm import (cache, interrupts, linker, scalar_ops, streaming_stores,
-                                     thread_pool)
+                                     targets, thread_pool)
 from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep, nested_programs
 from functrans.backends.llvm.along_axis import CumulativeStep
@@ -81,7 +81,6 @@ class LLVMCompileError(RuntimeError):
 
 _llvm_lock = threading.RLock()
 _initialized = False
-_target_machine = None
 
 
 def initialize() -> None:
@@ -95,49 +94,41 @@ def initialize() -> None:
             _initialized = True
 
 
-def create_target_machine(opt: int = 3):
-    """A new target machine for the host: its CPU name and features decide the vector width.
-    (A JIT engine takes ownership of the target machine it is given, so each engine gets
-    its own.) ``opt`` is the code generator's optimization level."""
+def create_target_machine(opt: int = 3, target=None):
+    """A new target machine for ``target`` (default: the CPU being compiled for, see
+    :mod:`targets`): its CPU name and features decide the instructions and the vector
+    width. (A JIT engine takes ownership of the target machine it is given, so each engine
+    gets its own.) ``opt`` is the code generator's optimization level."""
     import llvmlite.binding as llvm
     initialize()
-    target = llvm.Target.from_default_triple()
-    return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-        opt=opt, reloc="pic", codemodel="default")
+    target = targets.resolve(target)
+    return llvm.Target.from_triple(target.triple).create_target_machine(
+        cpu=target.cpu, features=target.features, opt=opt, reloc="pic", codemodel="default")
 
 
-def target_machine():
-    """The process-wide target machine used to optimize and emit code."""
-    global _target_machine
+_target_machines: dict = {}  # target name -> the machine that optimizes and emits its code
+
+
+def target_machine(target=None):
+    """The process-wide target machine of ``target`` (default: the CPU being compiled for)."""
+    target = targets.resolve(target)
     with _llvm_lock:
-        if _target_machine is None:
-            _target_machine = create_target_machine()
-        return _target_machine
+        machine = _target_machines.get(target.name)
+        if machine is None:
+            machine = _target_machines[target.name] = create_target_machine(target=target)
+        return machine
 
 
-_target_description = None
-
-
-def target_description() -> str:
-    """Triple, CPU name and features (and the array layout baked into the code): part of the
-    compilation cache key. LLVM's answer is remembered on disk for this CPU (see
-    :func:`cache.host_target`), so a process whose programs all come from the cache never
-    loads LLVM."""
-    global _target_description
-    if _target_description is None:
-        _target_description = f"{cache.host_target(_llvm_host_target)}|data@{array_data_offset()}"
+def target_description(target=None) -> str:
+    """Triple, CPU name and features of ``target`` (default: the CPU being compiled for), and
+    the array layout baked into the code: part of the compilation cache key. The host's
+    description is remembered on disk (see :func:`targets.host`), so a process whose
+    programs all come from the cache never loads LLVM."""
     # the thread count decides how matrix products are split, the cache size which loops
     # stream their output past the cache
-    return (f"{_target_description}|threads={thread_pool.num_threads()}"
+    return (f"{targets.resolve(target).description}|data@{array_data_offset()}"
+            f"|threads={thread_pool.num_threads()}"
             f"|streamed>{streaming_stores.min_streamed_bytes()}")
-
-
-def _llvm_host_target() -> str:
-    import llvmlite.binding as llvm
-    initialize()
-    return (f"{llvm.get_default_triple()}|{llvm.get_host_cpu_name()}|"
-            f"{llvm.get_host_cpu_features().flatten()}")
 
 
 _data_offset = None
@@ -335,10 +326,12 @@ def support_object(label: str, build) -> bytes:
     """The machine code of a runtime support module (the thread pool, the SIGINT handler)
     whose IR is ``build(triple)``: from the on-disk compilation cache when an earlier
     process compiled it (the module's text is then not even built: this backend's source,
-    in the key, determines it)."""
+    in the key, determines it). It runs in this process only: compiled for this CPU,
+    whatever target the programs that call it are compiled for."""
     import hashlib
+    host = targets.host()
     key = hashlib.sha256("\n".join([label, cache.source_digest(), str(cache.CODE_ABI),
-                                     target_description(), build.__name__]
+                                     target_description(host), build.__name__]
                                     ).encode()).hexdigest()
     entry = cache.load(key)
     if entry is not None:
@@ -347,7 +340,7 @@ def support_object(label: str, build) -> bytes:
     with _llvm_lock:
         # straight-line waiting and claiming code: the unoptimizing code generator emits it
         # in a quarter of the time (a first compile waits for this)
-        tm = create_target_machine(opt=0)
+        tm = create_target_machine(opt=0, target=host)
         mod = llvm.parse_assembly(build(tm.triple))
         mod.verify()
         obj = tm.emit_object(mod)
@@ -355,11 +348,12 @@ def support_object(label: str, build) -> bytes:
     return obj
 
 
-def optimize_and_emit(ir_text: str, names: dict) -> tuple[bytes, str]:
+def optimize_and_emit(ir_text: str, names: dict, target=None) -> tuple[bytes, str]:
     """Parse, verify, optimize (O2, loop and SLP vectorization) and compile ``ir_text`` to
-    an object file. Returns (object bytes, optimized IR)."""
+    an object file for ``target`` (default: the CPU being compiled for). Returns (object
+    bytes, optimized IR)."""
     import llvmlite.binding as llvm
-    tm = target_machine()
+    tm = target_machine(target)
     with _llvm_lock:
         try:
             mod = llvm.parse_assembly(ir_text)

@@ -23,7 +23,8 @@ from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
-                                     interrupts, linker, row_fusion, scalar_ops, vector_math)
+                                     interrupts, linker, row_fusion, scalar_ops, targets,
+                                     vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -160,15 +161,18 @@ def plan_native(closed: ClosedJaxpr, fuse: bool = True) -> NativePlan:
 
 
 def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
-                  fuse: bool = True) -> Executable:
-    """Compile ``closed`` for this machine's CPU (see the module docstring)."""
-    with _compile_lock:
+                  fuse: bool = True, target_cpu: str | None = None) -> Executable:
+    """Compile ``closed`` for ``target_cpu`` (see :mod:`targets`; default: the CPU of the
+    compilation this one is nested in, else ``config.llvm_cpu``), to run on this machine."""
+    target = targets.resolve(target_cpu)
+    targets.check_runs_here(target)
+    with _compile_lock, targets.compiling_for(target):
         return build_executable(plan_native(closed, fuse), use_cache)
 
 
 def build_executable(native: NativePlan, use_cache: bool = True) -> Executable:
     """The executable of a planned program: LLVM code generation (or the disk cache), then
-    linking. The caller holds ``_compile_lock``."""
+    linking. The caller holds ``_compile_lock`` and is inside ``targets.compiling_for``."""
     closed, program, plan, slots = native.closed, native.program, native.plan, native.slots
     nested_consts, schedule = native.nested_consts, native.schedule
     segments = [s for s in schedule if isinstance(s, Segment)]

@@ -41,6 +41,7 @@ import tempfile
 import numpy as np
 
 from functrans.backends.llvm import codegen, interrupts, pipeline, thread_pool, vector_math
+from functrans.backends.llvm.targets import compiling_for
 from functrans.backends.compiler.fusion import Buffer, FallbackStep
 
 _C_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t",
@@ -81,9 +82,12 @@ def c_compiler() -> str | None:
     return None
 
 
-def build_shared_library(entries: list[Entry], prefix: str, library: str) -> tuple[str, str]:
+def build_shared_library(entries: list[Entry], prefix: str, library: str,
+                         target_cpu: str | None = None) -> tuple[str, str]:
     """Compile ``entries`` into ``<prefix>.so`` and ``<prefix>.h``; ``library`` names the
-    library's own C functions (``<library>_error_message``). Returns the two paths."""
+    library's own C functions (``<library>_error_message``). The machine code is for
+    ``target_cpu`` (see :mod:`targets`; default ``config.llvm_cpu``), which need not be
+    this machine's. Returns the two paths."""
     if not sys.platform.startswith(("linux", "freebsd")):
         raise NotImplementedError(f"shared libraries are built for ELF platforms (Linux); "
                                   f"this is {sys.platform}")
@@ -91,7 +95,9 @@ def build_shared_library(entries: list[Entry], prefix: str, library: str) -> tup
     if compiler is None:
         raise RuntimeError("to_shared_library needs a C compiler to link the library: none "
                            "found (install cc, gcc or clang, or set CC)")
-    compiled = [_compile_entry(e) for e in entries]
+    with compiling_for(target_cpu):
+        compiled = [_compile_entry(e) for e in entries]
+        pool_object = _pool_object()
     needs_blas = any(c.needs_blas for c in compiled)
     with tempfile.TemporaryDirectory(prefix="functrans-so-") as build:
         objects = []
@@ -101,7 +107,7 @@ def build_shared_library(entries: list[Entry], prefix: str, library: str) -> tup
                 f.write(c.object)
         objects.append(os.path.join(build, "thread_pool.o"))
         with open(objects[-1], "wb") as f:
-            f.write(_pool_object())
+            f.write(pool_object)
         header = _header(compiled, library)
         source = _c_source(compiled, library, build, needs_blas,
                            any(c.needs_pool for c in compiled))

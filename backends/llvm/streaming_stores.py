@@ -28,7 +28,7 @@ from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import LoopKernel, unique_buffers
 from functrans.backends.llvm.scalar_ops import mem_type
-from functrans.backends.llvm.vector_math import host_has_avx512
+from functrans.backends.llvm.vector_math import target_has_avx512
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 LINE_BYTES = 64             # rows are peeled to a cache-line boundary...
@@ -104,10 +104,10 @@ def emit_streamed_loops(mb, b: ir.IRBuilder, step, out_ptr, compute, bounds):
     out = step.outputs[0][0]
     lanes = STORE_BYTES // out.dtype.itemsize
     elem = mem_type(out.dtype)
-    # a block holds INTERLEAVE vectors of the widest width LLVM may choose for this host
+    # a block holds INTERLEAVE vectors of the widest width LLVM may choose for the target CPU
     # (only the interleave count is a hint: a forced width makes LLVM print a remark for
     # every loop it cannot vectorize, such as float64 math, which calls the C library)
-    block_lanes = (64 if host_has_avx512() else 32) * INTERLEAVE // out.dtype.itemsize
+    block_lanes = (64 if target_has_avx512() else 32) * INTERLEAVE // out.dtype.itemsize
     line = _entry_alloca(b, ir.ArrayType(elem, block_lanes))
     line.align = STORE_BYTES
     strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]

@@ -23,7 +23,7 @@ import math
 import llvmlite.ir as ir
 import numpy as np
 
-from functrans.backends.llvm import linker
+from functrans.backends.llvm import linker, targets
 
 F32, F64, I32, I64, I1 = ir.FloatType(), ir.DoubleType(), ir.IntType(32), ir.IntType(64), ir.IntType(1)
 
@@ -66,8 +66,12 @@ SIN_COEFFS = [-1 / 6, 1 / 120, -1 / 5040, 1 / 362880]
 COS_COEFFS = [1 / 24, -1 / 720, 1 / 40320, -1 / 3628800]
 
 LN2 = math.log(2.0)
-LN2_HI = float(np.float32(LN2))  # exactly representable head, and the tail below
-LN2_LO = LN2 - LN2_HI
+# ln2 in two parts (Cody and Waite): the head has 16 significant bits, so n * LN2_HI is exact
+# in float32 for every |n| < 2**8 the reductions use, and x - n * LN2_HI is then exact too,
+# with a fused multiply-add or without one (x86-64-v2 has none: a 24-bit head rounded the
+# product there, and exp lost 60 ulp near the ends of its range)
+LN2_HI = round(LN2 * 2 ** 16) / 2 ** 16
+LN2_LO = float(np.float32(LN2 - LN2_HI))
 # adding 1.5 * 2**23 to a float32 of magnitude below 2**22 rounds it to an integer, which is
 # then the low bits of the sum
 ROUNDER = 1.5 * 2 ** 23
@@ -119,18 +123,11 @@ def register_libm_symbols() -> None:
     _registered = True
 
 
-_avx512 = None
-
-
-def host_has_avx512() -> bool:
-    """Whether the host has AVX-512: ``ldexp`` on a vector is then one instruction (elsewhere
-    LLVM may split it into library calls, which would stop vectorization), and vectors are
-    64 bytes wide."""
-    global _avx512
-    if _avx512 is None:
-        import llvmlite.binding as llvm
-        _avx512 = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
-    return _avx512
+def target_has_avx512() -> bool:
+    """Whether the CPU being compiled for (see :mod:`targets`) has AVX-512: ``ldexp`` on a
+    vector is then one instruction (elsewhere LLVM may split it into library calls, which
+    would stop vectorization), and vectors are 64 bytes wide."""
+    return targets.current().has_avx512
 
 
 def _float_bits(value: float) -> int:
@@ -283,7 +280,7 @@ class MathLibrary:
         or to infinity as it must. A NaN ``p`` stays NaN whatever ``t`` holds."""
         b = o.b
         bits = b.bitcast(t, I32)
-        if host_has_avx512():
+        if target_has_avx512():
             n = b.sub(bits, ir.Constant(I32, _float_bits(ROUNDER)))
             return b.call(self.declare("llvm.ldexp.f32.i32", F32, [F32, I32]), [p, n])
         # the rounder's own bits are zero from bit 9 down, so they leave the 32-bit word

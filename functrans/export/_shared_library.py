@@ -20,6 +20,7 @@ import re
 from typing import Mapping, NamedTuple
 
 from functrans import _backends, tree_util
+from functrans._config import check_target_cpu
 from functrans.export._dimensions import is_symbolic_dim
 from functrans.export._exported import Exported
 from functrans.export._pytrees import flat_names
@@ -33,7 +34,8 @@ class SharedLibrary(NamedTuple):
 
 
 def to_shared_library(exported: Exported | Mapping[str, Exported], path: str, *,
-                      dimensions: Mapping[str, int] | None = None) -> SharedLibrary:
+                      dimensions: Mapping[str, int] | None = None,
+                      target_cpu: str | None = None) -> SharedLibrary:
     """Compile ``exported`` into ``<path>.so`` and ``<path>.h``.
 
     One Exported gives one C function named after the file (``model`` for
@@ -41,8 +43,12 @@ def to_shared_library(exported: Exported | Mapping[str, Exported], path: str, *,
     takes ``const T *`` per input (in the order of ``in_avals``), ``T *`` per output and
     ``void *workspace`` (NULL, or ``<name>_workspace_size()`` bytes), returns 0 or an error
     code, and is thread-safe. A dimension-polymorphic export is compiled for the sizes in
-    ``dimensions`` (``{"b": 32}``). Raises ``NotImplementedError`` naming the primitives of
-    a program that needs NumPy steps, ``RuntimeError`` without a C compiler.
+    ``dimensions`` (``{"b": 32}``). ``target_cpu`` is the CPU the machine code is for:
+    ``"native"`` (this machine's), or ``"x86-64-v2"``, ``"x86-64-v3"`` (AVX2) or
+    ``"x86-64-v4"`` (AVX-512) for a library that runs on every CPU of that level (default
+    ``config.llvm_cpu``, ``FUNCTRANS_LLVM_CPU``). Raises ``NotImplementedError`` naming the
+    primitives of a program that needs NumPy steps, ``RuntimeError`` without a C compiler,
+    ``ValueError`` for an unknown ``target_cpu``.
 
         >>> import functrans, functrans.numpy as jnp
         >>> exp = functrans.export.export(functrans.jit(jnp.tanh))(jnp.ones(4))  # doctest: +SKIP
@@ -50,6 +56,8 @@ def to_shared_library(exported: Exported | Mapping[str, Exported], path: str, *,
         '.../build/tanh.h'
     """
     library = _c_name(os.path.basename(os.fspath(path)))
+    if target_cpu is not None:
+        check_target_cpu(target_cpu, "to_shared_library: target_cpu")
     if isinstance(exported, Exported):
         named = {library: exported}
     elif isinstance(exported, Mapping) and exported and \
@@ -62,7 +70,7 @@ def to_shared_library(exported: Exported | Mapping[str, Exported], path: str, *,
                         f"Exported, got {type(exported).__name__}")
     entries = [_entry(name, e, dict(dimensions or {})) for name, e in named.items()]
     build = _backends.shared_library_builder("cpu")
-    so_path, header_path = build(entries, os.fspath(path), library)
+    so_path, header_path = build(entries, os.fspath(path), library, target_cpu=target_cpu)
     return SharedLibrary(so_path, header_path)
 
 

@@ -18,7 +18,7 @@ from functrans.testing import fuzz  # noqa: E402
 from functrans.testing.programs import Program, programs  # noqa: E402
 
 # programs per check in the suite (the derandomized CI profile draws the same ones each run)
-EXAMPLES = {"jit": 150, "vmap": 60, "grad": 60, "sharded": 60}
+EXAMPLES = {"jit": 150, "vmap": 60, "grad": 60, "sharded": 60, "targets": 40}
 
 
 def _fuzz_settings(check):
@@ -60,6 +60,12 @@ def test_gradients_match_numerical_differences(program, seed):
 @given(programs(max_statements=6), st.integers(0, 2 ** 31 - 1))
 def test_sharded_jit_matches_the_reference_interpreter(four_devices, program, seed):
     _run("sharded", program, seed)
+
+
+@_fuzz_settings("targets")
+@given(programs(max_statements=6), st.integers(0, 2 ** 31 - 1))
+def test_two_target_cpus_agree(program, seed):
+    _run("targets", program, seed)
 
 
 # ---- the fuzzer finds what it is for ----------------------------------------------------------

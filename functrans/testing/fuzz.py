@@ -6,9 +6,11 @@ against an oracle in four ways.
 - ``vmap``: ``jit(vmap(f))`` over a batch of three against a loop of ``jit(f)``;
 - ``grad``: in float64, the gradient of a weighted sum of the results (forward mode for
   programs with a ``while_loop``) against central differences of the reference interpreter;
-- ``sharded``: ``jit(f)`` with arguments split over four CPU devices against the reference.
+- ``sharded``: ``jit(f)`` with arguments split over four CPU devices against the reference;
+- ``targets``: ``jit(f)`` compiled for an x86-64-v2 CPU against ``jit(f)`` for this one.
 
-A mismatch raises :class:`Mismatch`, whose report holds the program's source, the seed of
+(The first four are what the test suite calls the four ways.) A mismatch raises
+:class:`Mismatch`, whose report holds the program's source, the seed of
 its arguments, the largest difference, and the compiler pass to blame: the first optional
 pass (see ``functrans.config.disable_passes``) whose removal makes the check pass.
 
@@ -40,9 +42,10 @@ from functrans import _backends
 from functrans._config import config
 from functrans.testing.programs import Program, programs
 
-CHECKS = ("jit", "vmap", "grad", "sharded")
+CHECKS = ("jit", "vmap", "grad", "sharded", "targets")
 BATCH = 3  # vmap's batch
 DEVICES = 4  # sharded: CPU devices in the mesh
+OTHER_TARGET = "x86-64-v2"  # targets: the CPU compiled for besides this one
 _TOLERANCES = {np.dtype(np.float32): (2e-4, 1e-4), np.dtype(np.float64): (1e-9, 1e-10)}
 
 # per check: programs checked, programs it does not apply to, mismatches
@@ -249,8 +252,28 @@ def check_sharded(program: Program, seed: int) -> None:
     _run_check("sharded", program, seed, run)
 
 
+def check_targets(program: Program, seed: int, target: str = OTHER_TARGET) -> None:
+    """``jit(f)`` compiled for ``target`` (an older CPU: no FMA, no AVX) against ``jit(f)``
+    for this machine's CPU: results differ by the float32 math's ulps at most, which is
+    well within the comparison's tolerance."""
+    f = program.function(np.float32)
+    args = program.arguments(seed, np.float32)
+    expected = functrans.jit(f)(*args)
+
+    def run():
+        other = functrans.jit(program.function(np.float32),
+                              compiler_options={"target_cpu": target})
+        return _compare_all(other(*args), expected, program.bounds, f"jit for {target}")
+
+    try:
+        functrans.jit(lambda: 0.0, compiler_options={"target_cpu": target})()
+    except ValueError:  # not an x86-64 machine, or the default backend takes no target
+        raise NotApplicable from None
+    _run_check("targets", program, seed, run)
+
+
 CHECK_FUNCTIONS = {"jit": check_jit, "vmap": check_vmap, "grad": check_grad,
-                   "sharded": check_sharded}
+                   "sharded": check_sharded, "targets": check_targets}
 
 
 def check(program: Program, seed: int, checks=CHECKS) -> None:
@@ -308,7 +331,8 @@ def bisect(run) -> str:
 
 def run_batch(programs_count: int, seed: int, checks=CHECKS, database=None) -> dict:
     """Check ``programs_count`` programs drawn by hypothesis from ``seed`` in this process;
-    return the counts. A mismatch raises :class:`Mismatch` after hypothesis has shrunk it
+    return the counts. (The first four are what the test suite calls the four ways.) A mismatch raises
+:class:`Mismatch` after hypothesis has shrunk it
     (and saved it in ``database``, a folder, replayed first by later runs)."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -332,7 +356,8 @@ def main(argv=None) -> int:
         prog="python -m functrans.testing.fuzz",
         description="Differential fuzzing of the compiler: random programs, each checked "
                     "with jit against the reference interpreter, vmap against a loop, grad "
-                    "against numerical differences, and a jit sharded over four CPU devices.")
+                    "against numerical differences, a jit sharded over four CPU devices, and "
+                    "code for an x86-64-v2 CPU against code for this one.")
     parser.add_argument("--programs", type=int, default=1000,
                         help="how many programs to check (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,

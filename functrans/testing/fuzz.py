@@ -426,14 +426,16 @@ def _run_workers(options, checks) -> int:
             lines = out.read().strip().splitlines()
             if lines:
                 total.update(json.loads(lines[-1]))
-            if process.returncode != 0:
-                failed.append((seed, err.read()))
             print(f"batch seed={seed}: {'FAILED' if process.returncode else 'ok'}; so far "
                   f"{total['programs']} programs in {time.perf_counter() - start:.0f} s",
                   flush=True)
+            if process.returncode != 0:  # its report at once: a long run may be stopped
+                failed.append(seed)
+                print(f"\n---- batch with seed {seed} ----\n{err.read()}", file=sys.stderr,
+                      flush=True)
     print(json.dumps(dict(sorted(total.items())), indent=1))
-    for seed, err in failed:
-        print(f"\n---- batch with seed {seed} ----\n{err}", file=sys.stderr)
+    if failed:
+        print(f"failed batches: seeds {failed}", file=sys.stderr)
     return 1 if failed else 0
 
 

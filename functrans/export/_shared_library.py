@@ -44,31 +44,29 @@ def to_shared_library(exported: Exported | Mapping[str, Exported], path: str, *,
     ``dimensions`` (``{"b": 32}``). Raises ``NotImplementedError`` naming the primitives of
     a program that needs NumPy steps, ``RuntimeError`` without a C compiler.
 
+    Every name in the header is a C identifier made from a Python name (``params['w1']``
+    -> ``params_w1``; other characters become ``_``); a name that would clash with a C
+    keyword, a name of the C library or another name of the library gets a suffix
+    (``int`` -> ``int_2``). No other text of the Exported is written into C.
+
         >>> import functrans, functrans.numpy as jnp
         >>> exp = functrans.export.export(functrans.jit(jnp.tanh))(jnp.ones(4))  # doctest: +SKIP
         >>> to_shared_library(exp, "build/tanh").header             # doctest: +SKIP
         '.../build/tanh.h'
     """
-    library = _c_name(os.path.basename(os.fspath(path)))
+    library = os.path.basename(os.fspath(path))
     if isinstance(exported, Exported):
-        named = {library: exported}
+        named = [(library, exported)]
     elif isinstance(exported, Mapping) and exported and \
             all(isinstance(e, Exported) for e in exported.values()):
-        named = {_c_name(str(k)): e for k, e in exported.items()}
-        if len(named) != len(exported):
-            raise ValueError("to_shared_library: two entry names give the same C name")
+        named = [(str(k), e) for k, e in exported.items()]
     else:
         raise TypeError("to_shared_library takes an Exported or a mapping of names to "
                         f"Exported, got {type(exported).__name__}")
-    entries = [_entry(name, e, dict(dimensions or {})) for name, e in named.items()]
+    entries = [_entry(name, e, dict(dimensions or {})) for name, e in named]
     build = _backends.shared_library_builder("cpu")
     so_path, header_path = build(entries, os.fspath(path), library)
     return SharedLibrary(so_path, header_path)
-
-
-def _c_name(text: str) -> str:
-    name = re.sub(r"[^0-9A-Za-z_]+", "_", text).strip("_") or "program"
-    return f"_{name}" if name[0].isdigit() else name
 
 
 def _entry(name: str, exported: Exported, dimensions: dict) -> dict:
@@ -90,12 +88,13 @@ def _entry(name: str, exported: Exported, dimensions: dict) -> dict:
                              f"integer, got {value!r}")
         values[v] = value
     closed = exported._decode(values)
-    sizes = f" at {', '.join(f'{v}={n}' for v, n in values.items())}" if values else ""
+    # all names are text here: the backend makes C identifiers of them (they may come from
+    # a serialized file, and are never written into C as they are)
     return {"name": name, "closed": closed,
             "input_names": [_input_name(n, exported._arg_names)
                             for n in _leaf_names(exported.in_tree)],
             "output_names": _output_names(exported.out_tree),
-            "description": f"{exported.fun_name}{sizes}"}
+            "function_name": exported.fun_name, "sizes": values}
 
 
 def _leaf_names(tree) -> list[str]:
@@ -103,14 +102,13 @@ def _leaf_names(tree) -> list[str]:
 
 
 def _input_name(flat_name: str, arg_names) -> str:
-    """``args[0]['w1']`` -> ``params_w1`` (the parameter's name, else ``arg0_w1``);
+    """``args[0]['w1']`` -> ``params['w1']`` (the parameter's name, else ``arg0``);
     ``kwargs['scale']`` -> ``scale``."""
     def positional(match):
         i = int(match.group(1))
         return arg_names[i] if i < len(arg_names) else f"arg{i}"
     name = re.sub(r"^args\[(\d+)\]", positional, flat_name)
-    name = re.sub(r"^kwargs\[['\"]?([^'\"\]]*)['\"]?\]", r"\1", name)
-    return _c_name(name)
+    return re.sub(r"^kwargs\[['\"]?([^'\"\]]*)['\"]?\]", r"\1", name)
 
 
 def _output_names(tree) -> list[str]:
@@ -119,4 +117,4 @@ def _output_names(tree) -> list[str]:
         leaves, is_leaf=lambda x: x is None)[0]]
     if len(paths) == 1 and not paths[0]:
         return ["out"]
-    return [_c_name("out" + tree_util.keystr(p)) for p in paths]
+    return ["out" + tree_util.keystr(p) for p in paths]

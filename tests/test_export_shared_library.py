@@ -2,6 +2,7 @@
 .h computes what jit computes, from several threads at once."""
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -86,10 +87,11 @@ static float *x, *w, *h0, *xs;
    with the library's per-thread one */
 static void *worker(void *arg) {
     float out[MLP_OUT_SIZE], expected[MLP_OUT_SIZE];
-    void *workspace = arg ? aligned_alloc(64, (mlp_workspace_size() + 63) / 64 * 64) : NULL;
-    if (mlp(x, expected, NULL)) return (void *)1;
+    size_t size = arg ? (mlp_workspace_size() + 63) / 64 * 64 : 0;
+    void *workspace = arg ? aligned_alloc(64, size) : NULL;
+    if (mlp(x, expected, NULL, 0)) return (void *)1;
     for (int i = 0; i < 200; i++) {
-        if (mlp(x, out, workspace) || memcmp(out, expected, sizeof out)) return (void *)1;
+        if (mlp(x, out, workspace, size) || memcmp(out, expected, sizeof out)) return (void *)1;
     }
     free(workspace);
     return NULL;
@@ -104,13 +106,13 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/xs.bin", dir); xs = load(path, RNN_XS_SIZE);
 
     float logits[MLP_OUT_SIZE];
-    int status = mlp(x, logits, NULL);
+    int status = mlp(x, logits, NULL, 0);
     if (status) { fprintf(stderr, "mlp: %s\n", lib_error_message(status)); return 1; }
     snprintf(path, sizeof path, "%s/logits.bin", dir); save(path, logits, MLP_OUT_SIZE);
 
     float h[RNN_OUT_H_SIZE], again[RNN_OUT_H_AGAIN_SIZE], pooled[RNN_OUT_POOLED_SIZE];
     float w_out[RNN_OUT_W_SIZE];
-    status = rnn(w, h0, xs, h, again, pooled, w_out, NULL);
+    status = rnn(w, h0, xs, h, again, pooled, w_out, NULL, 0);
     if (status) { fprintf(stderr, "rnn: %s\n", lib_error_message(status)); return 1; }
     snprintf(path, sizeof path, "%s/h.bin", dir); save(path, h, RNN_OUT_H_SIZE);
     snprintf(path, sizeof path, "%s/again.bin", dir); save(path, again, RNN_OUT_H_AGAIN_SIZE);
@@ -136,9 +138,11 @@ def test_c_driver_matches_python(tmp_path):
     paths = export.to_shared_library({k: e for k, (e, _) in entries.items()},
                                      str(tmp_path / "lib"), dimensions={"b": 3})
     header = open(paths.header).read()
-    assert "int mlp(const float *x, float *out, void *workspace);" in header
+    assert "int mlp(const float *x, float *out, void *workspace, size_t workspace_size);" \
+        in header
     assert "int rnn(const float *w, const float *h0, const float *xs, float *out_h, " \
-           "float *out_h_again, float *out_pooled, float *out_w, void *workspace);" in header
+           "float *out_h_again, float *out_pooled, float *out_w, void *workspace, " \
+           "size_t workspace_size);" in header
     (x,), (w, h0, xs) = entries["mlp"][1], entries["rnn"][1]
     for name, value in (("x", x), ("w", w), ("h0", h0), ("xs", xs)):
         value.tofile(tmp_path / f"{name}.bin")
@@ -210,8 +214,47 @@ def test_command_line(tmp_path, capsys):
                             "-o", str(tmp_path / "out" / "net")], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     header = (tmp_path / "out" / "net.h").read_text()
-    assert "int net(const float *x, float *out, void *workspace);" in header
+    assert "int net(const float *x, float *out, void *workspace, size_t workspace_size);" \
+        in header
     assert "#define NET_X_SIZE 32" in header
+
+
+_SIZES_DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "model.h"
+
+int main(void) {
+    static float x[MODEL_X_SIZE], out[MODEL_OUT_SIZE];
+    size_t needed = model_workspace_size();
+    size_t sizes[] = {0, 64, 4096, needed - 1, needed};
+    char *workspace = aligned_alloc(64, (needed + 63) / 64 * 64);
+    printf("%d", model(x, out, NULL, 0));  /* NULL: the library's own, whatever the size */
+    for (int i = 0; i < 5; i++) printf(" %d", model(x, out, workspace, sizes[i]));
+    printf(" %d\n", needed > 4096);
+    free(workspace);
+    return 0;
+}
+"""
+
+
+def test_a_workspace_smaller_than_needed_is_refused(tmp_path):
+    # a workspace of 0, 64 or 4096 bytes was written past its end (a crash)
+    w = RNG.standard_normal((128, 128)).astype(F32)
+    exp = export.export(functrans.jit(lambda x: jnp.tanh(jnp.tanh(x @ w) @ w) @ w))(
+        np.ones((32, 128), F32))
+    paths = export.to_shared_library(exp, str(tmp_path / "model"))
+    (tmp_path / "main.c").write_text(_SIZES_DRIVER)
+    build = subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", "main", "main.c", "-I.",
+                            "./model.so", f"-Wl,-rpath,{tmp_path}"], cwd=tmp_path,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["0", "4", "4", "4", "4", "0", "1"]
+    library = ctypes.CDLL(paths.library)
+    library.model_error_message.restype = ctypes.c_char_p
+    assert b"smaller than" in library.model_error_message(4)
 
 
 # ---- names from the Exported are never C source --------------------------------------------
@@ -254,7 +297,7 @@ def test_names_that_clash_get_a_suffix(tmp_path):
     # keys sort as "A" < "a": the second of two names equal upper-cased gets the suffix
     assert "int kw(const float *d_A, const float *d_a_2, const float *int_2, " \
            "const float *errno_2, const float *linux_2, float *out_A, float *out_a_2, " \
-           "float *out_out_a, void *workspace);" in header
+           "float *out_out_a, void *workspace, size_t workspace_size);" in header
     assert "#define KW_D_A_SIZE 3" in header and "#define KW_D_A_2_SIZE 2" in header
     # entry names distinct upper-cased, from the C library's and from the library's own
     assert "int KW_2(" in header and "int time_2(" in header
@@ -265,7 +308,7 @@ def test_names_that_clash_get_a_suffix(tmp_path):
                       '    float upper[KW_D_A_SIZE] = {1, 2, 3}, lower[KW_D_A_2_SIZE] = {1, 2};\n'
                       '    float i[2] = {1, 1}, e[3] = {2, 2, 2}, l[1] = {5};\n'
                       '    float o1[KW_OUT_A_SIZE], o2[KW_OUT_A_2_SIZE], o3[KW_OUT_OUT_A_SIZE];\n'
-                      '    int status = KW_2(upper, lower, i, e, l, o1, o2, o3, NULL);\n'
+                      '    int status = KW_2(upper, lower, i, e, l, o1, o2, o3, NULL, 0);\n'
                       '    printf("%d %g %g %g\\n", status, o1[2], o2[1], o3[0]);\n'
                       '    return status;\n}\n')
     build = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", "main",

@@ -65,7 +65,8 @@ _C_DEFINES = tuple(f"ft_{r}" for r in codegen.BLAS_ROUTINES + codegen.LAPACK_ROU
 _LIBC = ("memset", "memcpy", "memmove")
 
 ERROR_CODES = {1: "the library could not start (see the message)", 2: "out of memory",
-               3: "the workspace is not aligned to 16 bytes"}
+               3: "the workspace is not aligned to 16 bytes",
+               4: "the workspace is smaller than <entry>_workspace_size() bytes"}
 
 
 class Entry:
@@ -369,7 +370,8 @@ def _shape_text(shape, dtype) -> str:
 def _prototype(names: _EntryNames) -> str:
     params = [f"const {a.c_type} *{a.name}" for a in names.inputs] + \
         [f"{a.c_type} *{a.name}" for a in names.outputs]
-    return f"int {names.name}({', '.join(params + ['void *workspace'])})"
+    params += ["void *workspace", "size_t workspace_size"]
+    return f"int {names.name}({', '.join(params)})"
 
 
 _EXPORT = '__attribute__((visibility("default"))) '  # the library's own functions
@@ -395,7 +397,8 @@ def _header(compiled: list, names: _LibraryNames) -> str:
                                                   for a in entry.outputs))
         lines += [
             " * Arrays are C-contiguous (row-major). workspace: NULL (a buffer kept per",
-            f" * thread is used), or {entry.workspace_size}() bytes aligned to 16 (64 is",
+            " * thread is used; workspace_size is then ignored), or a buffer of",
+            f" * workspace_size >= {entry.workspace_size}() bytes aligned to 16 (64 is",
             " * best), one per concurrent call. Thread-safe. Returns 0, or an error code",
             f" * ({names.error_message}(code) describes it). */"]
         lines.append(_prototype(entry) + ";")
@@ -436,6 +439,7 @@ def _entry_function(c: _CompiledEntry, index: int, names: _EntryNames, blobs: di
             "    int ft_code = ft_start();",
             "    if (ft_code) return ft_code;",
             f"    if (!workspace) workspace = ft_thread_workspace({names.workspace_size}());",
+            f"    else if (workspace_size < {names.workspace_size}()) return 4;",
             "    if (!workspace) return 2;",
             "    if ((uintptr_t)workspace % 16) return 3;",
             f"    void **ft_table = (void **)((char *)workspace + {arena});",

@@ -38,9 +38,10 @@ def to_shared_library(exported: Exported | Mapping[str, Exported], path: str, *,
 
     One Exported gives one C function named after the file (``model`` for
     ``"out/model"``); a mapping ``{name: Exported}`` gives one function per entry. Each
-    takes ``const T *`` per input (in the order of ``in_avals``), ``T *`` per output and
-    ``void *workspace`` (NULL, or ``<name>_workspace_size()`` bytes), returns 0 or an error
-    code, and is thread-safe. A dimension-polymorphic export is compiled for the sizes in
+    takes ``const T *`` per input (in the order of ``in_avals``), ``T *`` per output,
+    ``void *workspace`` and ``size_t workspace_size`` (NULL and 0, or a buffer of at least
+    ``<name>_workspace_size()`` bytes: a smaller one returns error 4), returns 0 or an
+    error code, and is thread-safe. A dimension-polymorphic export is compiled for the sizes in
     ``dimensions`` (``{"b": 32}``). Raises ``NotImplementedError`` naming the primitives of
     a program that needs NumPy steps, ``RuntimeError`` without a C compiler.
 

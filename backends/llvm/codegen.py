@@ -335,10 +335,9 @@ def support_object(label: str, build) -> bytes:
     whose IR is ``build(triple)``: from the on-disk compilation cache when an earlier
     process compiled it (the module's text is then not even built: this backend's source,
     in the key, determines it)."""
-    import hashlib
-    key = hashlib.sha256("\n".join([label, cache.source_digest(), str(cache.CODE_ABI),
-                                     target_description(), build.__name__]
-                                    ).encode()).hexdigest()
+    key = cache.Key({"kind": "support", "label": label, "build": build.__name__,
+                     "target": target_description(), "source": cache.source_digest(),
+                     "abi": cache.CODE_ABI})
     entry = cache.load(key)
     if entry is not None:
         return entry[0]["object"]

@@ -159,7 +159,8 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
         if not segments:
             return Executable(program, plan, schedule, slots, {}, description=description)
         digest = _plan_digest(program, plan, slots)
-        key = cache.cache_key(closed, codegen.target_description()) if use_cache else None
+        key = cache.cache_key(closed, codegen.target_description(), options=digest) \
+            if use_cache else None
         entry = cache.load(key) if key else None
         if entry is not None and entry[1].get("plan") != digest:
             entry = None  # same program text but a different schedule: never trust it

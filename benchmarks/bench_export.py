@@ -77,16 +77,16 @@ int main(int argc, char **argv) {
     FILE *f = fopen(argv[1], "rb");
     if (!f || fread(x, sizeof(float), MLP_X_SIZE, f) != MLP_X_SIZE) return 2;
     fclose(f);
-    int status = mlp(x, out, NULL);  /* the first call starts the library */
+    int status = mlp(x, out, NULL, 0);  /* the first call starts the library */
     if (status) { fprintf(stderr, "%s\n", mlp_error_message(status)); return 1; }
     int calls = 1;  /* calls per sample: about 2 ms */
-    for (double t0 = now(); now() - t0 < 2e-3; calls++) mlp(x, out, NULL);
+    for (double t0 = now(); now() - t0 < 2e-3; calls++) mlp(x, out, NULL, 0);
     double *times = malloc(sizeof(double) * samples * 10);
     int n = 0;
     double spent = 0;
     while (n < samples || (n < 10 * samples && spent < min_time)) {
         double t0 = now();
-        for (int i = 0; i < calls; i++) mlp(x, out, NULL);
+        for (int i = 0; i < calls; i++) mlp(x, out, NULL, 0);
         double elapsed = now() - t0;
         times[n++] = elapsed / calls;
         spent += elapsed;

@@ -30,6 +30,7 @@ import operator
 import os
 import re
 import shutil
+import stat
 import sys
 import time
 import types
@@ -129,8 +130,14 @@ def _decode_key(encoded):
     kind, value = encoded
     if not isinstance(value, _KEY_TYPES[kind]) or (kind in ("int", "float") and
                                                    isinstance(value, bool)):
-        raise CheckpointError(f"a dict key of type {kind} holds {value!r}")
-    return float(value) if kind == "float" else value
+        raise CheckpointError(f"a dict key of type {kind} holds {_clip(value)}")
+    if kind == "float":
+        try:
+            return float(value)
+        except OverflowError:  # an integer no float can hold (JSON's numbers are unbounded)
+            raise CheckpointError(f"a dict key of type float holds {_clip(value)}, too large "
+                                  "for a float") from None
+    return value
 
 
 def _encode_structure(treedef: PyTreeDef, names):
@@ -171,9 +178,11 @@ _NODE_KINDS = ("leaf", "none", "tuple", "list", "custom", "dict", "odict", "name
                "prng_key")
 
 
-def _check_structure(structure, leaf_names: set) -> None:
+def _check_structure(structure, leaves: dict) -> None:
     """Check (without recursion) that ``structure`` is a tree of well-formed nodes at most
-    ``_MAX_DEPTH`` deep whose leaves name every array once."""
+    ``_MAX_DEPTH`` deep whose leaves name every array of ``leaves`` (name -> description)
+    once."""
+    leaf_names = set(leaves)
     seen = set()
     stack = [(structure, 1)]
     while stack:
@@ -202,8 +211,8 @@ def _check_structure(structure, leaf_names: set) -> None:
                                       f"{len(children)} children")
             if len({_decode_key(k) for k in keys}) != len(keys):
                 raise CheckpointError(f"a {kind} node repeats a key: {_clip(keys)}")
-        if kind == "prng_key" and (node.get("impl") != "threefry2x32" or len(children) != 2):
-            raise CheckpointError(f"unsupported PRNG key entry: {_clip(node)}")
+        if kind == "prng_key":
+            _check_prng_key(node, leaves)
         if kind == "namedtuple":
             fields = node.get("fields")
             if (not isinstance(node.get("name"), str) or not isinstance(fields, list)
@@ -214,6 +223,21 @@ def _check_structure(structure, leaf_names: set) -> None:
     if seen != leaf_names:
         raise CheckpointError("arrays of the file are not in its tree: "
                               + ", ".join(sorted(leaf_names - seen)))
+
+
+def _check_prng_key(node: dict, leaves: dict) -> None:
+    """A typed PRNG key is its two words: two leaves of uint32 arrays of one shape."""
+    children = node["children"]
+    if node.get("impl") != "threefry2x32" or len(children) != 2:
+        raise CheckpointError(f"unsupported PRNG key entry: {_clip(node)}")
+    words = [leaves.get(c.get("name")) if isinstance(c, dict) and c.get("kind") == "leaf"
+             else None for c in children]
+    if any(w is None or w.get("dtype") != "uint32" or w.get("python_type") is not None
+           for w in words) or words[0].get("shape") != words[1].get("shape"):
+        described = [f"{w['dtype']}{w['shape']}" if w else _clip(c, 30)
+                     for w, c in zip(words, children)]
+        raise CheckpointError(f"a PRNG key's words must be two uint32 arrays of one shape, "
+                              f"not {', '.join(described)}")
 
 
 def _clip(value, limit: int = 80) -> str:
@@ -447,6 +471,10 @@ def _write_atomically(path: str, tensors: dict, header: dict) -> None:
     try:
         staged = os.path.join(staging, os.path.basename(path))
         safetensors.numpy.save_file(tensors, staged, metadata=header)
+        # safetensors writes a private (0600) temporary file: the checkpoint gets the mode a
+        # new file gets under the umask, which the staging directory (mkdir'd 0777 & ~umask)
+        # shows without changing the process-wide umask
+        os.chmod(staged, stat.S_IMODE(os.stat(staging).st_mode) & 0o666)
         with open(staged, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(staged, path)
@@ -614,10 +642,13 @@ def _check_document(document: dict) -> None:
         raise CheckpointError(f"the step is {_clip(step)}, not an integer")
     if _json_depth(document.get("metadata")) > _MAX_DEPTH:
         raise CheckpointError(f"metadata is nested more than {_MAX_DEPTH} levels deep")
-    _check_structure(document.get("structure"), names)
+    _check_structure(document.get("structure"), {info["name"]: info for info in leaves})
 
 
-def _decode_leaf(path: str, info: dict, raw: dict) -> np.ndarray:
+def _stored_bytes(path: str, info: dict, raw: dict):
+    """The bytes of the array ``info`` describes, once the file's tensor is checked to be
+    stored as described (dtype, shape, size): ``read_metadata`` reports only what the
+    arrays agree with."""
     name = info["name"]
     if name not in raw:
         raise CheckpointError(f"{path}: array {name} is missing from the file")
@@ -629,14 +660,21 @@ def _decode_leaf(path: str, info: dict, raw: dict) -> np.ndarray:
               else ("U8", [math.prod(shape) * dtype.itemsize]))
     if (tensor.get("dtype"), tensor.get("shape")) != stored:
         raise CheckpointError(f"{path}: array {name} is stored as {tensor.get('dtype')}"
-                              f"{tensor.get('shape')}, but the tree describes "
-                              f"{info['dtype']}{list(shape)}")
+                              f"{_clip(tensor.get('shape'))}, but the tree describes "
+                              f"{info['dtype']}{_clip(list(shape))}")
     buffer = tensor["data"]
     expected_bytes = math.prod(shape) * dtype.itemsize
     if len(buffer) != expected_bytes:
         raise CheckpointError(f"{path}: array {name} holds {len(buffer)} bytes, but "
-                              f"{info['dtype']}{list(shape)} needs {expected_bytes}")
-    value = np.frombuffer(buffer, dtype=dtype).reshape(shape)
+                              f"{info['dtype']}{_clip(list(shape))} needs {expected_bytes}")
+    return buffer
+
+
+def _decode_leaf(path: str, info: dict, raw: dict) -> np.ndarray:
+    buffer = _stored_bytes(path, info, raw)
+    value = np.frombuffer(buffer, dtype=_dtype_from_name(info["dtype"]))
+    value = value.reshape(tuple(info["shape"]))
+    name = info["name"]
     if _sha256(value) != info["sha256"]:
         raise CheckpointError(f"{path}: array {name} is corrupted (SHA-256 mismatch)")
     return value
@@ -644,8 +682,12 @@ def _decode_leaf(path: str, info: dict, raw: dict) -> np.ndarray:
 
 def read_metadata(path) -> dict:
     """The ``step`` and user ``metadata`` stored in a checkpoint, and its leaves' key paths,
-    dtypes and shapes, without reading the arrays' data into memory twice."""
-    document, _ = _read_file(os.fspath(path))
+    dtypes and shapes (each checked against the stored array, as :func:`restore` does),
+    without reading the arrays' data into memory twice."""
+    path = os.fspath(path)
+    document, raw = _read_file(path)
+    for info in document["leaves"]:
+        _stored_bytes(path, info, raw)
     return {"step": document.get("step"), "metadata": document.get("metadata"),
             "leaves": {info["name"]: (info["dtype"], tuple(info["shape"]))
                        for info in document["leaves"]}}

@@ -15,7 +15,8 @@ with MPI (Allreduce for psum/pmax/pmin, Allgather for the rest).
     4
 
 A process that fails ends the whole job within seconds: an uncaught exception (in any
-thread) or ``sys.exit`` with a non-zero status makes it call ``MPI_Abort`` on ``COMM_WORLD``
+thread) or an exit with a non-zero status (``sys.exit(n)``, ``raise SystemExit(n)``) makes
+it call ``MPI_Abort`` on ``COMM_WORLD``
 after printing what went wrong with its rank (``initialize(abort_on_failure=False)`` or
 ``FUNCTRANS_ABORT_ON_FAILURE=0`` turns this off). Every MPI operation also waits at most
 :func:`collective_timeout` seconds (``FUNCTRANS_COLLECTIVE_TIMEOUT``, default 300, or
@@ -89,10 +90,11 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
     ``FUNCTRANS_ABORT_ON_FAILURE=0`` changes it) and more than one process, a process that
     fails takes the whole job down at once instead of leaving the others waiting in their
     next collective until the timeout: an exception that reaches ``sys.excepthook`` or
-    ``threading.excepthook``, or ``sys.exit(n)`` with ``n != 0`` that ends the program,
-    prints the process's rank (and the traceback) and calls ``MPI_Abort`` on ``COMM_WORLD``
-    with the exit status (1 for an exception), so every process exits with a non-zero
-    status. Exceptions the program catches, ``sys.exit(0)`` and a normal end change nothing.
+    ``threading.excepthook``, or a ``SystemExit`` with a non-zero status that ends the
+    program (``sys.exit(n)``, ``raise SystemExit(n)``, ``exit(n)``), prints the process's
+    rank (and the traceback) and calls ``MPI_Abort`` on ``COMM_WORLD`` with the exit status
+    (1 for an exception), so every process exits with a non-zero status. Exceptions the
+    program catches, an exit with status 0 and a normal end change nothing.
     The hooks chain to the ones installed before; a hook installed later should call the
     one it replaces. See docs/pmap.md, "When a process fails".
 
@@ -179,6 +181,7 @@ class _FailureGuard:
         self._previous_excepthook = None
         self._previous_threading_excepthook = None
         self._previous_exit = None
+        self._exit_status_watch = None
 
     def install(self) -> None:
         self._aborting = False
@@ -186,6 +189,7 @@ class _FailureGuard:
         self._previous_threading_excepthook = threading.excepthook
         threading.excepthook = self._threading_excepthook
         self._previous_exit, sys.exit = sys.exit, self._exit
+        self._exit_status_watch = _ExitStatusWatch.install(self)
         atexit.register(self._at_exit)
         self.installed = True
 
@@ -201,6 +205,9 @@ class _FailureGuard:
             threading.excepthook = self._previous_threading_excepthook
         if sys.exit == self._exit:
             sys.exit = self._previous_exit
+        if self._exit_status_watch is not None:
+            self._exit_status_watch.uninstall()
+            self._exit_status_watch = None
         atexit.unregister(self._at_exit)
 
     def _excepthook(self, exc_type, exc, tb) -> None:
@@ -231,14 +238,13 @@ class _FailureGuard:
             _mpi().COMM_WORLD.Abort(1)
 
     def _exit(self, status=None):
-        """``sys.exit`` while the guard is installed: the same exit, watched so that a
-        non-zero status that ends the program aborts the job."""
+        """``sys.exit`` while the guard is installed: the same exit. The C function leaves
+        its status unwrapped, which the interpreter would read without asking
+        ``SystemExit.code``; caught and raised again here, it is a ``SystemExit`` instance
+        that :class:`_ExitStatusWatch` sees if it ends the program."""
         try:
             self._previous_exit(status)
-        except SystemExit as request:
-            if self.installed and threading.current_thread() is threading.main_thread():
-                request.__dict__["_functrans_exit_watch"] = _ExitWatch(
-                    self, _exit_status(request.code))
+        except SystemExit:
             raise
 
     def _exiting_with(self, status: int) -> None:
@@ -261,23 +267,70 @@ class _FailureGuard:
         run.set_abort_status(status)
 
 
-class _ExitWatch:
-    """Rides on the ``SystemExit`` raised by ``sys.exit`` in the main thread and is freed with
-    it. A handler that catches the exception frees it inside one of its frames; the
-    interpreter, when the exception ends the program, frees it with no Python frame left."""
+class _ExitStatusWatch:
+    """``SystemExit.code`` while the guard is installed: the status a program ends with.
 
-    __slots__ = ("guard", "status")
-    # Held by the class: a watch freed while the interpreter tears modules down may find
-    # this module's globals already cleared.
-    _is_finalizing = staticmethod(sys.is_finalizing)
+    The interpreter tells Python code the status only in one place: when a ``SystemExit``
+    ends the program, the interpreter reads its ``code`` attribute, from C, with no Python
+    frame left, before the ``atexit`` handlers run. ``sys.exit(n)``, ``raise SystemExit(n)``
+    and the ``exit(n)`` builtin all end there, and a ``SystemExit`` a program catches never
+    does. So this descriptor takes the place of ``SystemExit``'s own ``code`` member (in the
+    type's dictionary, which Python code cannot assign to) and hands every read to it,
+    reporting the status of a read with no Python caller in the main thread.
+    """
+
+    # held by the class: the read comes late, when module globals may be going away
     _getframe = staticmethod(sys._getframe)
 
-    def __init__(self, guard: _FailureGuard, status: int):
-        self.guard, self.status = guard, status
+    def __init__(self, guard: _FailureGuard, previous):
+        self.guard, self.previous = guard, previous
+        self.__doc__ = getattr(previous, "__doc__", None)
 
-    def __del__(self):
-        if not self._is_finalizing() and self._getframe(0).f_back is None:
-            self.guard._exiting_with(self.status)
+    @classmethod
+    def install(cls, guard: _FailureGuard):
+        """Put a watch in place of ``SystemExit.code``; None where the interpreter does not
+        allow it (then only exceptions and the thread hook abort the job)."""
+        try:
+            watch = cls(guard, _type_namespace(SystemExit)["code"])
+            _set_type_attribute(SystemExit, "code", watch)
+        except Exception:  # noqa: BLE001 - not CPython: no watch, nothing else changes
+            return None
+        return watch
+
+    def uninstall(self) -> None:
+        namespace = _type_namespace(SystemExit)
+        if namespace.get("code") is self:  # a watch installed after ours stays
+            _set_type_attribute(SystemExit, "code", self.previous)
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        code = self.previous.__get__(instance, owner)
+        if self._getframe(0).f_back is None and \
+                threading.current_thread() is threading.main_thread():
+            self.guard._exiting_with(_exit_status(code))
+        return code
+
+    def __set__(self, instance, value) -> None:
+        self.previous.__set__(instance, value)
+
+    def __delete__(self, instance) -> None:
+        self.previous.__delete__(instance)
+
+
+def _type_namespace(cls: type) -> dict:
+    """The dictionary behind ``cls.__dict__`` (a read-only view for built-in types)."""
+    import gc  # deferred: needed only while the guard is installed
+    namespaces = [d for d in gc.get_referents(cls.__dict__) if isinstance(d, dict)]
+    if len(namespaces) != 1:
+        raise RuntimeError(f"cannot reach the namespace of {cls.__name__}")
+    return namespaces[0]
+
+
+def _set_type_attribute(cls: type, name: str, value) -> None:
+    import ctypes  # deferred: needed only while the guard is installed
+    _type_namespace(cls)[name] = value
+    ctypes.pythonapi.PyType_Modified(ctypes.py_object(cls))  # drops cached look-ups
 
 
 def _flush_std_streams() -> None:

@@ -164,3 +164,13 @@ def test_compile_scaling_compiles_each_depth_cold(tmp_path):
     for row in rows:
         assert row["checks"]["functrans"] == "ok" and row["times"]["functrans"] > 0
         assert "ms/layer" in row["notes"]
+
+
+def test_compile_memory_runs_each_setting_in_a_fresh_process():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.compile_memory", "--compiles", "10",
+                           "--settings", "capped"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header, row = proc.stdout.strip().splitlines()
+    assert "after clear_caches MB" in header
+    assert row.split()[:2] == ["capped", "10"]

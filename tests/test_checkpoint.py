@@ -514,6 +514,13 @@ def _leaf_edit(index, key, value):
     return edit
 
 
+def _edit_of_leaf(name, key, value):
+    def edit(document):
+        [leaf] = [info for info in document["leaves"] if info["name"] == name]
+        leaf[key] = value
+    return edit
+
+
 def _deep(depth, inner=None):
     value = inner
     for _ in range(depth):
@@ -555,6 +562,10 @@ MALFORMED_DOCUMENTS = {
     "dict keys do not match children": lambda d: d["structure"]["keys"].pop(),
     "dict key is not a pair": lambda d: d["structure"]["keys"].__setitem__(0, "flag"),
     "dict key of the wrong type": lambda d: d["structure"]["keys"].__setitem__(0, ["int", "a"]),
+    "float dict key no float holds": lambda d: d["structure"]["keys"].__setitem__(
+        0, ["float", 10 ** 400]),
+    "shape the stored array contradicts": _edit_of_leaf("['params']['w']", "shape", [2 ** 62]),
+    "dtype the stored array contradicts": _edit_of_leaf("['params']['w']", "dtype", "int32"),
     "repeated dict key": lambda d: d["structure"]["keys"].__setitem__(1, d["structure"]["keys"][0]),
     "children is a dict": lambda d: d["structure"].update(children={}),
     "leaf node names no array": lambda d: d["structure"]["children"].__setitem__(
@@ -761,3 +772,54 @@ def test_edited_tree_descriptions_raise_checkpoint_error_or_restore(tmp_path, sa
     restored = _restored_or_checkpoint_error(path, lambda p: ckpt.restore(p, target=_sample_tree()))
     if restored is not None:   # the target fixes the structure; the arrays are checksummed
         _assert_trees_equal(restored, sample_restored[1])
+
+
+def _words_from(structure, first: int):
+    """The key's words swapped with two arrays of ``pair`` (from ``first`` on)."""
+    key, pair = structure["children"]  # keys in sorted order
+    key["children"], pair["children"][first:first + 2] = \
+        pair["children"][first:first + 2], key["children"]
+
+
+def _key_words_of_two_nones(structure):
+    key, pair = structure["children"]  # keys in sorted order
+    pair["children"] += key["children"]
+    key["children"] = [{"kind": "none"}, {"kind": "none"}]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: _words_from(d["structure"], 0),
+    lambda d: _key_words_of_two_nones(d["structure"]),
+    lambda d: _words_from(d["structure"], 2),
+], ids=["float32 words", "two none nodes", "words of two shapes"])
+def test_a_prng_key_is_restored_only_from_two_uint32_words(tmp_path, edit):
+    # such keys were restored silently, as keys of bogus words
+    path = tmp_path / "c.safetensors"
+    ckpt.save(path, {"pair": (np.ones(2, np.float32), np.ones(2, np.float32),
+                              np.ones(2, np.uint32), np.ones(3, np.uint32)),
+                     "key": functrans.random.key(0)})
+    assert ckpt.restore(path)["key"].dtype == functrans.random.key(0).dtype
+    path.write_bytes(_edited(path.read_bytes(), edit))
+    with pytest.raises(CheckpointError, match="PRNG key's words"):
+        ckpt.restore(path)
+
+
+def test_read_metadata_reports_only_shapes_the_arrays_have(tmp_path, sample_bytes):
+    path = tmp_path / "c.safetensors"
+    path.write_bytes(_edited(sample_bytes, _edit_of_leaf("['params']['w']", "shape", [2 ** 62])))
+    with pytest.raises(CheckpointError, match=r"stored as .*but the tree describes"):
+        ckpt.read_metadata(path)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes and umasks are POSIX")
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_a_checkpoint_gets_the_mode_of_a_new_file(tmp_path, umask):
+    # safetensors' temporary file is 0600, which the checkpoint kept whatever the umask
+    old = os.umask(umask)
+    try:
+        ckpt.save(tmp_path / "c.safetensors", {"w": np.ones(2)})
+        (tmp_path / "plain").write_bytes(b"")
+    finally:
+        os.umask(old)
+    mode = (tmp_path / "c.safetensors").stat().st_mode & 0o777
+    assert mode == 0o666 & ~umask == (tmp_path / "plain").stat().st_mode & 0o777

@@ -5,12 +5,14 @@ suite's own cache lives in a temporary directory."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 import textwrap
 
+import numpy as np
 import pytest
 
 import functrans
@@ -47,7 +49,7 @@ def cache_in(tmp_path):
 
 
 def _entry(k: int, size: int = 10_000):
-    return f"{k:064x}", {"object": bytes([k % 256]) * size}, {"k": k}
+    return cache.Key({"k": k}), {"object": bytes([k % 256]) * size}, {"k": k}
 
 
 def _stored(directory, keys) -> set:
@@ -104,11 +106,9 @@ def test_cache_directories_are_private(cache_in):
 def test_a_cache_directory_others_may_write_to_is_not_used(cache_in, caplog):
     cache.store(*_entry(7))
     cache_in.chmod(0o777)
-    cache._checked.clear()
     assert cache.load(_entry(7)[0]) is None
-    assert "writable by all users" in caplog.text
+    assert "'llvm', which is writable by other users" in caplog.text
     cache_in.chmod(0o700)
-    cache._checked.clear()
     assert cache.load(_entry(7)[0]) is not None
 
 
@@ -117,13 +117,11 @@ def test_a_cache_directory_others_may_write_to_is_not_used(cache_in, caplog):
 def test_a_cache_directory_of_another_user_is_not_used(cache_in, caplog):
     cache.store(*_entry(7))
     os.chown(cache_in, 65534, -1)
-    cache._checked.clear()
     try:
         assert cache.load(_entry(7)[0]) is None
         assert "owned by another user" in caplog.text
     finally:
         os.chown(cache_in, 0, -1)
-        cache._checked.clear()
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
@@ -187,3 +185,114 @@ def test_the_suite_caches_in_a_temporary_directory():
     directory = os.path.realpath(cache.cache_dir())
     assert directory.startswith(os.path.realpath(tempfile.gettempdir()))
     assert not directory.startswith(home_cache)
+
+
+# ---- a cache that runs only its own code -----------------------------------------------------
+
+def _entries_made_by(f, x, directory) -> dict:
+    """The entries (relative path -> bytes) that compiling ``f`` at ``x`` adds."""
+    before = set(directory.rglob("*.bin"))
+    functrans.clear_caches()
+    functrans.jit(f)(x)
+    return {p.relative_to(directory): p.read_bytes() for p in directory.rglob("*.bin")
+            if p not in before}
+
+
+def _swap_in(directory, files: dict):
+    """Put a copy of ``directory`` with ``files`` written over it in its place: two
+    directories and a rename, as someone who may write to the root could."""
+    other = directory.parent / "other"
+    shutil.copytree(directory, other)
+    for relative, data in files.items():
+        (other / relative).write_bytes(data)
+    directory.rename(directory.parent / "old")
+    other.rename(directory)
+
+
+def test_an_entry_under_another_programs_key_is_not_loaded(cache_in, caplog):
+    x = np.arange(4, dtype=np.float32)
+    [(doubles, _)] = _entries_made_by(lambda a: a * 2, x, cache_in).items()
+    [triples] = _entries_made_by(lambda a: a * 3, x, cache_in).values()
+    # the code of a * 3 where a * 2's entry lies: it was loaded, and a * 2 gave 3a
+    _swap_in(cache_in, {doubles: triples})
+    functrans.clear_caches()
+    np.testing.assert_array_equal(functrans.jit(lambda a: a * 2)(x), 2 * x)
+    assert "it is the entry of another key" in caplog.text
+    assert (cache_in / doubles).read_bytes() != triples  # replaced by a good entry
+
+
+def test_an_entry_keeps_the_parts_of_its_key(cache_in):
+    key = cache.cache_key(functrans.make_jaxpr(lambda a: a + 1)(np.ones(2, np.float32)),
+                          "x86_64|cpu|+f", options="plan")
+    assert set(key.parts) >= {"program", "options", "target", "functrans", "llvmlite", "abi"}
+    cache.store(key, {"object": b"code"}, {})
+    assert cache.load(key)[0] == {"object": b"code"}
+    moved = cache.Key(dict(key.parts, target="x86_64|other|+f"))
+    os.makedirs(cache._path(cache_in, moved).parent, exist_ok=True)
+    os.replace(cache._path(cache_in, key), cache._path(cache_in, moved))
+    assert cache.load(moved) is None and cache.load(key) is None
+
+
+def _forged(entry: bytes, key) -> bytes:
+    """``entry`` (code of someone's choosing) relabelled with ``key``'s parts and a valid
+    checksum: what an attacker able to write the directory can make."""
+    import hashlib
+    import json
+    payload = entry[len(cache.MAGIC) + 32:]
+    n = int.from_bytes(payload[:8], "little")
+    header = json.loads(payload[8:8 + n])
+    header["key"] = key
+    text = json.dumps(header).encode()
+    payload = len(text).to_bytes(8, "little") + text + payload[8 + n:]
+    return cache.MAGIC + hashlib.sha256(payload).digest() + payload
+
+
+def _stored_key(entry: bytes) -> dict:
+    import json
+    payload = entry[len(cache.MAGIC) + 32:]
+    return json.loads(payload[8:8 + int.from_bytes(payload[:8], "little")]).get("key")
+
+
+def test_a_directory_others_may_write_swapped_in_after_the_first_use_is_not_used(
+        cache_in, caplog):
+    # the ownership of llvm/ was checked once per process: a directory swapped in later (by
+    # anyone who may write to the root) was trusted, with an entry forged to pass every
+    # check of the entry itself
+    x = np.arange(4, dtype=np.float32)
+    [(doubles, good)] = _entries_made_by(lambda a: a * 2, x, cache_in).items()
+    [triples] = _entries_made_by(lambda a: a * 3, x, cache_in).values()
+    _swap_in(cache_in, {doubles: _forged(triples, _stored_key(good))})
+    cache_in.chmod(0o777)  # as a directory of someone else's would be to us
+    functrans.clear_caches()
+    np.testing.assert_array_equal(functrans.jit(lambda a: a * 2)(x), 2 * x)
+    assert caplog.text.count("'llvm', which is writable by other users") == 1
+    functrans.clear_caches()
+    functrans.jit(lambda a: a * 2)(x + 1)
+    assert caplog.text.count("writable by other users") == 1  # one warning
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777])
+def test_a_cache_root_others_may_write_is_refused_with_one_warning(tmp_path, mode, caplog):
+    root = tmp_path / "shared"
+    root.mkdir()
+    root.chmod(mode)
+    old = functrans.config.cache_dir
+    functrans.config.update("cache_dir", str(root))
+    try:
+        cache.store(*_entry(1))
+        cache.store(*_entry(2))
+        assert cache.load(_entry(1)[0]) is None and not (root / "llvm").exists()
+    finally:
+        functrans.config.update("cache_dir", old)
+    assert caplog.text.count("writable by other users") == 1
+
+
+def test_links_in_the_cache_are_not_followed(cache_in, tmp_path):
+    cache.store(*_entry(1))
+    key = _entry(1)[0]
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(cache._path(cache_in, key).parent, elsewhere)
+    shutil.rmtree(cache._path(cache_in, key).parent)
+    os.symlink(elsewhere, cache._path(cache_in, key).parent)  # a linked subdirectory
+    assert cache.load(key) is None
+    assert (elsewhere / f"{key}.bin").exists()  # and nothing there was deleted

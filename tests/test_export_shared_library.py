@@ -2,17 +2,25 @@
 .h computes what jit computes, from several threads at once."""
 from __future__ import annotations
 
+import ctypes
+import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import functrans
 import functrans.nn as nn
 import functrans.numpy as jnp
 from functrans import export, lax
+from functrans.backends.llvm import standalone
+from functrans.export import _container
 
 pytestmark = pytest.mark.skipif(
     shutil.which("cc") is None, reason="no C compiler (cc) to link the shared library with")
@@ -79,10 +87,11 @@ static float *x, *w, *h0, *xs;
    with the library's per-thread one */
 static void *worker(void *arg) {
     float out[MLP_OUT_SIZE], expected[MLP_OUT_SIZE];
-    void *workspace = arg ? aligned_alloc(64, (mlp_workspace_size() + 63) / 64 * 64) : NULL;
-    if (mlp(x, expected, NULL)) return (void *)1;
+    size_t size = arg ? (mlp_workspace_size() + 63) / 64 * 64 : 0;
+    void *workspace = arg ? aligned_alloc(64, size) : NULL;
+    if (mlp(x, expected, NULL, 0)) return (void *)1;
     for (int i = 0; i < 200; i++) {
-        if (mlp(x, out, workspace) || memcmp(out, expected, sizeof out)) return (void *)1;
+        if (mlp(x, out, workspace, size) || memcmp(out, expected, sizeof out)) return (void *)1;
     }
     free(workspace);
     return NULL;
@@ -97,13 +106,13 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/xs.bin", dir); xs = load(path, RNN_XS_SIZE);
 
     float logits[MLP_OUT_SIZE];
-    int status = mlp(x, logits, NULL);
+    int status = mlp(x, logits, NULL, 0);
     if (status) { fprintf(stderr, "mlp: %s\n", lib_error_message(status)); return 1; }
     snprintf(path, sizeof path, "%s/logits.bin", dir); save(path, logits, MLP_OUT_SIZE);
 
     float h[RNN_OUT_H_SIZE], again[RNN_OUT_H_AGAIN_SIZE], pooled[RNN_OUT_POOLED_SIZE];
     float w_out[RNN_OUT_W_SIZE];
-    status = rnn(w, h0, xs, h, again, pooled, w_out, NULL);
+    status = rnn(w, h0, xs, h, again, pooled, w_out, NULL, 0);
     if (status) { fprintf(stderr, "rnn: %s\n", lib_error_message(status)); return 1; }
     snprintf(path, sizeof path, "%s/h.bin", dir); save(path, h, RNN_OUT_H_SIZE);
     snprintf(path, sizeof path, "%s/again.bin", dir); save(path, again, RNN_OUT_H_AGAIN_SIZE);
@@ -129,9 +138,11 @@ def test_c_driver_matches_python(tmp_path):
     paths = export.to_shared_library({k: e for k, (e, _) in entries.items()},
                                      str(tmp_path / "lib"), dimensions={"b": 3})
     header = open(paths.header).read()
-    assert "int mlp(const float *x, float *out, void *workspace);" in header
+    assert "int mlp(const float *x, float *out, void *workspace, size_t workspace_size);" \
+        in header
     assert "int rnn(const float *w, const float *h0, const float *xs, float *out_h, " \
-           "float *out_h_again, float *out_pooled, float *out_w, void *workspace);" in header
+           "float *out_h_again, float *out_pooled, float *out_w, void *workspace, " \
+           "size_t workspace_size);" in header
     (x,), (w, h0, xs) = entries["mlp"][1], entries["rnn"][1]
     for name, value in (("x", x), ("w", w), ("h0", h0), ("xs", xs)):
         value.tofile(tmp_path / f"{name}.bin")
@@ -203,5 +214,149 @@ def test_command_line(tmp_path, capsys):
                             "-o", str(tmp_path / "out" / "net")], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     header = (tmp_path / "out" / "net.h").read_text()
-    assert "int net(const float *x, float *out, void *workspace);" in header
+    assert "int net(const float *x, float *out, void *workspace, size_t workspace_size);" \
+        in header
     assert "#define NET_X_SIZE 32" in header
+
+
+_SIZES_DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "model.h"
+
+int main(void) {
+    static float x[MODEL_X_SIZE], out[MODEL_OUT_SIZE];
+    size_t needed = model_workspace_size();
+    size_t sizes[] = {0, 64, 4096, needed - 1, needed};
+    char *workspace = aligned_alloc(64, (needed + 63) / 64 * 64);
+    printf("%d", model(x, out, NULL, 0));  /* NULL: the library's own, whatever the size */
+    for (int i = 0; i < 5; i++) printf(" %d", model(x, out, workspace, sizes[i]));
+    printf(" %d\n", needed > 4096);
+    free(workspace);
+    return 0;
+}
+"""
+
+
+def test_a_workspace_smaller_than_needed_is_refused(tmp_path):
+    # a workspace of 0, 64 or 4096 bytes was written past its end (a crash)
+    w = RNG.standard_normal((128, 128)).astype(F32)
+    exp = export.export(functrans.jit(lambda x: jnp.tanh(jnp.tanh(x @ w) @ w) @ w))(
+        np.ones((32, 128), F32))
+    paths = export.to_shared_library(exp, str(tmp_path / "model"))
+    (tmp_path / "main.c").write_text(_SIZES_DRIVER)
+    build = subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", "main", "main.c", "-I.",
+                            "./model.so", f"-Wl,-rpath,{tmp_path}"], cwd=tmp_path,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["0", "4", "4", "4", "4", "0", "1"]
+    library = ctypes.CDLL(paths.library)
+    library.model_error_message.restype = ctypes.c_char_p
+    assert b"smaller than" in library.model_error_message(4)
+
+
+# ---- names from the Exported are never C source --------------------------------------------
+
+def _tampered(exported, **fields):
+    """``exported`` as deserialized from a file whose document was rewritten (its checksum
+    recomputed, as anyone writing such a file would)."""
+    document, arrays = _container.unpack(exported.serialize())
+    document.pop("tensors")
+    document["exported"][0].update(fields)
+    return export.deserialize(bytes(_container.pack(document, arrays)))
+
+
+def test_a_function_name_cannot_inject_c(tmp_path):
+    # the name closed the header's comment and defined a constructor, which ran (and here
+    # crashed the process) when anything loaded the library
+    evil = ('f */ __attribute__((constructor)) static void pwn(void) { __builtin_trap(); } '
+            '/*')
+    exp = _tampered(export.export(functrans.jit(lambda x: x * 2))(np.ones(4, F32)),
+                    fun_name=evil)
+    assert exp.fun_name == evil  # deserialize accepts any name
+    paths = export.to_shared_library(exp, str(tmp_path / "model"))
+    header = open(paths.header).read()
+    assert "pwn" not in header.replace("pwn_void", "") and "*/ __attribute__" not in header
+    loader = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).model_workspace_size())"
+    load = subprocess.run([sys.executable, "-c", loader, paths.library], capture_output=True,
+                          text=True, timeout=60)
+    assert load.returncode == 0, load.stderr
+
+
+def test_names_that_clash_get_a_suffix(tmp_path):
+    def kw(d, int, errno, linux):  # noqa: A002 - parameters named as C reserves
+        return {"a": d["a"] + int, "A": d["A"] * errno, "out_a": linux}
+    args = ({"a": np.ones(2, F32), "A": np.ones(3, F32)}, np.ones(2, F32), np.ones(3, F32),
+            np.ones(1, F32))
+    exp = export.export(functrans.jit(kw))(*args)
+    paths = export.to_shared_library({"kw": exp, "KW": exp, "time": exp, "ft_parallel_for": exp},
+                                     str(tmp_path / "lib"))
+    header = open(paths.header).read()
+    # keys sort as "A" < "a": the second of two names equal upper-cased gets the suffix
+    assert "int kw(const float *d_A, const float *d_a_2, const float *int_2, " \
+           "const float *errno_2, const float *linux_2, float *out_A, float *out_a_2, " \
+           "float *out_out_a, void *workspace, size_t workspace_size);" in header
+    assert "#define KW_D_A_SIZE 3" in header and "#define KW_D_A_2_SIZE 2" in header
+    # entry names distinct upper-cased, from the C library's and from the library's own
+    assert "int KW_2(" in header and "int time_2(" in header
+    assert "int program_ft_parallel_for(" in header
+    driver = tmp_path / "main.c"
+    driver.write_text('#include <errno.h>\n#include <math.h>\n#include <stdio.h>\n'
+                      '#include "lib.h"\nint main(void) {\n'
+                      '    float upper[KW_D_A_SIZE] = {1, 2, 3}, lower[KW_D_A_2_SIZE] = {1, 2};\n'
+                      '    float i[2] = {1, 1}, e[3] = {2, 2, 2}, l[1] = {5};\n'
+                      '    float o1[KW_OUT_A_SIZE], o2[KW_OUT_A_2_SIZE], o3[KW_OUT_OUT_A_SIZE];\n'
+                      '    int status = KW_2(upper, lower, i, e, l, o1, o2, o3, NULL, 0);\n'
+                      '    printf("%d %g %g %g\\n", status, o1[2], o2[1], o3[0]);\n'
+                      '    return status;\n}\n')
+    build = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", "main",
+                            "main.c", "-I.", "./lib.so", f"-Wl,-rpath,{tmp_path}"],
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, timeout=60)
+    assert run.stdout.split() == ["0", "6", "3", "5"], run.stdout + run.stderr
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fun_name=_TEXT, arg_name=_TEXT, keys=st.lists(_TEXT, min_size=1, max_size=3, unique=True),
+       entries=st.lists(_TEXT, min_size=1, max_size=2, unique=True),
+       library=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\0"),
+                       min_size=1, max_size=8).filter(lambda t: t not in (".", "..")))
+def test_any_names_give_sources_that_compile_warning_free(fun_name, arg_name, keys, entries,
+                                                          library):
+    def marked(text):  # raw text that no generated line could hold by chance
+        return f"zq{text}qz"
+    exp = export.export(functrans.jit(lambda d: {k: v * 2 for k, v in d.items()}))(
+        {marked(k): np.ones(2, F32) for k in keys})
+    exp = _tampered(exp, fun_name=marked(fun_name), arg_names=[marked(arg_name)])
+    sources = []
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        for name in ("_header", "_c_source"):
+            original = getattr(standalone, name)
+            patch.setattr(standalone, name, lambda *a, _f=original, **k: sources.append(
+                _f(*a, **k)) or sources[-1])
+        patch.setenv("CC", "cc -Wall -Wextra -Werror")  # the library's own C file
+        paths = export.to_shared_library({marked(e): exp for e in entries},
+                                         os.path.join(tmp, marked(library)))
+        user = os.path.join(tmp, "user.c")  # and a user's program that includes the header
+        shutil.copyfile(paths.header, os.path.join(tmp, "library.h"))
+        with open(user, "w") as f:
+            f.write('#include "library.h"\nint main(void) { return 0; }\n')
+        for compiler, flags in (("cc", ["-std=c11", "-pedantic"]), ("c++", [])):
+            if shutil.which(compiler):
+                check = subprocess.run([compiler, "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
+                                        *flags, "-I", tmp] + (["-x", "c++"] if compiler == "c++"
+                                                              else []) + [user],
+                                       capture_output=True, text=True)
+                assert check.returncode == 0, check.stderr
+    assert len(sources) == 2
+    raw = [marked(t) for t in [fun_name, arg_name, library, *keys, *entries]]
+    for text in sources:
+        assert text.isascii()
+        for name in raw:
+            assert re.fullmatch(r"[A-Za-z0-9_]+", name) or name not in text, name

@@ -332,3 +332,31 @@ def test_minus_one_means_no_limit_for_arenas():
     exe = pipeline.compile_jaxpr(closed)
     exe(*args)
     assert exe._state.arena is None and arenas.pool.nbytes >= exe.plan.arena_size
+
+
+@needs_proc
+def test_compiling_frees_llvms_pass_pipeline(tmp_path):
+    # llvmlite's ModulePassManager never freed itself (its no-op base-class dispose came
+    # first): each compile kept its O2 pipeline, about 100 KB, for the process's life.
+    # (Figures over thousands of compiles: python -m benchmarks.compile_memory.)
+    out = _run_script(_RSS + textwrap.dedent("""
+        import gc
+        import numpy as np
+        import functrans, functrans.numpy as jnp
+        from functrans.backends.llvm import codegen, pipeline
+        closed = functrans.make_jaxpr(lambda x: jnp.sin(x) * 2 + 1)(np.ones(8, np.float32))
+        with pipeline._compile_lock:
+            native = pipeline.plan_native(closed)
+        builder = codegen.ModuleBuilder(native.program, native.plan, native.slots,
+                                        native.schedule)
+        text = builder.build()
+        for _ in range(20):
+            codegen.optimize_and_emit(text, builder.names)
+        gc.collect()
+        before = rss_mb()
+        for _ in range(150):
+            codegen.optimize_and_emit(text, builder.names)
+        gc.collect()
+        print(rss_mb() - before)
+    """), tmp_path)
+    assert float(out) < 5, f"{float(out):.1f} MB kept by 150 compiles of one module"

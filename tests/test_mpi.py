@@ -302,6 +302,8 @@ FAILING_RANK_SCRIPT = textwrap.dedent('''
             raise ValueError("rank 1 failed before the psum")
         if mode == "exit":
             sys.exit(3)
+        if mode == "raise_exit":
+            raise SystemExit(3)
         if mode == "thread":
             worker = threading.Thread(target=lambda: 1 / 0, name="loader")
             worker.start()
@@ -334,6 +336,8 @@ def _run_failing_rank(mpiexec, tmp_path, mode):
 @pytest.mark.parametrize("mode, report", [
     ("raise", "process 1 of 2 stopped by an uncaught ValueError"),
     ("exit", "process 1 of 2 is exiting with status 3"),
+    # not through sys.exit: it waited for the collective timeout
+    ("raise_exit", "process 1 of 2 is exiting with status 3"),
     ("thread", "process 1 of 2 had an uncaught ZeroDivisionError in thread 'loader'"),
     # a signal never reaches MPI_Finalize: the launcher ends the job by itself
     ("sigterm", None),
@@ -405,6 +409,31 @@ def test_only_an_exit_status_that_ends_the_program_aborts():
     assert "process 0 of 1 is exiting with status 5" in run.stderr
 
 
+@pytest.mark.parametrize("statement, status", [
+    ("raise SystemExit(6)", 6), ("exit(6)", 6), ("sys.exit(6)", 6),
+    ("raise SystemExit('a message')", 1), ("raise SystemExit(0)", None),
+    ("raise SystemExit", None)])
+def test_every_exit_that_ends_the_program_is_seen(statement, status):
+    script = textwrap.dedent(f'''
+        import sys
+        from functrans import distributed
+        guard = distributed._failure_guard
+        guard._abort_at_exit = lambda status: print("abort with status", status, flush=True)
+        guard.install()
+        try:
+            raise SystemExit(3)
+        except SystemExit as request:
+            assert request.code == 3   # read by the program: not an exit
+        print("still running", flush=True)
+        {statement}
+    ''')
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    expected = ["still running"] + ([f"abort with status {status}"] if status else [])
+    assert run.stdout.splitlines() == expected, run.stdout + run.stderr
+    assert run.returncode == (status or 0), run.stderr
+
+
 def test_the_guard_chains_to_and_restores_the_hooks():
     from functrans import distributed
     guard = distributed._failure_guard
@@ -426,6 +455,7 @@ def test_the_guard_chains_to_and_restores_the_hooks():
         threading.excepthook = later_thread_hook
         guard.uninstall()
         assert sys.excepthook is user_hook and sys.exit is saved[2]
+        assert type(SystemExit.__dict__["code"]).__name__ == "member_descriptor"
         assert threading.excepthook is later_thread_hook   # installed after the guard: kept
     finally:
         guard.uninstall()

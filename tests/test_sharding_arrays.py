@@ -58,6 +58,11 @@ def test_mesh_properties(mesh22):
         Mesh(np.array(devs[:4]), ("a", "b"))
     with pytest.raises(ValueError, match="Number of devices 4 must be >="):
         functrans.make_mesh((8,), ("i",))
+    for names in (("",), ("data", "")):  # '' was accepted as an axis name
+        with pytest.raises(ValueError, match="empty strings"):
+            Mesh(np.array(devs[:len(names) * 2]).reshape((2,) * len(names)), names)
+        with pytest.raises(ValueError, match="empty strings"):
+            functrans.make_mesh((2,) * len(names), names)
 
 
 def test_set_mesh_as_context_and_setter(mesh22):

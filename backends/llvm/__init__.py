@@ -23,8 +23,10 @@ import logging
 
 import contextlib
 
+from functrans import _caches
 from functrans._backends import (register_backend, register_device_parallel_hook,
                                  register_shared_library_builder)
+from functrans.backends.llvm import linker  # the standard library only: cheap to import
 
 logger = logging.getLogger("functrans")
 
@@ -91,3 +93,5 @@ register_backend("llvm", "cpu", compile_jaxpr, priority=10, available=_available
 if _available():
     register_device_parallel_hook(_devices_in_parallel)
     register_shared_library_builder("cpu", build_shared_library)
+    # what clear_caches() frees goes back to the system, not only to the C heap
+    _caches.on_clear(linker.release_free_heap)

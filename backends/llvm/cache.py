@@ -8,11 +8,19 @@ own source, so any change that could change the machine code changes the key.
 Entries live under ``$FUNCTRANS_CACHE_DIR/llvm`` (default ``~/.cache/functrans/llvm``;
 ``config.cache_dir``, alias ``compilation_cache_dir``, overrides both). A file is written to
 a temporary name and renamed into place, so readers never see half an entry; each carries a
-SHA-256 of its contents, and an entry that fails the check (truncated, corrupt, from another
-format version) is deleted and recompiled, never trusted. The directories are created
-readable by their owner only, and one owned by another user or writable by all is not used
-(its code would be run). Only regular files of a bounded size are read as entries: a link, a FIFO or a device
-put in the directory is ignored, never followed or waited on.
+SHA-256 of its contents and the parts of its key (:class:`Key`: program digest, options,
+CPU, library versions), and an entry that fails either check (truncated, corrupt, from
+another format version, moved to another key's name) is deleted and recompiled, never
+trusted.
+
+Code from the cache is run, so the cache trusts only what its user alone can write (see
+docs/security.md). Every access opens the root, then ``llvm/``, the entry's subdirectory
+and the entry, each relative to its parent's checked descriptor, following no symbolic
+link; each must belong to the current user and be writable by neither group nor others. A
+root that fails the check is refused, with one warning, and nothing is cached; a directory
+swapped in after an earlier access is checked like any other. Only regular files of a
+bounded size are read as entries: a link, a FIFO or a device put in the directory is
+ignored, never followed or waited on.
 
 The directory holds at most ``config.compilation_cache_max_size`` bytes (default 1 GiB; -1:
 no limit; 0: no cache, as ``enable_compilation_cache=False``). Reading an entry marks it used
@@ -31,9 +39,9 @@ import json
 import logging
 import os
 import pathlib
+import secrets
 import shutil
 import stat
-import tempfile
 import threading
 import time
 
@@ -43,7 +51,7 @@ from functrans.version import __version__
 
 logger = logging.getLogger("functrans")
 
-MAGIC = b"FTLLVM02"
+MAGIC = b"FTLLVM03"  # 03: the header holds the parts of the entry's key
 _DIGEST = 32
 # The calling convention of the code in an entry, in every key: entries made for another
 # are never loaded. 2: a segment returns an i32 status (1: a SIGINT stopped it early, see
@@ -58,10 +66,17 @@ _LOW_WATER = 0.9
 _STALE_TEMPORARY_SECONDS = 3600
 
 
-def cache_dir() -> pathlib.Path:
+def cache_root() -> pathlib.Path:
+    """The directory the user names for functrans's caches (``config.cache_dir``, else
+    ``$FUNCTRANS_CACHE_DIR``, else ``~/.cache/functrans``)."""
     root = config.cache_dir or os.environ.get("FUNCTRANS_CACHE_DIR") or \
         os.path.join(os.path.expanduser("~"), ".cache", "functrans")
-    return pathlib.Path(root) / "llvm"
+    return pathlib.Path(root)
+
+
+def cache_dir() -> pathlib.Path:
+    """This backend's entries: ``llvm/`` under :func:`cache_root`."""
+    return cache_root() / "llvm"
 
 
 def enabled() -> bool:
@@ -94,20 +109,42 @@ def _describe_params(jaxpr: Jaxpr, out: list) -> None:
                 out.append(f"{k}={v!r}")
 
 
-def cache_key(closed: ClosedJaxpr, target: str) -> str:
-    """The cache key of ``closed`` compiled for ``target``."""
+class Key(str):
+    """A cache key: the SHA-256 (hex) of its ``parts``, a JSON object that names everything
+    the machine code depends on. An entry stores the parts of its key, and is loaded only
+    when they hash to the key asked for (an entry moved to another key's name is refused)."""
+
+    parts: dict
+
+    def __new__(cls, parts: dict):
+        text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+        key = super().__new__(cls, hashlib.sha256(text.encode()).hexdigest())
+        key.parts = json.loads(text)  # as an entry stores them: plain JSON values
+        return key
+
+
+def _digest_of(parts) -> str | None:
+    try:
+        return Key(parts) if isinstance(parts, dict) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def cache_key(closed: ClosedJaxpr, target: str, options: str = "") -> Key:
+    """The cache key of ``closed`` compiled for ``target`` (LLVM's triple, CPU name and
+    features) with ``options`` (what else decides the code: the buffer plan's digest)."""
     import llvmlite  # its version fixes the LLVM it is built with
 
-    parts = ["functrans-llvm", str(CODE_ABI), __version__, llvmlite.__version__,
-             source_digest(), target,
-             closed.jaxpr.pretty_print(),
+    parts = [closed.jaxpr.pretty_print(),
              repr([(v.aval.shape, str(v.aval.dtype)) for v in closed.jaxpr.constvars])]
     _describe_params(closed.jaxpr, parts)
     h = hashlib.sha256()
     for p in parts:
         h.update(p.encode("utf-8", "replace"))
         h.update(b"\0")
-    return h.hexdigest()
+    return Key({"kind": "functrans-llvm", "program": h.hexdigest(), "options": options,
+                "target": target, "functrans": __version__, "llvmlite": llvmlite.__version__,
+                "source": source_digest(), "abi": CODE_ABI})
 
 
 # /proc/cpuinfo fields that identify a CPU model and what it can do (not its clock)
@@ -140,44 +177,132 @@ def host_target(compute) -> str:
     """LLVM's description of this CPU, ``compute()``: computed once per CPU and kept in the
     cache directory, since asking LLVM means loading it (a large part of a warm start)."""
     fingerprint = _cpu_fingerprint() if enabled() else None
-    directory = _directory(create=True) if fingerprint else None
-    if fingerprint is None or directory is None:
+    if fingerprint is None:
         return compute()
-    path = directory / f"host-{fingerprint[:32]}.json"
-    try:
-        entry = json.loads(_read_entry_file(path, touch=False) or b"null")
-        if entry.get("fingerprint") == fingerprint and isinstance(entry.get("target"), str):
-            return entry["target"]
-    except (_NotAnEntry, ValueError, AttributeError):  # then written anew, below
-        pass
-    target = compute()
-    _write_atomically(path, json.dumps({"fingerprint": fingerprint, "target": target}).encode())
+    name = f"host-{fingerprint[:32]}.json"
+    with _opened_directory(create=True) as directory:
+        if directory is None:
+            return compute()
+        try:
+            entry = json.loads(_read_entry_file(directory, name, touch=False) or b"null")
+            if entry.get("fingerprint") == fingerprint and isinstance(entry.get("target"), str):
+                return entry["target"]
+        except (_NotAnEntry, ValueError, AttributeError):  # then written anew, below
+            pass
+        target = compute()
+        _write_atomically(directory, name,
+                          json.dumps({"fingerprint": fingerprint, "target": target}).encode())
     return target
 
 
 # ---- the directory ---------------------------------------------------------------------------
+#
+# Every access opens the cache root by its path, checks the directory it got (owner, mode),
+# and reaches llvm/, the entry's subdirectory and the entry from there, each opened relative
+# to the checked descriptor of its parent without following a symbolic link, and checked in
+# turn. What is checked is what is read: a directory swapped in after an earlier check (by
+# someone who may write to the root) is seen at the next access, never trusted.
 
-_checked: dict = {}  # directory -> whether it may be used (ownership checked once)
+_DIRECTORY_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# where directories cannot be opened relative to a descriptor (Windows), nothing is cached
+_SUPPORTED = os.open in os.supports_dir_fd and bool(_NO_FOLLOW) and hasattr(os, "O_DIRECTORY")
+
+_warned: set = set()  # (path, reason) already logged: one warning each per process
+_warned_lock = threading.Lock()
 
 
-def _directory(create: bool) -> pathlib.Path | None:
-    """The cache directory, made (owner-only) when ``create``; None when it does not exist
-    and is not to be made, or when another user owns it or every user may write to it."""
-    path = cache_dir()
-    usable = _checked.get(path)
-    if usable is None:
+class _Refused(Exception):
+    """A directory of the cache that code may not be run from."""
+
+
+def _warn_once(path, reason: str) -> None:
+    with _warned_lock:
+        if (str(path), reason) in _warned:
+            return
+        _warned.add((str(path), reason))
+    logger.warning("functrans: the compilation cache directory %s %s, so code from it is not "
+                   "run and compiled code is not cached; make it private (chmod 700) or set "
+                   "FUNCTRANS_CACHE_DIR", path, reason)
+
+
+def _check(fd: int, regular: bool = False) -> os.stat_result:
+    """The status of ``fd``: a directory (or a regular file, if ``regular``) of this user
+    that neither the group nor others may write to; raises :class:`_Refused` otherwise."""
+    info = os.fstat(fd)
+    if regular and not stat.S_ISREG(info.st_mode):
+        raise _NotAnEntry("not a regular file")
+    if not regular and not stat.S_ISDIR(info.st_mode):
+        raise _Refused("is not a directory")
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        raise _Refused("is owned by another user")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise _Refused("is writable by other users")
+    return info
+
+
+def _open_subdirectory(parent: int, name: str, create: bool) -> int | None:
+    """The checked descriptor of ``parent``/``name`` (made owner-only when ``create``), or
+    None when it does not exist. Raises :class:`_Refused` (a link is refused, not followed)."""
+    if create:
         try:
-            if create:
-                _make_private_dirs(path)
-            info = os.stat(path)
-        except OSError as err:
-            if create:
-                logger.warning("functrans: cannot use the compilation cache directory %s: %s",
-                               path, err)
+            os.mkdir(name, 0o700, dir_fd=parent)
+        except FileExistsError:
+            pass
+    try:
+        fd = os.open(name, _DIRECTORY_FLAGS | _NO_FOLLOW, dir_fd=parent)
+    except FileNotFoundError:
+        return None
+    except OSError as err:  # ELOOP or ENOTDIR: a link or a file where a directory should be
+        raise _Refused(f"holds {name!r}, which is not a directory ({err.strerror})") from None
+    try:
+        _check(fd)
+    except _Refused as err:
+        os.close(fd)
+        raise _Refused(f"holds {name!r}, which {err}") from None
+    return fd
+
+
+class _opened_directory:
+    """``with _opened_directory(create) as fd``: the checked descriptor of ``llvm/`` under the
+    cache root (made, owner-only, when ``create``), or None when it does not exist, cannot
+    be made, or may not be used (then logged once)."""
+
+    def __init__(self, create: bool):
+        self.create, self.fd = create, None
+
+    def __enter__(self) -> int | None:
+        if not _SUPPORTED:
             return None
-        usable = _trustworthy(path, info)
-        _checked[path] = usable
-    return path if usable else None
+        root = cache_root()
+        try:
+            if self.create:
+                _make_private_dirs(root)
+            # the root's own path is the user's to choose (links in it included); what it
+            # leads to is checked
+            root_fd = os.open(root, _DIRECTORY_FLAGS)
+        except OSError as err:
+            if self.create:
+                logger.warning("functrans: cannot use the compilation cache directory %s: %s",
+                               root, err)
+            return None
+        try:
+            _check(root_fd)
+            self.fd = _open_subdirectory(root_fd, "llvm", self.create)
+        except _Refused as err:
+            _warn_once(root, str(err))
+        except OSError as err:
+            if self.create:
+                logger.warning("functrans: cannot use the compilation cache directory %s: %s",
+                               root, err)
+        finally:
+            os.close(root_fd)
+        return self.fd
+
+    def __exit__(self, *exc_info):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _make_private_dirs(path: pathlib.Path) -> None:
@@ -195,45 +320,32 @@ def _make_private_dirs(path: pathlib.Path) -> None:
             pass
 
 
-def _trustworthy(path: pathlib.Path, info: os.stat_result) -> bool:
-    """Whether code found under ``path`` may be run: a directory of this user that not every
-    user may write to (where the system has users; a group-writable one is the user's choice,
-    as with a umask of 002)."""
-    if not stat.S_ISDIR(info.st_mode):
-        logger.warning("functrans: the compilation cache path %s is not a directory; "
-                       "compiled code is not cached", path)
-        return False
-    if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & stat.S_IWOTH):
-        logger.warning("functrans: the compilation cache directory %s is owned by another user "
-                       "or writable by all users, so code from it is not run; remove it or set "
-                       "FUNCTRANS_CACHE_DIR", path)
-        return False
-    return True
-
-
 # ---- entries ---------------------------------------------------------------------------------
 
 
 class _NotAnEntry(Exception):
-    """A file in the cache directory that cannot be an entry (not a regular file, too big)."""
+    """A file in the cache directory that cannot be an entry (not a regular file of ours,
+    too big)."""
 
 
-def _read_entry_file(path: pathlib.Path, touch: bool) -> bytes | None:
-    """The bytes of ``path`` when it is a regular file of at most ``MAX_ENTRY_BYTES`` (a
-    symbolic link is not followed, a FIFO or device not waited on); None when it does not
-    exist. ``touch`` marks it used for eviction. Raises :class:`_NotAnEntry` otherwise."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
+def _read_entry_file(directory: int, name: str, touch: bool) -> bytes | None:
+    """The bytes of ``name`` in ``directory`` when it is a regular file of this user that
+    no one else may write, of at most ``MAX_ENTRY_BYTES`` (a symbolic link is not followed, a
+    FIFO or device not waited on); None when it does not exist. ``touch`` marks it used for
+    eviction. Raises :class:`_NotAnEntry` otherwise."""
+    flags = os.O_RDONLY | _NO_FOLLOW | getattr(os, "O_NONBLOCK", 0) | \
         getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(name, flags, dir_fd=directory)
     except FileNotFoundError:
         return None
     except OSError as err:  # ELOOP: a symbolic link
         raise _NotAnEntry(f"cannot be opened as a file ({err.strerror})") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _NotAnEntry("not a regular file")
+        try:
+            info = _check(fd, regular=True)
+        except _Refused as err:
+            raise _NotAnEntry(str(err)) from None
         if info.st_size > MAX_ENTRY_BYTES:
             raise _NotAnEntry(f"{info.st_size} bytes, more than an entry can be")
         chunks, remaining = [], info.st_size
@@ -245,7 +357,8 @@ def _read_entry_file(path: pathlib.Path, touch: bool) -> bytes | None:
             remaining -= len(chunk)
         if touch:
             try:
-                os.utime(fd if os.utime in os.supports_fd else path)
+                if os.utime in os.supports_fd:
+                    os.utime(fd)
             except OSError:  # a read-only cache still serves entries
                 pass
         return b"".join(chunks)
@@ -253,61 +366,98 @@ def _read_entry_file(path: pathlib.Path, touch: bool) -> bytes | None:
         os.close(fd)
 
 
-def _write_atomically(path: pathlib.Path, data: bytes) -> bool:
-    """Write ``data`` to a temporary file and rename it into place: readers never see half a
-    file. A read-only or full disk is logged, never raised (compilation goes on). Returns
-    whether the file was written."""
+def _write_atomically(directory: int, name: str, data: bytes) -> bool:
+    """Write ``data`` to a temporary file in ``directory`` and rename it to ``name``:
+    readers never see half a file. A read-only or full disk is logged, never raised
+    (compilation goes on). Returns whether the file was written."""
+    temporary = f".tmp-{secrets.token_hex(8)}"
     try:
-        _make_private_dirs(path.parent)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW |
+                     getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=directory)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            os.replace(tmp, path)
+            os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
         except BaseException:
             try:
-                os.unlink(tmp)
+                os.unlink(temporary, dir_fd=directory)
             except OSError:
                 pass
             raise
     except OSError as err:
-        logger.warning("functrans: could not write the compilation cache entry %s: %s", path, err)
+        logger.warning("functrans: could not write the compilation cache entry %s: %s", name,
+                       err)
         return False
     return True
 
 
 def _path(directory: pathlib.Path, key: str) -> pathlib.Path:
+    """Where the entry of ``key`` lies under ``directory`` (``cache_dir()``)."""
     return directory / key[:2] / f"{key}.bin"
 
 
-def store(key: str, sections: dict, meta: dict) -> None:
-    """Write an entry atomically: ``sections`` maps names to bytes, ``meta`` is JSON."""
+def store(key: Key, sections: dict, meta: dict) -> None:
+    """Write an entry atomically: ``sections`` maps names to bytes, ``meta`` is JSON. The
+    entry holds ``key.parts``, checked by :func:`load`."""
     if not enabled():
         return
+    if not isinstance(key, Key):
+        raise TypeError("cache.store takes a cache.Key (whose parts the entry holds)")
     names = sorted(sections)
-    header = json.dumps({"meta": meta, "sections": [[n, len(sections[n])] for n in names]}).encode()
+    header = json.dumps({"key": key.parts, "meta": meta,
+                         "sections": [[n, len(sections[n])] for n in names]}).encode()
     payload = len(header).to_bytes(8, "little") + header + b"".join(sections[n] for n in names)
     data = MAGIC + hashlib.sha256(payload).digest() + payload
     limit = config.compilation_cache_max_size
     if len(data) > MAX_ENTRY_BYTES or 0 <= limit < len(data):
         return  # would be evicted at once (or never read back)
-    directory = _directory(create=True)
-    if directory is None:
-        return
-    if _write_atomically(_path(directory, key), data):
-        _note_stored(directory, len(data))
+    with _opened_directory(create=True) as directory:
+        if directory is None:
+            return
+        try:
+            subdirectory = _open_subdirectory(directory, key[:2], create=True)
+        except _Refused as err:
+            _warn_once(cache_dir(), str(err))
+            return
+        except OSError as err:
+            logger.warning("functrans: could not write the compilation cache entry %s: %s",
+                           key, err)
+            return
+        try:
+            written = _write_atomically(subdirectory, f"{key}.bin", data)
+        finally:
+            os.close(subdirectory)
+    if written:
+        _note_stored(cache_dir(), len(data))
 
 
 def load(key: str):
-    """``(sections, meta)`` of a valid entry, or ``None``; a corrupt entry is removed."""
+    """``(sections, meta)`` of a valid entry of ``key``, or ``None``. An entry is valid when
+    it is a regular file of this user in directories of this user that no one else may
+    write, its checksum matches and the key parts it holds hash to ``key``; another is
+    removed."""
     if not enabled():
         return None
-    directory = _directory(create=False)
-    if directory is None:
-        return None
-    path = _path(directory, key)
+    with _opened_directory(create=False) as directory:
+        if directory is None:
+            return None
+        try:
+            subdirectory = _open_subdirectory(directory, key[:2], create=False)
+        except _Refused as err:
+            _warn_once(cache_dir(), str(err))
+            return None
+        if subdirectory is None:
+            return None
+        try:
+            return _read_entry(subdirectory, key)
+        finally:
+            os.close(subdirectory)
+
+
+def _read_entry(directory: int, key: str):
+    name = f"{key}.bin"
     try:
-        data = _read_entry_file(path, touch=True)
+        data = _read_entry_file(directory, name, touch=True)
         if data is None:
             return None
         if data[:len(MAGIC)] != MAGIC:
@@ -318,25 +468,32 @@ def load(key: str):
             raise ValueError("checksum mismatch")
         n = int.from_bytes(payload[:8], "little")
         header = json.loads(payload[8:8 + n])
+        stored = header.get("key")
+        if _digest_of(stored) != key or (isinstance(key, Key) and stored != key.parts):
+            raise ValueError("it is the entry of another key")
         pos = 8 + n
         sections = {}
-        for name, size in header["sections"]:
-            sections[name] = payload[pos:pos + size]
+        for section, size in header["sections"]:
+            sections[section] = payload[pos:pos + size]
             pos += size
         if pos != len(payload):
             raise ValueError("length mismatch")
         return sections, header["meta"]
-    except (_NotAnEntry, ValueError, KeyError, TypeError) as err:
-        logger.warning("functrans: discarding the compilation cache entry %s (%s)", path, err)
-        discard(key)
+    except (_NotAnEntry, ValueError, KeyError, TypeError, AttributeError) as err:
+        logger.warning("functrans: discarding the compilation cache entry %s (%s)",
+                       _path(cache_dir(), key), err)
+        try:
+            os.unlink(name, dir_fd=directory)
+        except OSError:
+            pass
         return None
 
 
 def discard(key: str) -> None:
-    try:
-        _path(cache_dir(), key).unlink()
-    except OSError:
-        pass
+    with _opened_directory(create=False) as directory:
+        if directory is None:
+            return
+        _unlink(directory, f"{key[:2]}/{key}.bin")
 
 
 # ---- size ------------------------------------------------------------------------------------
@@ -360,17 +517,32 @@ def _note_stored(directory: pathlib.Path, nbytes: int) -> None:
             _estimate["bytes"] = evict(int(limit * _LOW_WATER))
 
 
-def _files(directory: pathlib.Path) -> list:
-    """``(path, lstat)`` of every file under ``directory`` (links and FIFOs included, never
-    followed)."""
+def _files(directory: int) -> list:
+    """``(subdirectory, name, lstat)`` of every file in ``directory`` (a descriptor of
+    ``llvm/``) and in its subdirectories, ``subdirectory`` None for the top level (links and
+    FIFOs included, never followed; subdirectories that may not be used are skipped)."""
     found = []
-    for root, _, names in os.walk(directory):
-        for name in names:
-            path = pathlib.Path(root) / name
+
+    def scan(fd: int, subdirectory):
+        for name in os.listdir(fd):
             try:
-                found.append((path, os.lstat(path)))
+                info = os.lstat(name, dir_fd=fd)
             except OSError:  # deleted in between
-                pass
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if subdirectory is None:
+                    try:
+                        inner = _open_subdirectory(fd, name, create=False)
+                    except (_Refused, OSError):
+                        continue
+                    if inner is not None:
+                        try:
+                            scan(inner, name)
+                        finally:
+                            os.close(inner)
+            else:
+                found.append((subdirectory, name, info))
+    scan(directory, None)
     return found
 
 
@@ -380,7 +552,11 @@ def usage() -> int:
         >>> usage() >= 0
         True
     """
-    return sum(info.st_size for _, info in _files(cache_dir()) if stat.S_ISREG(info.st_mode))
+    with _opened_directory(create=False) as directory:
+        if directory is None:
+            return 0
+        return sum(info.st_size for _, _, info in _files(directory)
+                   if stat.S_ISREG(info.st_mode))
 
 
 def evict(max_bytes: int) -> int:
@@ -393,19 +569,23 @@ def evict(max_bytes: int) -> int:
     """
     now = time.time()
     entries, total = [], 0
-    for path, info in _files(cache_dir()):
-        stale = path.name.startswith(".tmp-") and now - info.st_mtime > _STALE_TEMPORARY_SECONDS
-        if not stat.S_ISREG(info.st_mode) or stale:
-            _unlink(path)
-            continue
-        total += info.st_size
-        if path.suffix == ".bin":
-            entries.append((info.st_mtime, info.st_size, path))
-    for _, size, path in sorted(entries, key=lambda e: e[0]):
-        if total <= max_bytes:
-            break
-        if _unlink(path):
-            total -= size
+    with _opened_directory(create=False) as directory:
+        if directory is None:
+            return 0
+        for subdirectory, name, info in _files(directory):
+            relative = name if subdirectory is None else f"{subdirectory}/{name}"
+            stale = name.startswith(".tmp-") and now - info.st_mtime > _STALE_TEMPORARY_SECONDS
+            if not stat.S_ISREG(info.st_mode) or stale:
+                _unlink(directory, relative)
+                continue
+            total += info.st_size
+            if name.endswith(".bin"):
+                entries.append((info.st_mtime, info.st_size, relative))
+        for _, size, relative in sorted(entries, key=lambda e: e[0]):
+            if total <= max_bytes:
+                break
+            if _unlink(directory, relative):
+                total -= size
     return total
 
 
@@ -420,14 +600,27 @@ def clear() -> None:
         0
     """
     shutil.rmtree(cache_dir(), ignore_errors=True)
-    _checked.clear()
+    with _warned_lock:
+        _warned.clear()
     with _estimate_lock:
         _estimate["directory"] = None
 
 
-def _unlink(path: pathlib.Path) -> bool:
+def _unlink(directory: int, relative: str) -> bool:
+    """Remove ``relative`` (``name`` or ``subdirectory/name``) from ``directory``; the
+    subdirectory is opened (and checked) again, never followed as a link."""
+    subdirectory, _, name = relative.rpartition("/")
     try:
-        path.unlink()
+        if not subdirectory:
+            os.unlink(name, dir_fd=directory)
+            return True
+        inner = _open_subdirectory(directory, subdirectory, create=False)
+        if inner is None:
+            return False
+        try:
+            os.unlink(name, dir_fd=inner)
+        finally:
+            os.close(inner)
         return True
-    except OSError:
+    except (_Refused, OSError):
         return False

@@ -328,11 +328,10 @@ def support_object(label: str, build) -> bytes:
     process compiled it (the module's text is then not even built: this backend's source,
     in the key, determines it). It runs in this process only: compiled for this CPU,
     whatever target the programs that call it are compiled for."""
-    import hashlib
     host = targets.host()
-    key = hashlib.sha256("\n".join([label, cache.source_digest(), str(cache.CODE_ABI),
-                                     target_description(host), build.__name__]
-                                    ).encode()).hexdigest()
+    key = cache.Key({"kind": "support", "label": label, "build": build.__name__,
+                     "target": target_description(host), "source": cache.source_digest(),
+                     "abi": cache.CODE_ABI})
     entry = cache.load(key)
     if entry is not None:
         return entry[0]["object"]
@@ -367,8 +366,25 @@ def optimize_and_emit(ir_text: str, names: dict, target=None) -> tuple[bytes, st
         pto.slp_vectorization = True
         pto.loop_unrolling = False
         pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
+        pipeline = pb.getModulePassManager()
+        try:
+            pipeline.run(mod, pb)
+        finally:
+            _free_pass_manager(pipeline)
         return tm.emit_object(mod), str(mod)
+
+
+def _free_pass_manager(manager) -> None:
+    """Free a pass pipeline of llvmlite's. Its ``ModulePassManager`` lists ``ObjectRef``
+    before ``NewPassManager`` among its bases, so the no-op ``ObjectRef._dispose`` hides the
+    one that frees the pipeline: every compile kept its O2 pipeline (about 100 KB, with what
+    the passes allocated while running) for the life of the process."""
+    from llvmlite.binding import ffi, newpassmanagers
+    if type(manager)._dispose is ffi.ObjectRef._dispose:
+        newpassmanagers.NewPassManager._dispose(manager)
+        manager.detach()
+    else:  # an llvmlite whose pass managers free themselves
+        manager.close()
 
 
 def _compile_error(ir_text: str, message: str, names: dict) -> LLVMCompileError:

@@ -94,6 +94,20 @@ _LIBC = None
 _PROCESS = None
 
 
+def release_free_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``): what the
+    compiles and executables that ``functrans.clear_caches()`` dropped had allocated, LLVM's
+    share included, otherwise stays resident in the heap for its next allocations."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # a C library without it (musl)
+        return
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+
+
 def process_symbol(name: str):
     """The address of ``name`` among the libraries this process has loaded, or None."""
     global _PROCESS

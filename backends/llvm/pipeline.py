@@ -182,8 +182,8 @@ def build_executable(native: NativePlan, use_cache: bool = True) -> Executable:
     digest = _plan_digest(program, plan, slots)
     # passes left out change the code, never the program's meaning
     disabled = ",".join(sorted(compiler_passes.disabled_passes()))
-    key = cache.cache_key(closed, f"{codegen.target_description()}|without={disabled}") \
-        if use_cache else None
+    key = cache.cache_key(closed, codegen.target_description(),
+                          options=f"{digest}|without={disabled}") if use_cache else None
     entry = cache.load(key) if key else None
     if entry is not None and entry[1].get("plan") != digest:
         entry = None  # same program text but a different schedule: never trust it

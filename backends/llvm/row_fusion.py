@@ -25,6 +25,7 @@ import functools
 
 import numpy as np
 
+from functrans import _caches
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.fusion import (Buffer, LoopKernel, Program, ReduceKernel, Step,
                                             unique_buffers)
@@ -81,6 +82,9 @@ class RowGroup(Step):
 def _row_major(shape: tuple):
     """The row-major offset of the loop indices of ``shape`` (callers hold ``E.lock``)."""
     return E.linearize(E.index_vars(shape), shape)
+
+
+_caches.on_clear(_row_major.cache_clear)  # its expressions outlive every program otherwise
 
 
 def _row_shape(step, rows_width=None):

@@ -4,7 +4,7 @@ A program is compiled as for ``jit`` (:func:`pipeline.plan_native`, then
 :class:`codegen.ModuleBuilder`), and the machine code is linked by the system C compiler
 (``cc -shared``) into a library that needs neither Python nor functrans:
 
-* each entry point's LLVM module is renamed apart (``<entry>_segment_0``), its libm calls
+* each entry point's LLVM module is renamed apart (``ft_e0_segment_0``), its libm calls
   (``ft_libm_expf``) are pointed at the C library's names (``expf``), and it is emitted
   as an object file;
 * the native thread pool (:mod:`thread_pool`) is one more object file, its POSIX calls
@@ -20,6 +20,9 @@ A program is compiled as for ``jit`` (:func:`pipeline.plan_native`, then
   the SciPy the library was built with (path recorded at build time), else the system's
   ``libopenblas.so.0`` / ``libblas.so.3`` (with ``liblapack.so.3``). The symbols tried
   are SciPy's ``scipy_<routine>_`` and the standard ``<routine>_``;
+* every name in the generated C is an identifier made by :mod:`c_identifiers` (the
+  exported program's names may come from someone else's file); internal symbols are named
+  by position (``ft_e0_...``), never after the caller's names;
 * a version script exports only the entry functions: two generated libraries (or a
   library and functrans itself) never see each other's internals.
 
@@ -40,7 +43,8 @@ import tempfile
 
 import numpy as np
 
-from functrans.backends.llvm import codegen, interrupts, pipeline, thread_pool, vector_math
+from functrans.backends.llvm import (c_identifiers, codegen, interrupts, pipeline, thread_pool,
+                                     vector_math)
 from functrans.backends.llvm.targets import compiling_for
 from functrans.backends.compiler.fusion import Buffer, FallbackStep
 
@@ -62,16 +66,27 @@ _C_DEFINES = tuple(f"ft_{r}" for r in codegen.BLAS_ROUTINES + codegen.LAPACK_ROU
 _LIBC = ("memset", "memcpy", "memmove")
 
 ERROR_CODES = {1: "the library could not start (see the message)", 2: "out of memory",
-               3: "the workspace is not aligned to 16 bytes"}
+               3: "the workspace is not aligned to 16 bytes",
+               4: "the workspace is smaller than <entry>_workspace_size() bytes"}
 
 
 class Entry:
-    """One C function of a library: ``name``, the program ``closed`` (concrete shapes),
-    C-friendly names for its inputs and results, and a description for the header."""
+    """One C function of a library: the ``name`` asked for, the program ``closed``
+    (concrete shapes), names for its inputs and results, the exported function's name and
+    the sizes of its dimension variables. All are text from the caller (or from a
+    serialized file): :class:`_LibraryNames` makes C identifiers of them."""
 
-    def __init__(self, name: str, closed, input_names, output_names, description: str = ""):
-        self.name, self.closed, self.description = name, closed, description
+    def __init__(self, name: str, closed, input_names, output_names,
+                 function_name: str = "", sizes=None):
+        self.name, self.closed, self.function_name = name, closed, function_name
         self.input_names, self.output_names = list(input_names), list(output_names)
+        self.sizes = dict(sizes or {})
+
+    @property
+    def description(self) -> str:
+        """For Python error messages (never written into C)."""
+        at = f" at {', '.join(f'{v}={n}' for v, n in self.sizes.items())}" if self.sizes else ""
+        return f"'{self.function_name or self.name}'{at}"
 
 
 def c_compiler() -> str | None:
@@ -96,36 +111,44 @@ def build_shared_library(entries: list[Entry], prefix: str, library: str,
         raise RuntimeError("to_shared_library needs a C compiler to link the library: none "
                            "found (install cc, gcc or clang, or set CC)")
     with compiling_for(target_cpu):
-        compiled = [_compile_entry(e) for e in entries]
+        compiled = [_compile_entry(e, k) for k, e in enumerate(entries)]
         pool_object = _pool_object()
+    names = _LibraryNames(compiled, library, compiler)
     needs_blas = any(c.needs_blas for c in compiled)
     with tempfile.TemporaryDirectory(prefix="functrans-so-") as build:
         objects = []
-        for c in compiled:
-            objects.append(os.path.join(build, f"{c.entry.name}.o"))
+        for k, c in enumerate(compiled):
+            objects.append(os.path.join(build, f"entry{k}.o"))
             with open(objects[-1], "wb") as f:
                 f.write(c.object)
         objects.append(os.path.join(build, "thread_pool.o"))
         with open(objects[-1], "wb") as f:
             f.write(pool_object)
-        header = _header(compiled, library)
-        source = _c_source(compiled, library, build, needs_blas,
+        header = _header(compiled, names)
+        blobs: dict[str, bytes] = {}
+        source = _c_source(compiled, names, blobs, needs_blas,
                            any(c.needs_pool for c in compiled))
-        c_path = os.path.join(build, f"{library}.c")
+        for symbol, data in blobs.items():
+            with open(os.path.join(build, f"{symbol}.bin"), "wb") as f:
+                f.write(data)
+        # the generated files have fixed names: no text of the caller's is in a path
+        c_path = os.path.join(build, "library.c")
         with open(c_path, "w") as f:
             f.write(source)
-        with open(os.path.join(build, f"{library}.h"), "w") as f:
+        with open(os.path.join(build, "library.h"), "w") as f:
             f.write(header)
         script = os.path.join(build, "exports.map")
-        exported = [c.entry.name for c in compiled] + \
-            [f"{c.entry.name}_workspace_size" for c in compiled] + [f"{library}_error_message"]
+        exported = [n for entry in names.entries for n in (entry.name, entry.workspace_size)]
         with open(script, "w") as f:
-            f.write("{\n  global: " + " ".join(f"{n};" for n in exported) + "\n  local: *;\n};\n")
-        so_path = os.path.join(build, f"{library}.so")
+            f.write("{\n  global: " + " ".join(f"{n};" for n in exported + [names.error_message])
+                    + "\n  local: *;\n};\n")
+        so_path = os.path.join(build, "library.so")
+        # -Xlinker passes the file's name to the linker as one argument, commas and all
         command = compiler.split() + ["-shared", "-fPIC", "-O2", "-fvisibility=hidden",
                                       "-o", so_path, c_path, *objects, "-lm", "-ldl",
                                       "-lpthread", f"-Wl,--version-script={script}",
-                                      f"-Wl,-soname,{os.path.basename(prefix)}.so",
+                                      "-Xlinker", "-soname",
+                                      "-Xlinker", f"{os.path.basename(prefix)}.so",
                                       "-Wl,--no-undefined"]
         result = subprocess.run(command, capture_output=True, text=True, cwd=build)
         if result.returncode != 0:
@@ -155,7 +178,7 @@ class _CompiledEntry:
             thread_pool.SYMBOL, codegen.GEMM_FOR_SYMBOL))
 
 
-def _compile_entry(entry: Entry) -> _CompiledEntry:
+def _compile_entry(entry: Entry, index: int) -> _CompiledEntry:
     with pipeline._compile_lock:
         native = pipeline.plan_native(entry.closed)
         _refuse_numpy_steps(native, entry)
@@ -165,7 +188,8 @@ def _compile_entry(entry: Entry) -> _CompiledEntry:
         builder = codegen.ModuleBuilder(native.program, native.plan, native.slots,
                                         native.schedule)
         ir_text = builder.build()
-    text, segment = _standalone_module(ir_text, entry.name, segments[0].name)
+    # the module's symbols are renamed apart by the entry's position, never by its name
+    text, segment = _standalone_module(ir_text, f"ft_e{index}", segments[0].name)
     obj, _ = codegen.optimize_and_emit(text, builder.names)
     return _CompiledEntry(entry, native, obj, segment, codegen.needs_blas(obj))
 
@@ -175,14 +199,14 @@ def _refuse_numpy_steps(native, entry: Entry):
     if fallbacks:
         names = sorted({_describe_fallback(s) for s in fallbacks})
         raise NotImplementedError(
-            f"to_shared_library: {entry.description or entry.name} has steps that run in "
+            f"to_shared_library: {entry.description} has steps that run in "
             f"NumPy, not in native code: {', '.join(names)}. A standalone library holds "
             "native code only; export a function without these operations (or compute "
             "them outside it)")
     for b in native.program.inputs + [o for o in native.program.outputs
                                       if isinstance(o, Buffer)]:
         if not b.is_array:
-            raise NotImplementedError(f"to_shared_library: {entry.name} has a non-array "
+            raise NotImplementedError(f"to_shared_library: {entry.description} has a non-array "
                                       "argument or result (a token)")
 
 
@@ -273,31 +297,75 @@ def _c_type(dtype) -> str:
     return found
 
 
-def c_identifier(text: str) -> str:
-    """``text`` as a C identifier (``args[0]['w']`` -> ``args_0_w``)."""
-    name = re.sub(r"[^0-9A-Za-z_]+", "_", text).strip("_") or "x"
-    return f"_{name}" if name[0].isdigit() else name
+# the generated C file's first lines: what its names must not clash with
+_C_PRELUDE = "\n".join([
+    "#define _GNU_SOURCE", "#include <dlfcn.h>", "#include <pthread.h>", "#include <sched.h>",
+    "#include <stdbool.h>", "#include <stddef.h>", "#include <stdint.h>", "#include <stdio.h>",
+    "#include <stdlib.h>", "#include <string.h>", "#include <unistd.h>", ""])
 
 
-def _unique(names: list[str], taken: set) -> list[str]:
-    out = []
-    for n in names:
-        candidate, k = n, 2
-        while candidate in taken:
-            candidate, k = f"{n}_{k}", k + 1
-        taken.add(candidate)
-        out.append(candidate)
-    return out
+class _Array:
+    """An input or output of an entry point: C name, C type, shape, dtype, and the name of
+    its element-count macro."""
+
+    def __init__(self, name: str, aval):
+        self.name, self.shape, self.dtype = name, tuple(aval.shape), aval.dtype
+        self.c_type = _c_type(aval.dtype)
+        self.size_macro = ""
+
+    @property
+    def count(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
 
 
-def _signature(c: _CompiledEntry) -> tuple[list, list]:
-    """(inputs, outputs) as (C name, C type, shape, dtype) of an entry point."""
-    closed = c.entry.closed
-    taken = {"workspace"}
-    ins = _unique([c_identifier(n) for n in c.entry.input_names], taken)
-    outs = _unique([c_identifier(n) for n in c.entry.output_names], taken)
-    return ([(n, _c_type(a.dtype), a.shape, a.dtype) for n, a in zip(ins, closed.in_avals)],
-            [(n, _c_type(a.dtype), a.shape, a.dtype) for n, a in zip(outs, closed.out_avals)])
+class _EntryNames:
+    def __init__(self, name: str, workspace_size: str, inputs: list, outputs: list):
+        self.name, self.workspace_size = name, workspace_size
+        self.inputs, self.outputs = inputs, outputs
+
+
+class _LibraryNames:
+    """Every name of the generated header and C file, made from the caller's text by
+    :mod:`c_identifiers`, in a fixed order (library, header guard, entry points, their
+    arrays, the size macros) so that the same program always gets the same names:
+
+    * no name is a keyword, a macro or type of the C library, a macro the compiler defines,
+      or (for the library's global functions) anything the C file's headers declare;
+    * the global functions (``<entry>``, ``<entry>_workspace_size``,
+      ``<library>_error_message``) and an entry's arrays are distinct even upper-cased;
+      an array is never named as a global function or macro it could hide;
+    * the ``<ENTRY>_<ARRAY>_SIZE`` macros are distinct from each other and from every
+      other name."""
+
+    def __init__(self, compiled: list, library: str, compiler: str | None):
+        macros, declared = c_identifiers.compiler_names(compiler, _C_PRELUDE) \
+            if compiler else (frozenset(), frozenset())
+        common = c_identifiers.KEYWORDS | c_identifiers.STANDARD_NAMES | macros | {
+            "workspace", "workspace_size", "memcpy", "size_t", "uintptr_t"}
+        globals_ = c_identifiers.Namespace(common | declared, fold_case=True)
+        # the library's name itself is no symbol: only its error-message function is
+        self.error_message = globals_.claim(library, "program", ending="_error_message")
+        self.library = self.error_message[:-len("_error_message")]
+        self.guard = globals_.claim(f"FUNCTRANS_{self.library}", ending="_H")
+        self.entries = []
+        for c in compiled:
+            name = globals_.claim(c.entry.name, "program", also=("_workspace_size",))
+            self.entries.append(_EntryNames(name, f"{name}_workspace_size", [], []))
+        global_names = {self.library, self.error_message, self.guard} | {
+            n for e in self.entries for n in (e.name, e.workspace_size)}
+        every_name = set(global_names)
+        for c, names in zip(compiled, self.entries):
+            arrays = c_identifiers.Namespace(common | global_names, fold_case=True)
+            names.inputs = [_Array(arrays.claim(n), a)
+                            for n, a in zip(c.entry.input_names, c.entry.closed.in_avals)]
+            names.outputs = [_Array(arrays.claim(n), a)
+                             for n, a in zip(c.entry.output_names, c.entry.closed.out_avals)]
+            every_name.update(a.name for a in names.inputs + names.outputs)
+        size_macros = c_identifiers.Namespace(common | declared | every_name)
+        for names in self.entries:
+            for a in names.inputs + names.outputs:
+                a.size_macro = size_macros.claim(f"{names.name}_{a.name}".upper(),
+                                                 ending="_SIZE")
 
 
 def _shape_text(shape, dtype) -> str:
@@ -305,155 +373,168 @@ def _shape_text(shape, dtype) -> str:
     return f"{name}[{', '.join(map(str, shape))}]"
 
 
-def _prototype(c: _CompiledEntry) -> str:
-    ins, outs = _signature(c)
-    params = [f"const {t} *{n}" for n, t, _, _ in ins] + [f"{t} *{n}" for n, t, _, _ in outs]
-    return f"int {c.entry.name}({', '.join(params + ['void *workspace'])})"
+def _prototype(names: _EntryNames) -> str:
+    params = [f"const {a.c_type} *{a.name}" for a in names.inputs] + \
+        [f"{a.c_type} *{a.name}" for a in names.outputs]
+    params += ["void *workspace", "size_t workspace_size"]
+    return f"int {names.name}({', '.join(params)})"
 
 
 _EXPORT = '__attribute__((visibility("default"))) '  # the library's own functions
 
 
-def _header(compiled: list, library: str) -> str:
-    guard = f"{library.upper()}_H"
+def _header(compiled: list, names: _LibraryNames) -> str:
+    """The header. Its comments hold identifiers and numbers only (no text from the
+    exported program goes into generated C as it is)."""
+    library, guard = names.library, names.guard
     lines = [f"/* {library}.h: generated by functrans.export.to_shared_library. */",
              f"#ifndef {guard}", f"#define {guard}", "", "#include <stdbool.h>",
              "#include <stddef.h>", "#include <stdint.h>", "", "#ifdef __cplusplus",
              'extern "C" {', "#endif", ""]
-    for c in compiled:
-        ins, outs = _signature(c)
-        name = c.entry.name
-        lines.append(f"/* {name}: {c.entry.description}".rstrip() + ".")
-        lines.append(" *   inputs:  " + "; ".join(f"{n} {_shape_text(s, d)}"
-                                                  for n, _, s, d in ins))
-        lines.append(" *   outputs: " + "; ".join(f"{n} {_shape_text(s, d)}"
-                                                  for n, _, s, d in outs))
+    for c, entry in zip(compiled, names.entries):
+        name = entry.name
+        source = c_identifiers.comment_text(c.entry.function_name, "a function")
+        sizes = "".join(f", {c_identifiers.comment_text(v)}={int(n)}"
+                        for v, n in c.entry.sizes.items())
+        lines.append(f"/* {name}: exported from {source}{sizes}.")
+        lines.append(" *   inputs:  " + "; ".join(f"{a.name} {_shape_text(a.shape, a.dtype)}"
+                                                  for a in entry.inputs))
+        lines.append(" *   outputs: " + "; ".join(f"{a.name} {_shape_text(a.shape, a.dtype)}"
+                                                  for a in entry.outputs))
         lines += [
             " * Arrays are C-contiguous (row-major). workspace: NULL (a buffer kept per",
-            f" * thread is used), or {name}_workspace_size() bytes aligned to 16 (64 is",
+            " * thread is used; workspace_size is then ignored), or a buffer of",
+            f" * workspace_size >= {entry.workspace_size}() bytes aligned to 16 (64 is",
             " * best), one per concurrent call. Thread-safe. Returns 0, or an error code",
-            f" * ({library}_error_message(code) describes it). */"]
-        lines.append(_prototype(c) + ";")
-        lines.append(f"size_t {name}_workspace_size(void);")
-        for n, _, s, _ in ins + outs:
-            lines.append(f"#define {name.upper()}_{n.upper()}_SIZE "
-                         f"{int(np.prod(s, dtype=np.int64))}  /* elements */")
+            f" * ({names.error_message}(code) describes it). */"]
+        lines.append(_prototype(entry) + ";")
+        lines.append(f"size_t {entry.workspace_size}(void);")
+        for a in entry.inputs + entry.outputs:
+            lines.append(f"#define {a.size_macro} {a.count}  /* elements */")
         lines.append("")
-    lines += [f"const char *{library}_error_message(int code);", "", "#ifdef __cplusplus",
+    lines += [f"const char *{names.error_message}(int code);", "", "#ifdef __cplusplus",
               "}", "#endif", f"#endif  /* {guard} */", ""]
     return "\n".join(lines)
 
 
-def _blob(build: str, symbol: str, array: np.ndarray, blobs: list) -> str:
-    path = os.path.join(build, f"{symbol}.bin")
-    with open(path, "wb") as f:
-        f.write(np.ascontiguousarray(array).tobytes())
-    blobs.append(f'__asm__(".section .rodata\\n.balign 64\\n.globl {symbol}\\n'
-                 f'.hidden {symbol}\\n{symbol}:\\n.incbin \\"{path}\\"\\n.previous\\n");\n'
-                 f"extern const unsigned char {symbol}[];")
+def _blob(symbol: str, array: np.ndarray, blobs: dict) -> str:
+    """``symbol``: the bytes of ``array``, kept in ``blobs`` and embedded from the file
+    ``<symbol>.bin`` of the build directory (where the compiler runs)."""
+    blobs[symbol] = np.ascontiguousarray(array).tobytes()
     return symbol
 
 
-def _entry_function(c: _CompiledEntry, build: str, blobs: list) -> str:
-    """The C function of one entry point."""
-    name, native = c.entry.name, c.native
+def _blob_declaration(symbol: str) -> str:
+    return (f'__asm__(".section .rodata\\n.balign 64\\n.globl {symbol}\\n'
+            f'.hidden {symbol}\\n{symbol}:\\n.incbin \\"{symbol}.bin\\"\\n.previous\\n");\n'
+            f"extern const unsigned char {symbol}[];")
+
+
+def _entry_function(c: _CompiledEntry, index: int, names: _EntryNames, blobs: dict) -> str:
+    """The C function of one entry point. Its locals and everything else it names start
+    with ``ft_``, which no array name does."""
+    native = c.native
     program, slots = native.program, native.slots
-    ins, outs = _signature(c)
+    ins, outs = names.inputs, names.outputs
     n_slots = 1 + max(list(slots.values()) + [slot for slot, _ in native.nested_consts],
                       default=0)
     arena = -(-max(native.plan.arena_size, 1) // 64) * 64
-    body = [f"{_EXPORT}size_t {name}_workspace_size(void) {{",
+    body = [f"{_EXPORT}size_t {names.workspace_size}(void) {{",
             f"    return {arena} + (size_t){n_slots} * (FT_OBJECT_WORDS + 1) * sizeof(void *);",
-            "}", "", _EXPORT + _prototype(c) + " {",
-            "    int status = ft_start();",
-            "    if (status) return status;",
-            f"    if (!workspace) workspace = ft_thread_workspace({name}_workspace_size());",
+            "}", "", _EXPORT + _prototype(names) + " {",
+            "    int ft_code = ft_start();",
+            "    if (ft_code) return ft_code;",
+            f"    if (!workspace) workspace = ft_thread_workspace({names.workspace_size}());",
+            f"    else if (workspace_size < {names.workspace_size}()) return 4;",
             "    if (!workspace) return 2;",
             "    if ((uintptr_t)workspace % 16) return 3;",
-            f"    void **table = (void **)((char *)workspace + {arena});",
-            f"    void **objects = table + {n_slots};",
+            f"    void **ft_table = (void **)((char *)workspace + {arena});",
+            f"    void **ft_objects = ft_table + {n_slots};",
             "    FT_BIND(0, workspace);  /* the arena */"]
     for i, b in enumerate(program.inputs):
         if b.id in slots:
-            body.append(f"    FT_BIND({slots[b.id]}, {ins[i][0]});")
+            body.append(f"    FT_BIND({slots[b.id]}, {ins[i].name});")
     constants = [(slots[b.id], b.value) for b in program.consts if b.id in slots]
     for k, (slot, value) in enumerate(constants + list(native.nested_consts)):
-        symbol = _blob(build, f"ft_{name}_c{k}", np.asarray(value), blobs)
+        symbol = _blob(f"ft_e{index}_c{k}", np.asarray(value), blobs)
         body.append(f"    FT_BIND({slot}, {symbol});")
     copies, bound = [], {}
     input_of = {b.id: i for i, b in enumerate(program.inputs)}
     for k, (out, result) in enumerate(zip(outs, program.outputs)):
-        nbytes = int(np.prod(out[2], dtype=np.int64)) * np.dtype(out[3]).itemsize
+        nbytes = out.count * np.dtype(out.dtype).itemsize
         if not isinstance(result, Buffer) or result.kind == "const":
             value = result if not isinstance(result, Buffer) else result.value
-            source = _blob(build, f"ft_{name}_r{k}", np.asarray(value, out[3]), blobs)
+            source = _blob(f"ft_e{index}_r{k}", np.asarray(value, out.dtype), blobs)
         elif result.kind == "output" and result.id not in bound:
-            bound[result.id] = out[0]
-            body.append(f"    FT_BIND({slots[result.id]}, {out[0]});")
+            bound[result.id] = out.name
+            body.append(f"    FT_BIND({slots[result.id]}, {out.name});")
             continue
         elif result.kind == "output":
             source = bound[result.id]
         elif result.id in input_of:
-            source = ins[input_of[result.id]][0]
+            source = ins[input_of[result.id]].name
         else:
-            raise NotImplementedError(f"to_shared_library: result {k} of {name} is a "
-                                      f"{result.kind} buffer")
-        copies.append(f"    memcpy({out[0]}, {source}, {nbytes});")
+            raise NotImplementedError(f"to_shared_library: result {k} of {c.entry.description}"
+                                      f" is a {result.kind} buffer")
+        copies.append(f"    memcpy({out.name}, {source}, {nbytes});")
     if c.segment is not None:
         # a segment that polls for SIGINT may first ask for its handler check (status 2,
         # see interrupts.py): nothing to check here, so it is called again; its SIGINT
         # counter (ft_interrupt_state, defined by the runtime below) never moves
-        body.append(f"    while ({c.segment}(table) == {interrupts.CHECK_HANDLER}) {{}}")
+        body.append(f"    while ({c.segment}(ft_table) == {interrupts.CHECK_HANDLER}) {{}}")
     body += copies + ["    return 0;", "}", ""]
     return "\n".join(body)
 
 
-def _c_source(compiled: list, library: str, build: str, needs_blas: bool,
+def _c_source(compiled: list, names: _LibraryNames, blobs: dict, needs_blas: bool,
               needs_pool: bool) -> str:
+    """The C file; ``blobs`` receives the arrays it embeds (symbol -> bytes, each to be
+    written to ``<symbol>.bin`` beside it)."""
     data_offset = codegen.array_data_offset()
     if data_offset % 8:
         raise NotImplementedError("to_shared_library: NumPy's data pointer is not "
                                   "word-aligned in its array object on this platform")
-    blobs: list = []
-    functions = [_entry_function(c, build, blobs) for c in compiled]
+    functions = [_entry_function(c, k, entry, blobs)
+                 for k, (c, entry) in enumerate(zip(compiled, names.entries))]
+    declarations = [_blob_declaration(symbol) for symbol in blobs]
     segments = [f"extern int32_t {c.segment}(void **table);" for c in compiled if c.segment]
     routines = codegen.BLAS_ROUTINES + codegen.LAPACK_ROUTINES
     blas_path = _scipy_openblas_path() if needs_blas else None
     parts = [
-        f"/* {library}.c: generated by functrans.export.to_shared_library. */",
-        "#define _GNU_SOURCE", "#include <dlfcn.h>", "#include <pthread.h>",
-        "#include <sched.h>", "#include <stdint.h>", "#include <stdio.h>",
-        "#include <stdlib.h>", "#include <string.h>", "#include <unistd.h>",
-        f'#include "{library}.h"', "",
+        f"/* {names.library}.c: generated by functrans.export.to_shared_library. */",
+        _C_PRELUDE, '#include "library.h"', "",
         "/* Generated code reads an array's data pointer from this word of the pointer",
         "   table's entry (the layout of a NumPy array object, which the Python runtime",
         "   puts there). */",
         f"#define FT_DATA_WORD {data_offset // 8}",
         "#define FT_OBJECT_WORDS (FT_DATA_WORD + 1)",
-        "#define FT_BIND(slot, pointer) (objects[(slot) * FT_OBJECT_WORDS + FT_DATA_WORD] = "
-        "(void *)(pointer), table[slot] = &objects[(slot) * FT_OBJECT_WORDS])", "",
+        "#define FT_BIND(slot, pointer) (ft_objects[(slot) * FT_OBJECT_WORDS + FT_DATA_WORD] = "
+        "(void *)(pointer), ft_table[slot] = &ft_objects[(slot) * FT_OBJECT_WORDS])", "",
         *segments,
         "extern int ft_pool_start(int workers);",
         "extern void ft_pool_set_blas(void *set_threads);",
         "extern void ft_parallel_for(void *chunk, void *context, int64_t count);",
         "extern void ft_serial_for(void *chunk, void *context, int64_t count);", "",
-        *blobs, "",
+        *declarations, "",
         _BLAS_C.replace("@ROUTINES@", ", ".join(f'"{r}"' for r in routines))
                .replace("@COUNT@", str(len(routines)))
                .replace("@NEEDED@", "1" if needs_blas else "0")
                .replace("@BUILD_BLAS@", _c_string(blas_path or ""))
                .replace("@TRAMPOLINES@", _trampolines(routines)),
-        _RUNTIME_C.replace("@LIBRARY@", library)
+        _RUNTIME_C.replace("@ERROR_MESSAGE@", names.error_message)
                   .replace("@POOL@", "1" if needs_pool else "0")
                   .replace("@MESSAGES@", "\n".join(
-                      f"    case {code}: return \"{text}\";"
+                      f"    case {code}: return {_c_string(text)};"
                       for code, text in ERROR_CODES.items() if code != 1)),
         *functions]
     return "\n".join(parts)
 
 
 def _c_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """``text`` as a C string literal: its UTF-8 bytes, every one but letters, digits and
+    a few safe punctuation marks written as an octal escape."""
+    return '"' + "".join(chr(b) if re.fullmatch(rb"[A-Za-z0-9 _.,:;/+=()-]", bytes([b]))
+                         else f"\\{b:03o}" for b in text.encode()) + '"'
 
 
 def _trampolines(routines) -> str:
@@ -586,7 +667,7 @@ static void *ft_thread_workspace(size_t size) {
     return block ? (char *)block + 64 : NULL;
 }
 
-__attribute__((visibility("default"))) const char *@LIBRARY@_error_message(int code) {
+__attribute__((visibility("default"))) const char *@ERROR_MESSAGE@(int code) {
     switch (code) {
     case 0: return "success";
     case 1: return ft_message[0] ? ft_message : "the library could not start";

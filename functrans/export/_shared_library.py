@@ -40,9 +40,10 @@ def to_shared_library(exported: Exported | Mapping[str, Exported], path: str, *,
 
     One Exported gives one C function named after the file (``model`` for
     ``"out/model"``); a mapping ``{name: Exported}`` gives one function per entry. Each
-    takes ``const T *`` per input (in the order of ``in_avals``), ``T *`` per output and
-    ``void *workspace`` (NULL, or ``<name>_workspace_size()`` bytes), returns 0 or an error
-    code, and is thread-safe. A dimension-polymorphic export is compiled for the sizes in
+    takes ``const T *`` per input (in the order of ``in_avals``), ``T *`` per output,
+    ``void *workspace`` and ``size_t workspace_size`` (NULL and 0, or a buffer of at least
+    ``<name>_workspace_size()`` bytes: a smaller one returns error 4), returns 0 or an
+    error code, and is thread-safe. A dimension-polymorphic export is compiled for the sizes in
     ``dimensions`` (``{"b": 32}``). ``target_cpu`` is the CPU the machine code is for:
     ``"native"`` (this machine's), or ``"x86-64-v2"``, ``"x86-64-v3"`` (AVX2) or
     ``"x86-64-v4"`` (AVX-512) for a library that runs on every CPU of that level (default
@@ -50,33 +51,31 @@ def to_shared_library(exported: Exported | Mapping[str, Exported], path: str, *,
     primitives of a program that needs NumPy steps, ``RuntimeError`` without a C compiler,
     ``ValueError`` for an unknown ``target_cpu``.
 
+    Every name in the header is a C identifier made from a Python name (``params['w1']``
+    -> ``params_w1``; other characters become ``_``); a name that would clash with a C
+    keyword, a name of the C library or another name of the library gets a suffix
+    (``int`` -> ``int_2``). No other text of the Exported is written into C.
+
         >>> import functrans, functrans.numpy as jnp
         >>> exp = functrans.export.export(functrans.jit(jnp.tanh))(jnp.ones(4))  # doctest: +SKIP
         >>> to_shared_library(exp, "build/tanh").header             # doctest: +SKIP
         '.../build/tanh.h'
     """
-    library = _c_name(os.path.basename(os.fspath(path)))
+    library = os.path.basename(os.fspath(path))
     if target_cpu is not None:
         check_target_cpu(target_cpu, "to_shared_library: target_cpu")
     if isinstance(exported, Exported):
-        named = {library: exported}
+        named = [(library, exported)]
     elif isinstance(exported, Mapping) and exported and \
             all(isinstance(e, Exported) for e in exported.values()):
-        named = {_c_name(str(k)): e for k, e in exported.items()}
-        if len(named) != len(exported):
-            raise ValueError("to_shared_library: two entry names give the same C name")
+        named = [(str(k), e) for k, e in exported.items()]
     else:
         raise TypeError("to_shared_library takes an Exported or a mapping of names to "
                         f"Exported, got {type(exported).__name__}")
-    entries = [_entry(name, e, dict(dimensions or {})) for name, e in named.items()]
+    entries = [_entry(name, e, dict(dimensions or {})) for name, e in named]
     build = _backends.shared_library_builder("cpu")
     so_path, header_path = build(entries, os.fspath(path), library, target_cpu=target_cpu)
     return SharedLibrary(so_path, header_path)
-
-
-def _c_name(text: str) -> str:
-    name = re.sub(r"[^0-9A-Za-z_]+", "_", text).strip("_") or "program"
-    return f"_{name}" if name[0].isdigit() else name
 
 
 def _entry(name: str, exported: Exported, dimensions: dict) -> dict:
@@ -98,12 +97,13 @@ def _entry(name: str, exported: Exported, dimensions: dict) -> dict:
                              f"integer, got {value!r}")
         values[v] = value
     closed = exported._decode(values)
-    sizes = f" at {', '.join(f'{v}={n}' for v, n in values.items())}" if values else ""
+    # all names are text here: the backend makes C identifiers of them (they may come from
+    # a serialized file, and are never written into C as they are)
     return {"name": name, "closed": closed,
             "input_names": [_input_name(n, exported._arg_names)
                             for n in _leaf_names(exported.in_tree)],
             "output_names": _output_names(exported.out_tree),
-            "description": f"{exported.fun_name}{sizes}"}
+            "function_name": exported.fun_name, "sizes": values}
 
 
 def _leaf_names(tree) -> list[str]:
@@ -111,14 +111,13 @@ def _leaf_names(tree) -> list[str]:
 
 
 def _input_name(flat_name: str, arg_names) -> str:
-    """``args[0]['w1']`` -> ``params_w1`` (the parameter's name, else ``arg0_w1``);
+    """``args[0]['w1']`` -> ``params['w1']`` (the parameter's name, else ``arg0``);
     ``kwargs['scale']`` -> ``scale``."""
     def positional(match):
         i = int(match.group(1))
         return arg_names[i] if i < len(arg_names) else f"arg{i}"
     name = re.sub(r"^args\[(\d+)\]", positional, flat_name)
-    name = re.sub(r"^kwargs\[['\"]?([^'\"\]]*)['\"]?\]", r"\1", name)
-    return _c_name(name)
+    return re.sub(r"^kwargs\[['\"]?([^'\"\]]*)['\"]?\]", r"\1", name)
 
 
 def _output_names(tree) -> list[str]:
@@ -127,4 +126,4 @@ def _output_names(tree) -> list[str]:
         leaves, is_leaf=lambda x: x is None)[0]]
     if len(paths) == 1 and not paths[0]:
         return ["out"]
-    return [_c_name("out" + tree_util.keystr(p)) for p in paths]
+    return ["out" + tree_util.keystr(p) for p in paths]

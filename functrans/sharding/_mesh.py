@@ -69,6 +69,9 @@ class Mesh:
         axis_names = tuple(axis_names)
         if any(n is None for n in axis_names):
             raise ValueError(f"Mesh axis names cannot be None. Got: {axis_names}")
+        if any(isinstance(n, str) and not n for n in axis_names):
+            # '' is no name: collectives and PartitionSpecs could not tell it from "no axis"
+            raise ValueError(f"Mesh axis names cannot be empty strings. Got: {axis_names}")
         if len(set(axis_names)) != len(axis_names):
             raise ValueError(f"Mesh axis names must be unique, got {axis_names}")
         if devices.ndim != len(axis_names):

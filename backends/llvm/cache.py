@@ -86,11 +86,12 @@ def enabled() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def source_digest() -> str:
-    """A hash of this backend's source files: a new code generator invalidates the cache."""
+    """A hash of this backend's source files and of the shared compiler passes it runs
+    (backends/compiler): a new code generator or a changed pass invalidates the cache."""
     h = hashlib.sha256()
     here = pathlib.Path(__file__).parent
-    for path in sorted(here.glob("*.py")):
-        h.update(path.name.encode())
+    for path in sorted(here.glob("*.py")) + sorted((here.parent / "compiler").glob("*.py")):
+        h.update(f"{path.parent.name}/{path.name}".encode())
         h.update(path.read_bytes())
     return h.hexdigest()
 

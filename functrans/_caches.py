@@ -187,6 +187,6 @@ for _option in LIMIT_OPTIONS:
 # Options that change how programs compile: a program compiled before the change must not
 # be called after it (a pass left out to bisect a wrong result has to be left out of the
 # next call of every function), so every compiled program is forgotten.
-COMPILE_OPTIONS = ("disable_passes", "poison_scratch")
+COMPILE_OPTIONS = ("disable_passes", "poison_scratch", "flush_denormals")
 for _option in COMPILE_OPTIONS:
     config.on_change(_option, lambda _value: clear_all())

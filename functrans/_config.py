@@ -131,6 +131,9 @@ class Config:
             # each compiled call, so a read of memory nothing wrote shows in the results
             # (slow; the test suite turns it on)
             "poison_scratch": _env_bool("FUNCTRANS_POISON_SCRATCH", False),
+            # compute with subnormal floats flushed to zero (x86's FTZ and DAZ), as XLA's CPU
+            # runtime does: eager operations and compiled code (see functrans/_float_mode.py)
+            "flush_denormals": _env_bool("FUNCTRANS_FLUSH_DENORMALS", True),
             **{name: None for name in _ENUMS},
         }
         for name in _LIMITS:

@@ -39,8 +39,8 @@ import numpy as np
 
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler import passes
-from functrans.backends.llvm import (cache, interrupts, linker, scalar_ops, streaming_stores,
-                                     thread_pool)
+from functrans.backends.llvm import (cache, float_mode, interrupts, linker, scalar_ops,
+                                     streaming_stores, thread_pool)
 from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep, nested_programs
 from functrans.backends.llvm.along_axis import CumulativeStep
@@ -456,13 +456,16 @@ class ModuleBuilder:
         # matrix products on the thread pool: its workers are busy (see POOLED_MIN_ELEMENTS)
         self.pool_in_use = thread_pool.compiled_threads() > 1 and splits_products(program)
         self._single_vector_loop = None  # see single_vector_loop
+        # subnormals flushed to zero while its segments run (see float_mode.py)
+        self.flush = float_mode.flushes()
 
     def build(self) -> str:
         with E.lock:
             for item in self.schedule:
                 if isinstance(item, Segment):
                     self.build_segment(item)
-        return str(self.module)
+        text = str(self.module)
+        return float_mode.mark_functions(text) if self.flush else text
 
     def shared(self, fn: ir.Function) -> ir.Function:
         """``fn``, or an identical function built earlier (then ``fn`` is dropped): kernels
@@ -482,7 +485,11 @@ class ModuleBuilder:
     # ---- segments ---------------------------------------------------------------------------
 
     def build_segment(self, segment: Segment):
-        fn = ir.Function(self.module, ir.FunctionType(I32, [I8P.as_pointer()]), name=segment.name)
+        # with subnormals flushed, the exported name is a small entry around this function
+        # that sets the floating-point mode (see float_mode.py)
+        flush = self.flush
+        name = f"{segment.name}_code" if flush else segment.name
+        fn = ir.Function(self.module, ir.FunctionType(I32, [I8P.as_pointer()]), name=name)
         fn.attributes.add("nounwind")
         if all(calls_only(step) for step in segment.steps):
             # straight-line calls of kernels and BLAS, as long as the program: optimizing
@@ -503,7 +510,10 @@ class ModuleBuilder:
             self.check_handler_when_due(prologue, start)
         else:
             prologue.branch(start)
-        self.names[segment.name] = "a program segment"
+        self.names[name] = "a program segment"
+        if flush:
+            float_mode.flushing_entry(self.module, segment.name, fn)
+            self.names[segment.name] = "a program segment's entry"
 
     # ---- interrupts (see interrupts.py) -----------------------------------------------------
 

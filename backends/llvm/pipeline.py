@@ -22,8 +22,9 @@ from functrans.backends.compiler import buffers, fusion, scan_sums, verify
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.passes import Pass, run_passes
-from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
-                                     interrupts, linker, row_fusion, scalar_ops, vector_math)
+from functrans.backends.llvm import (cache, codegen, control_flow, donation, float_mode,
+                                     host_loops, interrupts, linker, row_fusion, scalar_ops,
+                                     vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -178,7 +179,8 @@ def build_executable(native: NativePlan, use_cache: bool = True) -> Executable:
     digest = _plan_digest(program, plan, slots)
     # passes left out change the code, never the program's meaning
     disabled = ",".join(sorted(compiler_passes.disabled_passes()))
-    key = cache.cache_key(closed, f"{codegen.target_description()}|without={disabled}") \
+    key = cache.cache_key(closed, f"{codegen.target_description()}|without={disabled}"
+                               f"|flush={int(float_mode.flushes())}") \
         if use_cache else None
     entry = cache.load(key) if key else None
     if entry is not None and entry[1].get("plan") != digest:

@@ -441,6 +441,45 @@ def test_split_matrix_products(dtype, x64):
     assert codegen.gemm_split(mlp, threads=1) == (None, 1)
 
 
+# products with one row or one column of C: BLAS's gemv (codegen.matrix_vector), every
+# layout, scaled and accumulating ones (fused epilogues), batches, and one split in chunks
+MATRIX_VECTOR = [
+    ("m", (1, 300), (300, 70), "ij,jk->ik"),            # x @ w
+    ("m", (1, 300), (70, 300), "ij,kj->ik"),            # x @ w.T
+    ("m", (300, 1), (300, 70), "ji,jk->ik"),            # x.T @ w
+    ("n", (70, 300), (300, 1), "ij,jk->ik"),            # w @ x
+    ("n", (300, 70), (300, 1), "ji,jk->ik"),            # w.T @ x
+    ("n", (70, 300), (1, 300), "ij,kj->ik"),            # w @ x.T
+    ("m", (1, 300), (300, 1), "ij,jk->ik"),             # a dot product
+    ("m", (5, 1, 64), (5, 64, 40), "bij,bjk->bik"),     # a batch of them
+    ("m", (1, 2048), (2048, 1024), "ij,jk->ik"),        # split over the pool by columns
+    ("n", (1024, 2048), (2048, 1), "ij,jk->ik"),        # ... by rows
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matrix_vector_products(dtype, x64):
+    rng = np.random.default_rng(7)
+    for kind, ls, rs, spec in MATRIX_VECTOR:
+        lhs, rhs = rng.normal(size=ls).astype(dtype), rng.normal(size=rs).astype(dtype)
+        out_shape = np.einsum(spec, lhs, rhs).shape
+        base = rng.normal(size=out_shape).astype(dtype)
+        fns = {"plain": lambda a, b, c, spec=spec: jnp.einsum(spec, a, b),
+               "scaled and accumulated": lambda a, b, c, spec=spec: c - 0.5 * jnp.einsum(spec, a, b)}
+        exact = np.einsum(spec, lhs.astype(np.float64), rhs.astype(np.float64))
+        tol = 1e-4 if dtype == "float32" else 1e-10
+        for name, fn in fns.items():
+            jitted = functrans.jit(fn, backend="llvm")
+            steps = jitted.lower(lhs, rhs, base).compile()._executable.program.steps
+            step = next(s for s in steps if isinstance(s, fusion.DotKernel))
+            assert codegen.matrix_vector(step) == kind, (spec, step.m, step.n)
+            want = exact if name == "plain" else base - 0.5 * exact
+            assert_close(np.asarray(jitted(lhs, rhs, base)), want.astype(dtype), tol,
+                         tol * ls[-1], what=f"{spec} {name}")
+    big = fusion.DotKernel(None, None, None, 1, 1, 1024, 2048, False, False)
+    assert codegen.gemm_split(big, threads=2) == ("n", 2)
+
+
 def test_dot_with_fused_operands_and_grad():
     rng = np.random.default_rng(5)
     w = rng.normal(size=(6, 4)).astype(np.float32)

@@ -169,7 +169,7 @@ _blas_registered = False
 
 
 # BLAS and LAPACK routines generated code calls (as ``ft_<name>``), from SciPy's libraries
-BLAS_ROUTINES = ("sgemm", "dgemm", "strsm", "dtrsm")
+BLAS_ROUTINES = ("sgemm", "dgemm", "sgemv", "dgemv", "strsm", "dtrsm")
 LAPACK_ROUTINES = ("spotrf", "dpotrf")
 
 
@@ -1025,7 +1025,10 @@ class ModuleBuilder:
         single-threaded BLAS call: a product large enough for BLAS to thread holds BLAS to
         one thread while it runs (see :mod:`thread_pool`), so that its result never depends
         on the BLAS thread count another thread left behind."""
-        held = step.batch * step.m * step.n * step.k > BLAS_SERIAL_MNK
+        if matrix_vector(step):
+            held = step.m * step.n * step.k >= BLAS_SERIAL_GEMV_ELEMENTS  # per call
+        else:
+            held = step.batch * step.m * step.n * step.k > BLAS_SERIAL_MNK
         if held:
             hold = self.math.declare(thread_pool.BLAS_HOLD_SYMBOL, ir.VoidType(), [I32])
             b.call(hold, [ir.Constant(I32, 1)])
@@ -1105,6 +1108,24 @@ class ModuleBuilder:
             ldc=slot(I32, max(1, n)), alpha=slot(ty, step.alpha),
             beta=slot(ty, 1.0 if step.accumulate else 0.0))
 
+        vector = matrix_vector(step)
+        if vector:
+            gemv = self.math.declare("ft_sgemv" if ty == F32 else "ft_dgemv", ir.VoidType(),
+                                     [I8P, i32p, i32p, tp, tp, i32p, tp, i32p, tp, tp, i32p])
+            unit = slot(I32, 1)
+            # In BLAS's column-major view C^T = op(B)^T op(A)^T (see emit_gemm). With m == 1
+            # that is y = op(B_cm) x, x the row of A; with n == 1, y = op(A_cm)^T x, x the
+            # column of B; op(A_cm)^T of the matrix stored k x m is its transpose.
+            if vector == "m":
+                matrix_is_b = True
+                trans = "T" if step.rhs_transposed else "N"
+                rows, cols = (args["k"], args["m"]) if step.rhs_transposed else (args["m"], args["k"])
+            else:
+                matrix_is_b = False
+                trans = "N" if step.lhs_transposed else "T"
+                rows, cols = (args["n"], args["k"]) if step.lhs_transposed else (args["k"], args["n"])
+            trans = slot(I8, ord(trans))
+
         def call(a, bb, c):
             if axis == "m":  # rows start.. of op(A) and of C
                 a = b.gep(a, [start if step.lhs_transposed else b.mul(start, i64(k))])
@@ -1112,6 +1133,11 @@ class ModuleBuilder:
             elif axis == "n":  # columns start.. of op(B) and of C
                 bb = b.gep(bb, [b.mul(start, i64(k)) if step.rhs_transposed else start])
                 c = b.gep(c, [start])
+            if vector:
+                matrix, ld, x = (bb, args["lda"], a) if matrix_is_b else (a, args["ldb"], bb)
+                b.call(gemv, [trans, rows, cols, args["alpha"], matrix, ld, x, unit,
+                              args["beta"], c, unit])
+                return
             b.call(gemm, [args["trans_b"], args["trans_a"], args["m"], args["n"], args["k"],
                           args["alpha"], bb, args["lda"], a, args["ldb"], args["beta"], c,
                           args["ldc"]])
@@ -1181,6 +1207,9 @@ GEMM_FOR_SYMBOL = "ft_gemm_for"
 # OpenBLAS runs a product of m * n * k up to this on one thread whatever its thread count
 # (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD in its interface/gemm.c): no hold needed
 BLAS_SERIAL_MNK = 65536 * 4
+# ... and a matrix-vector product whose matrix has fewer elements than this (2304 *
+# GEMM_MULTITHREAD_THRESHOLD in its interface/gemv.c)
+BLAS_SERIAL_GEMV_ELEMENTS = 2304 * 4
 
 
 class _LoopID(ir.values.MDValue):
@@ -1265,6 +1294,21 @@ def kernel_alloca(b: ir.IRBuilder, ty):
     entry = ir.IRBuilder(entry_block)
     entry.position_before(entry_block.instructions[0])
     return entry.alloca(ty)
+
+
+def matrix_vector(step: DotKernel) -> str | None:
+    """Whether a float product is a matrix times a vector, BLAS's ``gemv``: "m" when C has
+    one row (a batch-1 dense layer, ``x @ w``), "n" when it has one column (``w @ x``), else
+    None. OpenBLAS's ``gemm`` with one row or column packs its operands as for a matrix
+    product: ``gemv`` reads the matrix once, in place (measured: docs/performance.md).
+    None too with the optimization ``matrix_vector`` disabled (see ``disable_passes``)."""
+    if not passes.enabled("matrix_vector"):
+        return None
+    if step.m == 1:
+        return "m"
+    if step.n == 1:
+        return "n"
+    return None
 
 
 def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:

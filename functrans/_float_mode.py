@@ -27,7 +27,6 @@ whose ``fenv_t`` ends with MXCSR); elsewhere :func:`flushing` does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import platform
 import sys
 import threading
@@ -46,10 +45,17 @@ _MXCSR_WORD = 7
 def _load_fenv():
     if not (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")):
         return None
-    try:
-        libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        get, set_ = libm.fegetenv, libm.fesetenv
-    except (OSError, AttributeError):
+    # the process's own symbols (Python links the C math library), else libm by its name;
+    # never ctypes.util.find_library, which runs ldconfig (milliseconds, at import)
+    get = set_ = None
+    for name in (None, "libm.so.6"):
+        try:
+            libm = ctypes.CDLL(name)
+            get, set_ = libm.fegetenv, libm.fesetenv
+            break
+        except (OSError, AttributeError):
+            continue
+    if get is None:
         return None
     get.argtypes = set_.argtypes = [ctypes.c_void_p]
     get.restype = set_.restype = ctypes.c_int

@@ -1113,18 +1113,19 @@ class ModuleBuilder:
             gemv = self.math.declare("ft_sgemv" if ty == F32 else "ft_dgemv", ir.VoidType(),
                                      [I8P, i32p, i32p, tp, tp, i32p, tp, i32p, tp, tp, i32p])
             unit = slot(I32, 1)
-            # In BLAS's column-major view C^T = op(B)^T op(A)^T (see emit_gemm). With m == 1
-            # that is y = op(B_cm) x, x the row of A; with n == 1, y = op(A_cm)^T x, x the
-            # column of B; op(A_cm)^T of the matrix stored k x m is its transpose.
-            if vector == "m":
-                matrix_is_b = True
-                trans = "T" if step.rhs_transposed else "N"
-                rows, cols = (args["k"], args["m"]) if step.rhs_transposed else (args["m"], args["k"])
+            # BLAS reads our row-major B as the column-major matrix B_cm = Bᵀ (and A as Aᵀ;
+            # see emit_gemm). With m == 1, y = op(B)ᵀ x (x the row of A) is gemv of B_cm,
+            # transposed when B is stored transposed; with n == 1, y = op(A) x (x the column
+            # of B) is gemv of A_cm, transposed unless A is stored transposed. (rows, cols):
+            # the matrix as stored, column-major.
+            matrix_is_b = vector == "m"
+            if matrix_is_b:
+                flip = step.rhs_transposed
+                rows, cols = (args["k"], args["m"]) if flip else (args["m"], args["k"])
             else:
-                matrix_is_b = False
-                trans = "N" if step.lhs_transposed else "T"
-                rows, cols = (args["n"], args["k"]) if step.lhs_transposed else (args["k"], args["n"])
-            trans = slot(I8, ord(trans))
+                flip = not step.lhs_transposed
+                rows, cols = (args["k"], args["n"]) if flip else (args["n"], args["k"])
+            trans = slot(I8, ord("T" if flip else "N"))
 
         def call(a, bb, c):
             if axis == "m":  # rows start.. of op(A) and of C

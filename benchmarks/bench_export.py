@@ -3,6 +3,7 @@
     python -m benchmarks --only export                 # in the suite's table
     python -m benchmarks.bench_export                  # this workload alone
     python -m benchmarks.bench_export --batches 1,128 --repeats 20
+    python -m benchmarks.bench_export --batches 1 --gemm   # and without gemv (ft-gemm)
 
 The network is the MLP of :mod:`benchmarks.mlp` (784-512-512-10, ReLU, log-softmax), its
 parameters baked in as constants. Per batch size, three rows:
@@ -137,7 +138,20 @@ def _so_from_c(exported, x: np.ndarray, reference: np.ndarray, options: Options,
     return row
 
 
-def export_latency(options: Options, batches=None) -> list[Row]:
+def _compiled_with_gemm(ft, f, x):
+    """``f`` compiled ahead with the optimization ``matrix_vector`` off: products with one
+    row call BLAS's gemm, as before gemv was used for them."""
+    previous = ft.config.read("disable_passes")
+    ft.config.update("disable_passes", ",".join(filter(None, [previous, "matrix_vector"])))
+    try:
+        return f.lower(x).compile()
+    finally:
+        ft.config.update("disable_passes", previous)
+
+
+def export_latency(options: Options, batches=None, gemm: bool = False) -> list[Row]:
+    """The rows per batch size; ``gemm``: the jit row also times ``ft-gemm`` (functrans
+    without gemv for one-row products)."""
     ft = frameworks.load("functrans")
     from functrans import export
     sizes = sizes_for(options)
@@ -152,6 +166,9 @@ def export_latency(options: Options, batches=None) -> list[Row]:
         xa = ft.numpy.asarray(x)
         jit_impls = {"functrans": lambda: ft.block_until_ready(f_ft(xa)),
                      "numpy": lambda: forward(np, params, x)}
+        if gemm:
+            with_gemm = _compiled_with_gemm(ft, f_ft, xa)
+            jit_impls["ft-gemm"] = lambda: ft.block_until_ready(with_gemm(xa))
         call_impls = {"functrans": lambda: ft.block_until_ready(loaded.call(xa)),
                       "numpy": lambda: forward(np, params, x)}
         note = ""
@@ -179,11 +196,14 @@ def main(argv=None):
     parser.add_argument("--batches", default="1,128")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--gemm", action="store_true",
+                        help="add ft-gemm: functrans's jit without gemv for one-row products")
     args = parser.parse_args(argv)
     options = Options(quick=args.quick, repeats=args.repeats, min_time=0.5,
                       available=frameworks.available())
-    rows = export_latency(options, [int(b) for b in args.batches.split(",")])
-    impls = [i for i in ("functrans", "jax", "numpy") if any(r.times.get(i) for r in rows)]
+    rows = export_latency(options, [int(b) for b in args.batches.split(",")], gemm=args.gemm)
+    impls = [i for i in ("functrans", "ft-gemm", "jax", "numpy")
+             if any(r.times.get(i) for r in rows)]
     print(f"{'workload':<58}" + "".join(f"{i:>12}" for i in impls) + "  notes")
     for row in rows:
         cells = "".join(f"{1e6 * row.times[i]:>9.1f} us" if row.times.get(i) else f"{'-':>12}"

@@ -3,6 +3,7 @@
     python -m benchmarks --only rnn                    # in the suite's table
     python -m benchmarks.bench_rnn                     # this table: forward and forward+backward
     python -m benchmarks.bench_rnn --seq-len 200 --repeats 10
+    python -m benchmarks.bench_rnn --ieee              # and functrans without flushing subnormals
 
 functrans (and JAX, from the same source) runs ``jit(value_and_grad(loss))`` where the
 recurrence is one ``lax.scan`` (reverse mode comes from partial evaluation + transposition
@@ -101,9 +102,22 @@ def make_torch_loss(torch):
 
 # ---- implementations --------------------------------------------------------------------------
 
-def implementations(options: Options, params, xs, targets, backward: bool = True) -> dict:
-    """Zero-argument callables returning (loss, grads) (or the loss, ``backward=False``)."""
+def implementations(options: Options, params, xs, targets, backward: bool = True,
+                    ieee: bool = False) -> dict:
+    """Zero-argument callables returning (loss, grads) (or the loss, ``backward=False``).
+    ``ieee``: also ``ft-ieee``, functrans compiled with the option ``flush_denormals`` off
+    (subnormal floats computed as IEEE arithmetic says, as before that option existed)."""
     impls = {}
+    if ieee and "functrans" in options.available:
+        ft = frameworks.load("functrans")
+        fn = ft.jit(ft.value_and_grad(make_rnn_loss(ft)) if backward else make_rnn_loss(ft))
+        args = ft.tree_util.tree_map(ft.numpy.asarray, (params, xs, targets))
+        ft.config.update("flush_denormals", False)
+        try:  # compiled now: the executable keeps the code of its option
+            compiled = fn.lower(*args).compile()
+        finally:
+            ft.config.update("flush_denormals", True)
+        impls["ft-ieee"] = lambda: ft.block_until_ready(compiled(*args))
     for name in ("functrans", "jax"):
         lib = frameworks.load(name) if name in options.available else None
         if lib is None:
@@ -148,14 +162,18 @@ def main(argv=None):
     parser.add_argument("--seq-len", type=int, default=100)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--ieee", action="store_true",
+                        help="add ft-ieee: functrans without flushing subnormals to zero")
     args = parser.parse_args(argv)
     options = Options(repeats=args.repeats, min_time=0.0, available=frameworks.available())
     params, xs, targets = make_data(args.hidden, args.inputs, args.seq_len, args.batch)
     rows = [compare("rnn_forward", "forward",
-                    implementations(options, params, xs, targets, backward=False), options, tol=1e-4),
+                    implementations(options, params, xs, targets, backward=False,
+                                    ieee=args.ieee), options, tol=1e-4),
             compare("rnn", "forward+backward",
-                    implementations(options, params, xs, targets), options, tol=2e-3)]
-    impls = [i for i in options.available if any(r.times.get(i) for r in rows)]
+                    implementations(options, params, xs, targets, ieee=args.ieee), options,
+                    tol=2e-3)]
+    impls = [i for i in ("ft-ieee",) + options.available if any(r.times.get(i) for r in rows)]
     print(f"scan RNN: hidden {args.hidden}, input {args.inputs}, sequence {args.seq_len}, "
           f"batch {args.batch}; median ms of {args.repeats}")
     print(f"{'workload':<18}" + "".join(f"{i:>11}" for i in impls) + f"{'ft/numpy':>10}")

@@ -186,8 +186,9 @@ for _option in LIMIT_OPTIONS:
 
 # Options that change how programs compile: a program compiled before the change must not
 # be called after it (a pass left out to bisect a wrong result has to be left out of the
-# next call of every function; code compiled for the previous target CPU must not serve
-# calls made for the new one), so every compiled program is forgotten.
-COMPILE_OPTIONS = ("disable_passes", "poison_scratch", "llvm_cpu")
+# next call of every function; code compiled for the previous target CPU, or with subnormals
+# flushed or not, must not serve calls made after the change), so every compiled program is
+# forgotten.
+COMPILE_OPTIONS = ("disable_passes", "poison_scratch", "llvm_cpu", "flush_denormals")
 for _option in COMPILE_OPTIONS:
     config.on_change(_option, lambda _value: clear_all())

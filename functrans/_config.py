@@ -154,6 +154,9 @@ class Config:
             "llvm_cpu": check_target_cpu(
                 os.environ.get("FUNCTRANS_LLVM_CPU", "").strip() or "native",
                 "environment variable FUNCTRANS_LLVM_CPU"),
+            # compute with subnormal floats flushed to zero (x86's FTZ and DAZ), as XLA's CPU
+            # runtime does: eager operations and compiled code (see functrans/_float_mode.py)
+            "flush_denormals": _env_bool("FUNCTRANS_FLUSH_DENORMALS", True),
             **{name: None for name in _ENUMS},
         }
         for name in _LIMITS:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from functrans import _debug_checks, _dtypes
+from functrans import _debug_checks, _dtypes, _float_mode
 from functrans._source_info import SourceInfo, user_frame
 
 # =============================================================================================
@@ -448,8 +448,9 @@ class Primitive:
 
     def run_impl(self, *values, **params):
         """The reference implementation on NumPy values, with NumPy's floating-point warnings
-        off: as in JAX, ``inf - inf`` or ``0 / 0`` is a NaN, not a RuntimeWarning."""
-        with np.errstate(all="ignore"):
+        off: as in JAX, ``inf - inf`` or ``0 / 0`` is a NaN, not a RuntimeWarning; and with
+        subnormal floats flushed to zero as on JAX's CPU backend (see :mod:`_float_mode`)."""
+        with np.errstate(all="ignore"), _float_mode.flushing():
             return self.impl(*values, **params)
 
     # Decorators to declare rules next to each other.

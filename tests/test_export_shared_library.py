@@ -360,3 +360,32 @@ def test_any_names_give_sources_that_compile_warning_free(fun_name, arg_name, ke
         assert text.isascii()
         for name in raw:
             assert re.fullmatch(r"[A-Za-z0-9_]+", name) or name not in text, name
+
+
+def test_the_library_flushes_subnormals_and_restores_the_callers_mode(tmp_path):
+    """An entry point of the library computes with subnormals flushed to zero, as jit does,
+    and returns with the caller's FTZ and DAZ bits as they were, set or not."""
+    import ctypes
+
+    from functrans import _float_mode
+    if not _float_mode.supported():
+        pytest.skip("the flush bits are x86-64 Linux's MXCSR")
+    exp = export.export(functrans.jit(lambda a, b: a * b))(np.ones(4, F32), np.ones(4, F32))
+    product = ctypes.CDLL(export.to_shared_library(exp, str(tmp_path / "product")).library).product
+    a, b = np.full(4, 1e-20, F32), np.float32([1e-20, 1.0, 2.0, 3.0])
+    saved = _float_mode._Env()
+    _float_mode._fenv[0](saved)
+    try:
+        for bits in (0, _float_mode.FLUSH_BITS):
+            env = _float_mode._Env()
+            _float_mode._fenv[0](env)
+            env[_float_mode._MXCSR_WORD] = (env[_float_mode._MXCSR_WORD]
+                                            & ~_float_mode.FLUSH_BITS) | bits
+            _float_mode._fenv[1](env)
+            out = np.empty(4, F32)
+            assert product(*(ctypes.c_void_p(v.ctypes.data) for v in (a, b, out)), None,
+                           ctypes.c_size_t(0)) == 0
+            assert _float_mode.mxcsr() & _float_mode.FLUSH_BITS == bits
+            np.testing.assert_array_equal(out, np.float32([0.0, 1e-20, 2e-20, 3e-20]))
+    finally:
+        _float_mode._fenv[1](saved)

@@ -60,12 +60,19 @@ _CHILD = textwrap.dedent("""
         threading.Thread(target=fire, daemon=True).start()
         return sent
 
+    def flush_bits():
+        from functrans import _float_mode
+        return _float_mode.mxcsr() & _float_mode.FLUSH_BITS
+
     def interrupted(name, call):
+        mode = flush_bits()
         sent = interrupt_after(0.5)
         try:
             call()
         except KeyboardInterrupt:
             report[name] = round((time.perf_counter() - sent["at"]) * 1e3, 3)
+            # compiled code stopped early still restores the caller's floating-point mode
+            assert flush_bits() == mode, (name, mode, flush_bits())
             return sent
         raise AssertionError(f"{name}: the call finished without KeyboardInterrupt")
 

@@ -236,7 +236,9 @@ BACKEND_MAY_IMPORT = ("functrans.core", "functrans._config", "functrans._dtypes"
                       "functrans._caches", "functrans._backends", "functrans._source_info",
                       "functrans.version", "functrans.primitives",
                       # the IR's call inliner, shared with the front end's own passes
-                      "functrans.interpreters.inline")
+                      "functrans.interpreters.inline",
+                      # the floating-point mode (subnormals flushed) all computation runs in
+                      "functrans._float_mode")
 # Known exceptions, each a front-end service a backend uses today.
 BACKEND_EXCEPTIONS = {
     # the GPU Array subclass and its device (a GPU array is a functrans.Array)

@@ -163,6 +163,14 @@ def test_bitwise_count_and_frexp_modf():
     f = np.array([0.0, 1.0, -3.5, 1e-3, 2.0 ** 40, np.inf, 1e-40], np.float32)
     m, e = jnp.frexp(f)
     m_np, e_np = np.frexp(f)
+    # subnormals flushed (the default): 1e-40 compares equal to zero, and comes back as it
+    # is with exponent 0, as a zero does
+    m_np[-1], e_np[-1] = f[-1], 0
+    _assert_matches(m, m_np, dtype=np.float32)
+    _assert_matches(e, e_np.astype(np.int32), dtype=np.int32)
+    functrans.config.update("flush_denormals", False)
+    m, e = jnp.frexp(f)
+    m_np, e_np = np.frexp(f)
     _assert_matches(m, m_np, dtype=np.float32)
     _assert_matches(e, e_np.astype(np.int32), dtype=np.int32)
     frac, whole = jnp.modf(np.array([1.5, -2.25, np.inf], np.float32))
@@ -1888,12 +1896,21 @@ def test_i0_matches_numpy():
 
 def test_spacing_matches_numpy():
     x = np.array([1.0, -1.0, 0.0, -0.0, 1e-30, 3e5, -7.5, np.inf, np.nan], np.float32)
-    _close(jnp.spacing(x), np.spacing(x), 0)
+    want = np.spacing(x)
+    want[3] = -want[3]  # as in JAX, the spacing of -0.0 is negative (NumPy's is positive)
+    _close(jnp.spacing(x), want, 0)
+    # gaps below the smallest normal float are subnormal: also with subnormals flushed,
+    # they are the smallest subnormal (with x's sign), as in JAX
+    tiny = np.array([0.0, -1e-40, 1.2e-38], np.float32)
+    for got in (jnp.spacing(tiny), functrans.jit(jnp.spacing)(tiny)):
+        np.testing.assert_array_equal(np.asarray(got), np.float32([1e-45, -1e-45, 1e-45]))
     with x64():
         x64_values = x.astype(np.float64)
         got = jnp.spacing(x64_values)
         assert got.dtype == np.float64
-        np.testing.assert_array_equal(np.asarray(got), np.spacing(x64_values))
+        want = np.spacing(x64_values)
+        want[3] = -want[3]
+        np.testing.assert_array_equal(np.asarray(got), want)
     _jit_equals_eager(jnp.spacing, np.array([1.0, -2.5, 1e3], np.float32), tol=0)
 
 

@@ -14,6 +14,15 @@ from functrans import lax, nn
 from primitive_table import FLOAT32_MATH_ULPS as ULPS
 
 
+@pytest.fixture(autouse=True)
+def _ieee_subnormals():
+    """The accuracy of the inline math is measured in IEEE arithmetic, subnormal results
+    included: with subnormals flushed (the default, as in JAX) every result below the
+    smallest normal float32 is zero instead (tests/test_float_mode.py)."""
+    functrans.config.update("flush_denormals", False)
+    yield
+
+
 def ulps(got, want):
     """|got - want| in units of the float32 spacing at ``want`` (float64); 0 where both are
     the same infinity or both NaN, inf where only one is NaN."""

@@ -46,6 +46,7 @@ class Pass(NamedTuple):
 INNER_SWITCHES = {
     "carries_in_place": "loop carries get two buffers each, swapped every iteration",
     "donation": "outputs are never written into donated inputs' buffers",
+    "matrix_vector": "products with one row or one column call BLAS's gemm, not gemv",
     "parallel_loops": "loops and products run on the calling thread alone",
     "shared_kernels": "identical kernels are compiled once each, not shared",
     "streaming_stores": "large loops write their outputs with ordinary stores",

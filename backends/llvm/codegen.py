@@ -39,8 +39,8 @@ import numpy as np
 
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler import passes
-from functrans.backends.llvm import (cache, interrupts, linker, scalar_ops, streaming_stores,
-                                     targets, thread_pool)
+from functrans.backends.llvm import (cache, float_mode, interrupts, linker, scalar_ops,
+                                     streaming_stores, targets, thread_pool)
 from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.llvm.control_flow import Body, ControlStep, nested_programs
 from functrans.backends.llvm.along_axis import CumulativeStep
@@ -160,7 +160,7 @@ _blas_registered = False
 
 
 # BLAS and LAPACK routines generated code calls (as ``ft_<name>``), from SciPy's libraries
-BLAS_ROUTINES = ("sgemm", "dgemm", "strsm", "dtrsm")
+BLAS_ROUTINES = ("sgemm", "dgemm", "sgemv", "dgemv", "strsm", "dtrsm")
 LAPACK_ROUTINES = ("spotrf", "dpotrf")
 
 
@@ -466,13 +466,16 @@ class ModuleBuilder:
         # matrix products on the thread pool: its workers are busy (see POOLED_MIN_ELEMENTS)
         self.pool_in_use = thread_pool.compiled_threads() > 1 and splits_products(program)
         self._single_vector_loop = None  # see single_vector_loop
+        # subnormals flushed to zero while its segments run (see float_mode.py)
+        self.flush = float_mode.flushes()
 
     def build(self) -> str:
         with E.lock:
             for item in self.schedule:
                 if isinstance(item, Segment):
                     self.build_segment(item)
-        return str(self.module)
+        text = str(self.module)
+        return float_mode.mark_functions(text) if self.flush else text
 
     def shared(self, fn: ir.Function) -> ir.Function:
         """``fn``, or an identical function built earlier (then ``fn`` is dropped): kernels
@@ -492,7 +495,11 @@ class ModuleBuilder:
     # ---- segments ---------------------------------------------------------------------------
 
     def build_segment(self, segment: Segment):
-        fn = ir.Function(self.module, ir.FunctionType(I32, [I8P.as_pointer()]), name=segment.name)
+        # with subnormals flushed, the exported name is a small entry around this function
+        # that sets the floating-point mode (see float_mode.py)
+        flush = self.flush
+        name = f"{segment.name}_code" if flush else segment.name
+        fn = ir.Function(self.module, ir.FunctionType(I32, [I8P.as_pointer()]), name=name)
         fn.attributes.add("nounwind")
         if all(calls_only(step) for step in segment.steps):
             # straight-line calls of kernels and BLAS, as long as the program: optimizing
@@ -513,7 +520,10 @@ class ModuleBuilder:
             self.check_handler_when_due(prologue, start)
         else:
             prologue.branch(start)
-        self.names[segment.name] = "a program segment"
+        self.names[name] = "a program segment"
+        if flush:
+            float_mode.flushing_entry(self.module, segment.name, fn)
+            self.names[segment.name] = "a program segment's entry"
 
     # ---- interrupts (see interrupts.py) -----------------------------------------------------
 
@@ -1025,7 +1035,10 @@ class ModuleBuilder:
         single-threaded BLAS call: a product large enough for BLAS to thread holds BLAS to
         one thread while it runs (see :mod:`thread_pool`), so that its result never depends
         on the BLAS thread count another thread left behind."""
-        held = step.batch * step.m * step.n * step.k > BLAS_SERIAL_MNK
+        if matrix_vector(step):
+            held = step.m * step.n * step.k >= BLAS_SERIAL_GEMV_ELEMENTS  # per call
+        else:
+            held = step.batch * step.m * step.n * step.k > BLAS_SERIAL_MNK
         if held:
             hold = self.math.declare(thread_pool.BLAS_HOLD_SYMBOL, ir.VoidType(), [I32])
             b.call(hold, [ir.Constant(I32, 1)])
@@ -1105,6 +1118,25 @@ class ModuleBuilder:
             ldc=slot(I32, max(1, n)), alpha=slot(ty, step.alpha),
             beta=slot(ty, 1.0 if step.accumulate else 0.0))
 
+        vector = matrix_vector(step)
+        if vector:
+            gemv = self.math.declare("ft_sgemv" if ty == F32 else "ft_dgemv", ir.VoidType(),
+                                     [I8P, i32p, i32p, tp, tp, i32p, tp, i32p, tp, tp, i32p])
+            unit = slot(I32, 1)
+            # BLAS reads our row-major B as the column-major matrix B_cm = Bᵀ (and A as Aᵀ;
+            # see emit_gemm). With m == 1, y = op(B)ᵀ x (x the row of A) is gemv of B_cm,
+            # transposed when B is stored transposed; with n == 1, y = op(A) x (x the column
+            # of B) is gemv of A_cm, transposed unless A is stored transposed. (rows, cols):
+            # the matrix as stored, column-major.
+            matrix_is_b = vector == "m"
+            if matrix_is_b:
+                flip = step.rhs_transposed
+                rows, cols = (args["k"], args["m"]) if flip else (args["m"], args["k"])
+            else:
+                flip = not step.lhs_transposed
+                rows, cols = (args["k"], args["n"]) if flip else (args["n"], args["k"])
+            trans = slot(I8, ord("T" if flip else "N"))
+
         def call(a, bb, c):
             if axis == "m":  # rows start.. of op(A) and of C
                 a = b.gep(a, [start if step.lhs_transposed else b.mul(start, i64(k))])
@@ -1112,6 +1144,11 @@ class ModuleBuilder:
             elif axis == "n":  # columns start.. of op(B) and of C
                 bb = b.gep(bb, [b.mul(start, i64(k)) if step.rhs_transposed else start])
                 c = b.gep(c, [start])
+            if vector:
+                matrix, ld, x = (bb, args["lda"], a) if matrix_is_b else (a, args["ldb"], bb)
+                b.call(gemv, [trans, rows, cols, args["alpha"], matrix, ld, x, unit,
+                              args["beta"], c, unit])
+                return
             b.call(gemm, [args["trans_b"], args["trans_a"], args["m"], args["n"], args["k"],
                           args["alpha"], bb, args["lda"], a, args["ldb"], args["beta"], c,
                           args["ldc"]])
@@ -1181,6 +1218,9 @@ GEMM_FOR_SYMBOL = "ft_gemm_for"
 # OpenBLAS runs a product of m * n * k up to this on one thread whatever its thread count
 # (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD in its interface/gemm.c): no hold needed
 BLAS_SERIAL_MNK = 65536 * 4
+# ... and a matrix-vector product whose matrix has fewer elements than this (2304 *
+# GEMM_MULTITHREAD_THRESHOLD in its interface/gemv.c)
+BLAS_SERIAL_GEMV_ELEMENTS = 2304 * 4
 
 
 class _LoopID(ir.values.MDValue):
@@ -1265,6 +1305,21 @@ def kernel_alloca(b: ir.IRBuilder, ty):
     entry = ir.IRBuilder(entry_block)
     entry.position_before(entry_block.instructions[0])
     return entry.alloca(ty)
+
+
+def matrix_vector(step: DotKernel) -> str | None:
+    """Whether a float product is a matrix times a vector, BLAS's ``gemv``: "m" when C has
+    one row (a batch-1 dense layer, ``x @ w``), "n" when it has one column (``w @ x``), else
+    None. OpenBLAS's ``gemm`` with one row or column packs its operands as for a matrix
+    product: ``gemv`` reads the matrix once, in place (measured: docs/performance.md).
+    None too with the optimization ``matrix_vector`` disabled (see ``disable_passes``)."""
+    if not passes.enabled("matrix_vector"):
+        return None
+    if step.m == 1:
+        return "m"
+    if step.n == 1:
+        return "n"
+    return None
 
 
 def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:

@@ -22,8 +22,8 @@ from functrans.backends.compiler import buffers, fusion, scan_sums, verify
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.passes import Pass, run_passes
-from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
-                                     interrupts, linker, row_fusion, scalar_ops, targets,
+from functrans.backends.llvm import (cache, codegen, control_flow, donation, float_mode,
+                                     host_loops, interrupts, linker, row_fusion, scalar_ops, targets,
                                      vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
@@ -183,7 +183,8 @@ def build_executable(native: NativePlan, use_cache: bool = True) -> Executable:
     # passes left out change the code, never the program's meaning
     disabled = ",".join(sorted(compiler_passes.disabled_passes()))
     key = cache.cache_key(closed, codegen.target_description(),
-                          options=f"{digest}|without={disabled}") if use_cache else None
+                          options=f"{digest}|without={disabled}"
+                                  f"|flush={int(float_mode.flushes())}") if use_cache else None
     entry = cache.load(key) if key else None
     if entry is not None and entry[1].get("plan") != digest:
         entry = None  # same program text but a different schedule: never trust it

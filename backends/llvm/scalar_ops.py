@@ -146,7 +146,9 @@ def _sign(ctx, args, in_dtypes, out_dtype, params):
     b, d = ctx.b, in_dtypes[0]
     one, minus, zero = constant(d, 1), constant(d, -1) if _is_signed(d) or _is_float(d) else None, constant(d, 0)
     if _is_float(d):
-        pos = b.select(b.fcmp_ordered(">", x, zero), one, x)
+        # zeros and NaN as x * 0: a signed zero, a NaN, and for a subnormal read as zero
+        # (subnormals flushed, see float_mode.py) the zero it reads as, not its bits
+        pos = b.select(b.fcmp_ordered(">", x, zero), one, b.fmul(x, zero))
         return b.select(b.fcmp_ordered("<", x, zero), minus, pos)
     if _is_signed(d):
         pos = b.select(b.icmp_signed(">", x, zero), one, zero)

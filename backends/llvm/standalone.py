@@ -541,7 +541,7 @@ def _trampolines(routines) -> str:
     """``ft_<routine>``: a call through the routine's address found at load time. Every
     argument of a Fortran BLAS/LAPACK routine is a pointer (see ``codegen.gemm_calls`` and
     :mod:`lapack`)."""
-    arity = {"gemm": 13, "trsm": 11, "potrf": 5}
+    arity = {"gemm": 13, "gemv": 11, "trsm": 11, "potrf": 5}
     out = []
     for k, r in enumerate(routines):
         n = arity[r[1:]]

@@ -55,7 +55,7 @@ import time
 import llvmlite.ir as ir
 
 from functrans.backends.compiler import passes
-from functrans.backends.llvm import interrupts, linker
+from functrans.backends.llvm import float_mode, interrupts, linker
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
@@ -174,6 +174,10 @@ def _build_module(triple: str) -> str:
     job_n = global_("job_n", I64)
     generation = global_("generation", I32)
     job_epoch = global_("job_epoch", I64)  # the SIGINT counter when the job was published
+    # the caller's MXCSR (subnormals flushed or not): its chunks run in that mode on any
+    # thread (see float_mode.py); x86 only
+    has_mode = float_mode.supported(triple)
+    job_mode = global_("job_mode", I32) if has_mode else None
     interrupt_state = ir.GlobalVariable(m, interrupts.STATE_TYPE, interrupts.STATE_SYMBOL)
     busy = global_("busy", I32)
     workers = global_("workers", I32)
@@ -286,6 +290,7 @@ def _build_module(triple: str) -> str:
     run = ir.Function(m, ir.FunctionType(VOID, [I32]), name="run_chunks")
     run.linkage = "internal"
     b = ir.IRBuilder(run.append_basic_block("entry"))
+    mode_slot = b.alloca(I32) if has_mode else None
     head, claim, check, body, finished, out = (run.append_basic_block(n) for n in
                                                ("head", "claim", "check", "body", "finished",
                                                 "out"))
@@ -317,6 +322,8 @@ def _build_module(triple: str) -> str:
     result = b.cmpxchg(counter, v, b.add(v, ir.Constant(I64, 1)), "acq_rel", "acquire")
     b.cbranch(b.extract_value(result, 1), body, head)  # lost the race: look again
     b.position_at_end(body)
+    if has_mode:  # the claim's acquire saw the job's mode, stored before it was published
+        float_mode.write(b, mode_slot, b.load_atomic(job_mode, "monotonic", 4))
     b.call(b.bitcast(fn_p, CHUNK_FN.as_pointer()), [ctx, c])
     finished_count = b.add(b.atomic_rmw("add", done, ir.Constant(I64, 1), "acq_rel"),
                            ir.Constant(I64, 1))
@@ -421,6 +428,7 @@ def _build_module(triple: str) -> str:
     pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=SYMBOL)
     fn_arg, ctx_arg, n_arg = pf.args
     b = ir.IRBuilder(pf.append_basic_block("entry"))
+    caller_mode_slot = b.alloca(I32) if has_mode else None
     serial, parallel = pf.append_basic_block("serial"), pf.append_basic_block("parallel")
     start_epoch = sigint_count(b)  # a SIGINT from here on drops the chunks not yet started
     chunk = b.bitcast(fn_arg, CHUNK_FN.as_pointer())
@@ -487,6 +495,8 @@ def _build_module(triple: str) -> str:
     b.store_atomic(n_arg, job_n, "monotonic", 8)
     b.store_atomic(first, done, "monotonic", 8)
     b.store_atomic(start_epoch, job_epoch, "monotonic", 8)
+    if has_mode:
+        b.store_atomic(float_mode.read(b, caller_mode_slot), job_mode, "monotonic", 4)
     b.store_atomic(b.or_(gen_high, first), counter, "seq_cst", 8)  # claimable from here
     b.call(lock, [ptr(b, mutex)])
     b.store_atomic(gen, generation, "seq_cst", 4)

@@ -992,5 +992,9 @@ def spacing(x):
         raise TypeError("jnp.spacing does not accept complex input")
     # deferred: numpy._creation -> numpy._ufuncs at import
     from functrans.numpy._creation import array
-    away = where(x < 0, array(-np.inf, x.dtype), array(np.inf, x.dtype))
-    return nextafter(x, away) - x
+    away = where(signbit(x), array(-np.inf, x.dtype), array(np.inf, x.dtype))
+    gap = nextafter(x, away) - x
+    # a gap below the smallest normal float is subnormal, and computes as 0 when subnormals
+    # are flushed (the default, as in JAX): it is the smallest subnormal, signed as x
+    smallest = array(_dtypes.finfo(x.dtype).smallest_subnormal, x.dtype)
+    return where(gap == 0, where(signbit(x), -smallest, smallest), gap)

@@ -967,6 +967,9 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
         if backend is not None:
             raise ValueError("jit: pass device or backend, not both")
         backend = "cuda" if getattr(device, "platform", "cpu") == "gpu" else "cpu"
+    _check_argnums(fun, "static_argnums", static_argnums)
+    _check_argnames(fun, "static_argnames", static_argnames)
+    _check_argnums(fun, "donate_argnums", donate_argnums)
     donate_argnums = _donated_positions(fun, donate_argnums, donate_argnames)
     shardings = None if in_shardings is None and out_shardings is None else \
         (in_shardings, out_shardings)
@@ -975,6 +978,43 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
     return JitWrapped(fun, () if static_argnums is None else static_argnums,
                       () if static_argnames is None else static_argnames, donate_argnums, backend,
                       shardings)
+
+
+def _check_argnums(fun, option: str, argnums) -> None:
+    """Refuse, when ``jit`` is called, positions that ``fun`` has no parameter for (a
+    function with ``*args`` takes any); a signature that cannot be read is not checked."""
+    argnums = (argnums,) if isinstance(argnums, int) else tuple(argnums or ())
+    try:
+        params = inspect.signature(fun).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if not argnums or any(p.kind is p.VAR_POSITIONAL for p in params):
+        return
+    count = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    if max(argnums) >= count or min(argnums) < -count:
+        raise ValueError(f"Jitted function has {option}={argnums}, but only accepts {count} "
+                         f"positional arguments.")
+
+
+def _check_argnames(fun, option: str, argnames) -> None:
+    """Refuse, when ``jit`` is called, names that are no keyword parameter of ``fun`` (a
+    function with ``**kwargs`` takes any name that is not positional-only)."""
+    argnames = {argnames} if isinstance(argnames, str) else set(argnames or ())
+    try:
+        params = inspect.signature(fun).parameters
+    except (TypeError, ValueError):
+        return
+    positional_only = {n for n, p in params.items() if p.kind is p.POSITIONAL_ONLY}
+    if argnames & positional_only:
+        raise ValueError(f"Jitted function has invalid argnames {argnames & positional_only} "
+                         f"in {option}. These are positional-only")
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    keywords = {n for n, p in params.items()
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if argnames - keywords:
+        raise ValueError(f"Jitted function has invalid argnames {argnames - keywords} in "
+                         f"{option}. Function does not take these args.")
 
 
 def _donated_positions(fun, donate_argnums, donate_argnames) -> tuple:

@@ -855,7 +855,7 @@ def eval_primitive(primitive, args, params):
     outs = out if primitive.multiple_results else [out]
     wrapped = [wrap_array(o, a) for o, a in zip(outs, out_avals)]
     if _debug_checks.enabled():
-        _debug_checks.check_eager_outputs(primitive, wrapped)
+        _debug_checks.check_eager_outputs(primitive, wrapped, _state.source_info)
     return wrapped if primitive.multiple_results else wrapped[0]
 
 

@@ -14,7 +14,7 @@ import textwrap
 import threading
 import time
 import weakref
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -361,6 +361,43 @@ class Compiled(_Stage):
     def as_text(self) -> str:
         extra = getattr(self._executable, "as_text", None)
         return extra() if extra else str(self.closed)
+
+    def cost_analysis(self) -> dict | None:
+        """What one call computes, from the compiler's schedule: ``{"flops",
+        "transcendentals", "bytes accessed"}`` (see ``functrans.backends.compiler.cost``);
+        None when the backend does not say.
+
+            >>> import functrans, functrans.numpy as jnp
+            >>> f = functrans.jit(lambda a, b: a @ b)
+            >>> f.lower(jnp.ones((4, 8)), jnp.ones((8, 2))).compile().cost_analysis()["flops"]
+            128.0
+        """
+        analysis = getattr(self._executable, "cost_analysis", None)
+        return analysis() if analysis is not None else None
+
+    def memory_analysis(self) -> "CompiledMemoryStats | None":
+        """The memory one call uses, from the compiler's buffer plan: arguments, outputs,
+        constants, scratch (``temp_size_in_bytes``) and object code; None when the backend
+        does not say."""
+        analysis = getattr(self._executable, "memory_analysis", None)
+        return CompiledMemoryStats(**analysis()) if analysis is not None else None
+
+
+class CompiledMemoryStats(NamedTuple):
+    """:meth:`Compiled.memory_analysis`'s answer, in bytes, under the field names JAX's
+    has. No argument buffer is aliased by an output unless donated (``alias_size_in_bytes``
+    counts none), and nothing lives in host memory apart from the device's."""
+    argument_size_in_bytes: int
+    output_size_in_bytes: int
+    temp_size_in_bytes: int
+    constant_size_in_bytes: int
+    generated_code_size_in_bytes: int
+    alias_size_in_bytes: int = 0
+    host_argument_size_in_bytes: int = 0
+    host_output_size_in_bytes: int = 0
+    host_temp_size_in_bytes: int = 0
+    host_alias_size_in_bytes: int = 0
+    host_generated_code_size_in_bytes: int = 0
 
 
 def _checked_arguments(leaves, avals, in_tree, arg_names) -> list:

@@ -20,3 +20,14 @@ def _blocks():
 @pytest.mark.parametrize("code", list(_blocks()))
 def test_doc_block_runs(code):
     exec(compile(code, "<doc>", "exec"), {"__name__": "__doc_test__"})
+
+
+@pytest.mark.parametrize("devices", [1, 3])
+def test_readme_tour_runs_with_any_device_count(devices):
+    import os
+    import subprocess
+    import sys
+    tour = BLOCK.findall((ROOT / "README.md").read_text())[0]
+    out = subprocess.run([sys.executable, "-c", tour], capture_output=True, text=True,
+                         timeout=240, env=dict(os.environ, FUNCTRANS_CPU_DEVICES=str(devices)))
+    assert out.returncode == 0, out.stderr[-3000:]

@@ -656,6 +656,7 @@ class ShapeDtypeStruct:
         return hash((self.shape, self.dtype))
 
 
+@api_boundary
 def eval_shape(fun: Callable, *args, **kwargs):
     """The shapes and dtypes ``fun`` would return, computed without running it."""
     leaves, in_tree = tree_flatten((args, kwargs))

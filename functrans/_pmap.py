@@ -52,6 +52,7 @@ from functrans._api import _flatten_axes as flatten
 from functrans._api import inconsistent_sizes_message
 from functrans._api import vmap
 from functrans._jit import compile_closed, jit_p
+from functrans._traceback_util import api_boundary
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -940,6 +941,7 @@ class PmapFunction:
 
     # ---- calling -----------------------------------------------------------------------
 
+    @api_boundary
     def __call__(self, *args, **kwargs):
         statics, dyn, axes = self._split(args)
         leaves, in_tree = tree_util.tree_flatten((dyn, kwargs))

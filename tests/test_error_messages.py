@@ -187,3 +187,27 @@ def test_the_float64_warnings_fix_works_and_the_warning_points_at_the_users_line
     assert out.returncode == 0 and "UserWarning" not in out.stderr, out.stderr
     assert out.stdout.strip() == "float64"
     assert np.dtype(out.stdout.strip()) == np.float64
+
+
+@pytest.mark.parametrize("transform", ["pmap", "checkpoint", "eval_shape", "shard_map",
+                                       "jacrev", "vjp"])
+def test_tracebacks_of_other_transforms_end_in_the_users_function(transform):
+    def f(x):
+        return x @ jnp.ones((4, 2))  # 3 does not contract with 4
+
+    x = jnp.ones((1, 3))
+    calls = {
+        "pmap": lambda: functrans.pmap(f)(x),
+        "checkpoint": lambda: functrans.checkpoint(f)(x),
+        "eval_shape": lambda: functrans.eval_shape(f, x),
+        "shard_map": lambda: functrans.shard_map(
+            f, mesh=functrans.make_mesh((1,), ("i",)), in_specs=functrans.P(),
+            out_specs=functrans.P())(x),
+        "jacrev": lambda: functrans.jacrev(f)(x),
+        "vjp": lambda: functrans.vjp(f, x),
+    }
+    with pytest.raises(TypeError) as info:
+        calls[transform]()
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert not [fr for fr in frames if is_internal_file(fr.filename)], frames
+    assert frames[-1].name == "f"

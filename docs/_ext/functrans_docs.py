@@ -74,7 +74,7 @@ def _exported(module) -> list[str]:
     return sorted(n for n in set(names) if hasattr(module, n))
 
 
-def _directive(module_name: str, name: str, value) -> str:
+def _directive(value) -> str:
     if inspect.isclass(value):
         return "autoclass"
     if callable(value):
@@ -107,7 +107,7 @@ def api_page(module_name: str, seen: dict) -> str:
             continue
         if hashable:
             seen[key] = qualified
-        kind = _directive(module_name, name, value)
+        kind = _directive(value)
         if kind == "autodata":
             # a value's docstring is its type's (a dtype's, a namespace's): name the type
             rst += [f".. py:data:: {name}", f"   :type: {type(value).__name__}", ""]
@@ -170,7 +170,7 @@ def jax_variables_table() -> str:
     """A Markdown table of JAX's environment variables that functrans honours, from the
     configuration's own table."""
     from functrans import _config
-    rows = ["| JAX's variable | functrans option | functrans's own variable (wins) |",
+    rows = ["| JAX's variable | option | wins over it |",
             "|---|---|---|"]
     for variable, (option, own) in sorted(_config._JAX_VARIABLES.items()):
         rows.append(f"| `{variable}` | `{option}` | {f'`{own}`' if own else '—'} |")

@@ -43,13 +43,18 @@ def add_output_flags(parser: argparse.ArgumentParser, progress: bool = True) -> 
 
 
 def add_devices_flag(parser: argparse.ArgumentParser, default: int = 4) -> None:
-    """``--devices N``: CPU devices to run on (as ``FUNCTRANS_CPU_DEVICES``)."""
-    from_env = os.environ.get("FUNCTRANS_CPU_DEVICES")
+    """``--devices N``: CPU devices to run on. Its default is the count the environment
+    sets (``FUNCTRANS_CPU_DEVICES``, or JAX's ``JAX_NUM_CPU_DEVICES`` or ``XLA_FLAGS``
+    device count), else ``default``."""
+    from_env = "FUNCTRANS_CPU_DEVICES" in os.environ or "JAX_NUM_CPU_DEVICES" in os.environ \
+        or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
     parser.add_argument(
-        "--devices", type=int, default=int(from_env) if from_env else default,
-        help="CPU devices to split the work over (also set by the FUNCTRANS_CPU_DEVICES "
-             "environment variable, as XLA_FLAGS=--xla_force_host_platform_device_count "
-             "for JAX); on a machine with GPUs the GPUs are used instead")
+        "--devices", type=int,
+        default=functrans.config.cpu_device_count if from_env else default,
+        help="CPU devices to split the work over (the environment can set it too: "
+             "FUNCTRANS_CPU_DEVICES, or JAX's JAX_NUM_CPU_DEVICES or "
+             "XLA_FLAGS=--xla_force_host_platform_device_count=N); on a machine with GPUs "
+             "the GPUs are used instead")
 
 
 def use_cpu_devices(count: int) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 
 
@@ -75,7 +76,12 @@ _JAX_VARIABLES = {
 
 def _apply_jax_variables(values: dict) -> None:
     """Set ``values`` from JAX's environment variables (see ``_JAX_VARIABLES``), each read
-    as its option's type."""
+    as its option's type. The CPU device count is also read from the XLA flag JAX users set
+    for it (``XLA_FLAGS=--xla_force_host_platform_device_count=8``), if nothing else sets it."""
+    flag = re.search(r"--xla_force_host_platform_device_count=(\d+)",
+                     os.environ.get("XLA_FLAGS", ""))
+    if flag and not {"FUNCTRANS_CPU_DEVICES", "JAX_NUM_CPU_DEVICES"} & set(os.environ):
+        values["cpu_device_count"] = int(flag.group(1))
     for variable, (name, own_variable) in _JAX_VARIABLES.items():
         if variable not in os.environ or (own_variable and own_variable in os.environ):
             continue

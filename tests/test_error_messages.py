@@ -156,7 +156,8 @@ def test_broadcasting_error_classes_follow_jax():
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("JAX_", "FUNCTRANS_ENABLE_X64", "FUNCTRANS_CPU_DEVICES"))}
+             if not k.startswith(("JAX_", "XLA_FLAGS", "FUNCTRANS_ENABLE_X64",
+                                  "FUNCTRANS_CPU_DEVICES"))}
     return subprocess.run([sys.executable, "-c", code], env={**clean, **env},
                           capture_output=True, text=True, timeout=120)
 
@@ -173,6 +174,9 @@ def test_jax_environment_variables_set_the_options():
     # functrans's own variable wins over JAX's
     out = _run(code, JAX_ENABLE_X64="1", FUNCTRANS_ENABLE_X64="0")
     assert out.stdout.split()[0] == "False"
+    # the XLA flag JAX users set for CPU devices
+    out = _run(code, XLA_FLAGS="--xla_cpu_foo=1 --xla_force_host_platform_device_count=6")
+    assert out.stdout.split()[1] == "6", out.stderr
 
 
 def test_the_float64_warnings_fix_works_and_the_warning_points_at_the_users_line():

@@ -128,13 +128,11 @@ def write_api_pages(source: pathlib.Path) -> None:
     # parents first, so an object is indexed under the shortest module that exports it
     for name in sorted(modules, key=lambda m: (m.count("."), m)):
         _write(folder / f"{name}.md", api_page(name, seen))
-    groups: dict = {}
-    for name in modules:
-        top = ".".join(name.split(".")[:2])
-        groups.setdefault(top, []).append(name)
     index = ["# API reference", "",
              "Generated from the docstrings when the site is built: one page per public "
-             "module, in the order of the package tree.", ""]
+             "module, in the order of the package tree. The compilers (`functrans.backends`) "
+             "and the compiler's fuzzer (`functrans.testing`) are tools for developers of "
+             "functrans; [the compiler](../compiler.md) describes them.", ""]
     index += ["```{toctree}", ":maxdepth: 1", ""]
     index += [f"{name}" for name in modules]
     index += ["```", ""]

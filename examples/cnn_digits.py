@@ -10,9 +10,6 @@ matrix products and the pooling into one fused reduction.
 """
 from __future__ import annotations
 
-import argparse
-import time
-
 import numpy as np
 
 import functrans
@@ -20,6 +17,8 @@ import functrans.numpy as jnp
 from functrans import lax, nn, optim, random
 
 DIMENSIONS = ("NHWC", "HWIO", "NHWC")
+
+import training_report
 
 
 def load_digits(seed: int):
@@ -61,11 +60,14 @@ def loss_fn(params, x, y):
 
 
 def main(argv=None) -> float:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--epochs", type=int, default=15)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quiet", action="store_true")
+    parser = training_report.argument_parser(__doc__)
+    parser.add_argument("--epochs", type=int, default=15, help="passes over the training set")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per step")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the split, the parameters and the shuffling")
+    training_report.add_output_flags(parser, progress=False)
+    parser.add_argument("--quiet", action="store_true",
+                        help="no line per epoch (the summary is still printed)")
     args = parser.parse_args(argv)
 
     (x_train, y_train), (x_test, y_test) = load_digits(args.seed)
@@ -86,19 +88,25 @@ def main(argv=None) -> float:
     step = functrans.jit(train_step, donate_argnums=(0, 1))
     rng = np.random.default_rng(args.seed)
     batches = len(x_train) // args.batch_size
-    start = time.perf_counter()
+    # the line printed per epoch shows the progress
+    report = training_report.Report(args.epochs, quiet=True, unit="epoch")
     for epoch in range(args.epochs):
         order = rng.permutation(len(x_train))
         losses = []
         for b in range(batches):
             idx = order[b * args.batch_size:(b + 1) * args.batch_size]
-            params, state, loss = step(params, state, x_train[idx], y_train[idx])
+            params, state, loss = report.timed(step, params, state, x_train[idx], y_train[idx])
             losses.append(float(loss))
+        report.record(np.mean(losses))
         if not args.quiet:
             print(f"epoch {epoch + 1:2d}  loss {np.mean(losses):.4f}")
     accuracy = float(evaluate(params, x_test, y_test))
     print(f"epochs: {args.epochs}  final loss: {np.mean(losses):.4f}  test accuracy: "
-          f"{accuracy:.4f}  ({time.perf_counter() - start:.1f} s)")
+          f"{accuracy:.4f}")
+    report.unit = "step"  # timed per step, recorded per epoch
+    report.summary(test_accuracy=accuracy)
+    if args.plot:
+        training_report.plot_losses(args.plot, report.losses, "CNN on digits", "epoch")
     return accuracy
 
 

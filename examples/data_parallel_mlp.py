@@ -1,8 +1,8 @@
 """Data-parallel training of a small MLP with pmap: parameters replicated on every device,
 each device takes its slice of the batch, gradients are averaged with ``pmean``.
 
-    python examples/data_parallel_mlp.py                              # 1 CPU device
-    FUNCTRANS_CPU_DEVICES=4 python examples/data_parallel_mlp.py      # 4 CPU devices
+    python examples/data_parallel_mlp.py                              # 4 CPU devices
+    python examples/data_parallel_mlp.py --devices 8                  # 8 CPU devices
     FUNCTRANS_CPU_DEVICES=2 mpiexec -n 2 python examples/data_parallel_mlp.py   # 2 x 2 devices
     python examples/data_parallel_mlp.py --single                     # no pmap, for comparison
 
@@ -11,7 +11,6 @@ network), so all of them print the same loss curve up to float32 rounding.
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 import numpy as np
@@ -19,6 +18,8 @@ import numpy as np
 import functrans
 import functrans.numpy as jnp
 from functrans import lax, tree_util
+
+import training_report
 
 
 def init_params(seed: int, sizes):
@@ -56,11 +57,12 @@ def batches(seed: int, steps: int, batch: int, sizes):
         yield x, y
 
 
-def train_data_parallel(args, sizes) -> list[float]:
+def train_data_parallel(args, sizes, report) -> list[float]:
     n_local = functrans.local_device_count()
     n_global = functrans.device_count()
     if args.batch % n_global:
-        raise SystemExit(f"--batch {args.batch} must be divisible by the {n_global} devices")
+        raise SystemExit(f"--batch {args.batch} must be divisible by the {n_global} devices "
+                         f"(try --batch {args.batch - args.batch % n_global or n_global})")
     per_device = args.batch // n_global
     first = functrans.distributed.process_index() * n_local * per_device
 
@@ -79,12 +81,13 @@ def train_data_parallel(args, sizes) -> list[float]:
         mine = slice(first, first + n_local * per_device)
         xs = x[mine].reshape(n_local, per_device, -1)
         ys = y[mine].reshape(n_local, per_device, -1)
-        params, loss = train_step(params, xs, ys)
+        params, loss = report.timed(train_step, params, xs, ys)
         losses.append(float(np.asarray(loss)[0]))
+        report.record(losses[-1])
     return losses
 
 
-def train_single(args, sizes) -> list[float]:
+def train_single(args, sizes, report) -> list[float]:
     @functrans.jit
     def step(params, x, y):
         loss, grads = functrans.value_and_grad(loss_fn)(params, x, y)
@@ -93,8 +96,9 @@ def train_single(args, sizes) -> list[float]:
     params = init_params(args.seed, sizes)
     losses = []
     for x, y in batches(args.seed, args.steps, args.batch, sizes):
-        params, loss = step(params, x, y)
+        params, loss = report.timed(step, params, x, y)
         losses.append(float(loss))
+        report.record(losses[-1])
     return losses
 
 
@@ -104,33 +108,45 @@ def _launched_by_mpi() -> bool:
 
 
 def main(argv=None) -> list[float]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--batch", type=int, default=64, help="global batch size")
-    parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--single", action="store_true", help="train without pmap")
-    parser.add_argument("--print-every", type=int, default=1)
+    parser = training_report.argument_parser(__doc__)
+    parser.add_argument("--steps", type=int, default=30, help="training steps")
+    parser.add_argument("--batch", type=int, default=64,
+                        help="global batch size, split evenly over the devices")
+    parser.add_argument("--hidden", type=int, default=32, help="width of the two hidden layers")
+    parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the parameters and of the made-up data")
+    parser.add_argument("--single", action="store_true",
+                        help="train on one device without pmap, for comparison")
+    parser.add_argument("--print-every", type=int, default=1,
+                        help="print the loss every this many steps")
+    training_report.add_devices_flag(parser)
+    training_report.add_output_flags(parser)
     args = parser.parse_args(argv)
+    training_report.use_cpu_devices(args.devices)
     sizes = [8, args.hidden, args.hidden, 2]
 
     if _launched_by_mpi() and not functrans.distributed.is_initialized():
         functrans.distributed.initialize()
     rank = functrans.distributed.process_index()
     nproc = functrans.distributed.process_count()
+    tag = f"[rank {rank}] " if nproc > 1 else ""
     if args.single:
-        losses = train_single(args, sizes)
         where = "1 device, no pmap"
     else:
-        losses = train_data_parallel(args, sizes)
         where = (f"{functrans.device_count()} devices in {nproc} process(es), "
                  f"{functrans.local_device_count()} here")
-    tag = f"[rank {rank}] " if nproc > 1 else ""
+        if functrans.device_count() == 1:
+            where += " (pass --devices 4 or set FUNCTRANS_CPU_DEVICES=4 for more)"
     print(f"{tag}training on {where}")
+    report = training_report.Report(args.steps, quiet=args.quiet or rank > 0)
+    losses = (train_single if args.single else train_data_parallel)(args, sizes, report)
     for i, loss in enumerate(losses):
         if i % args.print_every == 0 or i == len(losses) - 1:
             print(f"{tag}step {i:3d} loss {loss:.7f}")
+    report.summary()
+    if rank == 0:
+        report.plot(args.plot, title=f"data-parallel MLP ({where.split(',')[0]})")
     return losses
 
 

@@ -9,15 +9,15 @@ Checkpoints (params, optimizer state, PRNG key, step) go to --ckpt-dir after eve
 """
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 
 import numpy as np
 
 import functrans
 import functrans.numpy as jnp
 from functrans import checkpoint, nn, optim, random
+
+import training_report
 
 
 def load_digits(seed: int):
@@ -58,18 +58,20 @@ def accuracy(params, x, y) -> float:
 
 
 def main(argv=None) -> float:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--ckpt-dir", default=os.path.join("checkpoints", "mlp_digits"))
-    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    parser = training_report.argument_parser(__doc__)
+    parser.add_argument("--epochs", type=int, default=30, help="passes over the training set")
+    parser.add_argument("--batch-size", type=int, default=64, help="examples per step")
+    parser.add_argument("--hidden", type=int, default=128, help="width of the two hidden layers")
+    parser.add_argument("--lr", type=float, default=3e-3, help="adam learning rate")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the split, the parameters and the shuffling")
+    parser.add_argument("--ckpt-dir", default=os.path.join("checkpoints", "mlp_digits"),
+                        help="where a checkpoint is saved after every epoch")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the last checkpoint in --ckpt-dir")
     parser.add_argument("--stop-after", type=int, default=None,
-                        help="stop after this many epochs (to test --resume)")
-    parser.add_argument("--plot", default=None, help="save the loss curve to this PNG file")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+                        help="stop after this many epochs (to try --resume)")
+    training_report.add_output_flags(parser)
     args = parser.parse_args(argv)
 
     (x_train, y_train), (x_test, y_test) = load_digits(args.seed)
@@ -97,44 +99,28 @@ def main(argv=None) -> float:
 
     steps_per_epoch = len(x_train) // args.batch_size
     end_epoch = args.epochs if args.stop_after is None else min(args.epochs, start_epoch + args.stop_after)
-    progress = _progress(range(start_epoch, end_epoch), args.quiet)
-    for epoch in progress:
+    report = training_report.Report(end_epoch - start_epoch, quiet=args.quiet, unit="epoch")
+    for epoch in range(start_epoch, end_epoch):
         key, shuffle_key = random.split(key)
         order = np.asarray(random.permutation(shuffle_key, len(x_train)))
         epoch_loss = 0.0
         for i in range(steps_per_epoch):
             idx = order[i * args.batch_size:(i + 1) * args.batch_size]
-            params, opt_state, loss = train_step(params, opt_state, x_train[idx], y_train[idx])
+            params, opt_state, loss = report.timed(train_step, params, opt_state,
+                                                   x_train[idx], y_train[idx])
             epoch_loss += float(loss)
         losses.append(epoch_loss / steps_per_epoch)
-        if hasattr(progress, "set_postfix"):
-            progress.set_postfix(loss=f"{losses[-1]:.4f}")
+        report.record(losses[-1])
         manager.save(epoch + 1, {"params": params, "opt_state": opt_state, "key": key,
                                  "losses": jnp.asarray(np.array(losses, np.float32))})
 
     acc = accuracy(params, x_test, y_test)
     print(f"epochs: {end_epoch}  final loss: {losses[-1]:.4f}  test accuracy: {acc:.4f}")
+    report.unit = "step"  # timed per step, recorded per epoch
+    report.summary(test_accuracy=acc)
     if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        plt.plot(np.arange(1, len(losses) + 1), losses)
-        plt.xlabel("epoch")
-        plt.ylabel("training loss")
-        plt.title("MLP on digits")
-        plt.savefig(args.plot, dpi=100)
-        print(f"loss curve saved to {args.plot}")
+        training_report.plot_losses(args.plot, losses, "MLP on digits", "epoch")
     return acc
-
-
-def _progress(iterable, quiet):
-    if quiet:
-        return iterable
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return iterable
-    return tqdm(iterable, desc="training", unit="epoch", file=sys.stdout)
 
 
 if __name__ == "__main__":

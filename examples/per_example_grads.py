@@ -8,13 +8,13 @@ noise scaled by --noise * --clip, and applies the update.
 """
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 import functrans
 import functrans.numpy as jnp
 from functrans import nn, optim, random, tree_util
+
+import training_report
 
 
 def init_params(key, sizes):
@@ -56,19 +56,27 @@ def make_step(optimizer, clip: float, noise: float):
         noisy = [g + (noise * clip / x.shape[0]) * random.normal(k, g.shape, g.dtype)
                  for g, k in zip(leaves, keys)]
         updates, opt_state = optimizer.update(tree_util.tree_unflatten(tree, noisy), opt_state, params)
-        return optim.apply_updates(params, updates), opt_state
+        # the (noise-free) batch loss, to show progress
+        loss = jnp.mean(functrans.vmap(example_loss, in_axes=(None, 0, 0))(params, x, y))
+        return optim.apply_updates(params, updates), opt_state, loss
 
     return step
 
 
 def main(argv=None) -> float:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--clip", type=float, default=1.0)
-    parser.add_argument("--noise", type=float, default=0.5)
-    parser.add_argument("--lr", type=float, default=0.5)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = training_report.argument_parser(__doc__)
+    parser.add_argument("--steps", type=int, default=300, help="DP-SGD steps")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="examples per step (each gets its own gradient)")
+    parser.add_argument("--clip", type=float, default=1.0,
+                        help="largest L2 norm of one example's gradient")
+    parser.add_argument("--noise", type=float, default=0.5,
+                        help="noise multiplier: the Gaussian noise's deviation is this times "
+                             "--clip")
+    parser.add_argument("--lr", type=float, default=0.5, help="SGD learning rate")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the parameters, the batches and the noise")
+    training_report.add_output_flags(parser)
     args = parser.parse_args(argv)
 
     from sklearn.datasets import load_digits
@@ -87,13 +95,18 @@ def main(argv=None) -> float:
     opt_state = optimizer.init(params)
     step = make_step(optimizer, args.clip, args.noise)
     rng = np.random.default_rng(args.seed)
+    report = training_report.Report(args.steps, quiet=args.quiet)
     for _ in range(args.steps):
         idx = rng.choice(len(x_train), args.batch_size, replace=False)
         key, step_key = random.split(key)
-        params, opt_state = step(params, opt_state, step_key, x_train[idx], y_train[idx])
+        params, opt_state, loss = report.timed(step, params, opt_state, step_key,
+                                               x_train[idx], y_train[idx])
+        report.record(loss)
     acc = float(jnp.mean(jnp.argmax(predict(params, x_test), axis=-1) == y_test))
     print(f"DP-SGD: {args.steps} steps, clip {args.clip}, noise multiplier {args.noise}, "
           f"test accuracy {acc:.4f}")
+    report.summary(test_accuracy=acc)
+    report.plot(args.plot, title="DP-SGD on digits (per-example gradients)")
     return acc
 
 

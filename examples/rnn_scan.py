@@ -11,14 +11,13 @@ body, whatever the sequence length) and differentiated through it in reverse mod
 """
 from __future__ import annotations
 
-import argparse
-import time
-
 import numpy as np
 
 import functrans
 import functrans.numpy as jnp
 from functrans import lax
+
+import training_report
 
 
 def init_params(rng: np.random.Generator, n_in: int, n_hidden: int) -> dict:
@@ -59,14 +58,16 @@ def make_data(rng: np.random.Generator, seq_len: int, batch: int, n_in: int):
 
 
 def main(argv=None) -> list[float]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--inputs", type=int, default=64)
-    parser.add_argument("--seq-len", type=int, default=100)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = training_report.argument_parser(__doc__)
+    parser.add_argument("--steps", type=int, default=8, help="SGD steps")
+    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
+    parser.add_argument("--hidden", type=int, default=256, help="units of the hidden state")
+    parser.add_argument("--inputs", type=int, default=64, help="features of each input vector")
+    parser.add_argument("--seq-len", type=int, default=100,
+                        help="time steps of each sequence (iterations of the scan)")
+    parser.add_argument("--batch", type=int, default=32, help="sequences per batch")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the parameters and data")
+    training_report.add_output_flags(parser, progress=False)
     args = parser.parse_args(argv)
 
     rng = np.random.default_rng(args.seed)
@@ -81,13 +82,15 @@ def main(argv=None) -> list[float]:
         new_params = functrans.tree_util.tree_map(lambda p, g: p - lr * g, params, grads)
         return new_params, loss
 
-    losses = []
+    report = training_report.Report(args.steps, quiet=True)  # a line per step shows progress
     for step in range(args.steps):
-        start = time.perf_counter()
-        params, loss = train_step(params, xs, targets)
-        losses.append(float(loss))
-        print(f"step {step:3d}  loss {losses[-1]:.4f}  ({1e3 * (time.perf_counter() - start):.0f} ms)")
+        params, loss = report.timed(train_step, params, xs, targets)
+        report.record(loss)
+        print(f"step {step:3d}  loss {report.losses[-1]:.4f}")
+    losses = report.losses
     print(f"loss: {losses[0]:.4f} -> {losses[-1]:.4f}")
+    report.summary()
+    report.plot(args.plot, title=f"RNN over lax.scan ({args.seq_len} time steps)")
     return losses
 
 

@@ -3,8 +3,9 @@ split by columns over the 'model' axis, the second layer's by rows, so each devi
 its slice of the hidden layer with no communication and one psum adds up the output. Data
 parallelism over a 'data' axis composes with it: the batch is split over 'data'.
 
-    python examples/tensor_parallel_mlp.py                               # 1 CPU device
-    FUNCTRANS_CPU_DEVICES=4 python examples/tensor_parallel_mlp.py       # 2 (data) x 2 (model)
+    python examples/tensor_parallel_mlp.py                               # 2 (data) x 2 (model)
+    python examples/tensor_parallel_mlp.py --devices 8                   # 4 (data) x 2 (model)
+    python examples/tensor_parallel_mlp.py --devices 1                   # 1 CPU device
     FUNCTRANS_CPU_DEVICES=2 mpiexec -n 2 python examples/tensor_parallel_mlp.py
     python examples/tensor_parallel_mlp.py --single                      # unsharded
 
@@ -13,7 +14,6 @@ gradients of the same network computed unsharded on one device (float32 rounding
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 import numpy as np
@@ -21,6 +21,8 @@ import numpy as np
 import functrans
 import functrans.numpy as jnp
 from functrans import P, lax, tree_util
+
+import training_report
 
 
 def init_params(seed: int, d_in: int, hidden: int, d_out: int):
@@ -86,14 +88,21 @@ def _launched_by_mpi() -> bool:
 
 
 def main(argv=None) -> list[float]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--single", action="store_true", help="train the unsharded network")
+    parser = training_report.argument_parser(__doc__)
+    parser.add_argument("--steps", type=int, default=20, help="training steps")
+    parser.add_argument("--batch", type=int, default=32,
+                        help="global batch size, split over the mesh's 'data' axis")
+    parser.add_argument("--hidden", type=int, default=64,
+                        help="width of the hidden layer, split over the 'model' axis")
+    parser.add_argument("--lr", type=float, default=0.2, help="SGD learning rate")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the parameters and of the made-up data")
+    parser.add_argument("--single", action="store_true",
+                        help="train the unsharded network on one device, for comparison")
+    training_report.add_devices_flag(parser)
+    training_report.add_output_flags(parser, progress=False)
     args = parser.parse_args(argv)
+    training_report.use_cpu_devices(args.devices)
     if _launched_by_mpi() and not functrans.distributed.is_initialized():
         functrans.distributed.initialize()
     d_in, d_out = 8, 4
@@ -103,19 +112,29 @@ def main(argv=None) -> list[float]:
         step, where = reference_step, "1 device, unsharded"
     else:
         mesh = make_mesh()
+        rows = mesh.shape["data"]
+        if args.batch % rows:
+            raise SystemExit(f"--batch {args.batch} must be divisible by the {rows} rows of "
+                             f"the mesh's 'data' axis (try --batch "
+                             f"{args.batch - args.batch % rows or rows})")
         step = make_train_step(make_sharded_mlp(mesh), args.lr)
         where = f"a mesh {dict(mesh.shape)} in {functrans.process_count()} process(es)"
     tag = f"[rank {functrans.process_index()}] " if functrans.process_count() > 1 else ""
     print(f"{tag}training on {where}")
+    report = training_report.Report(args.steps, quiet=True)  # a line per step shows progress
     losses = []
     for i, (x, y) in enumerate(data(args.seed, args.steps, args.batch, d_in, d_out)):
-        params, loss, grads = step(params, x, y)
+        params, loss, grads = report.timed(step, params, x, y)
         reference, _, ref_grads = reference_step(reference, x, y)
         # the sharded gradients equal the unsharded network's (replicated: readable anywhere)
         diff = max(float(np.max(np.abs(np.asarray(g) - np.asarray(r))))
                    for g, r in zip(tree_util.tree_leaves(grads), tree_util.tree_leaves(ref_grads)))
         losses.append(float(loss))
+        report.record(loss)
         print(f"{tag}step {i:3d} loss {float(loss):.7f} grad difference {diff:.2e}")
+    report.summary()
+    if functrans.process_index() == 0:
+        report.plot(args.plot, title=f"tensor-parallel MLP ({where})")
     return losses
 
 

@@ -18,10 +18,8 @@ drawing each character with ``random.categorical``.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import time
 from typing import NamedTuple
 
 import numpy as np
@@ -29,6 +27,8 @@ import numpy as np
 import functrans as jax
 import functrans.numpy as jnp
 from functrans import checkpoint, lax, nn, optim, random
+
+import training_report
 
 # Abraham Lincoln, the Gettysburg Address (1863), in the public domain.
 TEXT = """\
@@ -240,22 +240,32 @@ def make_sampler(config: Config, length: int, temperature: float = 0.8):
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = training_report.argument_parser(__doc__)
     parser.add_argument("--steps", type=int, default=None,
-                        help="training steps (default 600, or 250 with --quick)")
-    parser.add_argument("--seed", type=int, default=0)
+                        help="training steps (None: 600, or 250 with --quick)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the parameters, the batches and the sample")
     parser.add_argument("--quick", action="store_true", help="a smaller model and fewer steps")
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--lr", type=float, default=None, help="peak learning rate")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="windows per step (None: 32, or 16 with --quick)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="peak learning rate (None: 3e-3, or 1e-2 with --quick)")
     parser.add_argument("--no-tie", action="store_true",
                         help="a separate output matrix instead of the token embedding")
-    parser.add_argument("--sample-length", type=int, default=240)
-    parser.add_argument("--log-every", type=int, default=None)
-    parser.add_argument("--ckpt-dir", default=os.path.join("checkpoints", "transformer_lm"))
-    parser.add_argument("--ckpt-every", type=int, default=100)
-    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    parser.add_argument("--sample-length", type=int, default=240,
+                        help="characters to sample after training, the prompt included")
+    parser.add_argument("--log-every", type=int, default=None,
+                        help="print the mean loss every this many steps (None: a tenth of "
+                             "the steps)")
+    parser.add_argument("--ckpt-dir", default=os.path.join("checkpoints", "transformer_lm"),
+                        help="where checkpoints are saved")
+    parser.add_argument("--ckpt-every", type=int, default=100,
+                        help="save a checkpoint every this many steps")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the last checkpoint in --ckpt-dir")
     parser.add_argument("--stop-after", type=int, default=None,
-                        help="stop after this many steps (to test --resume)")
+                        help="stop after this many steps (to try --resume)")
+    training_report.add_output_flags(parser, progress=False)
     args = parser.parse_args(argv)
 
     vocab = Vocabulary(TEXT)
@@ -294,18 +304,21 @@ def main(argv=None) -> dict:
         print(f"resumed from step {start_step}")
 
     train_step = make_train_step(optimizer, config, batch_size)
-    start = time.perf_counter()
-    recent = []
+    recent, logged = [], []
     end_step = steps if args.stop_after is None else min(steps, start_step + args.stop_after)
+    # a line every --log-every steps shows the progress
+    report = training_report.Report(end_step - start_step, quiet=True)
     for step in range(start_step, end_step):
         key, batch_key = random.split(key)
-        params, opt_state, loss = train_step(params, opt_state, batch_key, data)
+        params, opt_state, loss = report.timed(train_step, params, opt_state, batch_key, data)
+        report.record(loss)
         recent.append(loss)
         if (step + 1) % log_every == 0 or step + 1 == end_step:
             # the mean over the last logged interval: single batches are noisy
             loss = float(np.mean([float(v) for v in recent]))
             recent = []
-            print(f"step {step + 1:5d}  loss {loss:.4f}  ({time.perf_counter() - start:.1f} s)")
+            print(f"step {step + 1:5d}  loss {loss:.4f}  "
+                  f"({report.compile_seconds + report.run_seconds:.1f} s)")
         if (step + 1) % args.ckpt_every == 0 or step + 1 == end_step:
             manager.save(step + 1, {"params": params, "opt_state": opt_state, "key": key})
 
@@ -319,6 +332,8 @@ def main(argv=None) -> dict:
     sampler = make_sampler(config, args.sample_length)
     ids = sampler(params, sample_key, jnp.asarray(prompt))
     text = vocab.decode(np.asarray(ids))
+    report.summary(loss_over_the_text=full_loss, unigram_entropy=baseline)
+    report.plot(args.plot, title="character transformer")
     print("sample:")
     print(text)
     return {"loss": full_loss, "unigram_entropy": baseline, "sample": text}

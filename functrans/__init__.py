@@ -78,3 +78,11 @@ def __getattr__(name):
         import importlib
         return importlib.import_module(f"functrans.{name}")
     raise AttributeError(f"module 'functrans' has no attribute {name!r}")
+
+
+def __dir__():
+    # the lazily imported submodules are part of the namespace before their first use
+    return sorted(set(globals()) | set(_LAZY_MODULES))
+
+
+del annotations  # the __future__ import's binding is no part of the API

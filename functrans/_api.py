@@ -46,6 +46,7 @@ def _flat_fun(fun, in_tree, out_tree_cell):
 # =============================================================================================
 
 
+@api_boundary
 def jvp(fun: Callable, primals, tangents, has_aux: bool = False):
     """Forward-mode derivative: returns ``(fun(*primals), J @ tangents)``.
 
@@ -98,6 +99,7 @@ def tree_structure_and_aux(out, aux):
     return tree_util.tree_structure(out), tree_util.tree_structure(aux)
 
 
+@api_boundary
 def linearize(fun: Callable, *primals, has_aux: bool = False):
     """Returns ``(fun(*primals), f_jvp)`` where ``f_jvp(*tangents)`` evaluates the linear map
     without re-running the primal computation."""
@@ -152,6 +154,7 @@ def ad_stop(x):
 # =============================================================================================
 
 
+@api_boundary
 def vjp(fun: Callable, *primals, has_aux: bool = False):
     """Reverse-mode derivative: returns ``(fun(*primals), vjp_fun)`` where
     ``vjp_fun(cotangent)`` returns a tuple of cotangents, one per primal argument.
@@ -172,6 +175,7 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     n = out_tree.num_leaves
     in_avals = [get_aval(p) for p in primal_leaves]
 
+    @api_boundary
     def vjp_fun(cotangent):
         ct_leaves, ct_tree = tree_flatten(cotangent)
         if ct_tree != out_tree:
@@ -307,6 +311,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
     vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
     @functools.wraps(fun)
+    @api_boundary
     def grad_f(*args, **kwargs):
         if has_aux:
             (_, aux), g = vg(*args, **kwargs)
@@ -343,6 +348,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     int_argnums = isinstance(argnums, int)
     argnums_t = (argnums,) if int_argnums else tuple(argnums)
 
+    @api_boundary
     def jacfun(*args, **kwargs):
         diff_args = tuple(args[a] for a in argnums_t)
         # checked through tree_map as JAX checks them: the rebuilt tree holds the checks'
@@ -393,6 +399,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     int_argnums = isinstance(argnums, int)
     argnums_t = (argnums,) if int_argnums else tuple(argnums)
 
+    @api_boundary
     def jacfun(*args, **kwargs):
         diff_args = tuple(args[a] for a in argnums_t)
         tree_map(lambda leaf: _check_grad_input(leaf, allow_int, holomorphic), diff_args)
@@ -453,6 +460,29 @@ def _flatten_axes(name, treedef, axis_tree):
                          f"{treedef}") from err
 
 
+def inconsistent_sizes_message(transform: str, names, leaves, dims) -> str:
+    """The error for mapped axes of different sizes, naming one argument per size as the
+    user wrote it (``axis 0 of argument p['w'] of type float32[5,3]``), the most common size
+    first. ``names``, ``leaves`` and ``dims`` are per flattened leaf (dim None: not mapped)."""
+    by_size: dict = {}
+    for name, x, d in zip(names, leaves, dims):
+        if d is not None:
+            by_size.setdefault(get_aval(x).shape[d], []).append((name, x, d))
+    lines = []
+    for rank, (size, mapped) in enumerate(
+            sorted(by_size.items(), key=lambda item: -len(item[1]))):
+        name, x, d = mapped[0]
+        example = (f"axis {d} of argument {name} of type "
+                   f"{get_aval(x).strip_weak_type().str_short()}")
+        if len(mapped) == 1:
+            lines.append(f"  * one axis had size {size}: {example}")
+        else:
+            many = "most" if rank == 0 else "some"
+            lines.append(f"  * {many} axes ({len(mapped)} of them) had size {size}, "
+                         f"e.g. {example}")
+    return f"{transform} got inconsistent sizes for the mapped axis:\n" + ";\n".join(lines)
+
+
 def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size: int | None = None,
          spmd_axis_name=None, chunk_size: int | None = None):
     """Vectorize ``fun`` over a mapped axis of its inputs.
@@ -501,9 +531,8 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size: int | 
             dims.append(d)
             sizes.setdefault(aval.shape[d], []).append(i)
         if len(sizes) > 1:
-            detail = "; ".join(
-                f"arguments with axis size {s}: leaves {idx}" for s, idx in sizes.items())
-            raise ValueError(f"vmap got inconsistent sizes for the mapped axis: {detail}")
+            raise ValueError(inconsistent_sizes_message(
+                "vmap", tree_util._argument_paths(fun, args, {}), args_leaves, dims))
         if not sizes:
             if axis_size is None:
                 raise ValueError("vmap must have at least one non-None value in in_axes, or "
@@ -566,6 +595,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (), axis_env
         static_argnums = (static_argnums,)
 
     @functools.wraps(fun)
+    @api_boundary
     def make_jaxpr_f(*args, **kwargs):
         dyn, rebuild = split_static_args(args, static_argnums)
         leaves, in_tree = tree_flatten((dyn, kwargs))
@@ -626,6 +656,7 @@ class ShapeDtypeStruct:
         return hash((self.shape, self.dtype))
 
 
+@api_boundary
 def eval_shape(fun: Callable, *args, **kwargs):
     """The shapes and dtypes ``fun`` would return, computed without running it."""
     leaves, in_tree = tree_flatten((args, kwargs))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 
 
@@ -45,7 +46,58 @@ def _env_int(name: str, default: int) -> int:
 
 
 # JAX's names for options that exist here under another name
-_ALIASES = {"compilation_cache_dir": "cache_dir"}
+_ALIASES = {"compilation_cache_dir": "cache_dir", "num_cpu_devices": "cpu_device_count",
+            "platform_name": "default_backend"}
+
+# JAX's environment variables, honoured for the options functrans has, so that a launch
+# script written for JAX (or the fix a warning suggests) keeps its meaning: variable ->
+# (option, the FUNCTRANS_ variable that wins when both are set). JAX_PLATFORMS names a list;
+# its first platform becomes the default backend.
+_JAX_VARIABLES = {
+    "JAX_ENABLE_X64": ("enable_x64", "FUNCTRANS_ENABLE_X64"),
+    "JAX_NUM_CPU_DEVICES": ("cpu_device_count", "FUNCTRANS_CPU_DEVICES"),
+    "JAX_DEBUG_NANS": ("debug_nans", "FUNCTRANS_DEBUG_NANS"),
+    "JAX_DEBUG_INFS": ("debug_infs", "FUNCTRANS_DEBUG_INFS"),
+    "JAX_DISABLE_JIT": ("disable_jit", "FUNCTRANS_DISABLE_JIT"),
+    "JAX_EXPLAIN_CACHE_MISSES": ("explain_cache_misses", "FUNCTRANS_EXPLAIN_RETRACE"),
+    "JAX_LOG_COMPILES": ("log_compiles", "FUNCTRANS_LOG_COMPILES"),
+    "JAX_TRACEBACK_FILTERING": ("traceback_filtering", "FUNCTRANS_TRACEBACK_FILTERING"),
+    "JAX_PLATFORMS": ("default_backend", "FUNCTRANS_DEFAULT_BACKEND"),
+    "JAX_PLATFORM_NAME": ("default_backend", "FUNCTRANS_DEFAULT_BACKEND"),
+    "JAX_COMPILATION_CACHE_DIR": ("cache_dir", "FUNCTRANS_CACHE_DIR"),
+    "JAX_ENABLE_COMPILATION_CACHE": ("enable_compilation_cache",
+                                     "FUNCTRANS_DISABLE_COMPILATION_CACHE"),
+    "JAX_COMPILATION_CACHE_MAX_SIZE": ("compilation_cache_max_size",
+                                       "FUNCTRANS_COMPILATION_CACHE_MAX_SIZE"),
+    "JAX_THREEFRY_PARTITIONABLE": ("threefry_partitionable", "FUNCTRANS_THREEFRY_PARTITIONABLE"),
+    "JAX_CHECK_TRACER_LEAKS": ("check_tracer_leaks", "FUNCTRANS_CHECK_TRACER_LEAKS"),
+    "JAX_TRANSFER_GUARD": ("transfer_guard", None),
+    "JAX_TRANSFER_GUARD_HOST_TO_DEVICE": ("transfer_guard_host_to_device", None),
+    "JAX_TRANSFER_GUARD_DEVICE_TO_HOST": ("transfer_guard_device_to_host", None),
+    "JAX_TRANSFER_GUARD_DEVICE_TO_DEVICE": ("transfer_guard_device_to_device", None),
+    "JAX_DEFAULT_MATMUL_PRECISION": ("default_matmul_precision", None),
+}
+
+
+def _apply_jax_variables(values: dict) -> None:
+    """Set ``values`` from JAX's environment variables (see ``_JAX_VARIABLES``), each read
+    as its option's type. The CPU device count is also read from the XLA flag JAX users set
+    for it (``XLA_FLAGS=--xla_force_host_platform_device_count=8``), if nothing else sets it."""
+    flag = re.search(r"--xla_force_host_platform_device_count=(\d+)",
+                     os.environ.get("XLA_FLAGS", ""))
+    if flag and not {"FUNCTRANS_CPU_DEVICES", "JAX_NUM_CPU_DEVICES"} & set(os.environ):
+        values["cpu_device_count"] = int(flag.group(1))
+    for variable, (name, own_variable) in _JAX_VARIABLES.items():
+        if variable not in os.environ or (own_variable and own_variable in os.environ):
+            continue
+        if variable == "JAX_PLATFORMS":
+            values[name] = os.environ[variable].split(",")[0].strip()
+        elif isinstance(values[name], bool):
+            values[name] = _env_bool(variable, values[name])
+        elif isinstance(values[name], int):
+            values[name] = _env_int(variable, values[name])
+        else:
+            values[name] = os.environ[variable]
 
 # options that are a count or a number of bytes, -1 meaning no limit
 _LIMITS = ("jit_cache_max_entries", "executable_cache_max_entries", "arena_cache_threshold",
@@ -159,6 +211,9 @@ class Config:
             "flush_denormals": _env_bool("FUNCTRANS_FLUSH_DENORMALS", True),
             **{name: None for name in _ENUMS},
         }
+        _apply_jax_variables(self._values)
+        for name in _ENUMS:
+            check_enum(name, self._values[name])
         for name in _LIMITS:
             _check_limit(name, self._values[name])
         self._listeners: dict[str, list] = {}

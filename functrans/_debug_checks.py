@@ -23,14 +23,17 @@ def bad_kind(value: np.ndarray) -> str | None:
     return None
 
 
-def check_eager_outputs(primitive, outputs) -> None:
+def check_eager_outputs(primitive, outputs, source_info=None) -> None:
+    """Raise FloatingPointError on a NaN/inf in ``outputs``, naming ``source_info`` (the
+    line of the equation a transform is evaluating, as the backward pass of ``grad``), else
+    the innermost user frame."""
     for out in outputs:
         value = getattr(out, "_value", None)
         if value is None:
             continue
         kind = bad_kind(value)
         if kind is not None:
-            info = user_frame(2)
+            info = source_info or user_frame(2)
             where = f" at {info.filename}:{info.lineno} ({info.function})" if info else ""
             raise FloatingPointError(
                 f"invalid value ({kind}) encountered in primitive '{primitive.name}'{where}")

@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from functrans._config import config
+from functrans._source_info import user_stacklevel
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float0 = np.dtype([("float0", np.void, 0)])
@@ -73,7 +74,8 @@ def check_user_dtype(dtype, fname: str | None = None) -> np.dtype:
         warnings.warn(f"Explicitly requested dtype {np.dtype(dtype).name}{where} is not "
                       f"available, and will be truncated to dtype {result.name}. To enable "
                       "more dtypes, set the jax_enable_x64 configuration option or the "
-                      "JAX_ENABLE_X64 shell environment variable.", UserWarning, stacklevel=3)
+                      "JAX_ENABLE_X64 shell environment variable.", UserWarning,
+                      stacklevel=user_stacklevel())
     return result
 
 

@@ -14,7 +14,7 @@ import textwrap
 import threading
 import time
 import weakref
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -407,6 +407,43 @@ class Compiled(_Stage):
     def as_text(self) -> str:
         extra = getattr(self._executable, "as_text", None)
         return extra() if extra else str(self.closed)
+
+    def cost_analysis(self) -> dict | None:
+        """What one call computes, from the compiler's schedule: ``{"flops",
+        "transcendentals", "bytes accessed"}`` (see ``functrans.backends.compiler.cost``);
+        None when the backend does not say.
+
+            >>> import functrans, functrans.numpy as jnp
+            >>> f = functrans.jit(lambda a, b: a @ b)
+            >>> f.lower(jnp.ones((4, 8)), jnp.ones((8, 2))).compile().cost_analysis()["flops"]
+            128.0
+        """
+        analysis = getattr(self._executable, "cost_analysis", None)
+        return analysis() if analysis is not None else None
+
+    def memory_analysis(self) -> "CompiledMemoryStats | None":
+        """The memory one call uses, from the compiler's buffer plan: arguments, outputs,
+        constants, scratch (``temp_size_in_bytes``) and object code; None when the backend
+        does not say."""
+        analysis = getattr(self._executable, "memory_analysis", None)
+        return CompiledMemoryStats(**analysis()) if analysis is not None else None
+
+
+class CompiledMemoryStats(NamedTuple):
+    """:meth:`Compiled.memory_analysis`'s answer, in bytes, under the field names JAX's
+    has. No argument buffer is aliased by an output unless donated (``alias_size_in_bytes``
+    counts none), and nothing lives in host memory apart from the device's."""
+    argument_size_in_bytes: int
+    output_size_in_bytes: int
+    temp_size_in_bytes: int
+    constant_size_in_bytes: int
+    generated_code_size_in_bytes: int
+    alias_size_in_bytes: int = 0
+    host_argument_size_in_bytes: int = 0
+    host_output_size_in_bytes: int = 0
+    host_temp_size_in_bytes: int = 0
+    host_alias_size_in_bytes: int = 0
+    host_generated_code_size_in_bytes: int = 0
 
 
 def _checked_arguments(leaves, avals, in_tree, arg_names) -> list:
@@ -1016,6 +1053,9 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
         if backend is not None:
             raise ValueError("jit: pass device or backend, not both")
         backend = "cuda" if getattr(device, "platform", "cpu") == "gpu" else "cpu"
+    _check_argnums(fun, "static_argnums", static_argnums)
+    _check_argnames(fun, "static_argnames", static_argnames)
+    _check_argnums(fun, "donate_argnums", donate_argnums)
     donate_argnums = _donated_positions(fun, donate_argnums, donate_argnames)
     shardings = None if in_shardings is None and out_shardings is None else \
         (in_shardings, out_shardings)
@@ -1024,6 +1064,43 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
     return JitWrapped(fun, () if static_argnums is None else static_argnums,
                       () if static_argnames is None else static_argnames, donate_argnums, backend,
                       shardings, compiler_options)
+
+
+def _check_argnums(fun, option: str, argnums) -> None:
+    """Refuse, when ``jit`` is called, positions that ``fun`` has no parameter for (a
+    function with ``*args`` takes any); a signature that cannot be read is not checked."""
+    argnums = (argnums,) if isinstance(argnums, int) else tuple(argnums or ())
+    try:
+        params = inspect.signature(fun).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if not argnums or any(p.kind is p.VAR_POSITIONAL for p in params):
+        return
+    count = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    if max(argnums) >= count or min(argnums) < -count:
+        raise ValueError(f"Jitted function has {option}={argnums}, but only accepts {count} "
+                         f"positional arguments.")
+
+
+def _check_argnames(fun, option: str, argnames) -> None:
+    """Refuse, when ``jit`` is called, names that are no keyword parameter of ``fun`` (a
+    function with ``**kwargs`` takes any name that is not positional-only)."""
+    argnames = {argnames} if isinstance(argnames, str) else set(argnames or ())
+    try:
+        params = inspect.signature(fun).parameters
+    except (TypeError, ValueError):
+        return
+    positional_only = {n for n, p in params.items() if p.kind is p.POSITIONAL_ONLY}
+    if argnames & positional_only:
+        raise ValueError(f"Jitted function has invalid argnames {argnames & positional_only} "
+                         f"in {option}. These are positional-only")
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    keywords = {n for n, p in params.items()
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if argnames - keywords:
+        raise ValueError(f"Jitted function has invalid argnames {argnames - keywords} in "
+                         f"{option}. Function does not take these args.")
 
 
 def _donated_positions(fun, donate_argnums, donate_argnames) -> tuple:

@@ -49,8 +49,10 @@ from functrans._caches import LRUCache
 from functrans.core import ClosedJaxpr, DropVar, Jaxpr, Literal, ShapedArray, Tracer, Var, get_aval
 from functrans.primitives import collectives
 from functrans._api import _flatten_axes as flatten
+from functrans._api import inconsistent_sizes_message
 from functrans._api import vmap
 from functrans._jit import compile_closed, jit_p
+from functrans._traceback_util import api_boundary
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -882,7 +884,7 @@ class PmapFunction:
                 for i in range(len(dyn) + len(statics))]
         return self._fun(*full, **kwargs)
 
-    def _mapped_size(self, leaves, axes_flat) -> int:
+    def _mapped_size(self, leaves, axes_flat, args, kwargs) -> int:
         sizes: dict = {}
         for k, (x, a) in enumerate(zip(leaves, axes_flat)):
             if a is None:
@@ -895,8 +897,13 @@ class PmapFunction:
                                  f"shape is {aval.shape})")
             sizes.setdefault(aval.shape[a % aval.ndim], []).append(k)
         if len(sizes) > 1:
-            detail = "; ".join(f"size {s}: argument leaves {idx}" for s, idx in sizes.items())
-            raise ValueError(f"pmap got inconsistent sizes for the mapped axis: {detail}")
+            # static arguments are not among the leaves: None stands for them (it has none)
+            static = {i % len(args) for i in self._static}
+            dynamic = [None if i in static else a for i, a in enumerate(args)]
+            names = tree_util._argument_paths(self._fun, dynamic, kwargs)
+            dims = [None if a is None else a % get_aval(x).ndim
+                    for x, a in zip(leaves, axes_flat)]
+            raise ValueError(inconsistent_sizes_message("pmap", names, leaves, dims))
         if not sizes:
             if self._axis_size is None:
                 raise ValueError("pmap requires at least one argument with a mapped axis "
@@ -934,11 +941,12 @@ class PmapFunction:
 
     # ---- calling -----------------------------------------------------------------------
 
+    @api_boundary
     def __call__(self, *args, **kwargs):
         statics, dyn, axes = self._split(args)
         leaves, in_tree = tree_util.tree_flatten((dyn, kwargs))
         axes_flat = _flatten_axes("in_axes", in_tree, (axes, {k: 0 for k in kwargs}))
-        size = self._mapped_size(leaves, axes_flat)
+        size = self._mapped_size(leaves, axes_flat, args, kwargs)
         traced = any(isinstance(x, Tracer) for x in leaves) or core._state.dynamic.level > 0
         if traced:
             return self._as_vmap(statics, dyn, axes, kwargs, size)

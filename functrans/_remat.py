@@ -33,6 +33,7 @@ from typing import Callable, NamedTuple
 from functrans import core, tree_util
 from functrans._api import _as_array, split_static_args
 from functrans._jit import jit_p
+from functrans._traceback_util import api_boundary
 from functrans.core import ClosedJaxpr, Jaxpr, Literal, Primitive, Var, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
@@ -513,6 +514,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
         tuple(static_argnames)
 
     @functools.wraps(fun)
+    @api_boundary
     def remat_f(*args, **kwargs):
         statics = _check_static_argnums(static_argnums, len(args)) if static_argnums else ()
         dyn, rebuild = split_static_args(args, statics)

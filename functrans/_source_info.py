@@ -44,6 +44,15 @@ class SourceInfo(NamedTuple):
         return entry[2] if entry is not None else None
 
 
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` call made by the caller of this function
+    that points at the user's line (the innermost frame outside functrans)."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and is_internal_file(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def user_frame(skip: int = 1) -> SourceInfo | None:
     """The innermost frame that is not functrans code, or None if there is none."""
     frame = sys._getframe(skip)

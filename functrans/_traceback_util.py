@@ -19,6 +19,10 @@ def _filtered(tb):
     return frames[0] if frames else None
 
 
+_FILTERED_NOTE = ("(functrans removed its internal frames from this traceback; set "
+                  "FUNCTRANS_TRACEBACK_FILTERING=off to see them)")
+
+
 def api_boundary(fun):
     """Decorate a public entry point: internal frames are filtered from exceptions it raises."""
 
@@ -27,15 +31,21 @@ def api_boundary(fun):
         try:
             return fun(*args, **kwargs)
         except Exception as err:
-            if config.traceback_filtering == "off" or getattr(err, "_functrans_filtered", False):
+            if config.traceback_filtering == "off":
                 raise
-            tb = _filtered(err.__traceback__)
-            try:
-                err._functrans_filtered = True
-            except AttributeError:
-                pass
-            if tb is not None:
-                raise err.with_traceback(tb) from err.__cause__
+            if not getattr(err, "_functrans_filtered", False):
+                try:
+                    err._functrans_filtered = True
+                except AttributeError:
+                    pass
+                else:
+                    if hasattr(err, "add_note"):  # Python 3.11+
+                        err.add_note(_FILTERED_NOTE)
+            # Filtered at every boundary it crosses (an outer transform's frames join the
+            # traceback after an inner one filtered it). A bare raise keeps the cause and
+            # context and adds no frame of this wrapper; when every frame was functrans's,
+            # the user's call site is what remains.
+            err.with_traceback(_filtered(err.__traceback__))
             raise
 
     return wrapped

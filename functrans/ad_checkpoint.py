@@ -18,7 +18,6 @@ in program order.
 """
 from __future__ import annotations
 
-import inspect
 from typing import Callable
 
 from functrans import tree_util
@@ -53,7 +52,7 @@ def saved_residuals(f: Callable, *args, **kwargs) -> list:
         return residuals
 
     jaxpr, _ = trace_to_jaxpr_dynamic(residuals_of, [get_aval(x) for x in leaves])
-    return _describe(jaxpr, _argument_names(f, args, kwargs))
+    return _describe(jaxpr, tree_util._argument_paths(f, args, kwargs))
 
 
 def print_saved_residuals(f: Callable, *args, **kwargs) -> None:
@@ -102,25 +101,4 @@ def _summarize(info) -> str:
     column = info.column
     line = f"{info.lineno}:{column}" if column is not None else f"{info.lineno}"
     return f"{info.filename}:{line} ({info.function})"
-
-
-def _argument_names(fun, args, kwargs) -> list:
-    """A name per flattened argument leaf: the parameter it binds (from ``fun``'s signature)
-    and the leaf's path in it, ``x``, ``d['w']``, ``args[1]``; keyword arguments in sorted
-    order, after the positional ones (the order of the flattened ``(args, kwargs)``)."""
-    try:
-        bound = inspect.signature(fun).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        bound = None
-    named = []
-    if bound is not None:
-        var_kw = next((n for n, p in bound.signature.parameters.items()
-                       if p.kind is inspect.Parameter.VAR_KEYWORD), None)
-        named = [(n, x) for n, x in bound.arguments.items() if n not in kwargs and n != var_kw]
-        named += [(k if k in bound.arguments else f"{var_kw}['{k}']", kwargs[k])
-                  for k in sorted(kwargs)]
-    else:
-        named = [("args", tuple(args))] + [(f"kwargs['{k}']", kwargs[k]) for k in sorted(kwargs)]
-    return [f"{name}{tree_util.keystr(path)}" for name, x in named
-            for path, _ in tree_util.tree_flatten_with_path(x)[0]]
 

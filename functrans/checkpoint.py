@@ -45,7 +45,8 @@ from functrans._remat import checkpoint as remat
 from functrans.core import Tracer
 from functrans.random import PRNGKeyArray
 
-__all__ = ["CheckpointError", "CheckpointManager", "save", "restore", "read_metadata"]
+__all__ = ["CheckpointError", "CheckpointManager", "save", "restore", "read_metadata",
+           "CheckpointManagerOptions", "StandardCheckpointer", "args"]
 
 _FORMAT = "functrans.checkpoint"
 _VERSION = 1
@@ -788,7 +789,7 @@ _STEP_FILE = re.compile(r"^checkpoint_(\d+)\.safetensors$")
 
 class CheckpointManager:
     """Checkpoints of one run, one file per step in ``directory``, keeping the newest
-    ``max_to_keep`` (all when None).
+    ``max_to_keep`` (all when None; or ``options.max_to_keep``, as orbax's manager takes it).
 
         >>> import tempfile, functrans.numpy as jnp
         >>> manager = CheckpointManager(tempfile.mkdtemp(), max_to_keep=2)
@@ -799,18 +800,47 @@ class CheckpointManager:
         >>> manager.restore()["w"]
         Array([3, 3], dtype=int32)
 
+    orbax's calls work too: ``CheckpointManager(directory, options=CheckpointManagerOptions(
+    max_to_keep=3, save_interval_steps=100))``, ``save(step, args=args.StandardSave(state))``
+    (which returns whether it saved) and ``restore(step, args=args.StandardRestore(target))``.
+
     A save interrupted by a crash leaves at most a hidden staging directory, which is never
     listed as a step and is removed when a manager starts or saves (once its writer is
     dead); the previous checkpoints stay intact.
     """
 
-    def __init__(self, directory, max_to_keep: int | None = None):
+    def __init__(self, directory, max_to_keep: int | None = None, *,
+                 options: "CheckpointManagerOptions | None" = None):
+        if options is not None and max_to_keep is None:
+            max_to_keep = options.max_to_keep
         if max_to_keep is not None and max_to_keep < 1:
             raise ValueError(f"max_to_keep must be at least 1 or None, got {max_to_keep}")
         self.directory = os.fspath(directory)
         self.max_to_keep = max_to_keep
+        self.options = options if options is not None else CheckpointManagerOptions(max_to_keep)
+        if not self.options.create and not os.path.isdir(self.directory):
+            raise FileNotFoundError(f"no checkpoint directory {self.directory} (options.create "
+                                    "is False)")
         os.makedirs(self.directory, exist_ok=True)
         _remove_debris(self.directory)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def wait_until_finished(self) -> None:
+        """Saves are synchronous: when ``save`` returns, the checkpoint is on disk."""
+
+    def close(self) -> None:
+        """Nothing to release (saves are synchronous); kept for code written for orbax."""
+
+    def should_save(self, step: int) -> bool:
+        """Whether ``save(step, ...)`` saves: ``step`` is not saved yet and is a multiple of
+        ``options.save_interval_steps``."""
+        return int(step) not in self.all_steps() and \
+            int(step) % self.options.save_interval_steps == 0
 
     def path_for(self, step: int) -> str:
         """The file that holds ``step``'s checkpoint."""
@@ -830,20 +860,37 @@ class CheckpointManager:
         steps = self.all_steps()
         return steps[-1] if steps else None
 
-    def save(self, step: int, pytree, metadata: dict | None = None) -> None:
-        """Save ``pytree`` as ``step`` (replacing an existing checkpoint of that step), then
-        delete the oldest checkpoints beyond ``max_to_keep``."""
+    def save(self, step: int, pytree=None, metadata: dict | None = None, *, args=None,
+             force: bool = False) -> bool:
+        """Save ``pytree`` (or orbax's ``args``: a ``StandardSave`` or a ``Composite`` of
+        ``StandardSave`` and ``JsonSave`` items) as ``step``, then delete the oldest
+        checkpoints beyond ``max_to_keep``. With ``args``, a step that :meth:`should_save`
+        refuses is skipped unless ``force``; without, an existing step is replaced. Returns
+        whether it saved."""
         if int(step) < 0:
             raise ValueError(f"step must be non-negative, got {step}")
+        if args is not None:
+            if pytree is not None:
+                raise ValueError("pass the tree to save as pytree or as args, not both")
+            if not force and not self.should_save(step):
+                return False
+            pytree, metadata = _tree_from_save_args(args, metadata)
         save(self.path_for(step), pytree, step=int(step), metadata=metadata)
         if self.max_to_keep is not None:
             for old in self.all_steps()[:-self.max_to_keep]:
                 os.remove(self.path_for(old))
             _fsync_directory(self.directory)
+        return True
 
-    def restore(self, step: int | None = None, target=None):
-        """Restore ``step`` (the latest when None); see :func:`restore` for ``target``."""
-        return restore(self._existing_path(step), target)
+    def restore(self, step: int | None = None, target=None, *, args=None):
+        """Restore ``step`` (the latest when None); see :func:`restore` for ``target``. With
+        orbax's ``args`` (``StandardRestore(target)``, or a ``Composite`` of
+        ``StandardRestore`` and ``JsonRestore`` items) the result is what orbax returns: the
+        tree, or a ``Composite`` of the items."""
+        path = self._existing_path(step)
+        if args is None:
+            return restore(path, target)
+        return _restore_with_args(path, args)
 
     def metadata(self, step: int | None = None) -> dict:
         """:func:`read_metadata` of ``step`` (the latest when None)."""
@@ -859,6 +906,204 @@ class CheckpointManager:
             raise CheckpointError(f"no checkpoint for step {step} in {self.directory} "
                                   f"(steps: {self.all_steps()})")
         return path
+
+
+# =============================================================================================
+# orbax's everyday surface (``import orbax.checkpoint as ocp``): the argument classes, the
+# manager's options and StandardCheckpointer, over the same files
+# =============================================================================================
+
+
+class CheckpointManagerOptions:
+    """The options of a :class:`CheckpointManager`, as orbax names them: keep the newest
+    ``max_to_keep`` steps (all when None), save only steps that are multiples of
+    ``save_interval_steps``, and create the directory when it is missing (``create``)."""
+
+    def __init__(self, max_to_keep: int | None = None, save_interval_steps: int = 1,
+                 create: bool = True):
+        if save_interval_steps < 1:
+            raise ValueError(f"save_interval_steps must be at least 1, got "
+                             f"{save_interval_steps}")
+        self.max_to_keep = max_to_keep
+        self.save_interval_steps = int(save_interval_steps)
+        self.create = create
+
+    def __repr__(self):
+        return (f"CheckpointManagerOptions(max_to_keep={self.max_to_keep}, "
+                f"save_interval_steps={self.save_interval_steps}, create={self.create})")
+
+
+class _Item:
+    """One argument of a save or restore: the tree (or JSON value) it carries."""
+
+    def __init__(self, item=None):
+        self.item = item
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.item!r})"
+
+
+class StandardSave(_Item):
+    """Save this pytree of arrays (``args.StandardSave(state)``)."""
+
+
+class StandardRestore(_Item):
+    """Restore a pytree; with ``item`` (arrays or ``ShapeDtypeStruct`` leaves), of that
+    structure, shapes and dtypes."""
+
+
+class JsonSave(_Item):
+    """Save this JSON value (a dict of numbers and strings) beside the arrays."""
+
+
+class JsonRestore(_Item):
+    """Restore the JSON value saved with :class:`JsonSave`."""
+
+
+class Composite:
+    """Several named items saved as one step: ``Composite(state=StandardSave(tree),
+    meta=JsonSave({...}))``; a restore returns a ``Composite`` whose items are read as
+    attributes or keys (``restored.state``, ``restored["meta"]``)."""
+
+    def __init__(self, **items):
+        self._items = dict(items)
+
+    def __getattr__(self, name):
+        items = self.__dict__.get("_items", {})
+        if name in items:
+            return items[name]
+        raise AttributeError(name)
+
+    def __getitem__(self, name):
+        return self._items[name]
+
+    def __contains__(self, name):
+        return name in self._items
+
+    def keys(self):
+        return self._items.keys()
+
+    def items(self):
+        return self._items.items()
+
+    def __repr__(self):
+        return "Composite(" + ", ".join(f"{k}={v!r}" for k, v in self._items.items()) + ")"
+
+
+args = types.ModuleType(__name__ + ".args", "orbax's argument classes for ``save`` and "
+                        "``restore``: ``StandardSave``, ``StandardRestore``, ``JsonSave``, "
+                        "``JsonRestore``, ``Composite``.")
+for _cls in (StandardSave, StandardRestore, JsonSave, JsonRestore, Composite):
+    setattr(args, _cls.__name__, _cls)
+
+# the metadata key under which a Composite records its JSON items and item kinds
+_COMPOSITE_KEY = "orbax_composite"
+
+
+def _tree_from_save_args(save_args, metadata):
+    """The pytree and metadata a save with orbax's ``args`` writes."""
+    if isinstance(save_args, StandardSave):
+        return save_args.item, metadata
+    if isinstance(save_args, Composite):
+        trees, json_items = {}, {}
+        for name, item in save_args.items():
+            if isinstance(item, StandardSave):
+                trees[name] = item.item
+            elif isinstance(item, JsonSave):
+                json_items[name] = item.item
+            else:
+                raise TypeError(f"Composite item {name!r}: expected StandardSave or JsonSave, "
+                                f"got {type(item).__name__}")
+        metadata = dict(metadata or {})
+        metadata[_COMPOSITE_KEY] = {"json": json_items, "trees": sorted(trees)}
+        return trees, metadata
+    raise TypeError(f"save args must be args.StandardSave or args.Composite, got "
+                    f"{type(save_args).__name__}")
+
+
+def _restore_with_args(path, restore_args):
+    """What a restore with orbax's ``args`` returns from the checkpoint at ``path``."""
+    if isinstance(restore_args, StandardRestore):
+        return restore(path, restore_args.item)
+    if not isinstance(restore_args, Composite):
+        raise TypeError(f"restore args must be args.StandardRestore or args.Composite, got "
+                        f"{type(restore_args).__name__}")
+    saved = (read_metadata(path).get("metadata") or {}).get(_COMPOSITE_KEY)
+    if saved is None:
+        raise CheckpointError(f"{path}: this checkpoint was not saved with args.Composite")
+    wanted = {name: item for name, item in restore_args.items()
+              if isinstance(item, StandardRestore)}
+    if all(item.item is not None for item in wanted.values()) and \
+            set(wanted) == set(saved["trees"]):
+        trees = restore(path, {name: item.item for name, item in wanted.items()})
+    else:
+        trees = restore(path)
+    out = {}
+    for name, item in restore_args.items():
+        if isinstance(item, StandardRestore):
+            if name not in saved["trees"]:
+                raise CheckpointError(f"{path}: no item {name!r} (saved: {saved['trees']})")
+            out[name] = trees[name]
+        elif isinstance(item, JsonRestore):
+            if name not in saved["json"]:
+                raise CheckpointError(f"{path}: no JSON item {name!r} "
+                                      f"(saved: {sorted(saved['json'])})")
+            out[name] = saved["json"][name]
+        else:
+            raise TypeError(f"Composite item {name!r}: expected StandardRestore or "
+                            f"JsonRestore, got {type(item).__name__}")
+    return Composite(**out)
+
+
+class StandardCheckpointer:
+    """orbax's ``StandardCheckpointer``: one pytree saved into a directory of its own.
+
+        >>> import tempfile, os, functrans.numpy as jnp
+        >>> checkpointer = StandardCheckpointer()
+        >>> where = os.path.join(tempfile.mkdtemp(), "state")
+        >>> checkpointer.save(where, {"w": jnp.ones(2)})
+        >>> checkpointer.restore(where)["w"]
+        Array([1., 1.], dtype=float32)
+
+    The directory holds one safetensors file (see :func:`save`); saving into a directory
+    that exists needs ``force=True``, as in orbax. Saves are synchronous.
+    """
+
+    _FILE = "checkpoint.safetensors"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def save(self, directory, state=None, *, args=None, force: bool = False) -> None:
+        """Save ``state`` (or ``args.StandardSave(state)``) into ``directory``."""
+        if args is not None:
+            state, _ = _tree_from_save_args(args, None)
+        directory = os.fspath(directory)
+        if os.path.exists(directory) and not force:
+            raise ValueError(f"Destination {directory} already exists (pass force=True to "
+                             "overwrite it)")
+        os.makedirs(directory, exist_ok=True)
+        save(os.path.join(directory, self._FILE), state)
+
+    def restore(self, directory, target=None, *, args=None):
+        """Restore the tree saved in ``directory``; with ``target`` (or
+        ``args.StandardRestore(target)``), of ``target``'s structure, shapes and dtypes."""
+        if args is not None:
+            return _restore_with_args(os.path.join(os.fspath(directory), self._FILE), args)
+        return restore(os.path.join(os.fspath(directory), self._FILE), target)
+
+    def metadata(self, directory) -> dict:
+        """:func:`read_metadata` of the checkpoint in ``directory``."""
+        return read_metadata(os.path.join(os.fspath(directory), self._FILE))
+
+    def wait_until_finished(self) -> None:
+        """Saves are synchronous: when ``save`` returns, the checkpoint is on disk."""
+
+    def close(self) -> None:
+        """Nothing to release; kept for code written for orbax."""
 
 
 # =============================================================================================

@@ -543,8 +543,23 @@ def is_staging() -> bool:
     return _state.dynamic.level > 0
 
 
+def with_errors_page(error_type: type, message: str) -> str:
+    """``message`` followed by the section of the documentation's errors page that explains
+    ``error_type`` (docs/errors.md, one section per class, as JAX's messages link to its
+    errors page)."""
+    page = f"docs/errors.md#{error_type.__name__.lower()}"
+    if page in message:  # already there (an error rebuilt from its message, as unpickling does)
+        return message
+    note = f"See {page} in functrans's documentation for the causes and the fixes."
+    return f"{message}\n\n{note}" if message else note
+
+
 class JAXTypeError(TypeError):
-    """The base of the tracer-misuse errors (``jax.errors.JAXTypeError``)."""
+    """The base of the tracer-misuse errors (``jax.errors.JAXTypeError``); each message ends
+    with the section of the errors page that explains it."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(with_errors_page(type(self), message))
 
 
 class UnexpectedTracerError(JAXTypeError):
@@ -856,7 +871,7 @@ def eval_primitive(primitive, args, params):
     outs = out if primitive.multiple_results else [out]
     wrapped = [wrap_array(o, a) for o, a in zip(outs, out_avals)]
     if _debug_checks.enabled():
-        _debug_checks.check_eager_outputs(primitive, wrapped)
+        _debug_checks.check_eager_outputs(primitive, wrapped, _state.source_info)
     return wrapped if primitive.multiple_results else wrapped[0]
 
 

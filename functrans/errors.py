@@ -19,13 +19,17 @@ from __future__ import annotations
 from functrans.core import (ConcretizationTypeError, JAXTypeError,  # noqa: F401
                             JaxprTypeError, TracerArrayConversionError,
                             TracerBoolConversionError, TracerIntegerConversionError,
-                            UnexpectedTracerError)
+                            UnexpectedTracerError, with_errors_page)
 
 JaxRuntimeError = RuntimeError
 
 
 class JAXIndexError(IndexError):
-    """The base of functrans's indexing errors (``jax.errors.JAXIndexError``)."""
+    """The base of functrans's indexing errors (``jax.errors.JAXIndexError``); each message
+    ends with the section of the errors page that explains it."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(with_errors_page(type(self), message))
 
 
 class NonConcreteBooleanIndexError(JAXIndexError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import inspect
 from typing import Any, Callable, NamedTuple, TypeVar
 
 __all__ = [
@@ -175,6 +176,27 @@ KeyPath = tuple[KeyEntry, ...]
 def keystr(keys) -> str:
     """Render a key path, e.g. ``['params'][0].w``."""
     return "".join(str(k) for k in keys)
+
+
+def _argument_paths(fun, args, kwargs) -> list[str]:
+    """A name per leaf of the flattened ``(args, kwargs)``, for error messages: the parameter
+    the leaf binds (from ``fun``'s signature) and its path inside it, ``x``, ``p['w']``, or
+    ``args[1]`` when the signature cannot be read. Keyword arguments come in sorted order,
+    after the positional ones, as ``tree_flatten`` orders them."""
+    try:
+        bound = inspect.signature(fun).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        bound = None
+    if bound is not None:
+        var_kw = next((n for n, p in bound.signature.parameters.items()
+                       if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+        named = [(n, x) for n, x in bound.arguments.items() if n not in kwargs and n != var_kw]
+        named += [(k if k in bound.arguments else f"{var_kw}['{k}']", kwargs[k])
+                  for k in sorted(kwargs)]
+    else:
+        named = [("args", tuple(args))] + [(f"kwargs['{k}']", kwargs[k]) for k in sorted(kwargs)]
+    return [f"{name}{keystr(path)}" for name, x in named
+            for path, _ in tree_flatten_with_path(x)[0]]
 
 
 # ---- built-in containers ----------------------------------------------------------------------

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import functrans
 import functrans.checkpoint as ckpt
+import functrans.numpy as jnp
 from functrans.checkpoint import CheckpointError, CheckpointManager
 
 AdamLikeState = collections.namedtuple("AdamLikeState", "count mu nu")
@@ -823,3 +824,51 @@ def test_a_checkpoint_gets_the_mode_of_a_new_file(tmp_path, umask):
         os.umask(old)
     mode = (tmp_path / "c.safetensors").stat().st_mode & 0o777
     assert mode == 0o666 & ~umask == (tmp_path / "plain").stat().st_mode & 0o777
+
+
+# ---- orbax's everyday surface -----------------------------------------------------------------
+
+
+def test_orbax_standard_checkpointer(tmp_path):
+    from functrans.checkpoint import StandardCheckpointer
+    state = {"params": {"w": jnp.arange(6.0).reshape(2, 3)}, "step": jnp.asarray(4)}
+    with StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "state", state)
+        with pytest.raises(ValueError, match="already exists"):
+            checkpointer.save(tmp_path / "state", state)
+        checkpointer.save(tmp_path / "state", state, force=True)
+        abstract = functrans.eval_shape(lambda s: s, state)  # ShapeDtypeStruct leaves
+        restored = checkpointer.restore(tmp_path / "state", abstract)
+        checkpointer.wait_until_finished()
+    np.testing.assert_array_equal(np.asarray(restored["params"]["w"]),
+                                  np.arange(6.0).reshape(2, 3))
+    assert int(restored["step"]) == 4
+
+
+def test_orbax_manager_with_args_and_options(tmp_path):
+    from functrans import checkpoint as ocp
+    options = ocp.CheckpointManagerOptions(max_to_keep=2, save_interval_steps=2)
+    target = {"w": functrans.ShapeDtypeStruct((3,), jnp.float32)}
+    with ocp.CheckpointManager(tmp_path / "run", options=options) as manager:
+        saved = [manager.save(step, args=ocp.args.StandardSave({"w": jnp.full(3, float(step))}))
+                 for step in range(7)]
+        manager.wait_until_finished()
+        assert saved == [True, False, True, False, True, False, True]
+        assert manager.all_steps() == [4, 6] and manager.latest_step() == 6
+        restored = manager.restore(6, args=ocp.args.StandardRestore(target))
+        np.testing.assert_array_equal(np.asarray(restored["w"]), np.full(3, 6.0))
+        assert manager.save(7, args=ocp.args.StandardSave({"w": jnp.ones(3)}), force=True)
+        assert manager.all_steps() == [6, 7]
+
+
+def test_orbax_composite_items(tmp_path):
+    from functrans import checkpoint as ocp
+    manager = ocp.CheckpointManager(tmp_path)
+    manager.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave({"w": jnp.ones(2)}),
+                                            extra=ocp.args.JsonSave({"lr": 0.1, "name": "a"})))
+    restored = manager.restore(1, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore({"w": jnp.zeros(2)}), extra=ocp.args.JsonRestore()))
+    np.testing.assert_array_equal(np.asarray(restored.state["w"]), np.ones(2))
+    assert restored["extra"] == {"lr": 0.1, "name": "a"}
+    with pytest.raises(ocp.CheckpointError, match="no item 'other'"):
+        manager.restore(1, args=ocp.args.Composite(other=ocp.args.StandardRestore()))

@@ -58,7 +58,9 @@ def mpiexec():
 
 
 def _launch(mpiexec, script: Path, *args, nproc=2, devices=2, timeout=180, extra_env=None):
-    env = dict(os.environ, FUNCTRANS_CPU_DEVICES=str(devices), PYTHONPATH=str(ROOT))
+    # examples/ too: an example copied elsewhere imports its neighbour training_report
+    env = dict(os.environ, FUNCTRANS_CPU_DEVICES=str(devices),
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "examples")]))
     env.update(extra_env or {})
     return subprocess.run([mpiexec, "-n", str(nproc), sys.executable, str(script),
                            *map(str, args)], capture_output=True, text=True, timeout=timeout,

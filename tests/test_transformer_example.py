@@ -24,6 +24,8 @@ SCRIPT = ROOT / "examples" / "transformer_lm.py"
 
 
 def _load_example():
+    if str(SCRIPT.parent) not in sys.path:  # as when run as a script: its folder first
+        sys.path.insert(0, str(SCRIPT.parent))
     spec = importlib.util.spec_from_file_location("transformer_lm_example", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

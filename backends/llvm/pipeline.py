@@ -204,8 +204,10 @@ def build_executable(native: NativePlan, use_cache: bool = True) -> Executable:
     engine, entry_points = _load_object(obj, [s.name for s in segments])
     aliases = donation.alias_candidates(program) if compiler_passes.enabled("donation") \
         else {}
-    return Executable(program, plan, schedule, slots, entry_points, ir_text, optimized,
-                      engine, description, nested_consts, aliases)
+    executable = Executable(program, plan, schedule, slots, entry_points, ir_text, optimized,
+                            engine, description, nested_consts, aliases)
+    executable.object_size = len(obj)  # reported by memory_analysis
+    return executable
 
 
 def _load_object(obj: bytes, names):

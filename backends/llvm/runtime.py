@@ -29,6 +29,7 @@ import numpy as np
 
 from functrans._config import config
 from functrans.backends.llvm import arenas, interrupts
+from functrans.backends.compiler import cost
 from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program
@@ -289,6 +290,18 @@ class Executable:
         schedule."""
         header = "; " + "\n; ".join(self.description.splitlines()) + "\n" if self.description else ""
         return header + self.ir_text
+
+    def cost_analysis(self) -> dict:
+        """FLOPs, transcendentals and bytes accessed of one call (see :mod:`cost`)."""
+        return cost.program_cost(self.program)
+
+    object_size = 0  # bytes of the object file its native code was loaded from
+
+    def memory_analysis(self) -> dict:
+        """Bytes of the arguments, outputs, constants and scratch arena of one call, and of
+        the object code."""
+        return {**cost.memory_sizes(self.program, self.plan),
+                "generated_code_size_in_bytes": self.object_size}
 
     def __repr__(self):
         n = sum(1 for kind, _ in self._schedule if kind == "native")

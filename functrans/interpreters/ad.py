@@ -328,34 +328,45 @@ def backward_pass(jaxpr: core.Jaxpr, consts, primals_in, cotangents_out):
         if not is_undefined_primal(x):
             primal_env[id(v)] = x
 
+    # Every equation the backward pass stages keeps the user's line of the equation it
+    # comes from (a NaN in a gradient is blamed on the line that computed the value, not on
+    # the line that called grad).
+    state = core._state
+    outer_source_info = state.source_info
+
     # Equations that only read known values (residual bookkeeping) run forward first.
     linear_eqns = []
-    for eqn in jaxpr.eqns:
-        if any(is_undefined_primal(read_primal(v)) for v in eqn.invars):
-            linear_eqns.append(eqn)
-            continue
-        outs = eqn.primitive.bind(*[read_primal(v) for v in eqn.invars], **eqn.params)
-        outs = outs if eqn.primitive.multiple_results else [outs]
-        for v, o in zip(eqn.outvars, outs):
-            primal_env[id(v)] = o
+    try:
+        for eqn in jaxpr.eqns:
+            if any(is_undefined_primal(read_primal(v)) for v in eqn.invars):
+                linear_eqns.append(eqn)
+                continue
+            state.source_info = eqn.source_info or outer_source_info
+            outs = eqn.primitive.bind(*[read_primal(v) for v in eqn.invars], **eqn.params)
+            outs = outs if eqn.primitive.multiple_results else [outs]
+            for v, o in zip(eqn.outvars, outs):
+                primal_env[id(v)] = o
 
-    for v, ct in zip(jaxpr.outvars, cotangents_out):
-        write_cotangent(v, ct)
-
-    for eqn in reversed(linear_eqns):
-        cts_in = [read_cotangent(v) for v in eqn.outvars]
-        if all(isinstance(ct, Zero) for ct in cts_in):
-            continue
-        invals = [read_primal(v) for v in eqn.invars]
-        rule = eqn.primitive.transpose
-        if rule is None:
-            raise NotImplementedError(
-                f"reverse-mode differentiation of primitive '{eqn.primitive.name}' is not "
-                "supported (it has no transpose rule; it is not linear in its inputs)")
-        ct_arg = cts_in if eqn.primitive.multiple_results else cts_in[0]
-        cts_out = rule(ct_arg, *invals, **eqn.params)
-        for v, ct in zip(eqn.invars, cts_out):
+        for v, ct in zip(jaxpr.outvars, cotangents_out):
             write_cotangent(v, ct)
+
+        for eqn in reversed(linear_eqns):
+            cts_in = [read_cotangent(v) for v in eqn.outvars]
+            if all(isinstance(ct, Zero) for ct in cts_in):
+                continue
+            invals = [read_primal(v) for v in eqn.invars]
+            rule = eqn.primitive.transpose
+            if rule is None:
+                raise NotImplementedError(
+                    f"reverse-mode differentiation of primitive '{eqn.primitive.name}' is "
+                    "not supported (it has no transpose rule; it is not linear in its inputs)")
+            ct_arg = cts_in if eqn.primitive.multiple_results else cts_in[0]
+            state.source_info = eqn.source_info or outer_source_info
+            cts_out = rule(ct_arg, *invals, **eqn.params)
+            for v, ct in zip(eqn.invars, cts_out):
+                write_cotangent(v, ct)
+    finally:
+        state.source_info = outer_source_info
 
     return [read_cotangent(v) if is_undefined_primal(x) else None
             for v, x in zip(jaxpr.invars, primals_in)]

@@ -33,7 +33,8 @@ def broadcast_shapes(*shapes) -> tuple:
         sizes = {s[axis - ndim + len(s)] for s in shapes if axis - ndim + len(s) >= 0}
         sizes.discard(1)
         if len(sizes) > 1:
-            raise ValueError(f"incompatible shapes for broadcasting: {', '.join(str(tuple(s)) for s in shapes)}")
+            raise ValueError("Incompatible shapes for broadcasting: "
+                             f"shapes={[tuple(s) for s in shapes]}")
         result.append(sizes.pop() if sizes else 1)
     return tuple(result)
 
@@ -105,14 +106,16 @@ def _convert(a, dtype, weak):
 
 def promote_shapes(*args, fname: str | None = None):
     """``args`` broadcast to one shape. Shapes that do not broadcast raise ``ValueError``,
-    or, for the operands of the jnp function ``fname``, JAX's ``TypeError``."""
+    or, for the operands of the jnp function ``fname`` when their ranks are equal, JAX's
+    ``TypeError`` (JAX ranks-promotes first, which fails with ``ValueError``, and only
+    operands of equal rank reach the primitive's shape rule, which raises ``TypeError``)."""
     shapes = [get_aval(a).shape for a in args]
     if len(set(shapes)) <= 1:
         return list(args)
     try:
         shape = broadcast_shapes(*shapes)
     except ValueError:
-        if fname is None:
+        if fname is None or len({len(s) for s in shapes}) > 1:
             raise
         raise TypeError(f"{fname} got incompatible shapes for broadcasting: "
                         f"{', '.join(str(tuple(s)) for s in shapes)}.") from None

@@ -1344,7 +1344,7 @@ scan_p.batch_needs_axis = True
 def scan(f: Callable, init, xs=None, length: int | None = None, reverse: bool = False,
          unroll: int | bool = 1, _split_transpose: bool = False):
     """Loop ``f(carry, x) -> (carry, y)`` over the leading axis of ``xs``, returning the
-    final carry and the stacked ``y``s. Semantically::
+    final carry and the ``y`` values stacked. Semantically::
 
         def scan(f, init, xs, length=None):
             carry, ys = init, []

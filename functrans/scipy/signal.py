@@ -484,8 +484,9 @@ def csd(x, y, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
         and the shorter signal is zero-padded.
       scaling: ``"density"`` (V**2/Hz) or ``"spectrum"`` (V**2).
       average: ``"mean"`` or ``"median"`` (bias-corrected) over the segments.
-      The other arguments are as for :func:`stft` (default ``nperseg`` 256, at most the
-      signal's length).
+
+    The other arguments are as for :func:`stft` (default ``nperseg`` 256, at most the
+    signal's length).
 
     Returns:
       ``(f, Pxy)``: the frequencies and the cross spectral density along ``axis``.

@@ -30,6 +30,7 @@ import numpy as np
 
 from functrans import core, tree_util
 from functrans._axis_env import extend_axis_env_nd
+from functrans._traceback_util import api_boundary
 from functrans.core import ClosedJaxpr, Jaxpr, Primitive, ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
@@ -503,6 +504,7 @@ class ShardMapFunction:
                 specs.append(PartitionSpec())
         return specs
 
+    @api_boundary
     def __call__(self, *args):
         mesh, axis_names = self._mesh_and_axes()
         leaves, in_tree = tree_util.tree_flatten(args)

@@ -25,10 +25,14 @@ class MadgradState(NamedTuple):
 
 
 def scale_by_madgrad(learning_rate, momentum=0.9, eps=1e-6) -> GradientTransformation:
-    """MADGRAD's update (the step, already descending)::
+    """MADGRAD's update (the step, already descending).
+
+    Per step::
 
         lambda = (lr + eps) sqrt(t);   v += lambda g^2;   s += lambda g
         z = x0 - s / (cbrt(v) + eps);   p_new = (1 - momentum) z + momentum p
+
+    For example:
 
         >>> import functrans.numpy as jnp
         >>> opt = scale_by_madgrad(1.0, momentum=0.0, eps=0.0)

@@ -190,3 +190,14 @@ def test_poisoned_programs_compute_the_same_results():
     for _ in range(2):  # the second call finds the arena poisoned again
         for g, e in zip(f(*ARGS), expected):
             np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=2e-5, atol=2e-5)
+
+
+def test_the_short_call_path_is_poisoned_too():
+    # most programs are one native segment, called by the short path: poisoning must not
+    # take them off it (the suite would stop testing it) nor skip them
+    from functrans.backends.llvm import runtime
+    functrans.config.update("poison_scratch", True)
+    exe = _dropped_product_executable()
+    assert type(exe) is runtime._PoisonedSingleSegmentExecutable
+    functrans.config.update("poison_scratch", False)
+    assert type(_dropped_product_executable()) is runtime._SingleSegmentExecutable

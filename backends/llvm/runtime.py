@@ -49,6 +49,7 @@ class Executable:
     LLVM IR it was compiled from."""
 
     _lends_arena = False  # see _LentArenaExecutable
+    _empty = staticmethod(np.empty)  # a fresh output (poisoned ones: see _poisoned_empty)
 
     def __init__(self, program: Program, plan: BufferPlan, schedule: list, slots: dict,
                  entry_points: dict, ir_text: str = "", optimized_ir: str = "", engine=None,
@@ -110,18 +111,20 @@ class Executable:
         # arena byte ranges to fill before each call, integer ones and then floating-point
         # ones (where memory is reused, NaN wins); None: no poisoning
         self._poison = _poison_ranges(program, plan) if config.poison_scratch else None
+        if self._poison is not None:
+            self._empty = _poisoned_empty  # fresh outputs too
         # The common case (one native segment, array inputs, results that are fresh outputs)
         # gets a call path with nothing else in it: about 1 µs of Python around the native
         # call for a small program.
-        if self._poison is None and self._native_only is not None \
-                and len(self._native_only) == 1 \
+        if self._native_only is not None and len(self._native_only) == 1 \
                 and self._simple_results and all(d is not None for _, _, d, _ in self._inputs):
             self._fast_inputs = [(i, slot or 0, dtype, self._input_shapes[i])
                                  for i, slot, dtype, _ in self._inputs]
             self._fast_outputs = [(slot, shape, dtype) for slot, shape, dtype, _ in self._outputs]
             self._fast_order = None if [k for _, k in self._results] == list(
                 range(len(self._outputs))) else [k for _, k in self._results]
-            self.__class__ = _SingleSegmentExecutable
+            self.__class__ = _SingleSegmentExecutable if self._poison is None \
+                else _PoisonedSingleSegmentExecutable
         if not arenas.kept_with_executable(plan.arena_size):
             self.__class__ = _LentArenaExecutable
 
@@ -161,7 +164,7 @@ class Executable:
             view[slot] = id(a)
         outputs = []
         for slot, shape, dtype in self._fast_outputs:
-            out = np.empty(shape, dtype)
+            out = self._empty(shape, dtype)
             outputs.append(out)
             view[slot] = id(out)
         status = self._native_only[0](state.address)
@@ -206,9 +209,7 @@ class Executable:
                     reused.add(i)
                     break
             if out is None:
-                out = np.empty(shape, dtype)
-                if self._poison is not None:
-                    poison(out)
+                out = self._empty(shape, dtype)
             outputs.append(out)
             table[slot] = id(out)
         if self._native_only is not None:
@@ -324,6 +325,12 @@ def _is_float(dtype) -> bool:
     return dtype.kind in "fcV"
 
 
+def _poisoned_empty(shape, dtype) -> np.ndarray:
+    out = np.empty(shape, dtype)
+    poison(out)
+    return out
+
+
 def _poison_ranges(program: Program, plan: BufferPlan) -> tuple:
     """``(integer ranges, floating-point ranges)`` of the arena, as (start, end) bytes. The
     control-flow steps' scratch (carries, bodies' arenas: mostly floats) counts as
@@ -359,6 +366,15 @@ class _SingleSegmentExecutable(Executable):
     class is switched at construction, because Python looks ``__call__`` up on the type."""
 
     __call__ = Executable._fast_call
+
+
+class _PoisonedSingleSegmentExecutable(Executable):
+    """The short path with poisoned scratch (see the module docstring): the arena kept with
+    the executable is poisoned before each call (fresh outputs are, by ``_empty``)."""
+
+    def __call__(self, *args):
+        _poison_arena(self._thread_buffers()[1], self._poison)
+        return self._fast_call(*args)
 
 
 class _LentArenaExecutable(Executable):

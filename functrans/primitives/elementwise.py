@@ -3,7 +3,8 @@
 A row gives the name, which dtypes it accepts, its reference implementation and its
 derivative. Shape rules (operands of one shape and dtype), batching (broadcasting along the
 batch axis) and the lax-level function are made from the row; linear operations also get
-transpose rules. Backends key their scalar code by the primitive's name.
+transpose rules. Backends find their scalar code in tables keyed by the ``Primitive``
+object (``scalar_ops.EMITTERS``), never by its name.
 
 The lax-level functions here take arrays of equal shape and dtype; for the library's own
 convenience a Python scalar takes the other operand's dtype. ``functrans.lax`` exports the

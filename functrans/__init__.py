@@ -62,6 +62,8 @@ from functrans import errors  # noqa: F401
 from functrans import version  # noqa: F401
 from functrans.version import __version_info__  # noqa: F401
 
+from functrans._refs import Ref, new_ref  # noqa: F401
+from functrans._as_jax import install_as_jax, uninstall_as_jax  # noqa: F401
 from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,  # noqa: F401
                             TracerBoolConversionError,
                             TracerIntegerConversionError, UnexpectedTracerError)

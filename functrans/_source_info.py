@@ -18,6 +18,14 @@ def add_internal_dir(path: str) -> None:
         _INTERNAL_DIRS = _INTERNAL_DIRS + (path,)
 
 
+def add_internal_path(path: str) -> None:
+    """Mark a file (or every file whose path starts with ``path``) as internal."""
+    global _INTERNAL_DIRS
+    path = os.path.abspath(path)
+    if path not in _INTERNAL_DIRS:
+        _INTERNAL_DIRS = _INTERNAL_DIRS + (path,)
+
+
 def is_internal_file(filename: str) -> bool:
     return filename.startswith(_INTERNAL_DIRS) or filename.startswith("<frozen ")
 

@@ -5,7 +5,18 @@ from __future__ import annotations
 import functools
 
 from functrans._config import config
-from functrans._source_info import is_internal_file
+from functrans._source_info import add_internal_path, is_internal_file
+
+
+def register_exclusion(path: str) -> None:
+    """Drop frames of the file ``path`` (or of files under it) from filtered tracebacks, as
+    functrans's own are (``jax._src.traceback_util.register_exclusion``: libraries built on
+    the transforms register their internals so errors end in the user's code)."""
+    add_internal_path(path)
+
+
+class UnfilteredStackTrace(Exception):
+    """The full traceback of an error whose traceback was filtered."""
 
 
 def _filtered(tb):

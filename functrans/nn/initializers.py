@@ -13,6 +13,7 @@ convolution kernel ``(h, w, in, out)``, ``fan_in = h * w * in``.
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import numpy as np
 
@@ -20,6 +21,15 @@ from functrans import _dtypes, lax
 from functrans.primitives import elementwise as ew
 from functrans import random as _random
 import functrans.numpy as jnp
+
+
+
+class Initializer(Protocol):
+    """What every initializer here is: ``init(key, shape, dtype=None) -> Array``."""
+
+    def __call__(self, key, shape, dtype=None, out_sharding=None):
+        ...
+
 
 __all__ = [
     "zeros", "ones", "constant", "uniform", "normal", "truncated_normal", "variance_scaling",
@@ -271,3 +281,4 @@ def delta_orthogonal(scale=1.0, column_axis=-1, dtype=None):
 
 
 __all__.append("delta_orthogonal")
+__all__.append("Initializer")

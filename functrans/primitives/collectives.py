@@ -942,5 +942,21 @@ def axis_size(axis_name) -> int:
     return _axis_size(axis_name)
 
 
-__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pmax", "pmean", "pmin",
+def pswapaxes(x, axis_name, axis: int, *, axis_index_groups=None):
+    """Swap the named (mapped) axis ``axis_name`` with the unmapped axis ``axis`` of ``x``
+    (a pytree of arrays): ``all_to_all(x, axis_name, axis, axis)``. The axis size must equal
+    ``x.shape[axis]``.
+
+        >>> import functrans, functrans.numpy as jnp
+        >>> functrans.vmap(lambda v: functrans.lax.pswapaxes(v, 'i', 0), axis_name='i')(
+        ...     jnp.arange(4.0).reshape(2, 2))
+        Array([[0., 2.],
+               [1., 3.]], dtype=float32)
+    """
+    return tree_util.tree_map(
+        lambda leaf: all_to_all(leaf, axis_name, axis, axis,
+                                axis_index_groups=axis_index_groups), x)
+
+
+__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pmax", "pmean", "pmin", "pswapaxes",
            "ppermute", "pshuffle", "psum", "psum_scatter"]

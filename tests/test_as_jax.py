@@ -1,0 +1,288 @@
+"""Running JAX libraries on functrans: the ``import jax`` alias, and the surface of
+``jax.extend``, ``jax.interpreters`` and ``jax.experimental`` those libraries build on."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import functrans
+import functrans.numpy as jnp
+from functrans import _as_jax
+from functrans.extend import core as jex_core
+from functrans.experimental import checkify
+from functrans.interpreters import ad, batching, mlir
+
+
+@pytest.fixture
+def as_jax():
+    had = {name: mod for name, mod in sys.modules.items()
+           if name.split(".")[0] in ("jax", "jaxlib")}
+    if any(not _as_jax._is_ours(mod) for mod in had.values()):
+        pytest.skip("the real jax is imported in this process")
+    functrans.install_as_jax()
+    try:
+        yield
+    finally:
+        functrans.uninstall_as_jax()
+
+
+def test_import_jax_resolves_to_functrans_modules(as_jax):
+    import jax
+    import jax.numpy
+    import jax.extend.core
+    from jax import lax
+    from jax._src import traceback_util
+    from jax.experimental import checkify as jax_checkify
+    import jaxlib
+    assert jax.numpy is functrans.numpy and lax is functrans.lax
+    assert jax.extend.core is jex_core and jax_checkify is checkify
+    assert traceback_util is functrans._traceback_util
+    assert jax.__version__ == "0.10.2" and jax.__version_info__ == (0, 10, 2)
+    assert jaxlib.__version__ == "0.10.2"
+    assert jax.jit is functrans.jit
+    # the shared module keeps its own spec
+    assert functrans.numpy.__spec__.name == "functrans.numpy"
+    with pytest.raises(ModuleNotFoundError, match="no counterpart"):
+        import jax.no_such_module  # noqa: F401
+
+
+def test_alias_is_reversible(as_jax):
+    import jax  # noqa: F401
+    functrans.uninstall_as_jax()
+    assert not _as_jax.is_installed() and "jax" not in sys.modules
+    functrans.install_as_jax()
+    assert _as_jax.is_installed()
+
+
+def test_alias_refuses_when_the_real_jax_is_imported(monkeypatch):
+    import types
+    monkeypatch.setitem(sys.modules, "jax", types.ModuleType("jax"))
+    with pytest.raises(RuntimeError, match="real 'jax' is already imported"):
+        functrans.install_as_jax()
+    assert not _as_jax.is_installed()
+
+
+def test_run_command_runs_a_jax_script(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import jax, jax.numpy as jnp
+        print(jax.__version__, float(jax.grad(lambda x: jnp.sin(x) * 2)(0.0)), sys.argv[1])
+    """))
+    out = subprocess.run([sys.executable, "-m", "functrans.run", str(script), "arg"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0.10.2", "2.0", "arg"]
+
+
+# ---- jax.extend: a primitive defined as JAX libraries define them ----------------------------
+
+def _make_scaled_square():
+    """``scaled_square(x, scale) = scale * x**2`` with JAX-style rules."""
+    p = jex_core.Primitive("scaled_square_test")
+    p.def_impl(lambda x, *, scale: scale * x * x)
+    p.def_abstract_eval(lambda x, *, scale: jex_core.ShapedArray(x.shape, x.dtype))
+
+    def jvp(primals, tangents, *, scale):
+        (x,), (t,) = primals, tangents
+        return p.bind(x, scale=scale), 2 * scale * x * ad.instantiate_zeros(t)
+
+    calls = []
+
+    def batch(args, dims, *, scale):
+        calls.append(dims)
+        return p.bind(args[0], scale=scale), dims[0]
+
+    ad.primitive_jvps[p] = jvp
+    batching.primitive_batchers[p] = batch
+    mlir.register_lowering(p, mlir.lower_fun(lambda x, *, scale: scale * x * x,
+                                             multiple_results=False))
+    return p, calls
+
+
+def test_extend_primitive_jits_grads_and_vmaps():
+    p, batch_calls = _make_scaled_square()
+    f = lambda x: p.bind(x, scale=3.0)  # noqa: E731
+    x = jnp.arange(4.0)
+    np.testing.assert_allclose(f(x), 3 * np.arange(4.0) ** 2)
+    np.testing.assert_allclose(functrans.jit(f)(x), 3 * np.arange(4.0) ** 2)
+    np.testing.assert_allclose(functrans.grad(lambda v: f(v).sum())(x), 6 * np.arange(4.0))
+    np.testing.assert_allclose(functrans.jit(functrans.grad(lambda v: f(v).sum()))(x),
+                               6 * np.arange(4.0))
+    np.testing.assert_allclose(functrans.vmap(f)(x.reshape(2, 2)),
+                               3 * np.arange(4.0).reshape(2, 2) ** 2)
+    assert batch_calls == [[0]]
+    assert p in ad.primitive_jvps and ad.primitive_jvps[p] is p.jvp
+
+
+def test_extend_linear_primitive_transposes():
+    p = jex_core.Primitive("triple_test")
+    p.def_impl(lambda x: 3 * x)
+    p.def_abstract_eval(lambda x: x)
+    ad.primitive_jvps[p] = lambda primals, tangents: (p.bind(*primals), p.bind(*tangents))
+    ad.primitive_transposes[p] = lambda ct, x: [3 * ct]
+    np.testing.assert_allclose(functrans.grad(lambda x: p.bind(x).sum())(jnp.ones(3)),
+                               np.full(3, 3.0))
+
+
+def test_axis_batcher_convention():
+    p = jex_core.Primitive("axis_size_test")
+    p.def_impl(lambda x: x)
+    p.def_abstract_eval(lambda x: x)
+    seen = []
+
+    def rule(axis_size, axis_name, trace_type, args, dims):
+        seen.append((axis_size, axis_name))
+        return args[0] * axis_size, dims[0]
+
+    batching.axis_primitive_batchers[p] = rule
+    out = functrans.vmap(lambda x: p.bind(x), axis_name="i")(jnp.ones(5))
+    np.testing.assert_allclose(out, np.full(5, 5.0))
+    assert seen == [(5, "i")]
+
+
+def test_mlir_only_lowering_raises_when_run():
+    p = jex_core.Primitive("mlir_only_test")
+    p.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(p, lambda ctx, x: x)
+    with pytest.raises(NotImplementedError, match="MLIR"):
+        p.bind(jnp.ones(2))
+
+
+def test_linear_util_and_api_util_flatten():
+    from functrans import api_util, tree_util
+    from functrans.extend import linear_util as lu
+    leaves, tree = tree_util.tree_flatten(((1.0, {"b": 2.0}),))
+    flat, out_tree = api_util.flatten_fun_nokwargs(
+        lu.wrap_init(lambda a: (a[0] * a[1]["b"], a[0])), tree)
+    assert flat.call_wrapped(*leaves) == [2.0, 1.0]
+    assert out_tree().num_leaves == 2
+
+
+def test_partial_eval_nounits_uses_jax_pairs():
+    from functrans.interpreters import partial_eval as pe
+    pvals = [pe.PartialVal.known(jnp.float32(2.0)),
+             pe.PartialVal.unknown(jex_core.ShapedArray((), np.float32))]
+    _, out, _ = pe.trace_to_jaxpr_nounits(lambda a, b: [a * 3.0, a * b], pvals)
+    (known_aval, known), (unknown_aval, unknown) = out
+    assert known_aval is None and float(known) == 6.0
+    assert unknown is None and unknown_aval.shape == ()
+
+
+def test_opaque_trace_state_tells_transforms_apart():
+    outer = jex_core.get_opaque_trace_state()
+    inside = []
+    functrans.jit(lambda x: inside.append(jex_core.get_opaque_trace_state()) or x)(1.0)
+    assert outer == jex_core.get_opaque_trace_state()
+    assert inside[0] != outer
+
+
+# ---- checkify -----------------------------------------------------------------------------------
+
+def _positive_log(x):
+    checkify.check(x > 0, "x must be positive, got {}", x)
+    return jnp.log(x)
+
+
+def test_checkify_user_check_under_jit_vmap_and_grad():
+    err, y = functrans.jit(checkify.checkify(_positive_log))(-1.0)
+    assert err.get() == "x must be positive, got -1.0"
+    with pytest.raises(checkify.JaxRuntimeError, match="positive"):
+        err.throw()
+    err, y = checkify.checkify(_positive_log)(2.0)
+    assert err.get() is None and float(y) == pytest.approx(np.log(2.0))
+    err, _ = functrans.vmap(checkify.checkify(_positive_log))(jnp.array([1.0, -2.0, 3.0]))
+    assert err.get() == "at mapped index 1: x must be positive, got -2.0"
+    err, _ = checkify.checkify(functrans.vmap(_positive_log))(jnp.array([1.0, -2.0, -3.0]))
+    assert err.get() == "x must be positive, got -2.0"
+    g = functrans.grad(lambda x: checkify.checkify(_positive_log)(x)[1])(2.0)
+    assert float(g) == 0.5
+
+
+def test_check_outside_checkify():
+    with pytest.raises(checkify.JaxRuntimeError, match="positive"):
+        _positive_log(-1.0)
+    with pytest.raises(ValueError, match="not functionalized"):
+        functrans.jit(_positive_log)(1.0)
+
+
+def test_checkify_automatic_checks():
+    err, _ = checkify.checkify(lambda x: x / x, errors=checkify.nan_checks)(jnp.zeros(2))
+    assert err.get() == "nan generated by primitive: div."
+    err, _ = checkify.checkify(lambda x: x / x, errors=checkify.nan_checks)(jnp.ones(2))
+    assert err.get() is None
+    err, _ = checkify.checkify(lambda x, d: x // d, errors=checkify.div_checks)(
+        jnp.arange(3), jnp.array([1, 0, 1]))
+    assert err.get() == "division by zero"
+    err, _ = checkify.checkify(lambda x, i: x[i], errors=checkify.index_checks)(
+        jnp.zeros(3), 5)
+    assert "out-of-bounds indexing" in err.get() and "index 5" in err.get()
+
+
+def test_checkify_inside_cond_and_check_error():
+    def f(x):
+        return functrans.lax.cond(x > 0, lambda v: _positive_log(v - 10.0),
+                                  lambda v: v, x)
+    assert checkify.checkify(f)(20.0)[0].get() is None
+    assert checkify.checkify(f)(5.0)[0].get() == "x must be positive, got -5.0"
+    inner = checkify.checkify(_positive_log)
+
+    def outer(x):
+        err, y = inner(x)
+        checkify.check_error(err)
+        return y
+    assert checkify.checkify(outer)(-3.0)[0].get() == "x must be positive, got -3.0"
+
+
+# ---- other surfaces ----------------------------------------------------------------------------
+
+def test_io_callback_runs_in_order_under_jit():
+    from functrans.experimental import io_callback
+    seen = []
+    spec = functrans.ShapeDtypeStruct((), np.float32)
+    f = functrans.jit(lambda x: io_callback(lambda v: seen.append(float(v)) or v, spec, x))
+    assert float(f(1.5)) == 1.5 and seen == [1.5]
+
+
+def test_vectorize_signature():
+    dot = jnp.vectorize(jnp.dot, signature="(n),(n)->()")
+    np.testing.assert_allclose(dot(jnp.ones((2, 3)), jnp.arange(3.0)), [3.0, 3.0])
+    pair = jnp.vectorize(lambda a: (a.sum(), a * 2), signature="(n)->(),(n)")
+    s, d = pair(jnp.ones((4, 2)))
+    assert s.shape == (4,) and d.shape == (4, 2)
+    with pytest.raises(ValueError, match="inconsistent size"):
+        dot(jnp.ones(3), jnp.ones(4))
+
+
+def test_refs_are_not_supported():
+    with pytest.raises(NotImplementedError, match="mutable array references"):
+        functrans.new_ref(jnp.ones(2))
+    assert not isinstance(jnp.ones(2), functrans.Ref)
+
+
+def test_pswapaxes_is_all_to_all_on_the_same_axis():
+    x = jnp.arange(4.0).reshape(2, 2)
+    out = functrans.vmap(lambda v: functrans.lax.pswapaxes(v, "i", 0), axis_name="i")(x)
+    np.testing.assert_array_equal(out, np.arange(4.0).reshape(2, 2).T)
+
+
+def test_abstract_mesh():
+    from functrans.sharding import AbstractMesh
+    mesh = AbstractMesh((2, 4), ("data", "model"))
+    assert dict(mesh.shape) == {"data": 2, "model": 4} and mesh.size == 8
+    assert mesh == AbstractMesh((2, 4), ("data", "model")) and hash(mesh) == hash(
+        AbstractMesh((2, 4), ("data", "model")))
+
+
+@pytest.mark.parametrize("module_name", [
+    "functrans.experimental.checkify", "functrans.extend.core", "functrans.api_util"])
+def test_docstring_examples(module_name):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(module_name),
+                             optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from functrans import _devices, _dtypes, _transfer_guard, core, tree_util
-from functrans._array import Array, host_to_array
+from functrans._array import Array, host_to_array, is_concrete_array
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
@@ -702,7 +702,7 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
         placer = getattr(target, "put", None)
         if placer is not None:
             return placer(leaf)
-        if isinstance(leaf, Array):  # its buffer is immutable: the new Array shares it
+        if is_concrete_array(leaf):  # its buffer is immutable: the new Array shares it
             if _transfer_guard.switch.on and leaf.device != target:
                 _transfer_guard.check("device_to_device", True,
                                       lambda: f"aval={get_aval(leaf)!r}, from {leaf.device!r} "

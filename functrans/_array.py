@@ -15,7 +15,35 @@ def _jnp():
     return jnp
 
 
-class Array:
+class _ArrayType(type):
+    """``isinstance(x, Array)`` is true for every array value a user sees, as for
+    ``jax.Array``: concrete arrays (on any device, sharded or not), tracers of every
+    transform, and typed PRNG key arrays (registered by ``functrans.random``). Code that
+    needs a concrete buffer asks :func:`is_concrete_array` instead."""
+
+    def __instancecheck__(cls, obj):
+        if type.__instancecheck__(cls, obj):
+            return True
+        return cls is Array and isinstance(obj, _array_value_types)
+
+
+# classes whose instances are array values without being concrete Arrays
+_array_value_types: tuple = (core.Tracer,)
+
+
+def register_array_value_type(value_type: type) -> None:
+    """Make ``isinstance(x, Array)`` true for instances of ``value_type`` (typed keys)."""
+    global _array_value_types
+    if value_type not in _array_value_types:
+        _array_value_types = _array_value_types + (value_type,)
+
+
+def is_concrete_array(x) -> bool:
+    """Whether ``x`` is a concrete :class:`Array` (with a buffer): not a tracer or a key."""
+    return type.__instancecheck__(Array, x)
+
+
+class Array(metaclass=_ArrayType):
     """An immutable n-dimensional array. On a CPU device its buffer is a NumPy array.
 
         >>> import functrans.numpy as jnp
@@ -278,7 +306,8 @@ def _binary(name, reverse=False):
 
 
 def _is_array_like(x) -> bool:
-    return isinstance(x, (Array, core.Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
+    return is_concrete_array(x) or \
+        isinstance(x, (core.Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
         or hasattr(x, "__jax_array__")
 
 

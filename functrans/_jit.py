@@ -21,7 +21,7 @@ import numpy as np
 from functrans import (_api, _array, _backends, _debug_checks, _debug_rerun, _transfer_guard,
                        core, profiler, tree_util)
 from functrans._api import ShapeDtypeStruct
-from functrans._array import Array
+from functrans._array import Array, is_concrete_array
 from functrans._array import delete as _array_delete
 from functrans._caches import LRUCache, WeakKeyLRUCache, insert_plain
 from functrans._config import config
@@ -830,7 +830,7 @@ def _check_host_arguments(leaves, avals, backend) -> None:
     """Host data (NumPy arrays, Python scalars) passed to a jitted call is an implicit
     host-to-device transfer, for the transfer guards."""
     for leaf, aval in zip(leaves, avals):
-        if not isinstance(leaf, Array) and not _on_gpu(leaf):
+        if not is_concrete_array(leaf) and not _on_gpu(leaf):
             _transfer_guard.check("host_to_device", False,
                                   lambda: _transfer_guard.describe_host_to_device(aval, None))
 

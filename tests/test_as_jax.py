@@ -286,3 +286,32 @@ def test_docstring_examples(module_name):
     result = doctest.testmod(importlib.import_module(module_name),
                              optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+
+
+# ---- what a JAX user sees as an array -----------------------------------------------------------
+
+def test_every_array_value_is_an_array_instance():
+    from functrans import random
+    seen = []
+    record = lambda x: seen.append(isinstance(x, functrans.Array)) or x  # noqa: E731
+    functrans.jit(record)(1.0)
+    functrans.grad(record)(1.0)
+    functrans.vmap(record)(jnp.ones(2))
+    functrans.jvp(record, (1.0,), (1.0,))
+    functrans.lax.scan(lambda c, x: (record(c), x), 0.0, jnp.ones(2))
+    assert seen and all(seen)
+    assert isinstance(random.key(0), functrans.Array)
+    assert isinstance(jnp.ones(2), functrans.Array)
+    assert not isinstance(np.ones(2), functrans.Array) and not isinstance(1.0, functrans.Array)
+    # a key is still not a number
+    with pytest.raises(TypeError, match="key"):
+        jnp.add(random.key(0), 1)
+
+
+def test_like_functions_take_anything_with_shape_and_dtype():
+    spec = functrans.ShapeDtypeStruct((2, 3), jnp.bfloat16)
+    for out in (jnp.zeros_like(spec), jnp.ones_like(spec), jnp.full_like(spec, 2),
+                jnp.empty_like(spec)):
+        assert out.shape == (2, 3) and out.dtype == jnp.bfloat16
+    assert jnp.zeros_like(spec, dtype=jnp.int32).dtype == jnp.int32
+    assert jnp.zeros_like(jex_core.ShapedArray((4,), np.float32)).shape == (4,)

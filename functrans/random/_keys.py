@@ -13,6 +13,7 @@ import numpy as np
 
 import functrans.numpy as jnp
 from functrans import _dtypes, lax
+from functrans._array import register_array_value_type
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.random._arguments import asarray
 from functrans.tree_util import SequenceKey, register_pytree_with_keys
@@ -219,6 +220,8 @@ del _op
 
 
 # the leaves are the two key words, each of the key array's shape ("[0]" and "[1]" in paths)
+# a key array is a jax.Array to isinstance, as in JAX
+register_array_value_type(PRNGKeyArray)
 register_pytree_with_keys(PRNGKeyArray,
                           lambda k: (((SequenceKey(0), k._words[0]), (SequenceKey(1), k._words[1])),
                                      k._impl),

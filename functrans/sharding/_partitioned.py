@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from functrans import _jit, core, tree_util
-from functrans._array import Array
+from functrans._array import is_concrete_array
 from functrans._config import config
 from functrans.core import ClosedJaxpr
 from functrans.sharding._arrays import PartitionedArray, put
@@ -137,7 +137,7 @@ class PartitionedExecutable:
         for x, aval, layout, sharding in zip(args, self.closed.in_avals,
                                              plan.partitioned.in_layouts, plan.in_shardings):
             if _layout_of_array(x, self.mesh) != layout:
-                x = put(x, sharding, aval if not isinstance(x, Array) else None)
+                x = put(x, sharding, aval if not is_concrete_array(x) else None)
             blocks.append(x._buffers)
         per_member = []
         for device in members.local_devices:

@@ -80,6 +80,8 @@ def run_file(python: str, use_functrans: bool, root: str, path: str, env_extra: 
             "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
             f"--junitxml={report}", "-o", "junit_family=xunit1", path]
         env = dict(os.environ, **env_extra, JAX_PLATFORMS="cpu", PYTHONHASHSEED="0")
+        if use_functrans:
+            env.setdefault("FUNCTRANS_DEFAULT_BACKEND", "cpu")
         try:
             done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
                                   timeout=timeout)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 
 
@@ -156,6 +157,29 @@ class Config:
             self._values[name] = value
         for listener in self._listeners.get(name, ()):
             listener(value)
+
+    def parse_flags_with_absl(self, argv=None) -> None:
+        """Apply ``--jax_<option>=<value>`` (and ``--jax_<flag>`` / ``--nojax_<flag>`` for
+        booleans) from the command line (``sys.argv``), as JAX does for absl flags; other
+        arguments are left to their owners. An unknown ``--jax_`` option is a ValueError."""
+        import sys
+        for arg in (sys.argv[1:] if argv is None else argv):
+            match = re.fullmatch(r"--(no)?jax_(\w+)(?:=(.*))?", arg)
+            if match is None:
+                continue
+            negated, name, text = match.groups()
+            name = self._name(name)
+            if name not in self._values:
+                raise ValueError(f"unknown config option --jax_{name} on the command line")
+            current = self._values[name]
+            if isinstance(current, bool):
+                value = not negated if text is None else \
+                    text.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(current, int):
+                value = int(text)
+            else:
+                value = text
+            self.update(name, value)
 
     def on_change(self, name: str, listener) -> None:
         self._listeners.setdefault(self._name(name), []).append(listener)

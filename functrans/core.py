@@ -47,6 +47,14 @@ class ShapedArray:
     def strip_weak_type(self) -> "ShapedArray":
         return self.update(weak_type=False) if self.weak_type else self
 
+    @property
+    def sharding(self):
+        """How values of this type are placed: over the current mesh, not split (the IR's
+        types carry no placement; ``functrans.sharding`` registers the maker)."""
+        if _aval_sharding is None:
+            raise AttributeError("ShapedArray.sharding needs functrans.sharding")
+        return _aval_sharding(self)
+
     def str_short(self, short_dtypes: bool = False) -> str:
         """The type as JAX prints it, ``float32[3,4]`` (``~`` marks a weak type);
         ``short_dtypes``: ``f32[3,4]``, as printed jaxprs show it."""
@@ -72,6 +80,16 @@ class ShapedArray:
         if not self.shape:
             raise TypeError("len() of unsized object (a 0-d array)")
         return self.shape[0]
+
+
+# Made by functrans.sharding (a layer above), which registers it when it is imported.
+_aval_sharding: Callable | None = None
+
+
+def register_aval_sharding(make: Callable) -> None:
+    """Register ``make(aval) -> Sharding``, what ``ShapedArray.sharding`` returns."""
+    global _aval_sharding
+    _aval_sharding = make
 
 
 def get_aval(x) -> ShapedArray:

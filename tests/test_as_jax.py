@@ -315,3 +315,60 @@ def test_like_functions_take_anything_with_shape_and_dtype():
         assert out.shape == (2, 3) and out.dtype == jnp.bfloat16
     assert jnp.zeros_like(spec, dtype=jnp.int32).dtype == jnp.int32
     assert jnp.zeros_like(jex_core.ShapedArray((4,), np.float32)).shape == (4,)
+
+
+def test_jnp_ufuncs_are_ufunc_objects():
+    for name in ("add", "multiply", "subtract", "maximum", "minimum", "logical_and",
+                 "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+                 "logaddexp", "logaddexp2", "negative"):
+        assert isinstance(getattr(jnp, name), jnp.ufunc), name
+    assert int(jnp.add.reduce(jnp.arange(5))) == 10
+    np.testing.assert_array_equal(jnp.add.accumulate(jnp.arange(4)), [0, 1, 3, 6])
+    np.testing.assert_array_equal(jnp.multiply.outer(jnp.arange(2), jnp.arange(3)),
+                                  [[0, 0, 0], [0, 1, 2]])
+    np.testing.assert_array_equal(jnp.add.at(jnp.zeros(3), jnp.array([0, 0]), 1.0,
+                                             inplace=False), [2.0, 0.0, 0.0])
+    assert float(functrans.jit(jnp.add)(1.0, 2.0)) == 3.0
+
+
+def test_complex_comparisons_are_lexicographic():
+    a = jnp.array([1 + 2j, 1 + 1j, 2 + 0j])
+    b = jnp.array([1 + 1j, 1 + 2j, 1 + 5j])
+    np.testing.assert_array_equal(jnp.greater(a, b), [True, False, True])
+    np.testing.assert_array_equal(a < b, [False, True, False])
+    np.testing.assert_array_equal(functrans.jit(jnp.less_equal)(a, a), [True] * 3)
+    np.testing.assert_array_equal(jnp.greater_equal(a, b), [True, False, True])
+
+
+def test_parse_flags_with_absl():
+    before = functrans.config.read("enable_x64")
+    try:
+        functrans.config.parse_flags_with_absl(["--jax_enable_x64", "--unrelated=1"])
+        assert functrans.config.jax_enable_x64 is True
+        functrans.config.parse_flags_with_absl(["--nojax_enable_x64"])
+        assert functrans.config.jax_enable_x64 is False
+    finally:
+        functrans.config.update("enable_x64", before)
+
+
+def test_abstract_values_have_a_sharding():
+    from functrans.sharding import NamedSharding, PartitionSpec
+    sharding = functrans.typeof(jnp.ones((2, 3))).sharding
+    assert isinstance(sharding, NamedSharding) and sharding.spec == PartitionSpec(None, None)
+
+
+def test_experimental_modules():
+    from functrans import P, lax
+    from functrans.experimental import mesh_utils, multihost_utils, pjit, shard_map
+    assert mesh_utils.create_device_mesh((1,)).shape == (1,)
+    assert mesh_utils.create_hybrid_device_mesh((1, 1), (1, 1)).shape == (1, 1)
+    with pytest.raises(ValueError, match="must equal"):
+        mesh_utils.create_device_mesh((3,))
+    assert float(pjit.pjit(lambda x: x * 2)(1.0)) == 2.0
+    mesh = functrans.make_mesh((1,), ("i",))
+    out = shard_map.shard_map(lambda x: lax.psum(x, "i"), mesh, P("i"), P())(np.ones(2))
+    np.testing.assert_array_equal(out, np.ones(2))
+    np.testing.assert_array_equal(multihost_utils.process_allgather(np.ones(2)), [[1.0, 1.0]])
+    np.testing.assert_array_equal(multihost_utils.broadcast_one_to_all(np.ones(2)), [1.0, 1.0])
+    multihost_utils.sync_global_devices("here")
+    multihost_utils.assert_equal(np.arange(3))

@@ -87,6 +87,12 @@ from functrans.numpy._ufunc_objects import frompyfunc, ufunc  # noqa: F401
 from functrans.numpy._window_functions import (  # noqa: F401
     bartlett, blackman, hamming, hanning, kaiser)
 
+# jnp.add, jnp.maximum, ... are ufunc objects (jnp.add.reduce, .accumulate, .outer, .at), as
+# in JAX: the fourteen functions JAX makes ufuncs, each calling the function it wraps
+from functrans.numpy._ufunc_objects import builtin_ufuncs as _builtin_ufuncs  # noqa: E402
+globals().update(_builtin_ufuncs())
+del _builtin_ufuncs
+
 # the narrow float and int scalar types of ml_dtypes that the installed version has
 globals().update(ml_dtype_scalar_types)
 del ml_dtype_scalar_types

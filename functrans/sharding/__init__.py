@@ -26,6 +26,7 @@ from functrans.sharding._arrays import (PartitionedArray, Shard,  # noqa: F401
 from functrans.sharding._shard_map import shard_map  # noqa: F401
 from functrans.sharding._visualize import visualize_array_sharding, visualize_sharding  # noqa: F401
 from functrans.sharding._constraints import reshard  # noqa: F401
+from functrans import core as _core
 from functrans.sharding import _partitioned
 
 _partitioned.install()  # jit partitions calls over split arrays and with in/out_shardings
@@ -36,3 +37,10 @@ __all__ = ["AbstractMesh", "AxisType", "DuplicateSpecError", "Mesh", "NamedShard
            "make_array_from_process_local_data", "make_array_from_single_device_arrays",
            "make_mesh", "make_single_device_sharding", "reshard", "set_mesh", "shard_map",
            "visualize_array_sharding", "visualize_sharding"]
+
+
+def _replicated_over_current_mesh(aval):
+    return NamedSharding(get_mesh(), P(*([None] * aval.ndim)))
+
+
+_core.register_aval_sharding(_replicated_over_current_mesh)

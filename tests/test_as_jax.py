@@ -372,3 +372,20 @@ def test_experimental_modules():
     np.testing.assert_array_equal(multihost_utils.broadcast_one_to_all(np.ones(2)), [1.0, 1.0])
     multihost_utils.sync_global_devices("here")
     multihost_utils.assert_equal(np.arange(3))
+
+
+def test_odeint_matches_the_solution_and_its_derivatives():
+    from functrans.experimental.ode import odeint
+    ts = jnp.linspace(0.0, 2.0, 5)
+    decay = lambda y, t, k: -k * y  # noqa: E731
+    np.testing.assert_allclose(odeint(decay, 1.0, ts, 0.5), np.exp(-0.5 * np.asarray(ts)),
+                               rtol=1e-5)
+    dk = functrans.grad(lambda k: odeint(decay, 1.0, ts, k)[-1])(0.5)
+    np.testing.assert_allclose(dk, -2 * np.exp(-1.0), rtol=1e-5)
+    dy0 = functrans.grad(lambda y0: odeint(decay, y0, ts, 0.5)[-1])(1.0)
+    np.testing.assert_allclose(dy0, np.exp(-1.0), rtol=1e-5)
+    rotate = lambda y, t: {"a": y["b"], "b": -y["a"]}  # noqa: E731
+    ys = functrans.jit(lambda y0: odeint(rotate, y0, ts))({"a": 1.0, "b": 0.0})
+    np.testing.assert_allclose(ys["a"], np.cos(np.asarray(ts)), rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="odeint \\*args must be arrays"):
+        odeint(decay, 1.0, ts, "k")

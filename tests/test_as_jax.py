@@ -389,3 +389,18 @@ def test_odeint_matches_the_solution_and_its_derivatives():
     np.testing.assert_allclose(ys["a"], np.cos(np.asarray(ts)), rtol=1e-5, atol=1e-6)
     with pytest.raises(TypeError, match="odeint \\*args must be arrays"):
         odeint(decay, 1.0, ts, "k")
+
+
+def test_products_take_out_sharding():
+    from functrans import P, lax
+    from functrans.sharding import NamedSharding
+    mesh = functrans.make_mesh((1,), ("i",))
+    s = NamedSharding(mesh, P("i"))
+    a, v = jnp.ones((2, 2)), jnp.arange(2.0)
+    np.testing.assert_array_equal(jnp.dot(a, v, out_sharding=s), [1.0, 1.0])
+    np.testing.assert_array_equal(jnp.matmul(a, v, out_sharding=s), [1.0, 1.0])
+    np.testing.assert_array_equal(jnp.einsum("ij,j->i", a, v, out_sharding=s), [1.0, 1.0])
+    np.testing.assert_array_equal(
+        lax.dot_general(a, v, (((1,), (0,)), ((), ())), out_sharding=s), [1.0, 1.0])
+    out = functrans.jit(lambda x: lax.dot(x, x, out_sharding=NamedSharding(mesh, P())))(a)
+    np.testing.assert_array_equal(out, 2 * np.ones((2, 2)))

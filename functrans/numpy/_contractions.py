@@ -5,6 +5,7 @@ greedily picking the pair whose result is smallest.
 from __future__ import annotations
 
 import builtins
+import functools
 import string
 
 import numpy as np
@@ -23,6 +24,18 @@ from functrans.numpy._creation import asarray
 from functrans.numpy._ufuncs import conj
 
 
+def _takes_out_sharding(fn):
+    """Add JAX's ``out_sharding=`` keyword: the result is split as it says."""
+    @functools.wraps(fn)
+    def wrapped(*args, out_sharding=None, **kwargs):
+        out = fn(*args, **kwargs)
+        if out_sharding is None:
+            return out
+        from functrans.sharding._constraints import with_sharding_constraint
+        return with_sharding_constraint(out, out_sharding)
+    return wrapped
+
+
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     """``lax.dot_general`` on promoted operands; booleans are contracted as integers and
     the result turned back into booleans (any true product)."""
@@ -39,6 +52,7 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
                                  preferred_element_type=preferred_element_type)
 
 
+@_takes_out_sharding
 def matmul(a, b, *, precision=None, preferred_element_type=None):
     """Matrix product with NumPy's ``@`` rules: 1-D operands are promoted to matrices and
     the added axis removed; leading (batch) axes broadcast.
@@ -127,6 +141,7 @@ def _matmul_dimensions(a, b, a_shape, b_shape):
     return a, b, dims, perm, batch
 
 
+@_takes_out_sharding
 def dot(a, b, *, precision=None, preferred_element_type=None):
     """NumPy's ``dot``: a sum product over the last axis of ``a`` and the second-to-last of
     ``b`` (the only axis of a 1-D ``b``); scalars multiply.
@@ -346,6 +361,7 @@ def _sum_labels(x, labels, drop):
     return lax_reductions.reduce_sum(x, axes), [l for l in labels if l not in drop]
 
 
+@_takes_out_sharding
 def einsum(subscripts, /, *operands, out=None, optimize="greedy", precision=None,
            preferred_element_type=None, _dot_general=None):
     """Einstein summation: ``einsum("ij,jk->ik", a, b)`` is a matrix product.

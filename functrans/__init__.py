@@ -72,7 +72,8 @@ from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,
 # Imported on first use (``functrans.scipy.special``, ``functrans.tree.map``, ...), as a
 # program that never touches them should not pay for importing them.
 _LAZY_MODULES = ("scipy", "tree", "flatten_util", "dtypes", "image", "ops", "typing", "dlpack",
-                 "stages", "custom_derivatives", "ad_checkpoint", "profiler", "export")
+                 "stages", "custom_derivatives", "ad_checkpoint", "profiler", "export",
+                 "monitoring", "api_util", "extend", "experimental")
 
 
 def __getattr__(name):

@@ -74,6 +74,10 @@ class _ForwardingModule(types.ModuleType):
             self.__path__ = []  # a package: its submodules come from the finder
 
     def __getattr__(self, name):
+        # a submodule JAX keeps under another name (jax.core): the mapped module, as
+        # `import jax.core` gives
+        if f"{self.__name__}.{name}" in _RENAMES:
+            return importlib.import_module(f"{self.__name__}.{name}")
         return getattr(object.__getattribute__(self, "_target"), name)
 
     def __dir__(self):

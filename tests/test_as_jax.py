@@ -404,3 +404,20 @@ def test_products_take_out_sharding():
         lax.dot_general(a, v, (((1,), (0,)), ((), ())), out_sharding=s), [1.0, 1.0])
     out = functrans.jit(lambda x: lax.dot(x, x, out_sharding=NamedSharding(mesh, P())))(a)
     np.testing.assert_array_equal(out, 2 * np.ones((2, 2)))
+
+
+def test_monitoring_auto_axes_and_the_jax_core_attribute(as_jax):
+    from functrans import monitoring
+    from functrans.sharding import NamedSharding, P, auto_axes
+    seen = []
+    monitoring.register_event_duration_secs_listener(lambda e, d, **kw: seen.append((e, d)))
+    try:
+        monitoring.record_event_duration_secs("/x", 1.5)
+    finally:
+        monitoring.clear_event_listeners()
+    assert seen == [("/x", 1.5)]
+    mesh = functrans.make_mesh((1,), ("i",))
+    doubled = auto_axes(lambda x: x * 2, out_sharding=NamedSharding(mesh, P()))(jnp.ones(2))
+    np.testing.assert_array_equal(doubled, [2.0, 2.0])
+    import jax
+    assert jax.core is jex_core and jax.monitoring is monitoring

@@ -25,13 +25,13 @@ from functrans.sharding._arrays import (PartitionedArray, Shard,  # noqa: F401
                                         make_array_from_single_device_arrays)
 from functrans.sharding._shard_map import shard_map  # noqa: F401
 from functrans.sharding._visualize import visualize_array_sharding, visualize_sharding  # noqa: F401
-from functrans.sharding._constraints import reshard  # noqa: F401
+from functrans.sharding._constraints import auto_axes, explicit_axes, reshard  # noqa: F401
 from functrans import core as _core
 from functrans.sharding import _partitioned
 
 _partitioned.install()  # jit partitions calls over split arrays and with in/out_shardings
 
-__all__ = ["AbstractMesh", "AxisType", "DuplicateSpecError", "Mesh", "NamedSharding", "P", "PartitionSpec",
+__all__ = ["AbstractMesh", "AxisType", "auto_axes", "explicit_axes", "DuplicateSpecError", "Mesh", "NamedSharding", "P", "PartitionSpec",
            "PartitionedArray", "Shard", "Sharding", "SingleDeviceSharding",
            "get_abstract_mesh", "get_mesh", "make_array_from_callback",
            "make_array_from_process_local_data", "make_array_from_single_device_arrays",

@@ -190,15 +190,16 @@ def _positive_log(x):
 
 def test_checkify_user_check_under_jit_vmap_and_grad():
     err, y = functrans.jit(checkify.checkify(_positive_log))(-1.0)
-    assert err.get() == "x must be positive, got -1.0"
+    assert err.get() == "x must be positive, got -1.0 (`check` failed)"
+    assert isinstance(err.get_exception(), checkify.FailedCheckError)
     with pytest.raises(checkify.JaxRuntimeError, match="positive"):
         err.throw()
     err, y = checkify.checkify(_positive_log)(2.0)
     assert err.get() is None and float(y) == pytest.approx(np.log(2.0))
     err, _ = functrans.vmap(checkify.checkify(_positive_log))(jnp.array([1.0, -2.0, 3.0]))
-    assert err.get() == "at mapped index 1: x must be positive, got -2.0"
+    assert err.get() == "at mapped index 1: x must be positive, got -2.0 (`check` failed)"
     err, _ = checkify.checkify(functrans.vmap(_positive_log))(jnp.array([1.0, -2.0, -3.0]))
-    assert err.get() == "x must be positive, got -2.0"
+    assert err.get() == "x must be positive, got -2.0 (`check` failed)"
     g = functrans.grad(lambda x: checkify.checkify(_positive_log)(x)[1])(2.0)
     assert float(g) == 0.5
 
@@ -228,14 +229,18 @@ def test_checkify_inside_cond_and_check_error():
         return functrans.lax.cond(x > 0, lambda v: _positive_log(v - 10.0),
                                   lambda v: v, x)
     assert checkify.checkify(f)(20.0)[0].get() is None
-    assert checkify.checkify(f)(5.0)[0].get() == "x must be positive, got -5.0"
+    assert checkify.checkify(f)(5.0)[0].get() == "x must be positive, got -5.0 (`check` failed)"
     inner = checkify.checkify(_positive_log)
 
     def outer(x):
         err, y = inner(x)
         checkify.check_error(err)
         return y
-    assert checkify.checkify(outer)(-3.0)[0].get() == "x must be positive, got -3.0"
+    assert checkify.checkify(outer)(-3.0)[0].get() == \
+        "x must be positive, got -3.0 (`check` failed)"
+    # format arguments may be pytrees, and keywords
+    err, _ = checkify.checkify(lambda x: checkify.check(x > 0, "{a} {b[0]}", a=x, b=(x,)))(-1.0)
+    assert err.get() == "-1.0 -1.0 (`check` failed)"
 
 
 # ---- other surfaces ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ comes out as an ordinary pytree of arrays.
     ...     return jnp.log(x)
     >>> err, y = functrans.jit(checkify.checkify(f))(-1.0)
     >>> err.get()
-    'x must be positive, got -1.0'
+    'x must be positive, got -1.0 (`check` failed)'
 
 How it works: ``f`` is traced to a program; the program is then evaluated equation by
 equation (under whatever transforms surround the call), with the error state (a failed flag,
@@ -30,34 +30,20 @@ import numpy as np
 
 from functrans import core, tree_util
 from functrans.core import get_aval
-from functrans.errors import JaxRuntimeError
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
-from functrans.primitives.checks import check_p, format_message
+from functrans.primitives.checks import (DivisionByZeroError, FailedCheckError,  # noqa: F401
+                                         JaxException, JaxRuntimeError, NaNError, OOBError,
+                                         check_p, make_exception)
 
-__all__ = ["Error", "ErrorCategory", "JaxRuntimeError", "FailedCheckError", "NaNError",
+__all__ = ["Error", "ErrorCategory", "JaxException", "JaxRuntimeError", "FailedCheckError",
+           "NaNError",
            "DivisionByZeroError", "OOBError", "user_checks", "nan_checks", "index_checks",
            "div_checks", "float_checks", "automatic_checks", "all_checks", "check",
            "check_error", "checkify", "debug_check"]
 
 
-class ErrorCategory(JaxRuntimeError):
-    """The base of the categories of checks (the members of ``errors=`` sets)."""
-
-
-class FailedCheckError(ErrorCategory):
-    """A user check (:func:`check`) that failed."""
-
-
-class NaNError(ErrorCategory):
-    """A NaN produced by an operation whose inputs had none."""
-
-
-class DivisionByZeroError(ErrorCategory):
-    """An integer division (or remainder) by zero."""
-
-
-class OOBError(ErrorCategory):
-    """An index out of bounds."""
+# the kinds of error (JAX's ErrorCategory is the type of these classes)
+ErrorCategory = type
 
 
 user_checks = frozenset({FailedCheckError})
@@ -86,51 +72,59 @@ class Error:
         self._messages = tuple(messages)
 
     def _failures(self):
-        """[(index of the example or None, category, text)] of the failing entries."""
+        """[(index of the example or None, exception)] of the failing entries."""
         failed = np.asarray(self._failed)
         if not failed.any():
             return []
         code = np.asarray(self._code)
         payload = [np.asarray(p) for p in self._payload]
         if failed.ndim == 0:
-            return [(None, *format_message(self._messages, int(code), payload))]
-        out = []
-        for index in zip(*np.nonzero(failed)):
-            category, text = format_message(self._messages, int(code[index]),
-                                            [p[index] for p in payload])
-            out.append((index if len(index) > 1 else index[0], category, text))
-        return out
+            return [(None, make_exception(self._messages, int(code), payload))]
+        return [(index if len(index) > 1 else index[0],
+                 make_exception(self._messages, int(code[index]), [p[index] for p in payload]))
+                for index in zip(*np.nonzero(failed))]
 
     def get(self) -> str | None:
         """The message of the first failing check, or None when every check held. Under
-        ``vmap`` the message names the example (``at mapped index i: ...``)."""
-        failures = self._failures()
-        if not failures:
-            return None
-        return "\n".join(text if index is None else f"at mapped index {index}: {text}"
-                         for index, _, text in failures)
+        ``vmap`` the message names each failing example (``at mapped index i: ...``)."""
+        exception = self.get_exception()
+        return None if exception is None else str(exception)
 
-    def get_exception(self) -> Exception | None:
-        """The error as an exception (of its category's class), or None."""
+    def get_exception(self) -> JaxException | None:
+        """The error as an exception of its category (``FailedCheckError``, ``NaNError``,
+        ...), or None."""
         failures = self._failures()
         if not failures:
             return None
-        _, category, _ = failures[0]
-        return category(self.get())
+        if failures[0][0] is None:
+            return failures[0][1]
+        return BatchedError({index: exception for index, exception in failures})
 
     def throw(self) -> None:
-        """Raise the error (a ``JaxRuntimeError``) if a check failed."""
+        """Raise ``JaxRuntimeError`` with the error's message if a check failed."""
         exception = self.get_exception()
         if exception is not None:
-            raise exception
+            raise JaxRuntimeError(str(exception)) from exception
 
     def __repr__(self):
         try:
-            return f"Error({self.get()!r})"
+            return f"Error({self.get()})"
         except (core.ConcretizationTypeError, TypeError):
             return "Error(<traced>)"
 
     __str__ = __repr__
+
+
+class BatchedError(JaxException):
+    """The errors of a vmapped check, by example index."""
+
+    def __init__(self, error_mapping: dict):
+        super().__init__(error_mapping)
+        self.error_mapping = error_mapping
+
+    def __str__(self):
+        return "\n".join(f"at mapped index {index}: {exception}"
+                         for index, exception in self.error_mapping.items())
 
 
 tree_util.register_pytree_node(
@@ -180,17 +174,8 @@ def check(pred, msg: str, *fmt_args, **fmt_kwargs) -> None:
     fmt_kwargs.pop("debug", None)
     if not isinstance(msg, str):
         raise TypeError(f"check: the message must be a str, got {type(msg).__name__}")
-    names = sorted(fmt_kwargs)
-    template = msg
-    if names:  # keyword placeholders become positions after the positional ones
-        n = len(fmt_args)
-        template = msg.format(*[f"{{{i}}}" for i in range(n)],
-                              **{k: f"{{{n + i}}}" for i, k in enumerate(names)})
-    payload = [*fmt_args, *[fmt_kwargs[k] for k in names]]
-    leaves = tree_util.tree_leaves(payload)
-    if len(leaves) != len(payload):
-        raise TypeError("check: format arguments must be arrays or scalars")
-    _bind_check(pred, 0, leaves, ((FailedCheckError, template, len(leaves)),))
+    leaves, treedef = tree_util.tree_flatten((fmt_args, fmt_kwargs))
+    _bind_check(pred, 0, leaves, ((FailedCheckError, msg, treedef),))
 
 
 def debug_check(pred, msg: str, *fmt_args, **fmt_kwargs) -> None:
@@ -265,6 +250,10 @@ def _holds_check(jaxpr) -> bool:
     return False
 
 
+_NO_ARGS = tree_util.tree_structure(((), {}))
+_ONE_ARG = tree_util.tree_structure(((0,), {}))
+
+
 def _sub_jaxprs(eqn):
     for value in eqn.params.values():
         for sub in (value if isinstance(value, (tuple, list)) else (value,)):
@@ -285,11 +274,10 @@ def _automatic_checks(state: _ErrorState, eqn, invals, outvals):
             if had:
                 produced = jnp.logical_and(produced, jnp.logical_not(jnp.any(jnp.stack(had))))
             state.add(jnp.logical_not(produced), 0, [],
-                      ((NaNError, f"nan generated by primitive: {name}.", 0),))
-    if DivisionByZeroError in state.errors and name in ("div", "rem") and \
-            _dtypes.is_integer(get_aval(invals[1]).dtype):
+                      ((NaNError, f"nan generated by primitive: {name}.", _NO_ARGS),))
+    if DivisionByZeroError in state.errors and name == "div":  # any dtype, as JAX
         state.add(jnp.all(invals[1] != 0), 0, [],
-                  ((DivisionByZeroError, "division by zero", 0),))
+                  ((DivisionByZeroError, "division by zero", _NO_ARGS),))
     if OOBError in state.errors and name == "gather":
         _gather_bounds_check(state, eqn, invals)
     if OOBError in state.errors and name in ("dynamic_slice", "dynamic_update_slice"):
@@ -311,7 +299,7 @@ def _gather_bounds_check(state, eqn, invals):
         state.add(jnp.logical_not(jnp.any(bad)), 0, [value],
                   ((OOBError, f"out-of-bounds indexing for array of shape {shape}: index "
                               f"{{0}} is out of bounds for axis {axis} with size "
-                              f"{shape[axis]}. ", 1),))
+                              f"{shape[axis]}. ", _ONE_ARG),))
 
 
 def _dynamic_slice_bounds_check(state, eqn, invals):
@@ -327,7 +315,7 @@ def _dynamic_slice_bounds_check(state, eqn, invals):
         state.add(jnp.logical_not(bad), 0, [start],
                   ((OOBError, f"out-of-bounds indexing for array of shape {shape}: index "
                               f"{{0}} is out of bounds for axis {axis} with size "
-                              f"{shape[axis]}. ", 1),))
+                              f"{shape[axis]}. ", _ONE_ARG),))
 
 
 def _eval_checked(jaxpr: core.Jaxpr, consts, args, state: _ErrorState) -> list:
@@ -441,7 +429,7 @@ def checkify(f, errors=user_checks):
         'nan generated by primitive: div.'
     """
     errors = frozenset(errors)
-    unknown = [e for e in errors if not (isinstance(e, type) and issubclass(e, ErrorCategory))]
+    unknown = [e for e in errors if not (isinstance(e, type) and issubclass(e, JaxException))]
     if unknown:
         raise TypeError(f"checkify: errors must be checkify error categories, got {unknown}")
 

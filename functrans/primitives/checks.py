@@ -1,8 +1,9 @@
 """``check``: the primitive behind ``functrans.experimental.checkify``'s run-time checks.
 
 ``check_p(pred, code, *payload, messages)`` asserts that ``pred`` (a boolean scalar) holds.
-``messages`` is a static tuple of ``(category, template, payload_count)``: when ``pred`` is
-false, message ``messages[code]`` is the error, formatted with its slice of ``payload``.
+``messages`` is a static tuple of ``(category, template, treedef)``: when ``pred`` is false,
+message ``messages[code]`` is the error, its template formatted with its slice of ``payload``
+(``treedef`` rebuilds ``(args, kwargs)`` from the slice).
 
 The primitive has no outputs and is effectful, so dead-code elimination keeps it. The
 checkify transform reads it out of the traced program and threads the error through as a
@@ -13,20 +14,52 @@ from __future__ import annotations
 
 import numpy as np
 
+from functrans import core, tree_util
 from functrans.core import Primitive
 from functrans.interpreters import batching
+
+
+class JaxRuntimeError(ValueError):
+    """What a failed check raises (``checkify.JaxRuntimeError``)."""
+
+
+class JaxException(Exception):
+    """The base of the kinds of error a check reports (the members of checkify's ``errors=``
+    sets)."""
+
+
+class FailedCheckError(JaxException):
+    """A user check (``checkify.check``) that failed."""
+
+    def __str__(self):
+        return f"{self.args[0]} (`check` failed)" if self.args else "`check` failed"
+
+
+class NaNError(JaxException):
+    """A NaN produced by an operation whose inputs had none."""
+
+
+class DivisionByZeroError(JaxException):
+    """A division by zero."""
+
+
+class OOBError(JaxException):
+    """An index out of bounds."""
 
 check_p = Primitive("check", multiple_results=True)
 check_p.effectful = True
 
 
-def format_message(messages, code: int, payload) -> tuple[type, str]:
-    """The category and the text of failed message ``code``, its template filled from its
+def make_exception(messages, code: int, payload) -> JaxException:
+    """The error of failed message ``code``: its category, with its template filled from its
     slice of the flat ``payload``."""
-    start = sum(count for _, _, count in messages[:code])
-    category, template, count = messages[code]
-    args = [np.asarray(p).tolist() for p in payload[start:start + count]]
-    return category, template.format(*args) if args else template
+    start = sum(treedef.num_leaves for _, _, treedef in messages[:code])
+    category, template, treedef = messages[code]
+    # shown as the user's values are: Arrays
+    leaves = [core.wrap_array(core.host_copy(np.asarray(p)), core.get_aval(np.asarray(p)))
+              for p in payload[start:start + treedef.num_leaves]]
+    args, kwargs = tree_util.tree_unflatten(treedef, leaves)
+    return category(template.format(*args, **kwargs) if args or kwargs else template)
 
 
 @check_p.def_abstract_eval
@@ -40,8 +73,8 @@ def _check_abstract_eval(pred, code, *payload, messages):
 @check_p.def_impl
 def _check_impl(pred, code, *payload, messages):
     if not bool(pred):
-        category, text = format_message(messages, int(code), payload)
-        raise category(text)
+        exception = make_exception(messages, int(code), payload)
+        raise JaxRuntimeError(str(exception)) from exception
     return []
 
 

@@ -78,7 +78,17 @@ class _ForwardingModule(types.ModuleType):
         # `import jax.core` gives
         if f"{self.__name__}.{name}" in _RENAMES:
             return importlib.import_module(f"{self.__name__}.{name}")
-        return getattr(object.__getattribute__(self, "_target"), name)
+        try:
+            return getattr(object.__getattribute__(self, "_target"), name)
+        except AttributeError:
+            if name.startswith("__") or "__path__" not in self.__dict__:
+                raise
+        # JAX imports its submodules eagerly (code reads jax._src.xla_bridge unimported)
+        try:
+            return importlib.import_module(f"{self.__name__}.{name}")
+        except ModuleNotFoundError:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}") \
+                from None
 
     def __dir__(self):
         return sorted(set(dir(self._target)) | set(self.__dict__))

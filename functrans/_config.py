@@ -138,6 +138,7 @@ class Config:
             _check_limit(name, self._values[name])
         self._listeners: dict[str, list] = {}
         self._lock = threading.Lock()
+        self._updated: set[str] = set()
 
     def _name(self, name: str) -> str:
         if name.startswith("jax_"):
@@ -155,6 +156,7 @@ class Config:
             check_enum(name, value)
         with self._lock:
             self._values[name] = value
+            self._updated.add(name)
         for listener in self._listeners.get(name, ()):
             listener(value)
 
@@ -180,6 +182,10 @@ class Config:
             else:
                 value = text
             self.update(name, value)
+
+    def was_updated(self, name: str) -> bool:
+        """Whether ``name`` was set with :meth:`update` in this process."""
+        return self._name(name) in self._updated
 
     def on_change(self, name: str, listener) -> None:
         self._listeners.setdefault(self._name(name), []).append(listener)

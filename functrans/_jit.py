@@ -460,6 +460,12 @@ class JitWrapped:
             return self
         return functools.partial(self, instance)
 
+    @property
+    def __signature__(self):
+        """The wrapped function's signature (``inspect.signature`` of a jitted function,
+        also with ``follow_wrapped=False``)."""
+        return inspect.signature(self._fun)
+
     def _split(self, args, kwargs):
         statics = []
         dyn_args = []

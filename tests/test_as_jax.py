@@ -426,3 +426,34 @@ def test_monitoring_auto_axes_and_the_jax_core_attribute(as_jax):
     np.testing.assert_array_equal(doubled, [2.0, 2.0])
     import jax
     assert jax.core is jex_core and jax.monitoring is monitoring
+
+
+def test_jit_results_report_the_out_shardings_asked_for():
+    from functrans.sharding import NamedSharding, P
+    mesh = functrans.make_mesh((1,), ("i",))
+    for spec in (P("i"), P(), P(None)):
+        sharding = NamedSharding(mesh, spec)
+        out = functrans.jit(lambda x: x * 2, out_shardings=sharding)(jnp.arange(4.0))
+        assert out.sharding == sharding
+        np.testing.assert_array_equal(out, [0.0, 2.0, 4.0, 6.0])
+
+
+def test_xla_flags_device_count_and_backend_state(as_jax, monkeypatch):
+    import inspect
+    import jax
+    from functrans import _devices
+    monkeypatch.delenv("FUNCTRANS_CPU_DEVICES", raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=3")
+    previous = functrans.config._updated.copy()
+    functrans.config._updated.discard("cpu_device_count")
+    _devices._reset_cpu_devices()
+    try:
+        assert jax._src.xla_bridge._backends == {}
+        assert len(functrans.devices()) == 3
+        assert "cpu" in jax._src.xla_bridge._backends
+    finally:
+        monkeypatch.delenv("XLA_FLAGS")
+        _devices._reset_cpu_devices()
+        functrans.config._updated = previous
+    f = functrans.jit(lambda x, y=2: x)
+    assert str(inspect.signature(f, follow_wrapped=False)) == "(x, y=2)"

@@ -626,10 +626,22 @@ class ShapeDtypeStruct:
         return hash((self.shape, self.dtype))
 
 
+def _abstract_argument(x) -> ShapedArray:
+    if isinstance(x, ShapedArray):
+        return x
+    if not isinstance(x, Tracer) and not hasattr(x, "aval") and hasattr(x, "shape") and \
+            hasattr(x, "dtype") and not isinstance(x, (np.ndarray, np.generic)):
+        return ShapedArray(tuple(x.shape), np.dtype(x.dtype),
+                           bool(getattr(x, "weak_type", False)))
+    return get_aval(x)
+
+
 def eval_shape(fun: Callable, *args, **kwargs):
-    """The shapes and dtypes ``fun`` would return, computed without running it."""
+    """The shapes and dtypes ``fun`` would return, computed without running it. The
+    arguments may be arrays, scalars, or anything with ``shape`` and ``dtype`` (a
+    ``ShapeDtypeStruct``, an abstract value)."""
     leaves, in_tree = tree_flatten((args, kwargs))
-    avals = [get_aval(x) for x in leaves]
+    avals = [_abstract_argument(x) for x in leaves]
     out_tree_cell: list = []
 
     def flat(*flat_args):

@@ -457,3 +457,17 @@ def test_xla_flags_device_count_and_backend_state(as_jax, monkeypatch):
         functrans.config._updated = previous
     f = functrans.jit(lambda x, y=2: x)
     assert str(inspect.signature(f, follow_wrapped=False)) == "(x, y=2)"
+
+
+def test_eval_shape_takes_abstract_values_and_complex_initializers():
+    out = functrans.eval_shape(lambda a, b: a @ b, jex_core.ShapedArray((2, 3), np.float32),
+                               functrans.ShapeDtypeStruct((3, 4), np.float32))
+    assert out.shape == (2, 4)
+    from functrans import random
+    for distribution in ("normal", "uniform", "truncated_normal"):
+        w = functrans.nn.initializers.variance_scaling(1.0, "fan_in", distribution)(
+            random.PRNGKey(0), (400, 100), jnp.complex64)
+        assert w.dtype == jnp.complex64
+        assert 0.7 < float(jnp.mean(jnp.abs(w) ** 2)) * 400 < 1.2
+    soft = functrans.nn.softmax(jnp.array([1 + 1j, 2 + 0j]))
+    np.testing.assert_allclose(complex(soft.sum()), 1.0, atol=1e-6)

@@ -471,3 +471,21 @@ def test_eval_shape_takes_abstract_values_and_complex_initializers():
         assert 0.7 < float(jnp.mean(jnp.abs(w) ** 2)) * 400 < 1.2
     soft = functrans.nn.softmax(jnp.array([1 + 1j, 2 + 0j]))
     np.testing.assert_allclose(complex(soft.sum()), 1.0, atol=1e-6)
+
+
+def test_tree_paths_is_leaf_random_out_sharding_and_mesh_axis_queries():
+    from functrans import random, tree_util
+    tree = {"a": 1, "b": (2, 3)}
+    leaves, _ = tree_util.tree_flatten_with_path(
+        tree, is_leaf=lambda path, x: len(path) == 1 and isinstance(x, tuple),
+        is_leaf_takes_path=True)
+    assert [leaf for _, leaf in leaves] == [1, (2, 3)]
+    assert random.bernoulli(random.key(0), 0.5, (3,), out_sharding=None).shape == (3,)
+    assert random.uniform(random.key(0), (2,), out_sharding=None).shape == (2,)
+    mesh = functrans.make_mesh((1,), ("i",))
+    assert mesh.are_all_axes_explicit and mesh.explicit_axes == ("i",) and mesh.auto_axes == ()
+    # a sharding over no mesh (an abstract value's, outside any mesh) places nothing
+    x = jnp.ones(2)
+    np.testing.assert_array_equal(
+        functrans.jit(lambda v: functrans.lax.with_sharding_constraint(
+            v, functrans.typeof(v).sharding))(x), x)

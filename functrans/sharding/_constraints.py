@@ -85,6 +85,8 @@ def with_sharding_constraint(x, shardings):
                 from functrans.sharding._arrays import put
                 return put(leaf, s)
             return leaf
+        if s.mesh.empty:  # a sharding over no mesh (an abstract value's): nothing to place
+            return leaf
         return sharding_constraint_p.bind(leaf, sharding=s)
 
     return tree_util.tree_map(constrain, x, targets)

@@ -47,7 +47,28 @@ def _axis_types(axis_names: tuple, axis_types, default) -> tuple:
     return axis_types
 
 
-class Mesh:
+class _AxisTypeQueries:
+    """Which axes of a mesh are of which type (``Auto``, ``Explicit``, ``Manual``)."""
+
+    __slots__ = ()
+
+    def _of_type(self, kind) -> tuple:
+        return tuple(n for n, t in zip(self.axis_names, self.axis_types) if t == kind)
+
+    auto_axes = property(lambda self: self._of_type(AxisType.Auto))
+    explicit_axes = property(lambda self: self._of_type(AxisType.Explicit))
+    manual_axes = property(lambda self: self._of_type(AxisType.Manual))
+    are_all_axes_auto = property(lambda self: all(t == AxisType.Auto for t in self.axis_types))
+    are_all_axes_explicit = property(
+        lambda self: all(t == AxisType.Explicit for t in self.axis_types))
+    are_all_axes_manual = property(
+        lambda self: all(t == AxisType.Manual for t in self.axis_types))
+    _any_axis_auto = property(lambda self: AxisType.Auto in self.axis_types)
+    _any_axis_explicit = property(lambda self: AxisType.Explicit in self.axis_types)
+    _any_axis_manual = property(lambda self: AxisType.Manual in self.axis_types)
+
+
+class Mesh(_AxisTypeQueries):
     """Devices arranged in an n-dimensional array with one name per axis.
 
     ``devices`` is an array (or nested sequence) of devices; ``axis_names`` names its axes.
@@ -179,7 +200,7 @@ class Mesh:
                 f"axis_types={self.axis_types})")
 
 
-class AbstractMesh:
+class AbstractMesh(_AxisTypeQueries):
     """The shape of a mesh without its devices: axis sizes, names and types. What tracing
     needs to know about a mesh (a spec's axis sizes), comparable and hashable.
 

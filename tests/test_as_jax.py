@@ -489,3 +489,39 @@ def test_tree_paths_is_leaf_random_out_sharding_and_mesh_axis_queries():
     np.testing.assert_array_equal(
         functrans.jit(lambda v: functrans.lax.with_sharding_constraint(
             v, functrans.typeof(v).sharding))(x), x)
+
+
+@pytest.fixture
+def two_devices():
+    previous = functrans.config.read("cpu_device_count")
+    functrans.config.update("cpu_device_count", 2)
+    yield functrans.make_mesh((2,), ("i",))
+    functrans.config.update("cpu_device_count", previous)
+
+
+def test_shard_map_varying_types_and_pcast(two_devices):
+    from functrans import P, lax
+    mesh, x = two_devices, jnp.arange(4.0)
+    # a P() output that varies along the mesh axis is refused at trace time
+    with pytest.raises(ValueError, match="out_specs"):
+        functrans.shard_map(lambda v, w: v * w, mesh=mesh, in_specs=(P("i"), P()),
+                            out_specs=P())(x, 2.0)
+    varying = functrans.shard_map(lambda w: lax.pcast(w, "i", to="varying"), mesh=mesh,
+                                  in_specs=P(), out_specs=P())
+    with pytest.raises(ValueError, match="out_specs"):
+        varying(1.0)
+    np.testing.assert_array_equal(functrans.shard_map(
+        lambda w: lax.pcast(w, "i", to="varying"), mesh=mesh, in_specs=P(), out_specs=P(),
+        check_vma=False)(1.0), 1.0)
+    # the gradient with respect to a replicated input is summed over the axis, once
+    bodies = [(lambda v, w: v * lax.pcast(w, "i", to="varying"), P("i")),
+              (lambda v, w: lax.psum((v * w).sum(), "i"), P()),
+              (lambda v, w: lax.psum((v * lax.pcast(w, "i", to="varying")).sum(), "i"), P()),
+              (lambda v, w: v * w, P("i"))]
+    for body, out_spec in bodies:
+        f = functrans.shard_map(body, mesh=mesh, in_specs=(P("i"), P()), out_specs=out_spec)
+        assert float(functrans.grad(lambda w: f(x, w).sum())(2.0)) == 6.0
+    with pytest.raises(NotImplementedError, match="reduced"):
+        functrans.vmap(lambda v: lax.pcast(v, "j", to="reduced"), axis_name="j")(x)
+    np.testing.assert_array_equal(
+        functrans.vmap(lambda v: lax.pcast(v, "j", to="varying"), axis_name="j")(x), x)

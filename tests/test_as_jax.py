@@ -525,3 +525,12 @@ def test_shard_map_varying_types_and_pcast(two_devices):
         functrans.vmap(lambda v: lax.pcast(v, "j", to="reduced"), axis_name="j")(x)
     np.testing.assert_array_equal(
         functrans.vmap(lambda v: lax.pcast(v, "j", to="varying"), axis_name="j")(x), x)
+
+
+def test_reshape_of_a_numpy_array_stays_numpy():
+    images = np.ones((2, 4), np.uint8)
+    flat = jnp.reshape(images, (8,))
+    assert isinstance(flat, np.ndarray) and flat.dtype == np.uint8
+    assert (jnp.reshape(images, (-1,)) / 255.0).dtype == np.float64
+    assert isinstance(jnp.reshape(jnp.ones(4), (2, 2)), functrans.Array)
+    assert isinstance(functrans.jit(lambda x: jnp.reshape(x, (8,)))(images), functrans.Array)

@@ -244,8 +244,8 @@ def main(argv=None) -> None:
                         help="run on functrans only the files of the previous run (in --out) "
                              "holding a test that passed under JAX but not under functrans")
     parser.add_argument("--sides", default="jax,functrans",
-                        help="which runs to make (jax, functrans); the other side's outcomes "
-                             "come from the previous run's raw file in --out")
+                        help="which runs to make (jax, functrans, or none: report only); the "
+                             "other side's outcomes come from the previous run's raw file")
     args = parser.parse_args(argv)
     if args.download:
         download(args.src)
@@ -259,7 +259,7 @@ def main(argv=None) -> None:
             with open(raw_path) as f:
                 results.update({side: {k: tuple(v) for k, v in outcomes.items()}
                                 for side, outcomes in json.load(f).items()})
-        sides = args.sides.split(",")
+        sides = [side for side in args.sides.split(",") if side not in ("", "none")]
         only_files = None
         if args.files:
             only_files = set(args.files.split(","))

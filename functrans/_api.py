@@ -475,8 +475,15 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size: int | 
     @api_boundary
     def vmap_f(*args, **kwargs):
         if kwargs:
-            raise NotImplementedError(f"vmap: keyword arguments are not mapped; pass "
-                                      f"{sorted(kwargs)} positionally or close over them")
+            # keyword arguments are mapped along axis 0, as in JAX: passed as one more
+            # positional argument (a dict) with in_axes 0
+            if isinstance(in_axes, tuple) and len(in_axes) != len(args):
+                raise ValueError(f"vmap in_axes has length {len(in_axes)} but the function was "
+                                 f"called with {len(args)} positional arguments")
+            axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+            with_kwargs = vmap(lambda *a: fun(*a[:-1], **a[-1]), axes + (0,), out_axes,
+                               axis_name, axis_size, spmd_axis_name, chunk_size)
+            return with_kwargs(*args, kwargs)
         args_leaves, in_tree = tree_flatten(args)
         if isinstance(in_axes, tuple):
             if len(in_axes) != len(args):

@@ -448,3 +448,5 @@ def _install(cls):
 
 _install(Array)
 _install(core.Tracer)
+# jax.Array's copy() on a traced value: a copy in the program (values are immutable anyway)
+core.Tracer.copy = lambda self: _jnp().array(self, copy=True)

@@ -534,3 +534,17 @@ def test_reshape_of_a_numpy_array_stays_numpy():
     assert (jnp.reshape(images, (-1,)) / 255.0).dtype == np.float64
     assert isinstance(jnp.reshape(jnp.ones(4), (2, 2)), functrans.Array)
     assert isinstance(functrans.jit(lambda x: jnp.reshape(x, (8,)))(images), functrans.Array)
+
+
+def test_jax_conventions_used_by_optax():
+    from functrans import lax
+    # operand=None is an operand (an empty pytree), as in JAX
+    assert lax.cond(True, lambda _: 1, lambda _: 2, operand=None) == 1
+    assert lax.switch(1, [lambda _: 1, lambda _: 2], operand=None) == 2
+    # keyword arguments of a vmapped function are mapped along axis 0
+    out = functrans.vmap(lambda x, y: x + y, in_axes=(None,))(1.0, y=jnp.arange(3.0))
+    np.testing.assert_array_equal(out, [1.0, 2.0, 3.0])
+    # traced values copy; an empty batch gathers nothing
+    assert functrans.jit(lambda x: x.copy() * 2)(1.0) == 2.0
+    empty = functrans.vmap(lambda m, i: m[i])(jnp.zeros((0, 3)), jnp.zeros(0, jnp.int32))
+    assert empty.shape == (0,)

@@ -44,10 +44,9 @@ SUITES = {
 # Tests of what only XLA has (its compiler IR, HLO text, device profiles, TPU/GPU layouts):
 # (library, pattern on the test id, reason). They are listed apart, as not applicable.
 NOT_APPLICABLE = [
-    ("*", r"compiler_ir|as_hlo_text|hlo_text|\bhlo\b|lower\(.*\)\.as_text", "XLA's HLO text"),
+    ("*", r"(?i)compiler_ir|hlo|stablehlo|as_text", "XLA's HLO text (compiler_ir)"),
     ("*", r"profiler|device_trace", "jax.profiler device traces"),
     ("chex", r"restrict_backends_test", "hooks into XLA's compiler (backend_compile)"),
-    ("chex", r"fake_set_n_cpu_devices_test", "XLA_FLAGS host device count"),
 ]
 
 

@@ -325,7 +325,12 @@ class Lowered(_Stage):
             text += "\n# compiled (" + _backends.get_backend(self.backend).name + ")\n" + extra()
         return text
 
-    def compile(self) -> "Compiled":
+    def compile(self, compiler_options: dict | None = None) -> "Compiled":
+        """Compile the lowered program. ``compiler_options`` (XLA's options, as
+        ``jit(compiler_options=...)``) must be empty: functrans's compiler takes none."""
+        if compiler_options:
+            raise ValueError(f"compile: functrans's compiler takes no compiler_options, got "
+                             f"{sorted(compiler_options)}")
         return Compiled(compile_closed(self.closed, self.backend), self.in_tree, self.out_tree,
                         self.closed, self._arg_names, self._donated, self.backend)
 

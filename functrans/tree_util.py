@@ -172,9 +172,18 @@ KeyEntry = TypeVar("KeyEntry", bound=Any)
 KeyPath = tuple[KeyEntry, ...]
 
 
-def keystr(keys) -> str:
-    """Render a key path, e.g. ``['params'][0].w``."""
-    return "".join(str(k) for k in keys)
+def _simple_key(k) -> str:
+    for field in ("key", "idx", "name"):
+        if hasattr(k, field) and type(k) in (DictKey, SequenceKey, GetAttrKey,
+                                              FlattenedIndexKey):
+            return str(getattr(k, field))
+    return str(k)
+
+
+def keystr(keys, *, simple: bool = False, separator: str = "") -> str:
+    """Render a key path, e.g. ``['params'][0].w``; ``simple``: each key bare
+    (``params``, ``0``, ``w``), joined with ``separator`` (e.g. ``"/"``)."""
+    return separator.join(_simple_key(k) if simple else str(k) for k in keys)
 
 
 # ---- built-in containers ----------------------------------------------------------------------

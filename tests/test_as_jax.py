@@ -548,3 +548,19 @@ def test_jax_conventions_used_by_optax():
     assert functrans.jit(lambda x: x.copy() * 2)(1.0) == 2.0
     empty = functrans.vmap(lambda m, i: m[i])(jnp.zeros((0, 3)), jnp.zeros(0, jnp.int32))
     assert empty.shape == (0,)
+
+
+def test_small_jax_conventions_of_flax():
+    from functrans import P, tree_util
+    path = tree_util.tree_flatten_with_path({"params": [None, {"w": 1}]})[0][0][0]
+    assert tree_util.keystr(path, simple=True, separator="/") == "params/1/w"
+    assert tree_util.keystr(path) == "['params'][1]['w']"
+    mesh = functrans.make_mesh((1,), ("i",))
+    f = functrans.shard_map(lambda x: (x * 2, None), mesh=mesh, in_specs=P("i"),
+                            out_specs=(P("i"), None))
+    out, nothing = f(jnp.arange(2.0))
+    assert nothing is None and out.shape == (2,)
+    compiled = functrans.jit(lambda x: x + 1).lower(1.0).compile(None)
+    assert float(compiled(1.0)) == 2.0
+    with pytest.raises(ValueError, match="compiler_options"):
+        functrans.jit(lambda x: x).lower(1.0).compile({"xla_flag": True})

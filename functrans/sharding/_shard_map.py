@@ -416,15 +416,18 @@ def _is_spec_leaf(x) -> bool:
     return x is None or isinstance(x, PartitionSpec)
 
 
-def _broadcast_specs(specs, tree, what: str, fun) -> list:
-    """One spec (or None) per leaf of ``tree``, from the prefix ``specs``."""
+def _broadcast_specs(specs, tree, what: str, fun, none_is_leaf: bool = True) -> list:
+    """One spec (or None) per leaf of ``tree``, from the prefix ``specs``. Without
+    ``none_is_leaf`` (out_specs), a None in ``specs`` is an empty subtree, as in JAX: it
+    matches an output that is None."""
+    is_leaf = _is_spec_leaf if none_is_leaf else (lambda x: isinstance(x, PartitionSpec))
     try:
-        full = tree_util.tree_broadcast(specs, tree, is_leaf=_is_spec_leaf)
+        full = tree_util.tree_broadcast(specs, tree, is_leaf=is_leaf)
     except (ValueError, TypeError) as err:
         raise ValueError(f"shard_map applied to the function '{_name(fun)}': {what} "
                          f"specification {specs} must be a tree prefix of the corresponding "
                          f"value {tree_util.tree_structure(tree)}") from err
-    out = tree_util.tree_leaves(full, is_leaf=_is_spec_leaf)
+    out = tree_util.tree_leaves(full, is_leaf=is_leaf)
     for s in out:
         if not _is_spec_leaf(s):
             raise TypeError(f"shard_map {what}: the leaves of a specification are "
@@ -557,7 +560,8 @@ class ShardMapFunction:
             full = [x if st else next(it) for x, st in zip(leaves, static)]
             out = self._fun(*tree_util.tree_unflatten(in_tree, full))
             out_leaves, out_tree = tree_util.tree_flatten(out)
-            out_specs = _broadcast_specs(self._out_specs, out, "out_specs", self._fun)
+            out_specs = _broadcast_specs(self._out_specs, out, "out_specs", self._fun,
+                                         none_is_leaf=False)
             if any(s is None for s in out_specs):
                 raise ValueError("shard_map out_specs leaves must be PartitionSpecs, not None")
             out_cell[:] = [out_tree, out_specs, _paths(out)]

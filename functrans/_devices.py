@@ -100,7 +100,10 @@ def devices(backend: str | None = None) -> list[Device]:
         return list(cpu_devices())
     lister = _extra_platforms.get(platform)
     if lister is None:
-        raise RuntimeError(f"no devices for platform {platform!r} (is its backend installed?)")
+        present = ", ".join(["cpu", *sorted(_extra_platforms)])
+        raise RuntimeError(f"Unknown backend: {platform!r} requested, but no platforms that are "
+                           f"instances of {platform} are present (is its backend installed?). "
+                           f"Platforms present are: {present}")
     return list(lister())
 
 

@@ -564,3 +564,10 @@ def test_small_jax_conventions_of_flax():
     assert float(compiled(1.0)) == 2.0
     with pytest.raises(ValueError, match="compiler_options"):
         functrans.jit(lambda x: x).lower(1.0).compile({"xla_flag": True})
+
+
+def test_einsum_sublist_form():
+    a, b = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4)
+    np.testing.assert_allclose(jnp.einsum(a, [0, 1], b, [1, 2], [0, 2]), a @ b)
+    np.testing.assert_allclose(jnp.einsum(a, [0, 1], b, [1, 2]), np.einsum(a, [0, 1], b, [1, 2]))
+    np.testing.assert_allclose(jnp.einsum(a, [Ellipsis, 1], [Ellipsis]), a.sum(1))

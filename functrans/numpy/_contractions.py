@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import operator
 import string
 
 import numpy as np
@@ -361,6 +362,35 @@ def _sum_labels(x, labels, drop):
     return lax_reductions.reduce_sum(x, axes), [l for l in labels if l not in drop]
 
 
+def _sublists_to_subscripts(first, rest):
+    """NumPy's other einsum form, ``einsum(a, [0, 1], b, [1, 2], [0, 2])``: operands each
+    followed by a list of integer labels (``...`` allowed), then optionally the output's."""
+    args = (first, *rest)
+    output = None
+    if len(args) % 2:  # an odd count: the last item is the output sublist
+        output, args = args[-1], args[:-1]
+    operands, sublists = list(args[0::2]), list(args[1::2])
+    letters = string.ascii_letters
+
+    def term(sublist):
+        parts = []
+        for label in sublist:
+            if label is Ellipsis:
+                parts.append("...")
+            else:
+                label = operator.index(label)
+                if not 0 <= label < len(letters):
+                    raise ValueError(f"einsum: subscript labels must be in [0, {len(letters)}), "
+                                     f"got {label}")
+                parts.append(letters[label])
+        return "".join(parts)
+
+    subscripts = ",".join(term(s) for s in sublists)
+    if output is not None:
+        subscripts += "->" + term(output)
+    return subscripts, operands
+
+
 @_takes_out_sharding
 def einsum(subscripts, /, *operands, out=None, optimize="greedy", precision=None,
            preferred_element_type=None, _dot_general=None):
@@ -376,7 +406,7 @@ def einsum(subscripts, /, *operands, out=None, optimize="greedy", precision=None
     if out is not None:
         raise ValueError("einsum: the `out` argument is not supported")
     if not isinstance(subscripts, str):
-        raise NotImplementedError("einsum: only the subscripts-string form is supported")
+        subscripts, operands = _sublists_to_subscripts(subscripts, operands)
     check_arraylike("einsum", *operands)
     operands = promote_dtypes(*operands)
     labels, out_labels = _parse_einsum(subscripts, [get_aval(o).shape for o in operands])

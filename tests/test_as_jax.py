@@ -571,3 +571,16 @@ def test_einsum_sublist_form():
     np.testing.assert_allclose(jnp.einsum(a, [0, 1], b, [1, 2], [0, 2]), a @ b)
     np.testing.assert_allclose(jnp.einsum(a, [0, 1], b, [1, 2]), np.einsum(a, [0, 1], b, [1, 2]))
     np.testing.assert_allclose(jnp.einsum(a, [Ellipsis, 1], [Ellipsis]), a.sum(1))
+
+
+def test_jnp_shape_functions_take_key_arrays():
+    from functrans import random
+    key, keys = random.key(0), random.split(random.key(1), 3)
+    assert jnp.stack([key, key]).shape == (2,) and jnp.concatenate([keys, keys]).shape == (6,)
+    assert jnp.broadcast_to(key, (4,)).shape == (4,) and jnp.expand_dims(key, 0).shape == (1,)
+    picked = jnp.where(jnp.array([True, False, True]), keys, keys[::-1])
+    assert bool(jnp.array_equal(picked[1], keys[1])) and bool(jnp.array_equal(key, key))
+    assert not bool(jnp.array_equal(keys[0], keys[1]))
+    assert isinstance(functrans.jit(lambda k: jnp.stack([k, k]))(key), random.PRNGKeyArray)
+    with pytest.raises(TypeError, match="cannot be combined"):
+        jnp.stack([key, jnp.zeros(())])

@@ -116,6 +116,15 @@ class PRNGKeyArray:
         return (self[i] for i in range(self.shape[0]))
 
     # ---- structural operations: the same on both words -----------------------------------
+    @property
+    def _key_words(self) -> tuple:
+        """The two uint32 word arrays (jnp's shape functions apply to each: see
+        ``functrans.numpy._key_words``)."""
+        return self._words
+
+    def _with_words(self, word0, word1) -> "PRNGKeyArray":
+        return PRNGKeyArray(word0, word1, self._impl)
+
     def _map(self, fn) -> "PRNGKeyArray":
         return PRNGKeyArray(fn(self._words[0]), fn(self._words[1]), self._impl)
 

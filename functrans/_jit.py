@@ -21,6 +21,7 @@ import numpy as np
 from functrans import (_api, _array, _backends, _debug_checks, _debug_rerun, _transfer_guard,
                        core, profiler, tree_util)
 from functrans._api import ShapeDtypeStruct
+from functrans import _cost_analysis
 from functrans._array import Array, is_concrete_array
 from functrans._array import delete as _array_delete
 from functrans._caches import LRUCache, WeakKeyLRUCache, insert_plain
@@ -252,6 +253,11 @@ class _Stage:
     """What every stage of a jitted function knows: its signature (``in_tree`` of
     (positional, keyword) non-static arguments), the staged program and the names and
     donation of its arguments."""
+
+    def cost_analysis(self) -> dict:
+        """The program's flops, transcendentals and bytes accessed, counted on its jaxpr
+        (see ``functrans._cost_analysis``)."""
+        return _cost_analysis.cost_analysis(self.closed)
 
     def __init__(self, closed: ClosedJaxpr, in_tree, out_tree, backend, arg_names=(),
                  donated=frozenset()):

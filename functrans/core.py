@@ -28,21 +28,27 @@ from functrans._source_info import SourceInfo, user_frame
 class ShapedArray:
     """The type of an array in the IR: shape, dtype and whether the dtype is weak."""
 
-    __slots__ = ("shape", "dtype", "weak_type")
+    __slots__ = ("shape", "dtype", "weak_type", "_sharding")
     array_abstraction_level = 1
 
-    def __init__(self, shape, dtype, weak_type: bool = False):
+    def __init__(self, shape, dtype, weak_type: bool = False, *, sharding=None, vma=None,
+                 memory_space=None):
+        # (``sharding``, ``vma``, ``memory_space``: JAX's keywords; a sharding given here is
+        # what ``.sharding`` reports, the others carry nothing in functrans's IR)
         self.shape = tuple(map(int, shape))
         self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.weak_type = bool(weak_type)
+        self._sharding = sharding
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
 
-    def update(self, shape=None, dtype=None, weak_type=None) -> "ShapedArray":
+    def update(self, shape=None, dtype=None, weak_type=None, sharding=None,
+               **kwargs) -> "ShapedArray":
         return ShapedArray(self.shape if shape is None else shape,
                            self.dtype if dtype is None else dtype,
-                           self.weak_type if weak_type is None else weak_type)
+                           self.weak_type if weak_type is None else weak_type,
+                           sharding=self._sharding if sharding is None else sharding)
 
     def strip_weak_type(self) -> "ShapedArray":
         return self.update(weak_type=False) if self.weak_type else self
@@ -51,6 +57,8 @@ class ShapedArray:
     def sharding(self):
         """How values of this type are placed: over the current mesh, not split (the IR's
         types carry no placement; ``functrans.sharding`` registers the maker)."""
+        if self._sharding is not None:
+            return self._sharding
         if _aval_sharding is None:
             raise AttributeError("ShapedArray.sharding needs functrans.sharding")
         return _aval_sharding(self)

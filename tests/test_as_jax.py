@@ -584,3 +584,20 @@ def test_jnp_shape_functions_take_key_arrays():
     assert isinstance(functrans.jit(lambda k: jnp.stack([k, k]))(key), random.PRNGKeyArray)
     with pytest.raises(TypeError, match="cannot be combined"):
         jnp.stack([key, jnp.zeros(())])
+
+
+def test_shaped_array_sharding_named_sharding_update_and_cost_analysis():
+    from functrans.sharding import NamedSharding, P
+    mesh = functrans.make_mesh((1,), ("i",))
+    s = NamedSharding(mesh, P("i"))
+    aval = jex_core.ShapedArray((2,), np.float32, sharding=s)
+    assert aval.sharding is s and aval.update(shape=(4,)).sharding is s
+    assert aval == jex_core.ShapedArray((2,), np.float32)
+    assert s.update(spec=P()) == NamedSharding(mesh, P())
+    lowered = functrans.jit(lambda a, b: jnp.tanh(a @ b)).lower(jnp.ones((2, 3)),
+                                                               jnp.ones((3, 4)))
+    cost = lowered.cost_analysis()
+    assert cost["flops"] == 2 * 2 * 4 * 3 + 8 and cost["transcendentals"] == 8
+    scanned = functrans.jit(lambda x: functrans.lax.scan(
+        lambda c, v: (c + v, None), 0.0, x)[0]).lower(jnp.ones(10)).cost_analysis()
+    assert scanned["flops"] == 10

@@ -253,6 +253,7 @@ class KeyShapedArray(ShapedArray):
         self.shape = tuple(map(int, shape))
         self.dtype = dtype
         self.weak_type = False
+        self._sharding = None
 
     def update(self, shape=None, dtype=None, weak_type=None):
         return KeyShapedArray(self.shape if shape is None else shape,

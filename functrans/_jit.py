@@ -164,6 +164,10 @@ jit_p.partial_eval = _jit_partial_eval
 
 
 def _normalize_argnums(fun, static_argnums, static_argnames):
+    # as JAX: when both are given they are taken as they are; when one is given the other
+    # is inferred from the signature
+    infer_nums = static_argnums is None or static_argnames is None
+    infer_names = infer_nums
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
     if isinstance(static_argnames, str):
@@ -176,10 +180,10 @@ def _normalize_argnums(fun, static_argnums, static_argnames):
     except (TypeError, ValueError):
         params = []
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    for n in static_argnums:
+    for n in static_argnums if infer_names else ():
         if 0 <= n < len(positional) and positional[n] not in static_argnames:
             static_argnames += (positional[n],)
-    for name in static_argnames:
+    for name in static_argnames if infer_nums else ():
         if name in positional:
             i = positional.index(name)
             if i not in static_argnums:
@@ -445,7 +449,7 @@ def _caches_for(fun, options) -> tuple[dict, LRUCache]:
 class JitWrapped:
     """A jitted function. Calling it traces once per signature and runs compiled code."""
 
-    def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=(),
+    def __init__(self, fun: Callable, static_argnums=None, static_argnames=None, donate_argnums=(),
                  backend=None, shardings=None):
         functools.update_wrapper(self, fun)
         self._fun = fun
@@ -989,9 +993,7 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
         (in_shardings, out_shardings)
     if shardings is not None and partitioner is not None:
         partitioner.check(shardings)
-    return JitWrapped(fun, () if static_argnums is None else static_argnums,
-                      () if static_argnames is None else static_argnames, donate_argnums, backend,
-                      shardings)
+    return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, backend, shardings)
 
 
 def _donated_positions(fun, donate_argnums, donate_argnames) -> tuple:

@@ -4,7 +4,8 @@ libraries that build transforms on ``functrans.extend.linear_util``.
     >>> from functrans import api_util, tree_util
     >>> from functrans.extend import linear_util as lu
     >>> leaves, tree = tree_util.tree_flatten(((1.0, 2.0),))
-    >>> flat, out_tree = api_util.flatten_fun_nokwargs(lu.wrap_init(lambda p: {"s": p[0] + p[1]}), tree)
+    >>> wrapped = lu.wrap_init(lambda p: {"s": p[0] + p[1]})
+    >>> flat, out_tree = api_util.flatten_fun_nokwargs(wrapped, tree)
     >>> flat.call_wrapped(*leaves), out_tree()
     ([3.0], PyTreeDef({'s': *}))
 """

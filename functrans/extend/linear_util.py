@@ -156,7 +156,8 @@ def transformation2(gen, fun: WrappedFun | None = None, *gen_static_args) -> Wra
     return WrappedFun(call, (), (), (), fun.debug_info)
 
 
-def transformation_with_aux2(gen, fun: WrappedFun | None = None, *gen_static_args, use_eq_store=False):
+def transformation_with_aux2(gen, fun: WrappedFun | None = None, *gen_static_args,
+                             use_eq_store=False):
     """As :func:`transformation2`; ``gen(inner, store, *static, *args)`` puts its auxiliary
     result in ``store``."""
     if fun is None:

@@ -13,7 +13,8 @@ sharded arguments, and ``shard_map`` runs per-device code with collectives.
 """
 from __future__ import annotations
 
-from functrans.sharding._mesh import (AbstractMesh, AxisType, Mesh, get_abstract_mesh, get_mesh,  # noqa: F401
+from functrans.sharding._mesh import (AbstractMesh, AxisType, Mesh,  # noqa: F401
+                                      get_abstract_mesh, get_mesh,
                                       make_mesh, set_mesh)
 from functrans.sharding._partition_spec import P, PartitionSpec  # noqa: F401
 from functrans.sharding._shardings import (DuplicateSpecError, NamedSharding,  # noqa: F401
@@ -31,8 +32,8 @@ from functrans.sharding import _partitioned
 
 _partitioned.install()  # jit partitions calls over split arrays and with in/out_shardings
 
-__all__ = ["AbstractMesh", "AxisType", "auto_axes", "explicit_axes", "DuplicateSpecError", "Mesh", "NamedSharding", "P", "PartitionSpec",
-           "PartitionedArray", "Shard", "Sharding", "SingleDeviceSharding",
+__all__ = ["AbstractMesh", "AxisType", "DuplicateSpecError", "Mesh", "NamedSharding", "P",
+           "PartitionSpec", "auto_axes", "explicit_axes", "PartitionedArray", "Shard", "Sharding", "SingleDeviceSharding",
            "get_abstract_mesh", "get_mesh", "make_array_from_callback",
            "make_array_from_process_local_data", "make_array_from_single_device_arrays",
            "make_mesh", "make_single_device_sharding", "reshard", "set_mesh", "shard_map",

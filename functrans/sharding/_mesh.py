@@ -341,4 +341,5 @@ def make_mesh(axis_shapes, axis_names, axis_types=None, *, devices=None) -> Mesh
                 _axis_types(axis_names, axis_types, AxisType.Explicit))
 
 
-__all__ = ["AbstractMesh", "AxisType", "Mesh", "get_abstract_mesh", "get_mesh", "make_mesh", "set_mesh"]
+__all__ = ["AbstractMesh", "AxisType", "Mesh", "get_abstract_mesh", "get_mesh", "make_mesh",
+           "set_mesh"]

@@ -39,7 +39,7 @@ _RENAMES = {
     "jax._src.core": "functrans.extend.core",
     "jax._src.traceback_util": "functrans._traceback_util",
     "jax._src.dtypes": "functrans.extend._jax_internals.dtypes",
-    "jax._src.tree_util": "functrans.tree_util",
+    "jax._src.tree_util": "functrans.extend._jax_internals.tree_util",
     "jax._src.checkify": "functrans.experimental.checkify",
     "jax._src.interpreters": "functrans.interpreters",
     "jax._src.api_util": "functrans.api_util",

@@ -601,3 +601,9 @@ def test_shaped_array_sharding_named_sharding_update_and_cost_analysis():
     scanned = functrans.jit(lambda x: functrans.lax.scan(
         lambda c, v: (c + v, None), 0.0, x)[0]).lower(jnp.ones(10)).cost_analysis()
     assert scanned["flops"] == 10
+
+
+def test_jax_internal_pytree_registry_holds_builtin_containers(as_jax):
+    from jax._src.tree_util import _registry
+    assert dict in _registry and list in _registry and tuple in _registry
+    assert int not in _registry and functrans.tree_util.Partial in _registry

@@ -610,9 +610,11 @@ class ShapeDtypeStruct:
 
     __slots__ = ("shape", "dtype", "weak_type", "sharding")
 
-    def __init__(self, shape, dtype, weak_type: bool = False, sharding=None):
+    def __init__(self, shape, dtype, weak_type: bool = False, sharding=None, *, vma=None,
+                 is_ref: bool = False):
         self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
+        # an extended dtype (a key array's key<fry>) is kept as it is
+        self.dtype = dtype if _dtypes.extended_kind(dtype) is not None else np.dtype(dtype)
         self.weak_type = weak_type
         self.sharding = sharding
 
@@ -621,7 +623,18 @@ class ShapeDtypeStruct:
 
     @property
     def aval(self):
+        if _dtypes.extended_kind(self.dtype) is not None:
+            # deferred: key avals are defined by functrans.random, which builds on this module
+            from functrans.random._keys import KeyShapedArray
+            return KeyShapedArray(self.shape, self.dtype)
         return ShapedArray(self.shape, self.dtype, self.weak_type)
+
+    def update(self, **kwargs) -> "ShapeDtypeStruct":
+        """This struct with ``shape``, ``dtype``, ``weak_type`` or ``sharding`` replaced."""
+        fields = dict(shape=self.shape, dtype=self.dtype, weak_type=self.weak_type,
+                      sharding=self.sharding)
+        fields.update(kwargs)
+        return ShapeDtypeStruct(**fields)
 
     def __repr__(self):
         return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
@@ -658,8 +671,12 @@ def eval_shape(fun: Callable, *args, **kwargs):
         return out_leaves
 
     jaxpr, _ = trace_to_jaxpr_dynamic(flat, avals)
-    return tree_unflatten(out_tree_cell[0],
-                          [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in jaxpr.out_avals])
+    out = tree_unflatten(out_tree_cell[0],
+                         [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in jaxpr.out_avals])
+    # a key array comes back as one struct of its key dtype, as JAX gives it
+    return tree_util.tree_map(
+        lambda x: ShapeDtypeStruct(x._key_words[0].shape, x.dtype)
+        if hasattr(x, "_key_words") else x, out, is_leaf=lambda x: hasattr(x, "_key_words"))
 
 
 def block_until_ready(x):

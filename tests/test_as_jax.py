@@ -607,3 +607,12 @@ def test_jax_internal_pytree_registry_holds_builtin_containers(as_jax):
     from jax._src.tree_util import _registry
     assert dict in _registry and list in _registry and tuple in _registry
     assert int not in _registry and functrans.tree_util.Partial in _registry
+
+
+def test_shape_dtype_struct_of_keys():
+    from functrans import random
+    key = random.key(0)
+    struct = functrans.ShapeDtypeStruct((), key.dtype)
+    assert struct.dtype == key.dtype and struct.aval.shape == ()
+    assert functrans.eval_shape(lambda: random.key(0)) == struct
+    assert functrans.ShapeDtypeStruct((2,), np.float32).update(shape=(3,)).shape == (3,)

@@ -52,7 +52,8 @@ from functrans._program_transforms import *  # noqa: F401,F403
 from functrans._custom_derivatives import custom_gradient  # noqa: F401
 from functrans._flag_contexts import (check_tracer_leaks, checking_leaks,  # noqa: F401
                                       debug_infs, debug_nans, enable_x64, explain_cache_misses,
-                                      log_compiles)
+                                      log_compiles, numpy_dtype_promotion,
+                                      numpy_rank_promotion)
 from functrans._process_state import (copy_to_host_async, host_count, host_id,  # noqa: F401
                                       host_ids, live_arrays, process_indices)
 from functrans._devices import Device  # noqa: F401

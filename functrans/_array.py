@@ -361,47 +361,70 @@ class _IndexUpdateHelper:
 
 
 class _IndexUpdateRef:
+    """``x.at[index]``: functional updates and reads. ``indices_are_sorted`` and
+    ``unique_indices`` are JAX's hints (promises about the indices that let XLA pick a faster
+    scatter); functrans's scatters are correct without them. ``out_sharding`` places the
+    result."""
+
     __slots__ = ("array", "index")
 
     def __init__(self, array, index):
         self.array = array
         self.index = index
 
-    def _update(self, op, values, mode=None):
-        return _jnp()._indexing.scatter_update(self.array, self.index, values, op, mode=mode)
+    @staticmethod
+    def _check(wrap_negative_indices):
+        if not wrap_negative_indices:
+            raise NotImplementedError("x.at[...]: wrap_negative_indices=False is not supported "
+                                      "(negative indices count from the end)")
 
-    def get(self, mode=None, fill_value=None):
-        return _jnp()._indexing.getitem(self.array, self.index, mode=mode, fill_value=fill_value)
+    def _placed(self, out, out_sharding):
+        if out_sharding is None:
+            return out
+        from functrans.sharding._constraints import with_sharding_constraint
+        return with_sharding_constraint(out, out_sharding)
 
-    def set(self, values, mode=None):
-        return self._update("set", values, mode)
+    def _update(self, op, values, mode=None, out_sharding=None, wrap_negative_indices=True,
+                indices_are_sorted=False, unique_indices=False):
+        self._check(wrap_negative_indices)
+        out = _jnp()._indexing.scatter_update(self.array, self.index, values, op, mode=mode)
+        return self._placed(out, out_sharding)
 
-    def add(self, values, mode=None):
-        return self._update("add", values, mode)
+    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None,
+            fill_value=None, out_sharding=None, wrap_negative_indices=True):
+        self._check(wrap_negative_indices)
+        out = _jnp()._indexing.getitem(self.array, self.index, mode=mode, fill_value=fill_value)
+        return self._placed(out, out_sharding)
 
-    def subtract(self, values, mode=None):
-        return self._update("add", -_jnp().asarray(values), mode)
+    def set(self, values, **kwargs):
+        return self._update("set", values, **kwargs)
 
-    def multiply(self, values, mode=None):
-        return self._update("mul", values, mode)
+    def add(self, values, **kwargs):
+        return self._update("add", values, **kwargs)
+
+    def subtract(self, values, **kwargs):
+        return self._update("add", -_jnp().asarray(values), **kwargs)
+
+    def multiply(self, values, **kwargs):
+        return self._update("mul", values, **kwargs)
 
     mul = multiply
 
-    def divide(self, values, mode=None):
-        return self._update("mul", 1 / _jnp().asarray(values), mode)
+    def divide(self, values, **kwargs):
+        return self._update("mul", 1 / _jnp().asarray(values), **kwargs)
 
-    def power(self, values, mode=None):
-        current = self.get()
-        return self.set(current ** values, mode)
+    def power(self, values, **kwargs):
+        current = self.get(mode=kwargs.get("mode"))
+        return self.set(current ** values, **kwargs)
 
-    def min(self, values, mode=None):
-        return self._update("min", values, mode)
+    def min(self, values, **kwargs):
+        return self._update("min", values, **kwargs)
 
-    def max(self, values, mode=None):
-        return self._update("max", values, mode)
+    def max(self, values, **kwargs):
+        return self._update("max", values, **kwargs)
 
-    def apply(self, func, mode=None):
-        return self.set(func(self.get()), mode)
+    def apply(self, func, **kwargs):
+        return self.set(func(self.get(mode=kwargs.get("mode"))), **kwargs)
 
 
 _BINARY_OPS = {

@@ -5,7 +5,19 @@ from __future__ import annotations
 import functools
 
 from functrans._config import config
-from functrans._source_info import add_internal_path, is_internal_file
+from functrans._source_info import add_internal_path, excluded_paths, is_internal_file
+
+# the registered exclusions (JAX's name for the list): editing it changes which frames count
+_exclude_paths = excluded_paths
+
+
+def include_filename(filename: str) -> bool:
+    """Whether frames of ``filename`` stay in filtered tracebacks (it is not internal)."""
+    return not is_internal_file(filename)
+
+
+def include_frame(frame) -> bool:
+    return include_filename(frame.f_code.co_filename)
 
 
 def register_exclusion(path: str) -> None:

@@ -53,6 +53,12 @@ class ShapedArray:
     def strip_weak_type(self) -> "ShapedArray":
         return self.update(weak_type=False) if self.weak_type else self
 
+    def to_tangent_aval(self) -> "ShapedArray":
+        """The type of this type's tangents: the same for inexact dtypes, float0 otherwise."""
+        if _dtypes.is_inexact(self.dtype):
+            return self
+        return ShapedArray(self.shape, _dtypes.float0, self.weak_type)
+
     @property
     def sharding(self):
         """How values of this type are placed: over the current mesh, not split (the IR's

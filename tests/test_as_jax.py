@@ -616,3 +616,22 @@ def test_shape_dtype_struct_of_keys():
     assert struct.dtype == key.dtype and struct.aval.shape == ()
     assert functrans.eval_shape(lambda: random.key(0)) == struct
     assert functrans.ShapeDtypeStruct((2,), np.float32).update(shape=(3,)).shape == (3,)
+
+
+def test_more_jax_names_equinox_uses():
+    from functrans import _traceback_util
+    aval = jex_core.ShapedArray((2,), np.int32)
+    assert aval.to_tangent_aval().dtype == functrans.float0
+    assert jex_core.ShapedArray((2,), np.float32).to_tangent_aval().dtype == np.float32
+    with functrans.numpy_dtype_promotion("standard"):
+        assert (jnp.ones(2, jnp.int32) + 1.0).dtype == jnp.float32
+    with pytest.raises(NotImplementedError, match="strict"):
+        with functrans.numpy_dtype_promotion("strict"):
+            pass
+    assert not _traceback_util.include_filename(functrans.__file__)
+    assert _traceback_util.include_filename(__file__)
+    x = jnp.arange(4.0)
+    assert float(x.at[1].get(unique_indices=True, indices_are_sorted=True)) == 1.0
+    np.testing.assert_array_equal(x.at[1].set(9.0, unique_indices=True), [0, 9, 2, 3])
+    with pytest.raises(NotImplementedError, match="wrap_negative_indices"):
+        x.at[-1].get(wrap_negative_indices=False)

@@ -635,3 +635,26 @@ def test_more_jax_names_equinox_uses():
     np.testing.assert_array_equal(x.at[1].set(9.0, unique_indices=True), [0, 9, 2, 3])
     with pytest.raises(NotImplementedError, match="wrap_negative_indices"):
         x.at[-1].get(wrap_negative_indices=False)
+
+
+def test_checkify_through_loops():
+    from functrans import lax
+
+    def body(c, v):
+        checkify.check(c < 3, "too big {} at {}", c, v)
+        return c + 1, c * 2
+
+    err, (last, ys) = checkify.checkify(lambda x: lax.scan(body, x, jnp.arange(5.0)))(0.0)
+    assert err.get() == "too big 3.0 at 3.0 (`check` failed)" and float(last) == 5.0
+    assert functrans.jit(checkify.checkify(lambda x: lax.scan(body, x, jnp.arange(5.0))))(
+        0.0)[0].get() == err.get()
+
+    def while_body(c):
+        checkify.check(c < 4, "while {}", c)
+        return c + 1
+
+    err, out = checkify.checkify(lambda x: lax.while_loop(lambda c: c < 10, while_body, x))(0)
+    assert err.get() == "while 4 (`check` failed)" and int(out) == 10
+    err, _ = checkify.checkify(lambda x: lax.fori_loop(0, 3, lambda i, c: c / (c - 1.0), x),
+                               errors=checkify.float_checks)(1.0)
+    assert err.get() == "division by zero"

@@ -18,9 +18,10 @@ comes out as an ordinary pytree of arrays.
 How it works: ``f`` is traced to a program; the program is then evaluated equation by
 equation (under whatever transforms surround the call), with the error state (a failed flag,
 the code of the first failing check, and every check's payload) carried along. Programs
-called inside (``jit``, custom derivatives, ``cond``) are checked inside too; a check inside
-the body of a ``while_loop`` or ``scan`` raises ``NotImplementedError`` (say so in an issue
-if you need it).
+called inside (``jit``, custom derivatives, ``cond``) are checked inside too, and the bodies
+of ``scan`` and ``while_loop`` carry the error through their iterations (the first failing
+iteration's error wins). A check in the condition of a ``while_loop`` raises
+``NotImplementedError``.
 """
 from __future__ import annotations
 
@@ -366,13 +367,96 @@ def _eval_checked_call(eqn, invals, state: _ErrorState) -> list:
         return _eval_closed(jaxpr, invals, state)
     if name == "cond":
         return _eval_checked_cond(params["branches"], invals[0], invals[1:], state)
-    if name == "remat" or "jaxpr" in params and len(list(_sub_jaxprs(eqn))) == 1 and \
-            name in ("checkpoint", "remat2"):
+    if name == "remat":  # checked along the primal computation, as a call
         return _eval_closed(params["jaxpr"], invals, state)
+    if name == "scan":
+        return _eval_checked_scan(params, invals, state)
+    if name == "while":
+        return _eval_checked_while(params, invals, state)
     raise NotImplementedError(
         f"checkify: checks inside `{name}` (the body of a loop or another higher-order "
         f"primitive) are not supported; move the check outside the loop, or check its "
         f"result")
+
+
+def _loop_error_layout(body, fixed, loop_avals, state):
+    """The messages a loop body adds, and the types of their payload, found by tracing the
+    checked body once (``fixed``: the values the body closes over, ``loop_avals``: the types
+    of what varies per iteration)."""
+    probe = _ErrorState(state.errors)
+    trace_to_jaxpr_dynamic(lambda *xs: _eval_closed(body, [*fixed, *xs], probe),
+                           list(loop_avals))
+    return list(probe.messages), [get_aval(p) for p in probe.payload]
+
+
+def _no_loop_error(payload_avals):
+    import functrans.numpy as jnp
+    return (jnp.asarray(False), jnp.asarray(0, jnp.int32),
+            [jnp.zeros(a.shape, a.dtype) for a in payload_avals])
+
+
+def _merge_loop_error(error, local: _ErrorState):
+    """The loop's error so far, updated with this iteration's: the first failure wins."""
+    import functrans.numpy as jnp
+    failed, code, payload = error
+    newly = jnp.logical_and(jnp.logical_not(failed), local.failed)
+    code = jnp.where(newly, jnp.asarray(local.code, jnp.int32), code)
+    payload = [jnp.where(newly, new, old) for new, old in zip(local.payload, payload)]
+    return jnp.logical_or(failed, local.failed), code, payload
+
+
+def _eval_checked_scan(params, invals, state: _ErrorState) -> list:
+    from functrans import lax
+    n_consts, n_carry = params["num_consts"], params["num_carry"]
+    consts = invals[:n_consts]
+    init, xs = invals[n_consts:n_consts + n_carry], invals[n_consts + n_carry:]
+    body = params["jaxpr"]
+    x_avals = [get_aval(x).update(shape=get_aval(x).shape[1:]) for x in xs]
+    messages, payload_avals = _loop_error_layout(
+        body, consts, [get_aval(c) for c in init] + x_avals, state)
+
+    def step(carry, x):
+        values, error = carry
+        local = _ErrorState(state.errors)
+        outs = _eval_closed(body, [*consts, *values, *x], local)
+        return (outs[:n_carry], _merge_loop_error(error, local)), outs[n_carry:]
+
+    (values, (failed, code, payload)), ys = lax.scan(
+        step, (list(init), _no_loop_error(payload_avals)), list(xs),
+        length=params["length"], reverse=params["reverse"])
+    if messages:
+        state.add(~failed, code, payload, messages)
+    return [*values, *ys]
+
+
+def _eval_checked_while(params, invals, state: _ErrorState) -> list:
+    from functrans import lax
+    cond_n, body_n = params["cond_nconsts"], params["body_nconsts"]
+    cond_consts, body_consts = invals[:cond_n], invals[cond_n:cond_n + body_n]
+    init = invals[cond_n + body_n:]
+    if _holds_check(params["cond_jaxpr"].jaxpr):
+        raise NotImplementedError("checkify: checks in the condition of a while_loop are not "
+                                  "supported; check inside its body instead")
+    body = params["body_jaxpr"]
+    messages, payload_avals = _loop_error_layout(body, body_consts,
+                                                 [get_aval(c) for c in init], state)
+
+    def cond_fun(carry):
+        values, _ = carry
+        return core.eval_jaxpr(params["cond_jaxpr"].jaxpr, params["cond_jaxpr"].consts,
+                               *cond_consts, *values)[0]
+
+    def body_fun(carry):
+        values, error = carry
+        local = _ErrorState(state.errors)
+        outs = _eval_closed(body, [*body_consts, *values], local)
+        return outs, _merge_loop_error(error, local)
+
+    values, (failed, code, payload) = lax.while_loop(
+        cond_fun, body_fun, (list(init), _no_loop_error(payload_avals)))
+    if messages:
+        state.add(~failed, code, payload, messages)
+    return list(values)
 
 
 def _eval_checked_cond(branches, index, operands, state: _ErrorState) -> list:

@@ -658,3 +658,9 @@ def test_checkify_through_loops():
     err, _ = checkify.checkify(lambda x: lax.fori_loop(0, 3, lambda i, c: c / (c - 1.0), x),
                                errors=checkify.float_checks)(1.0)
     assert err.get() == "division by zero"
+
+
+def test_finfo_of_narrow_floats():
+    assert float(jnp.finfo(jnp.float8_e4m3fn).max) == 448.0
+    assert float(jnp.finfo(jnp.bfloat16).eps) == 0.0078125
+    assert jnp.finfo(jnp.float32).max == np.finfo(np.float32).max

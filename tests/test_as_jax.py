@@ -664,3 +664,13 @@ def test_finfo_of_narrow_floats():
     assert float(jnp.finfo(jnp.float8_e4m3fn).max) == 448.0
     assert float(jnp.finfo(jnp.bfloat16).eps) == 0.0078125
     assert jnp.finfo(jnp.float32).max == np.finfo(np.float32).max
+
+
+def test_key_arrays_have_at():
+    from functrans import random
+    keys = random.split(random.key(0), 3)
+    updated = keys.at[1].set(random.key(7))
+    assert bool(jnp.array_equal(updated[1], random.key(7)))
+    assert bool(jnp.array_equal(updated[0], keys[0])) and keys.at[2].get().shape == ()
+    with pytest.raises(TypeError, match="key arrays"):
+        keys.at[0].set(1)

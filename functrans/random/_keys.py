@@ -131,6 +131,12 @@ class PRNGKeyArray:
     def __getitem__(self, index):
         return self._map(lambda w: w[index])
 
+    @property
+    def at(self):
+        """``keys.at[index].get()`` / ``.set(other_keys)``: indexed reads and functional
+        writes, word by word."""
+        return _KeyIndexHelper(self)
+
     def reshape(self, *shape, order="C"):
         return self._map(lambda w: w.reshape(*shape, order=order))
 
@@ -237,6 +243,33 @@ register_pytree_with_keys(PRNGKeyArray,
                           lambda impl, words: PRNGKeyArray(*words, impl),
                           # without key paths: what every jit call of a key flattens
                           flatten_func=lambda k: (k._words, k._impl))
+
+
+class _KeyIndexHelper:
+    __slots__ = ("keys",)
+
+    def __init__(self, keys):
+        self.keys = keys
+
+    def __getitem__(self, index):
+        return _KeyIndexRef(self.keys, index)
+
+
+class _KeyIndexRef:
+    __slots__ = ("keys", "index")
+
+    def __init__(self, keys, index):
+        self.keys, self.index = keys, index
+
+    def get(self, **kwargs):
+        return self.keys._map(lambda w: w.at[self.index].get(**kwargs))
+
+    def set(self, values, **kwargs):
+        if not isinstance(values, PRNGKeyArray):
+            raise TypeError(f"keys.at[...].set takes key arrays, got {type(values).__name__}")
+        (w0, w1), (v0, v1) = self.keys._words, values._words
+        return PRNGKeyArray(w0.at[self.index].set(v0, **kwargs),
+                            w1.at[self.index].set(v1, **kwargs), self.keys._impl)
 
 
 class KeyShapedArray(ShapedArray):

@@ -33,7 +33,8 @@ from functrans.sharding import _partitioned
 _partitioned.install()  # jit partitions calls over split arrays and with in/out_shardings
 
 __all__ = ["AbstractMesh", "AxisType", "DuplicateSpecError", "Mesh", "NamedSharding", "P",
-           "PartitionSpec", "auto_axes", "explicit_axes", "PartitionedArray", "Shard", "Sharding", "SingleDeviceSharding",
+           "PartitionSpec", "PartitionedArray", "Shard", "Sharding", "SingleDeviceSharding",
+           "auto_axes", "explicit_axes",
            "get_abstract_mesh", "get_mesh", "make_array_from_callback",
            "make_array_from_process_local_data", "make_array_from_single_device_arrays",
            "make_mesh", "make_single_device_sharding", "reshard", "set_mesh", "shard_map",

@@ -42,6 +42,9 @@ toc_object_entries = False
 autodoc_default_options = {"member-order": "bysource"}
 autodoc_typehints = "none"  # signatures show defaults; types are in the docstrings
 autodoc_inherit_docstrings = False
+# functrans.core.Primitive is also functrans.extend.core.Primitive (JAX's name for it): a
+# reference to it finds both pages, which is not an error
+suppress_warnings = ["ref.python"]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 

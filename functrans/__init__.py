@@ -52,7 +52,8 @@ from functrans._program_transforms import *  # noqa: F401,F403
 from functrans._custom_derivatives import custom_gradient  # noqa: F401
 from functrans._flag_contexts import (check_tracer_leaks, checking_leaks,  # noqa: F401
                                       debug_infs, debug_nans, enable_x64, explain_cache_misses,
-                                      log_compiles)
+                                      log_compiles, numpy_dtype_promotion,
+                                      numpy_rank_promotion)
 from functrans._process_state import (copy_to_host_async, host_count, host_id,  # noqa: F401
                                       host_ids, live_arrays, process_indices)
 from functrans._devices import Device  # noqa: F401
@@ -62,6 +63,8 @@ from functrans import errors  # noqa: F401
 from functrans import version  # noqa: F401
 from functrans.version import __version_info__  # noqa: F401
 
+from functrans._refs import Ref, new_ref  # noqa: F401
+from functrans._as_jax import install_as_jax, uninstall_as_jax  # noqa: F401
 from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,  # noqa: F401
                             TracerBoolConversionError,
                             TracerIntegerConversionError, UnexpectedTracerError)
@@ -70,7 +73,8 @@ from functrans.core import (ConcretizationTypeError, TracerArrayConversionError,
 # Imported on first use (``functrans.scipy.special``, ``functrans.tree.map``, ...), as a
 # program that never touches them should not pay for importing them.
 _LAZY_MODULES = ("scipy", "tree", "flatten_util", "dtypes", "image", "ops", "typing", "dlpack",
-                 "stages", "custom_derivatives", "ad_checkpoint", "profiler", "export")
+                 "stages", "custom_derivatives", "ad_checkpoint", "profiler", "export",
+                 "monitoring", "api_util", "extend", "experimental")
 
 
 def __getattr__(name):

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from functrans import _devices, _dtypes, _transfer_guard, core, tree_util
-from functrans._array import Array, host_to_array
+from functrans._array import Array, host_to_array, is_concrete_array
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
@@ -505,8 +505,15 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size: int | 
     @api_boundary
     def vmap_f(*args, **kwargs):
         if kwargs:
-            raise NotImplementedError(f"vmap: keyword arguments are not mapped; pass "
-                                      f"{sorted(kwargs)} positionally or close over them")
+            # keyword arguments are mapped along axis 0, as in JAX: passed as one more
+            # positional argument (a dict) with in_axes 0
+            if isinstance(in_axes, tuple) and len(in_axes) != len(args):
+                raise ValueError(f"vmap in_axes has length {len(in_axes)} but the function was "
+                                 f"called with {len(args)} positional arguments")
+            axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+            with_kwargs = vmap(lambda *a: fun(*a[:-1], **a[-1]), axes + (0,), out_axes,
+                               axis_name, axis_size, spmd_axis_name, chunk_size)
+            return with_kwargs(*args, kwargs)
         args_leaves, in_tree = tree_flatten(args)
         if isinstance(in_axes, tuple):
             if len(in_axes) != len(args):
@@ -633,9 +640,11 @@ class ShapeDtypeStruct:
 
     __slots__ = ("shape", "dtype", "weak_type", "sharding")
 
-    def __init__(self, shape, dtype, weak_type: bool = False, sharding=None):
+    def __init__(self, shape, dtype, weak_type: bool = False, sharding=None, *, vma=None,
+                 is_ref: bool = False):
         self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
+        # an extended dtype (a key array's key<fry>) is kept as it is
+        self.dtype = dtype if _dtypes.extended_kind(dtype) is not None else np.dtype(dtype)
         self.weak_type = weak_type
         self.sharding = sharding
 
@@ -644,7 +653,18 @@ class ShapeDtypeStruct:
 
     @property
     def aval(self):
+        if _dtypes.extended_kind(self.dtype) is not None:
+            # deferred: key avals are defined by functrans.random, which builds on this module
+            from functrans.random._keys import KeyShapedArray
+            return KeyShapedArray(self.shape, self.dtype)
         return ShapedArray(self.shape, self.dtype, self.weak_type)
+
+    def update(self, **kwargs) -> "ShapeDtypeStruct":
+        """This struct with ``shape``, ``dtype``, ``weak_type`` or ``sharding`` replaced."""
+        fields = dict(shape=self.shape, dtype=self.dtype, weak_type=self.weak_type,
+                      sharding=self.sharding)
+        fields.update(kwargs)
+        return ShapeDtypeStruct(**fields)
 
     def __repr__(self):
         return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
@@ -656,11 +676,23 @@ class ShapeDtypeStruct:
         return hash((self.shape, self.dtype))
 
 
+def _abstract_argument(x) -> ShapedArray:
+    if isinstance(x, ShapedArray):
+        return x
+    if not isinstance(x, Tracer) and not hasattr(x, "aval") and hasattr(x, "shape") and \
+            hasattr(x, "dtype") and not isinstance(x, (np.ndarray, np.generic)):
+        return ShapedArray(tuple(x.shape), np.dtype(x.dtype),
+                           bool(getattr(x, "weak_type", False)))
+    return get_aval(x)
+
+
 @api_boundary
 def eval_shape(fun: Callable, *args, **kwargs):
-    """The shapes and dtypes ``fun`` would return, computed without running it."""
+    """The shapes and dtypes ``fun`` would return, computed without running it. The
+    arguments may be arrays, scalars, or anything with ``shape`` and ``dtype`` (a
+    ``ShapeDtypeStruct``, an abstract value)."""
     leaves, in_tree = tree_flatten((args, kwargs))
-    avals = [get_aval(x) for x in leaves]
+    avals = [_abstract_argument(x) for x in leaves]
     out_tree_cell: list = []
 
     def flat(*flat_args):
@@ -670,8 +702,12 @@ def eval_shape(fun: Callable, *args, **kwargs):
         return out_leaves
 
     jaxpr, _ = trace_to_jaxpr_dynamic(flat, avals)
-    return tree_unflatten(out_tree_cell[0],
-                          [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in jaxpr.out_avals])
+    out = tree_unflatten(out_tree_cell[0],
+                         [ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in jaxpr.out_avals])
+    # a key array comes back as one struct of its key dtype, as JAX gives it
+    return tree_util.tree_map(
+        lambda x: ShapeDtypeStruct(x._key_words[0].shape, x.dtype)
+        if hasattr(x, "_key_words") else x, out, is_leaf=lambda x: hasattr(x, "_key_words"))
 
 
 def block_until_ready(x):
@@ -733,7 +769,7 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
         placer = getattr(target, "put", None)
         if placer is not None:
             return placer(leaf)
-        if isinstance(leaf, Array):  # its buffer is immutable: the new Array shares it
+        if is_concrete_array(leaf):  # its buffer is immutable: the new Array shares it
             if _transfer_guard.switch.on and leaf.device != target:
                 _transfer_guard.check("device_to_device", True,
                                       lambda: f"aval={get_aval(leaf)!r}, from {leaf.device!r} "

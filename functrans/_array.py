@@ -15,7 +15,35 @@ def _jnp():
     return jnp
 
 
-class Array:
+class _ArrayType(type):
+    """``isinstance(x, Array)`` is true for every array value a user sees, as for
+    ``jax.Array``: concrete arrays (on any device, sharded or not), tracers of every
+    transform, and typed PRNG key arrays (registered by ``functrans.random``). Code that
+    needs a concrete buffer asks :func:`is_concrete_array` instead."""
+
+    def __instancecheck__(cls, obj):
+        if type.__instancecheck__(cls, obj):
+            return True
+        return cls is Array and isinstance(obj, _array_value_types)
+
+
+# classes whose instances are array values without being concrete Arrays
+_array_value_types: tuple = (core.Tracer,)
+
+
+def register_array_value_type(value_type: type) -> None:
+    """Make ``isinstance(x, Array)`` true for instances of ``value_type`` (typed keys)."""
+    global _array_value_types
+    if value_type not in _array_value_types:
+        _array_value_types = _array_value_types + (value_type,)
+
+
+def is_concrete_array(x) -> bool:
+    """Whether ``x`` is a concrete :class:`Array` (with a buffer): not a tracer or a key."""
+    return type.__instancecheck__(Array, x)
+
+
+class Array(metaclass=_ArrayType):
     """An immutable n-dimensional array. On a CPU device its buffer is a NumPy array.
 
         >>> import functrans.numpy as jnp
@@ -278,7 +306,8 @@ def _binary(name, reverse=False):
 
 
 def _is_array_like(x) -> bool:
-    return isinstance(x, (Array, core.Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
+    return is_concrete_array(x) or \
+        isinstance(x, (core.Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
         or hasattr(x, "__jax_array__")
 
 
@@ -332,47 +361,70 @@ class _IndexUpdateHelper:
 
 
 class _IndexUpdateRef:
+    """``x.at[index]``: functional updates and reads. ``indices_are_sorted`` and
+    ``unique_indices`` are JAX's hints (promises about the indices that let XLA pick a faster
+    scatter); functrans's scatters are correct without them. ``out_sharding`` places the
+    result."""
+
     __slots__ = ("array", "index")
 
     def __init__(self, array, index):
         self.array = array
         self.index = index
 
-    def _update(self, op, values, mode=None):
-        return _jnp()._indexing.scatter_update(self.array, self.index, values, op, mode=mode)
+    @staticmethod
+    def _check(wrap_negative_indices):
+        if not wrap_negative_indices:
+            raise NotImplementedError("x.at[...]: wrap_negative_indices=False is not supported "
+                                      "(negative indices count from the end)")
 
-    def get(self, mode=None, fill_value=None):
-        return _jnp()._indexing.getitem(self.array, self.index, mode=mode, fill_value=fill_value)
+    def _placed(self, out, out_sharding):
+        if out_sharding is None:
+            return out
+        from functrans.sharding._constraints import with_sharding_constraint
+        return with_sharding_constraint(out, out_sharding)
 
-    def set(self, values, mode=None):
-        return self._update("set", values, mode)
+    def _update(self, op, values, mode=None, out_sharding=None, wrap_negative_indices=True,
+                indices_are_sorted=False, unique_indices=False):
+        self._check(wrap_negative_indices)
+        out = _jnp()._indexing.scatter_update(self.array, self.index, values, op, mode=mode)
+        return self._placed(out, out_sharding)
 
-    def add(self, values, mode=None):
-        return self._update("add", values, mode)
+    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None,
+            fill_value=None, out_sharding=None, wrap_negative_indices=True):
+        self._check(wrap_negative_indices)
+        out = _jnp()._indexing.getitem(self.array, self.index, mode=mode, fill_value=fill_value)
+        return self._placed(out, out_sharding)
 
-    def subtract(self, values, mode=None):
-        return self._update("add", -_jnp().asarray(values), mode)
+    def set(self, values, **kwargs):
+        return self._update("set", values, **kwargs)
 
-    def multiply(self, values, mode=None):
-        return self._update("mul", values, mode)
+    def add(self, values, **kwargs):
+        return self._update("add", values, **kwargs)
+
+    def subtract(self, values, **kwargs):
+        return self._update("add", -_jnp().asarray(values), **kwargs)
+
+    def multiply(self, values, **kwargs):
+        return self._update("mul", values, **kwargs)
 
     mul = multiply
 
-    def divide(self, values, mode=None):
-        return self._update("mul", 1 / _jnp().asarray(values), mode)
+    def divide(self, values, **kwargs):
+        return self._update("mul", 1 / _jnp().asarray(values), **kwargs)
 
-    def power(self, values, mode=None):
-        current = self.get()
-        return self.set(current ** values, mode)
+    def power(self, values, **kwargs):
+        current = self.get(mode=kwargs.get("mode"))
+        return self.set(current ** values, **kwargs)
 
-    def min(self, values, mode=None):
-        return self._update("min", values, mode)
+    def min(self, values, **kwargs):
+        return self._update("min", values, **kwargs)
 
-    def max(self, values, mode=None):
-        return self._update("max", values, mode)
+    def max(self, values, **kwargs):
+        return self._update("max", values, **kwargs)
 
-    def apply(self, func, mode=None):
-        return self.set(func(self.get()), mode)
+    def apply(self, func, **kwargs):
+        return self.set(func(self.get(mode=kwargs.get("mode"))), **kwargs)
 
 
 _BINARY_OPS = {
@@ -419,3 +471,5 @@ def _install(cls):
 
 _install(Array)
 _install(core.Tracer)
+# jax.Array's copy() on a traced value: a copy in the program (values are immutable anyway)
+core.Tracer.copy = lambda self: _jnp().array(self, copy=True)

@@ -1,4 +1,4 @@
-"""Host callbacks: ``pure_callback``.
+"""Host callbacks: ``pure_callback`` and ``io_callback``.
 
 ``pure_callback`` is a primitive: its reference implementation calls the user's Python
 function on NumPy arrays, so it runs eagerly, and inside ``jit`` the compiled backends run it
@@ -24,7 +24,7 @@ from functrans.tree_util import tree_flatten, tree_unflatten
 from functrans.numpy import asarray
 from functrans.primitives import structural
 
-__all__ = ["pure_callback"]
+__all__ = ["pure_callback", "io_callback"]
 
 
 # =============================================================================================
@@ -238,3 +238,73 @@ def pure_callback(callback: Callable, result_shape_dtypes: Any, *args: Any, shar
     return tree_unflatten(out_tree, outs)
 
 
+
+
+# =============================================================================================
+# io_callback
+# =============================================================================================
+
+# A callback with side effects: kept by dead-code elimination, run once per execution in
+# program order. Same rules as pure_callback otherwise; under vmap an unordered one runs once
+# per example, an ordered one cannot be batched (the order of examples would be invented).
+io_callback_p = Primitive("io_callback", multiple_results=True)
+io_callback_p.effectful = True
+
+
+@io_callback_p.def_abstract_eval
+def _io_callback_abstract_eval(*avals, callback, result_avals, ordered):
+    return list(result_avals)
+
+
+@io_callback_p.def_impl
+def _io_callback_impl(*args, callback, result_avals, ordered):
+    return _call_checked(callback, args, result_avals)
+
+
+def _io_callback_jvp(primals, tangents, *, callback, result_avals, ordered):
+    raise ValueError(f"io_callback ({_callback_name(callback)}) cannot be differentiated; "
+                     "wrap it in custom_jvp or custom_vjp")
+
+
+def _io_callback_batch(vals, dims, *, callback, result_avals, ordered):
+    if ordered:
+        raise ValueError("Cannot `vmap` ordered IO callback.")
+    size = batching.batch_size_of(vals, dims)
+    batched_avals = tuple(ShapedArray((size,) + a.shape, a.dtype) for a in result_avals)
+    vals = [v if d is None else batching.moveaxis(v, d, 0) for v, d in zip(vals, dims)]
+    looped = _SequentialCallback(callback, [d is not None for d in dims], size, result_avals)
+    outs = io_callback_p.bind(*vals, callback=looped, result_avals=batched_avals,
+                              ordered=ordered)
+    return outs, [0] * len(outs)
+
+
+io_callback_p.jvp = _io_callback_jvp
+io_callback_p.batch = _io_callback_batch
+
+
+def io_callback(callback: Callable, result_shape_dtypes: Any, *args: Any, sharding=None,
+                ordered: bool = False, **kwargs: Any):
+    """Call ``callback(*args, **kwargs)`` (a Python function with side effects, on NumPy
+    arrays) from inside transformed code, as ``jax.experimental.io_callback``. Unlike
+    :func:`pure_callback` it is never removed or repeated: under ``jit`` it runs once each
+    time the program runs, in program order. ``ordered=True`` also forbids ``vmap``. It
+    cannot be differentiated.
+
+        >>> import numpy as np, functrans
+        >>> seen = []
+        >>> _ = functrans.jit(lambda x: io_callback(lambda v: seen.append(v) or v,
+        ...                   functrans.ShapeDtypeStruct((), np.float32), x))(1.0)
+        >>> seen
+        [array(1., dtype=float32)]
+    """
+    leaves, in_tree = tree_flatten((args, kwargs))
+    for leaf in leaves:
+        if not (isinstance(leaf, Tracer) or core.valid_jaxtype(leaf)):
+            raise TypeError(f"io_callback: arguments must be arrays, got "
+                            f"{type(leaf).__name__}: {leaf!r}")
+    leaves = [x if isinstance(x, Tracer) else asarray(x) for x in leaves]
+    result_leaves, out_tree = tree_flatten(result_shape_dtypes)
+    result_avals = tuple(_result_aval(r) for r in result_leaves)
+    outs = io_callback_p.bind(*leaves, callback=_FlatCallback(callback, in_tree),
+                              result_avals=result_avals, ordered=bool(ordered))
+    return tree_unflatten(out_tree, outs)

@@ -218,6 +218,7 @@ class Config:
             _check_limit(name, self._values[name])
         self._listeners: dict[str, list] = {}
         self._lock = threading.Lock()
+        self._updated: set[str] = set()
 
     def _name(self, name: str) -> str:
         if name.startswith("jax_"):
@@ -237,6 +238,7 @@ class Config:
             check_target_cpu(value)
         with self._lock:
             self._values[name] = value
+            self._updated.add(name)
         for listener in self._listeners.get(name, ()):
             listener(value)
 
@@ -250,6 +252,33 @@ class Config:
             yield
         finally:
             self.update(name, previous)
+
+    def parse_flags_with_absl(self, argv=None) -> None:
+        """Apply ``--jax_<option>=<value>`` (and ``--jax_<flag>`` / ``--nojax_<flag>`` for
+        booleans) from the command line (``sys.argv``), as JAX does for absl flags; other
+        arguments are left to their owners. An unknown ``--jax_`` option is a ValueError."""
+        import sys
+        for arg in (sys.argv[1:] if argv is None else argv):
+            match = re.fullmatch(r"--(no)?jax_(\w+)(?:=(.*))?", arg)
+            if match is None:
+                continue
+            negated, name, text = match.groups()
+            name = self._name(name)
+            if name not in self._values:
+                raise ValueError(f"unknown config option --jax_{name} on the command line")
+            current = self._values[name]
+            if isinstance(current, bool):
+                value = not negated if text is None else \
+                    text.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(current, int):
+                value = int(text)
+            else:
+                value = text
+            self.update(name, value)
+
+    def was_updated(self, name: str) -> bool:
+        """Whether ``name`` was set with :meth:`update` in this process."""
+        return self._name(name) in self._updated
 
     def on_change(self, name: str, listener) -> None:
         self._listeners.setdefault(self._name(name), []).append(listener)

@@ -2,6 +2,8 @@
 a backend adds (GPUs). Multi-process runs add the other processes' devices."""
 from __future__ import annotations
 
+import os
+import re
 import threading
 
 from functrans._config import config
@@ -48,12 +50,31 @@ def _process_info():
     return distributed.process_index(), distributed.process_count()
 
 
+def _xla_flags_device_count() -> int | None:
+    """JAX's way of asking for several CPU devices, honoured when functrans's own
+    (``FUNCTRANS_CPU_DEVICES``, ``cpu_device_count``) is not used: the last
+    ``--xla_force_host_platform_device_count=N`` in ``XLA_FLAGS``, read when the devices
+    are first made (libraries such as chex set it at run time, before any computation)."""
+    found = re.findall(r"--xla_force_host_platform_device_count=(\d+)",
+                       os.environ.get("XLA_FLAGS", ""))
+    return int(found[-1]) if found else None
+
+
+def cpu_devices_initialized() -> bool:
+    """Whether the CPU devices have been made (after which their number is fixed until
+    ``cpu_device_count`` changes)."""
+    return _cpu_devices is not None
+
+
 def cpu_devices() -> list[Device]:
     global _cpu_devices
     if _cpu_devices is None:
         with _lock:
             if _cpu_devices is None:
                 count = int(config.cpu_device_count)
+                if "FUNCTRANS_CPU_DEVICES" not in os.environ and \
+                        not config.was_updated("cpu_device_count"):
+                    count = _xla_flags_device_count() or count
                 if count < 1:
                     raise ValueError(f"cpu_device_count must be >= 1, got {count}")
                 _, nproc = _process_info()
@@ -79,7 +100,10 @@ def devices(backend: str | None = None) -> list[Device]:
         return list(cpu_devices())
     lister = _extra_platforms.get(platform)
     if lister is None:
-        raise RuntimeError(f"no devices for platform {platform!r} (is its backend installed?)")
+        present = ", ".join(["cpu", *sorted(_extra_platforms)])
+        raise RuntimeError(f"Unknown backend: {platform!r} requested, but no platforms that are "
+                           f"instances of {platform} are present (is its backend installed?). "
+                           f"Platforms present are: {present}")
     return list(lister())
 
 

@@ -125,7 +125,10 @@ def is_bool(dtype) -> bool:
 
 
 def finfo(dtype):
-    return ml_dtypes.finfo(dtype) if np.dtype(dtype) == bfloat16 else np.finfo(dtype)
+    # ml_dtypes' finfo knows its narrow floats (bfloat16, the float8 and float4 types) and
+    # gives NumPy's answer for the others
+    return ml_dtypes.finfo(dtype) if np.dtype(dtype).type.__module__.startswith("ml_dtypes") \
+        else np.finfo(dtype)
 
 
 def iinfo(dtype):

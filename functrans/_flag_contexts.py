@@ -3,10 +3,12 @@
 and ``explain_cache_misses`` (``with functrans.debug_nans(True): ...``)."""
 from __future__ import annotations
 
+import contextlib
 
 from functrans._config import config
 
 __all__ = ["check_tracer_leaks", "checking_leaks", "debug_nans", "debug_infs", "enable_x64",
+           "numpy_dtype_promotion", "numpy_rank_promotion",
            "log_compiles", "explain_cache_misses"]
 
 
@@ -106,3 +108,31 @@ explain_cache_misses = _FlagState(
     "explain_cache_misses",
     """While set, a jitted function that traces again logs why (which argument's shape,
     dtype or structure changed): ``with functrans.explain_cache_misses(True): ...``.""")
+
+
+@contextlib.contextmanager
+def numpy_dtype_promotion(value: str):
+    """A block with the given dtype promotion mode (``jax.numpy_dtype_promotion``).
+    functrans promotes by JAX's standard lattice; ``"strict"`` (no implicit promotion) is not
+    supported."""
+    if value not in ("standard", "strict"):
+        raise ValueError(f"jax_numpy_dtype_promotion must be 'standard' or 'strict', got "
+                         f"{value!r}")
+    if value == "strict":
+        raise NotImplementedError("numpy_dtype_promotion('strict') is not supported: functrans "
+                                  "always promotes dtypes by the standard rules")
+    yield
+
+
+@contextlib.contextmanager
+def numpy_rank_promotion(value: str):
+    """A block with the given rank promotion mode (``jax.numpy_rank_promotion``): functrans
+    broadcasts ranks as NumPy does (``"allow"``); ``"warn"``/``"raise"`` are not
+    supported."""
+    if value not in ("allow", "warn", "raise"):
+        raise ValueError(f"jax_numpy_rank_promotion must be 'allow', 'warn' or 'raise', got "
+                         f"{value!r}")
+    if value != "allow":
+        raise NotImplementedError(f"numpy_rank_promotion({value!r}) is not supported: "
+                                  f"functrans always broadcasts ranks (as 'allow')")
+    yield

@@ -21,7 +21,8 @@ import numpy as np
 from functrans import (_api, _array, _backends, _debug_checks, _debug_rerun, _transfer_guard,
                        core, profiler, tree_util)
 from functrans._api import ShapeDtypeStruct
-from functrans._array import Array
+from functrans import _cost_analysis
+from functrans._array import Array, is_concrete_array
 from functrans._array import delete as _array_delete
 from functrans._caches import LRUCache, WeakKeyLRUCache, insert_plain
 from functrans._config import check_target_cpu, config
@@ -200,6 +201,10 @@ jit_p.partial_eval = _jit_partial_eval
 
 
 def _normalize_argnums(fun, static_argnums, static_argnames):
+    # as JAX: when both are given they are taken as they are; when one is given the other
+    # is inferred from the signature
+    infer_nums = static_argnums is None or static_argnames is None
+    infer_names = infer_nums
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
     if isinstance(static_argnames, str):
@@ -212,10 +217,10 @@ def _normalize_argnums(fun, static_argnums, static_argnames):
     except (TypeError, ValueError):
         params = []
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    for n in static_argnums:
+    for n in static_argnums if infer_names else ():
         if 0 <= n < len(positional) and positional[n] not in static_argnames:
             static_argnames += (positional[n],)
-    for name in static_argnames:
+    for name in static_argnames if infer_nums else ():
         if name in positional:
             i = positional.index(name)
             if i not in static_argnums:
@@ -289,6 +294,11 @@ class _Stage:
     """What every stage of a jitted function knows: its signature (``in_tree`` of
     (positional, keyword) non-static arguments), the staged program and the names and
     donation of its arguments."""
+
+    def cost_analysis(self) -> dict:
+        """The program's flops, transcendentals and bytes accessed, counted on its jaxpr
+        (see ``functrans._cost_analysis``)."""
+        return _cost_analysis.cost_analysis(self.closed)
 
     def __init__(self, closed: ClosedJaxpr, in_tree, out_tree, backend, arg_names=(),
                  donated=frozenset(), compiler_options=None):
@@ -517,7 +527,7 @@ def _caches_for(fun, options) -> tuple[dict, LRUCache]:
 class JitWrapped:
     """A jitted function. Calling it traces once per signature and runs compiled code."""
 
-    def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=(),
+    def __init__(self, fun: Callable, static_argnums=None, static_argnames=None, donate_argnums=(),
                  backend=None, shardings=None, compiler_options=None):
         functools.update_wrapper(self, fun)
         self._fun = fun
@@ -543,6 +553,12 @@ class JitWrapped:
         if instance is None:
             return self
         return functools.partial(self, instance)
+
+    @property
+    def __signature__(self):
+        """The wrapped function's signature (``inspect.signature`` of a jitted function,
+        also with ``follow_wrapped=False``)."""
+        return inspect.signature(self._fun)
 
     def _split(self, args, kwargs):
         statics = []
@@ -916,7 +932,7 @@ def _check_host_arguments(leaves, avals, backend) -> None:
     """Host data (NumPy arrays, Python scalars) passed to a jitted call is an implicit
     host-to-device transfer, for the transfer guards."""
     for leaf, aval in zip(leaves, avals):
-        if not isinstance(leaf, Array) and not _on_gpu(leaf):
+        if not is_concrete_array(leaf) and not _on_gpu(leaf):
             _transfer_guard.check("host_to_device", False,
                                   lambda: _transfer_guard.describe_host_to_device(aval, None))
 
@@ -1061,9 +1077,8 @@ def jit(fun: Callable | None = None, /, *, in_shardings=None, out_shardings=None
         (in_shardings, out_shardings)
     if shardings is not None and partitioner is not None:
         partitioner.check(shardings)
-    return JitWrapped(fun, () if static_argnums is None else static_argnums,
-                      () if static_argnames is None else static_argnames, donate_argnums, backend,
-                      shardings, compiler_options)
+    return JitWrapped(fun, static_argnums, static_argnames, donate_argnums, backend, shardings,
+                      compiler_options)
 
 
 def _check_argnums(fun, option: str, argnums) -> None:

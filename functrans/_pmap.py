@@ -44,7 +44,7 @@ from typing import Callable
 import numpy as np
 
 from functrans import _axis_env, _backends, _devices, core, distributed, tree_util
-from functrans._array import Array
+from functrans._array import Array, is_concrete_array
 from functrans._caches import LRUCache
 from functrans.core import ClosedJaxpr, DropVar, Jaxpr, Literal, ShapedArray, Tracer, Var, get_aval
 from functrans.primitives import collectives
@@ -172,11 +172,11 @@ class ShardedArray(Array):
 
 def _is_device_array(x) -> bool:
     """An Array whose buffer lives on a device other than the host (a GpuArray)."""
-    return isinstance(x, Array) and x._platform != "cpu"
+    return is_concrete_array(x) and x._platform != "cpu"
 
 
 def _host_value(x) -> np.ndarray:
-    return x._value if isinstance(x, Array) else x
+    return x._value if is_concrete_array(x) else x
 
 
 def _leaf_value(x) -> np.ndarray:

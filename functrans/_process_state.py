@@ -7,7 +7,7 @@ import warnings
 from typing import Any
 
 from functrans import _devices, distributed, tree_util
-from functrans._array import Array
+from functrans._array import Array, is_concrete_array
 
 __all__ = ["process_indices", "host_count", "host_id", "host_ids", "live_arrays",
            "copy_to_host_async"]
@@ -62,7 +62,7 @@ def live_arrays(platform: str | None = None) -> list:
     if platform == "cuda":
         platform = "gpu"
     return [obj for obj in gc.get_objects()
-            if isinstance(obj, Array) and getattr(obj, "_platform", "cpu") == platform
+            if is_concrete_array(obj) and getattr(obj, "_platform", "cpu") == platform
             and not obj.is_deleted()]
 
 

@@ -18,8 +18,22 @@ def add_internal_dir(path: str) -> None:
         _INTERNAL_DIRS = _INTERNAL_DIRS + (path,)
 
 
+# Files (or path prefixes) of libraries built on functrans that registered themselves as
+# internal (jax._src.traceback_util.register_exclusion); a live list, which such libraries
+# may also edit directly (flax shows or hides its own frames this way).
+excluded_paths: list[str] = []
+
+
+def add_internal_path(path: str) -> None:
+    """Mark a file (or every file whose path starts with ``path``) as internal."""
+    path = os.path.abspath(path)
+    if path not in excluded_paths:
+        excluded_paths.append(path)
+
+
 def is_internal_file(filename: str) -> bool:
-    return filename.startswith(_INTERNAL_DIRS) or filename.startswith("<frozen ")
+    return filename.startswith(_INTERNAL_DIRS) or filename.startswith("<frozen ") or (
+        bool(excluded_paths) and filename.startswith(tuple(excluded_paths)))
 
 
 class SourceInfo(NamedTuple):

@@ -5,7 +5,30 @@ from __future__ import annotations
 import functools
 
 from functrans._config import config
-from functrans._source_info import is_internal_file
+from functrans._source_info import add_internal_path, excluded_paths, is_internal_file
+
+# the registered exclusions (JAX's name for the list): editing it changes which frames count
+_exclude_paths = excluded_paths
+
+
+def include_filename(filename: str) -> bool:
+    """Whether frames of ``filename`` stay in filtered tracebacks (it is not internal)."""
+    return not is_internal_file(filename)
+
+
+def include_frame(frame) -> bool:
+    return include_filename(frame.f_code.co_filename)
+
+
+def register_exclusion(path: str) -> None:
+    """Drop frames of the file ``path`` (or of files under it) from filtered tracebacks, as
+    functrans's own are (``jax._src.traceback_util.register_exclusion``: libraries built on
+    the transforms register their internals so errors end in the user's code)."""
+    add_internal_path(path)
+
+
+class UnfilteredStackTrace(Exception):
+    """The full traceback of an error whose traceback was filtered."""
 
 
 def _filtered(tb):

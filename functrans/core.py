@@ -28,24 +28,46 @@ from functrans._source_info import SourceInfo, user_frame
 class ShapedArray:
     """The type of an array in the IR: shape, dtype and whether the dtype is weak."""
 
-    __slots__ = ("shape", "dtype", "weak_type")
+    __slots__ = ("shape", "dtype", "weak_type", "_sharding")
     array_abstraction_level = 1
 
-    def __init__(self, shape, dtype, weak_type: bool = False):
+    def __init__(self, shape, dtype, weak_type: bool = False, *, sharding=None, vma=None,
+                 memory_space=None):
+        # (``sharding``, ``vma``, ``memory_space``: JAX's keywords; a sharding given here is
+        # what ``.sharding`` reports, the others carry nothing in functrans's IR)
         self.shape = tuple(map(int, shape))
         self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.weak_type = bool(weak_type)
+        self._sharding = sharding
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
 
-    def update(self, shape=None, dtype=None, weak_type=None) -> "ShapedArray":
+    def update(self, shape=None, dtype=None, weak_type=None, sharding=None,
+               **kwargs) -> "ShapedArray":
         return ShapedArray(self.shape if shape is None else shape,
                            self.dtype if dtype is None else dtype,
-                           self.weak_type if weak_type is None else weak_type)
+                           self.weak_type if weak_type is None else weak_type,
+                           sharding=self._sharding if sharding is None else sharding)
 
     def strip_weak_type(self) -> "ShapedArray":
         return self.update(weak_type=False) if self.weak_type else self
+
+    def to_tangent_aval(self) -> "ShapedArray":
+        """The type of this type's tangents: the same for inexact dtypes, float0 otherwise."""
+        if _dtypes.is_inexact(self.dtype):
+            return self
+        return ShapedArray(self.shape, _dtypes.float0, self.weak_type)
+
+    @property
+    def sharding(self):
+        """How values of this type are placed: over the current mesh, not split (the IR's
+        types carry no placement; ``functrans.sharding`` registers the maker)."""
+        if self._sharding is not None:
+            return self._sharding
+        if _aval_sharding is None:
+            raise AttributeError("ShapedArray.sharding needs functrans.sharding")
+        return _aval_sharding(self)
 
     def str_short(self, short_dtypes: bool = False) -> str:
         """The type as JAX prints it, ``float32[3,4]`` (``~`` marks a weak type);
@@ -72,6 +94,16 @@ class ShapedArray:
         if not self.shape:
             raise TypeError("len() of unsized object (a 0-d array)")
         return self.shape[0]
+
+
+# Made by functrans.sharding (a layer above), which registers it when it is imported.
+_aval_sharding: Callable | None = None
+
+
+def register_aval_sharding(make: Callable) -> None:
+    """Register ``make(aval) -> Sharding``, what ``ShapedArray.sharding`` returns."""
+    global _aval_sharding
+    _aval_sharding = make
 
 
 def get_aval(x) -> ShapedArray:

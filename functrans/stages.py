@@ -16,4 +16,7 @@ from __future__ import annotations
 
 from functrans._jit import ArgInfo, Compiled, JitWrapped as Wrapped, Lowered, Traced
 
-__all__ = ["ArgInfo", "Compiled", "Lowered", "Traced", "Wrapped"]
+__all__ = ["ArgInfo", "Compiled", "CompilerOptions", "Lowered", "Traced", "Wrapped"]
+
+# the type of jit's compiler_options: option name -> value
+CompilerOptions = dict[str, str | bool]

@@ -13,7 +13,7 @@ import numpy as np
 from functrans import _dtypes, tree_util
 from functrans._config import config
 from functrans._api import jvp, vjp
-from functrans._array import Array
+from functrans._array import Array, is_concrete_array
 
 __all__ = ["check_grads", "check_jvp", "check_vjp", "numerical_jvp", "x64"]
 
@@ -48,7 +48,7 @@ def _add_scaled(xs, ts, eps):
         shifted = np.asarray(xv + eps * _as_np(t), dtype=xv.dtype)
         # the shifted point keeps the argument's type: f(np_array[i]) may fail where
         # f(Array[i]) works (a NumPy array cannot be indexed by a tracer, e.g. inside vmap)
-        out.append(Array(shifted, weak_type=x.weak_type) if isinstance(x, Array) else shifted)
+        out.append(Array(shifted, weak_type=x.weak_type) if is_concrete_array(x) else shifted)
     return out
 
 

@@ -173,9 +173,18 @@ KeyEntry = TypeVar("KeyEntry", bound=Any)
 KeyPath = tuple[KeyEntry, ...]
 
 
-def keystr(keys) -> str:
-    """Render a key path, e.g. ``['params'][0].w``."""
-    return "".join(str(k) for k in keys)
+def _simple_key(k) -> str:
+    for field in ("key", "idx", "name"):
+        if hasattr(k, field) and type(k) in (DictKey, SequenceKey, GetAttrKey,
+                                              FlattenedIndexKey):
+            return str(getattr(k, field))
+    return str(k)
+
+
+def keystr(keys, *, simple: bool = False, separator: str = "") -> str:
+    """Render a key path, e.g. ``['params'][0].w``; ``simple``: each key bare
+    (``params``, ``0``, ``w``), joined with ``separator`` (e.g. ``"/"``)."""
+    return separator.join(_simple_key(k) if simple else str(k) for k in keys)
 
 
 def _argument_paths(fun, args, kwargs) -> list[str]:
@@ -321,8 +330,8 @@ def _hashable(aux):
 _LEAF = PyTreeDef("leaf", None, ())
 
 
-def _flatten(x, leaves, is_leaf, with_path=None, path=()):
-    if is_leaf is not None and is_leaf(x):
+def _flatten(x, leaves, is_leaf, with_path=None, path=(), leaf_takes_path=False):
+    if is_leaf is not None and (is_leaf(path, x) if leaf_takes_path else is_leaf(x)):
         leaves.append((path, x) if with_path else x)
         return _LEAF
     builtin = _builtin_node(x)
@@ -342,7 +351,8 @@ def _flatten(x, leaves, is_leaf, with_path=None, path=()):
             keys = [FlattenedIndexKey(i) for i in range(len(children))]
         kind, aux = "custom", (type(x), aux_data)
     child_defs = tuple(
-        _flatten(c, leaves, is_leaf, with_path, path + (k,)) for c, k in zip(children, keys))
+        _flatten(c, leaves, is_leaf, with_path, path + (k,), leaf_takes_path)
+        for c, k in zip(children, keys))
     return PyTreeDef(kind, aux, child_defs)
 
 
@@ -398,15 +408,17 @@ def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None):
     return leaves, treedef
 
 
-def tree_flatten_with_path(tree, is_leaf=None):
-    """Flatten to ``([(key_path, leaf), ...], treedef)``."""
+def tree_flatten_with_path(tree, is_leaf=None, is_leaf_takes_path: bool = False):
+    """Flatten to ``([(key_path, leaf), ...], treedef)``. ``is_leaf_takes_path``: ``is_leaf``
+    is called as ``is_leaf(key_path, x)``."""
     leaves: list = []
-    treedef = _flatten(tree, leaves, is_leaf, with_path=True)
+    treedef = _flatten(tree, leaves, is_leaf, with_path=True,
+                       leaf_takes_path=is_leaf_takes_path)
     return leaves, treedef
 
 
-def tree_leaves_with_path(tree, is_leaf=None):
-    return tree_flatten_with_path(tree, is_leaf)[0]
+def tree_leaves_with_path(tree, is_leaf=None, is_leaf_takes_path: bool = False):
+    return tree_flatten_with_path(tree, is_leaf, is_leaf_takes_path)[0]
 
 
 def _build(treedef: PyTreeDef, it):
@@ -531,8 +543,9 @@ def tree_map(f: Callable, tree, *rest, is_leaf=None):
     return treedef.unflatten(f(*xs) for xs in zip(*all_leaves_))
 
 
-def tree_map_with_path(f: Callable, tree, *rest, is_leaf=None):
-    keyed, treedef = tree_flatten_with_path(tree, is_leaf)
+def tree_map_with_path(f: Callable, tree, *rest, is_leaf=None,
+                       is_leaf_takes_path: bool = False):
+    keyed, treedef = tree_flatten_with_path(tree, is_leaf, is_leaf_takes_path)
     rest_leaves = [_flatten_up_to(treedef, r) for r in rest]
     return treedef.unflatten(
         f(path, leaf, *others) for (path, leaf), *others in zip(keyed, *rest_leaves))

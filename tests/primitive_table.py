@@ -1388,6 +1388,11 @@ EXCLUDED = {
     "custom_vmap_call": _CALL + " (test_custom_batching.py)",
     "pure_callback": _CALL + ": a host callback, never native (test_callbacks.py)",
     "debug_callback": _CALL + ": a host callback with effects (test_debug.py)",
+    "io_callback": _CALL + ": a host callback with effects (test_as_jax.py)",
+    "check": "checkify's check: no outputs, raises when it fails; tested through checkify "
+             "(test_as_jax.py)",
+    "pvary": "lax.pcast(to='varying'): the identity on values, a type annotation of "
+             "shard_map; tested there (test_as_jax.py)",
     "shard_map": _CALL + " (test_shard_map.py)",
     "sharding_constraint": "a placement annotation, the identity on values; tested with "
                            "sharding propagation (test_sharding_propagation.py)",

@@ -238,7 +238,8 @@ HOST_OPS = [
     ("device_put", functrans.device_put),
     ("h + Array", lambda h: h + jnp.ones(3)),
     ("Array + h", lambda h: jnp.ones(3) + h),
-    ("jnp.reshape", lambda h: jnp.reshape(h, (3, 1))),
+    # (jnp.reshape of a NumPy array is NumPy's reshape, a view, as in JAX 0.10.2: not here)
+    ("jnp.reshape of an Array", lambda h: jnp.reshape(jnp.asarray(h), (3, 1))),
     ("jnp.where", lambda h: jnp.where(True, h, 0.0)),
     ("lax.sin", lax.sin),
     ("lax.reshape", lambda h: lax.reshape(h, (3, 1))),

@@ -1121,9 +1121,9 @@ def test_errors_are_clear():
     with pytest.raises(ValueError, match="axis"):
         jnp.sum(np.ones(3), axis=1)
     with pytest.raises(TypeError, match="reshape"):
-        jnp.reshape(np.ones(6), (4, -1))
+        jnp.reshape(jnp.ones(6), (4, -1))
     with pytest.raises(TypeError, match="reshape"):
-        jnp.reshape(np.ones(6), (4,))
+        jnp.reshape(jnp.ones(6), (4,))
     with pytest.raises(TypeError, match="subtract"):
         jnp.subtract(np.ones(2, bool), np.ones(2, bool))
 

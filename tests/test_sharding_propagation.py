@@ -389,7 +389,8 @@ def test_reshard_keeps_the_common_major_axes(mesh22):
     x = _rand((8, 4), 5)
     moved = functrans.jit(lambda a: a, out_shardings=NamedSharding(mesh22, P("data")))(
         functrans.device_put(x, NamedSharding(mesh22, P(("data", "model")))))
-    assert moved.sharding.spec == P("data", None)
+    # the result reports the out_shardings as given, as JAX's do
+    assert moved.sharding.spec == P("data")
     np.testing.assert_array_equal(np.asarray(moved), x)
 
 

@@ -11,7 +11,7 @@ handles a primitive on every target, and the lookup the coverage table uses.
 from __future__ import annotations
 
 from functrans import lax
-from functrans._callbacks import pure_callback_p
+from functrans._callbacks import io_callback_p, pure_callback_p
 from functrans._custom_derivatives import custom_lin_p
 from functrans._remat import remat_linear_p
 from functrans.backends.compiler import decompose, fusion
@@ -19,7 +19,8 @@ from functrans.debug import debug_callback_p
 from functrans.interpreters import inline
 from functrans.ops import first_order_only_p
 from functrans.primitives import linalg
-from functrans.primitives.collectives import CollectivePrimitive
+from functrans.primitives.checks import check_p
+from functrans.primitives.collectives import CollectivePrimitive, pvary_p
 from functrans.primitives.reductions import cumulative_tangent_p
 from functrans.primitives.special import random_gamma_grad_p
 from functrans.sharding._constraints import sharding_constraint_p
@@ -47,6 +48,10 @@ SHARED_HOST = {
     lax.rng_uniform_p: "draws from the host's generator (stateful, as in XLA)",
     pure_callback_p: _CALL + ": a Python function",
     debug_callback_p: _CALL + ": a Python function with effects",
+    io_callback_p: _CALL + ": a Python function with effects",
+    check_p: "checkify's check: raises when a compiled program reaches a failing check "
+             "(checkify itself takes it out of the program)",
+    pvary_p: "pcast(to='varying'): a type annotation of shard_map, the identity on values",
     shard_map_p: _CALL + ": a per-shard region",
     sharding_constraint_p: "a placement annotation, the identity on values",
     custom_lin_p: "a linearization placeholder that transposition replaces; a program "

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from functrans import _array, core
-from functrans._array import Array
+from functrans._array import Array, is_concrete_array
 from functrans._devices import Device
 from functrans.backends.cuda.runtime import cupy_module
 from functrans.backends.cuda.scalar_ops import BFLOAT16, storage_dtype
@@ -40,7 +40,7 @@ class GpuDevice(Device):
         """``device_put(leaf, this_gpu)``."""
         if isinstance(leaf, GpuArray) and leaf.device == self:
             return leaf
-        if isinstance(leaf, Array):
+        if is_concrete_array(leaf):
             host, weak = leaf._value, leaf.weak_type
         else:
             aval = core.get_aval(leaf)

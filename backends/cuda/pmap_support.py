@@ -47,7 +47,7 @@ import threading
 import numpy as np
 
 from functrans import core, distributed
-from functrans._array import Array
+from functrans._array import is_concrete_array
 from functrans.backends.cuda.nccl import NCCL_TYPE_NAMES
 from functrans.backends.cuda.scalar_ops import storage_dtype
 
@@ -295,7 +295,7 @@ class GpuPlacement:
                 return x
             # on another GPU: through the host, simple and always right
             return self._upload(member, x._value, x.weak_type)
-        if isinstance(x, Array):
+        if is_concrete_array(x):
             return self._upload(member, x._value, x.weak_type)
         if not isinstance(x, np.ndarray):
             x = core.to_numpy(x, aval)
@@ -310,7 +310,7 @@ class GpuPlacement:
         return self._wrap(member, buffer, host.dtype, weak_type)
 
     def to_host(self, member: int, x) -> np.ndarray:
-        if isinstance(x, Array):
+        if is_concrete_array(x):
             with self._on(member):
                 return x._value
         return np.asarray(x)
@@ -330,7 +330,7 @@ class GpuPlacement:
         return x
 
     def collective_result(self, member: int, x, aval):
-        if isinstance(x, np.ndarray) or not isinstance(x, Array):  # axis_index: host int32
+        if isinstance(x, np.ndarray) or not is_concrete_array(x):  # axis_index: host int32
             return np.asarray(x, dtype=aval.dtype)
         return x
 

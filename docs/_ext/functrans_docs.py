@@ -404,8 +404,20 @@ def generate(app) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+_BUILTIN_DOCSTRINGS = {(t.__doc__ or "").strip() for t in (dict, set, frozenset, list, tuple, type)}
+
+
+def _drop_builtin_docstrings(app, what, name, obj, options, lines):
+    """A module-level table (a dict, a set) or an alias of a builtin type
+    (``stages.CompilerOptions = dict[str, ...]``) has no docstring of its own: autodoc would
+    show the builtin type's, which is about ``dict`` or ``set``, not the name."""
+    if lines and "\n".join(lines).strip() in _BUILTIN_DOCSTRINGS:
+        lines.clear()
+
+
 def setup(app):
     # the sharding pictures need a mesh of 8 CPU devices
     os.environ.setdefault("FUNCTRANS_CPU_DEVICES", "8")
     app.connect("builder-inited", generate)
+    app.connect("autodoc-process-docstring", _drop_builtin_docstrings)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -283,6 +283,7 @@ class SymbolicShapedArray(ShapedArray):
         self.shape = tuple(d if is_symbolic_dim(d) else int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self.weak_type = bool(weak_type)
+        self._sharding = None
 
     size = property(lambda self: int(np.prod([int(d) for d in self.shape], dtype=np.int64)))
 

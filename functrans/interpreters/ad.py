@@ -444,3 +444,40 @@ def jvp_jaxpr(closed: core.ClosedJaxpr, nonzeros: Sequence[bool], instantiate: S
 
     jaxpr, consts = trace_to_jaxpr_dynamic(fun, list(in_avals) + tangent_avals)
     return core.ClosedJaxpr(jaxpr, consts), out_nonzeros_cell
+
+
+# =============================================================================================
+# JAX's rule tables, as views of the rules each primitive holds
+# =============================================================================================
+
+
+class _RuleTable:
+    """``table[primitive] = rule`` sets ``primitive.<field>`` (rules live on the primitive;
+    this is JAX's spelling of the same registration, as in ``ad.primitive_jvps``)."""
+
+    def __init__(self, field: str):
+        self._field = field
+
+    def __setitem__(self, primitive, rule):
+        setattr(primitive, self._field, rule)
+
+    def __getitem__(self, primitive):
+        rule = getattr(primitive, self._field, None)
+        if rule is None:
+            raise KeyError(primitive)
+        return rule
+
+    def __delitem__(self, primitive):
+        setattr(primitive, self._field, None)
+
+    def __contains__(self, primitive):
+        return getattr(primitive, self._field, None) is not None
+
+    def get(self, primitive, default=None):
+        rule = getattr(primitive, self._field, None)
+        return default if rule is None else rule
+
+
+primitive_jvps = _RuleTable("jvp")
+primitive_transposes = _RuleTable("transpose")
+Zero.from_primal_value = Zero.from_value

@@ -254,3 +254,51 @@ def batch_jaxpr(closed, axis_size: int, in_dims: Sequence, out_dims_instantiate:
 
     jaxpr, consts = trace_to_jaxpr_dynamic(fun, in_avals)
     return core.ClosedJaxpr(jaxpr, consts), out_dims_cell
+
+
+# =============================================================================================
+# JAX's rule tables, as views of the rule each primitive holds
+# =============================================================================================
+
+
+class _BatchRuleTable:
+    """``table[primitive] = rule`` sets the primitive's batching rule, adapting JAX's three
+    calling conventions: ``primitive_batchers`` rules take ``(args, dims, **params)``;
+    ``axis_primitive_batchers`` rules ``(axis_size, axis_name, trace_type, args, dims,
+    **params)``; ``fancy_primitive_batchers`` rules ``(axis_data, args, dims, **params)``."""
+
+    def __init__(self, convention: str):
+        self._convention = convention
+
+    def __setitem__(self, primitive, rule):
+        if self._convention == "plain":
+            primitive.batch = rule
+            primitive.batch_needs_axis = False
+            return
+        if self._convention == "axis":
+            def batch(vals, dims, *, axis_data, **params):
+                return rule(axis_data.size, axis_data.name, None, vals, dims, **params)
+        else:
+            def batch(vals, dims, *, axis_data, **params):
+                return rule(axis_data, vals, dims, **params)
+        batch.jax_rule = rule
+        primitive.batch = batch
+        primitive.batch_needs_axis = True
+
+    def __getitem__(self, primitive):
+        rule = primitive.batch
+        if rule is None:
+            raise KeyError(primitive)
+        return getattr(rule, "jax_rule", rule)
+
+    def __delitem__(self, primitive):
+        primitive.batch = None
+        primitive.batch_needs_axis = False
+
+    def __contains__(self, primitive):
+        return primitive.batch is not None
+
+
+primitive_batchers = _BatchRuleTable("plain")
+axis_primitive_batchers = _BatchRuleTable("axis")
+fancy_primitive_batchers = _BatchRuleTable("fancy")

@@ -326,3 +326,16 @@ def partial_eval_jaxpr(closed: ClosedJaxpr, unknowns: Sequence[bool], instantiat
                           jaxpr_unknown.outvars, jaxpr_unknown.eqns)
     return (ClosedJaxpr(jaxpr_known, consts_known), ClosedJaxpr(jaxpr_unknown, []),
             cell["out_unknowns"], cell["num_res"])
+
+
+def trace_to_jaxpr_nounits(fun, pvals: Sequence[PartialVal], instantiate: bool = False):
+    """JAX's spelling of :func:`trace_to_jaxpr_partial`, for a ``linear_util.WrappedFun``
+    (or a plain function, flat in and out): returns ``(jaxpr, out_pvals, residuals)`` where
+    each output's partial value is JAX's pair, ``(None, value)`` when known and
+    ``(aval, None)`` when unknown. ``instantiate`` stages every output."""
+    call = getattr(fun, "call_wrapped", fun)
+    jaxpr, pvals_out, residuals = trace_to_jaxpr_partial(
+        lambda *args: list(call(*args)), pvals,
+        instantiate_from=0 if instantiate is True else (1 << 62))
+    out = [(None, pv.const) if pv.is_known() else (pv.aval, None) for pv in pvals_out]
+    return jaxpr, out, residuals

@@ -379,7 +379,7 @@ def _softmax_of(x, axes, mask):
     shape = get_aval(x).shape
     # the shift cancels in the ratio, so it needs no derivative
     shift = lax.stop_gradient(_keep(_masked_max(x, axes, mask), shape, axes))
-    shift = _where(lax.is_finite(shift), shift, _full_like(shift, 0))
+    shift = _where(jnp.isfinite(shift), shift, _full_like(shift, 0))
     unnormalized = lax.exp(ew.sub(x, shift))
     if mask is not None:
         unnormalized = _where(mask, unnormalized, _full_like(unnormalized, 0))
@@ -415,7 +415,7 @@ def log_softmax(x, axis=-1, where=None):
     axes = _axes(axis, len(shape))
     mask = _mask(where, shape)
     shift = lax.stop_gradient(_keep(_masked_max(x, axes, mask), shape, axes))
-    shift = _where(lax.is_finite(shift), shift, _full_like(shift, 0))
+    shift = _where(jnp.isfinite(shift), shift, _full_like(shift, 0))
     shifted = ew.sub(x, shift)
     log_total = lax.log(_masked_sum(lax.exp(shifted), axes, mask))
     out = ew.sub(shifted, _keep(log_total, shape, axes))
@@ -444,7 +444,7 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
     mask = _mask(where, shape)
     peak = _masked_max(a, axes, mask)
     # an all -inf (or empty) slice would give inf - inf: shift by 0 there
-    peak = lax.stop_gradient(_where(lax.is_finite(peak), peak, _full_like(peak, 0)))
+    peak = lax.stop_gradient(_where(jnp.isfinite(peak), peak, _full_like(peak, 0)))
     terms = lax.exp(ew.sub(a, _keep(peak, shape, axes)))
     if b is not None:
         terms = ew.mul(terms, b)

@@ -13,6 +13,7 @@ convolution kernel ``(h, w, in, out)``, ``fan_in = h * w * in``.
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import numpy as np
 
@@ -20,6 +21,15 @@ from functrans import _dtypes, lax
 from functrans.primitives import elementwise as ew
 from functrans import random as _random
 import functrans.numpy as jnp
+
+
+
+class Initializer(Protocol):
+    """What every initializer here is: ``init(key, shape, dtype=None) -> Array``."""
+
+    def __call__(self, key, shape, dtype=None, out_sharding=None):
+        ...
+
 
 __all__ = [
     "zeros", "ones", "constant", "uniform", "normal", "truncated_normal", "variance_scaling",
@@ -154,12 +164,14 @@ def variance_scaling(scale, mode: str, distribution: str, in_axis=-2, out_axis=-
     def init(key, shape, dtype=dtype):
         shape = _shape(shape)
         dtype = _dtype(dtype)
-        if not _dtypes.is_float(dtype):
-            raise NotImplementedError(f"variance_scaling for dtype {dtype}: only real floats")
+        if not _dtypes.is_inexact(dtype):
+            raise ValueError(f"variance_scaling: dtype must be floating or complex, got {dtype}")
         fan_in, fan_out = _fans(shape, in_axis, out_axis, batch_axis)
         denominator = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2,
                        "fan_geo_avg": math.sqrt(fan_in * fan_out)}[mode]
         variance = scale / denominator
+        if _dtypes.is_complex(dtype):
+            return _complex_variance_scaling(key, shape, dtype, distribution, variance)
         if distribution == "truncated_normal":
             sample = _random.truncated_normal(key, -2.0, 2.0, shape, dtype)
             factor = math.sqrt(variance) / _TRUNCATED_STDDEV
@@ -171,6 +183,30 @@ def variance_scaling(scale, mode: str, distribution: str, in_axis=-2, out_axis=-
             factor = math.sqrt(3 * variance)
         return ew.mul(sample, lax.full(shape, factor, dtype))
     return init
+
+
+# JAX's scale for complex truncated normals (applied to the square root of the variance)
+_COMPLEX_TRUNCATED_SCALE = 0.95311164380491208
+
+
+def _complex_variance_scaling(key, shape, dtype, distribution, variance):
+    """Complex samples of the given variance: a normal's real and imaginary parts each carry
+    half of it; "uniform" is uniform on a disk and "truncated_normal" a normal whose
+    modulus is cut at 2 (before rescaling), both drawn as a radius and an angle."""
+    if distribution == "normal":
+        sample, factor = _random.normal(key, shape, dtype), math.sqrt(variance)
+    else:
+        real = _dtypes.finfo(dtype).dtype
+        radius_key, angle_key = _random.split(key)
+        u = _random.uniform(radius_key, shape, real)
+        if distribution == "uniform":
+            radius, factor = jnp.sqrt(2 * u), math.sqrt(variance)
+        else:  # the modulus of a unit-variance complex normal has P(r > t) = exp(-t^2)
+            radius = jnp.sqrt(-jnp.log1p(-u * (1 - math.exp(-4.0))))
+            factor = math.sqrt(variance) * _COMPLEX_TRUNCATED_SCALE
+        angle = _random.uniform(angle_key, shape, real, 0.0, 2 * math.pi)
+        sample = (radius * jnp.exp(1j * angle)).astype(dtype)
+    return ew.mul(sample, lax.full(shape, factor, dtype))
 
 
 def glorot_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None):
@@ -271,3 +307,4 @@ def delta_orthogonal(scale=1.0, column_axis=-1, dtype=None):
 
 
 __all__.append("delta_orthogonal")
+__all__.append("Initializer")

@@ -87,6 +87,22 @@ from functrans.numpy._ufunc_objects import frompyfunc, ufunc  # noqa: F401
 from functrans.numpy._window_functions import (  # noqa: F401
     bartlett, blackman, hamming, hanning, kaiser)
 
+# jnp.add, jnp.maximum, ... are ufunc objects (jnp.add.reduce, .accumulate, .outer, .at), as
+# in JAX: the fourteen functions JAX makes ufuncs, each calling the function it wraps
+from functrans.numpy._ufunc_objects import builtin_ufuncs as _builtin_ufuncs  # noqa: E402
+globals().update(_builtin_ufuncs())
+del _builtin_ufuncs
+
+# shape functions take typed key arrays, applied to each key word, as JAX's do
+from functrans.numpy import _key_words  # noqa: E402
+for _name, _positions in _key_words.KEY_AWARE.items():
+    if _name in globals() and _positions:
+        globals()[_name] = _key_words.over_key_words(
+            globals()[_name], positions=(0,) if _positions == "seq" else _positions,
+            sequence=_positions == "seq")
+array_equal = _key_words.key_array_equal(array_equal)  # noqa: F405
+del _name, _positions
+
 # the narrow float and int scalar types of ml_dtypes that the installed version has
 globals().update(ml_dtype_scalar_types)
 del ml_dtype_scalar_types

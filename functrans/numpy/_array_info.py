@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import re
 
 import numpy as np
 
@@ -213,29 +214,78 @@ def apply_over_axes(func, a, axes):
     return a
 
 
+_SIGNATURE_DIMS = re.compile(r"\(([^()]*)\)")
+
+
+def _parse_gufunc_signature(signature: str):
+    """``"(m,n),(n)->(m)"`` -> ([("m", "n"), ("n",)], [("m",)])."""
+    compact = signature.replace(" ", "")
+    if compact.count("->") != 1:
+        raise ValueError(f"not a valid gufunc signature: {signature!r}")
+    ins, outs = compact.split("->")
+
+    def groups(text):
+        found = _SIGNATURE_DIMS.findall(text)
+        if ",".join(f"({g})" for g in found) != text:
+            raise ValueError(f"not a valid gufunc signature: {signature!r}")
+        return [tuple(d for d in g.split(",") if d) for g in found]
+
+    return groups(ins), groups(outs)
+
+
 class vectorize:  # noqa: N801 - NumPy's name
-    """Turn a function of scalars into one that broadcasts over arrays (with ``vmap``).
+    """Turn a function of scalars (or of core arrays, with ``signature``) into one that
+    broadcasts over the leading dimensions of its arguments, with ``vmap``.
 
         >>> vectorize(lambda a, b: a + 2 * b)(arange(3), 1)
         Array([2, 3, 4], dtype=int32)
+        >>> vectorize(lambda a, b: (a * b).sum(), signature="(n),(n)->()")(ones((2, 3)), ones(3))
+        Array([3., 3.], dtype=float32)
 
-    ``excluded`` names positional indices or keywords passed through unchanged. Generalized
-    ``signature=`` strings are not supported.
+    ``excluded`` names positional indices or keywords passed through unchanged.
+    ``signature`` is a NumPy generalized-ufunc signature: each argument's trailing core
+    dimensions (named, so equal names must have equal sizes) are passed to ``pyfunc`` whole,
+    and the leading dimensions are broadcast together and mapped over.
     """
 
     def __init__(self, pyfunc, *, excluded=frozenset(), signature=None):
-        if signature is not None:
-            raise NotImplementedError("vectorize: signature= is not supported")
         self.pyfunc = pyfunc
         self.excluded = set(excluded)
+        self.signature = signature
+        self._core = None if signature is None else _parse_gufunc_signature(signature)
         functools.update_wrapper(self, pyfunc)
 
     def __call__(self, *args, **kwargs):
         mapped = [i for i in range(len(args)) if i not in self.excluded]
         static = {k: v for k, v in kwargs.items() if k in self.excluded}
         kw_mapped = [k for k in kwargs if k not in self.excluded]
-        arrays = broadcast_arrays(*([args[i] for i in mapped] + [kwargs[k] for k in kw_mapped]))
+        arrays = [asarray(a) for a in [args[i] for i in mapped] + [kwargs[k] for k in kw_mapped]]
         n_pos = len(mapped)
+        if self._core is None:
+            in_core = [()] * len(arrays)
+        else:
+            in_core = self._core[0]
+            if len(in_core) != len(arrays):
+                raise TypeError(f"wrong number of positional arguments: expected "
+                                f"{len(in_core)} for signature {self.signature!r}, got "
+                                f"{len(arrays)}")
+        sizes: dict[str, int] = {}
+        loop_shapes = []
+        for arr, dims in zip(arrays, in_core):
+            shape = get_aval(arr).shape
+            if len(shape) < len(dims):
+                raise ValueError(f"input with shape {shape} does not have enough dimensions "
+                                 f"for the core dimensions {dims} of signature "
+                                 f"{self.signature!r}")
+            core_shape = shape[len(shape) - len(dims):]
+            for name, size in zip(dims, core_shape):
+                if sizes.setdefault(name, size) != size:
+                    raise ValueError(f"inconsistent size for core dimension {name!r}: "
+                                     f"{sizes[name]} vs {size}")
+            loop_shapes.append(shape[:len(shape) - len(dims)])
+        loop_shape = np.broadcast_shapes(*loop_shapes) if loop_shapes else ()
+        arrays = [broadcast_to(arr, loop_shape + get_aval(arr).shape[len(ls):])
+                  for arr, ls in zip(arrays, loop_shapes)]
 
         def call(*leaves):
             full = list(args)
@@ -243,12 +293,24 @@ class vectorize:  # noqa: N801 - NumPy's name
                 full[i] = leaf
             kw = dict(static)
             kw.update(zip(kw_mapped, leaves[n_pos:]))
-            return self.pyfunc(*full, **kw)
+            out = self.pyfunc(*full, **kw)
+            if self._core is not None:
+                out_core = self._core[1]
+                outs = out if len(out_core) != 1 else (out,)
+                if len(out_core) != 1 and (not isinstance(out, tuple) or len(out) != len(out_core)):
+                    raise ValueError(f"wrong number of outputs from the function: expected "
+                                     f"{len(out_core)} for signature {self.signature!r}")
+                for value, dims in zip(outs, out_core):
+                    if get_aval(value).ndim != len(dims):
+                        raise ValueError(f"output has shape {get_aval(value).shape}, which "
+                                         f"does not match the core dimensions {dims} of "
+                                         f"signature {self.signature!r}")
+            return out
 
         if not arrays:
             return self.pyfunc(*args, **kwargs)
         fn = call
-        for _ in range(get_aval(arrays[0]).ndim):
+        for _ in range(len(loop_shape)):
             fn = vmap(fn)
         return fn(*arrays)
 

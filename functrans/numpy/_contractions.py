@@ -5,6 +5,8 @@ greedily picking the pair whose result is smallest.
 from __future__ import annotations
 
 import builtins
+import functools
+import operator
 import string
 
 import numpy as np
@@ -23,6 +25,18 @@ from functrans.numpy._creation import asarray
 from functrans.numpy._ufuncs import conj
 
 
+def _takes_out_sharding(fn):
+    """Add JAX's ``out_sharding=`` keyword: the result is split as it says."""
+    @functools.wraps(fn)
+    def wrapped(*args, out_sharding=None, **kwargs):
+        out = fn(*args, **kwargs)
+        if out_sharding is None:
+            return out
+        from functrans.sharding._constraints import with_sharding_constraint
+        return with_sharding_constraint(out, out_sharding)
+    return wrapped
+
+
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     """``lax.dot_general`` on promoted operands; booleans are contracted as integers and
     the result turned back into booleans (any true product)."""
@@ -39,6 +53,7 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
                                  preferred_element_type=preferred_element_type)
 
 
+@_takes_out_sharding
 def matmul(a, b, *, precision=None, preferred_element_type=None):
     """Matrix product with NumPy's ``@`` rules: 1-D operands are promoted to matrices and
     the added axis removed; leading (batch) axes broadcast.
@@ -127,6 +142,7 @@ def _matmul_dimensions(a, b, a_shape, b_shape):
     return a, b, dims, perm, batch
 
 
+@_takes_out_sharding
 def dot(a, b, *, precision=None, preferred_element_type=None):
     """NumPy's ``dot``: a sum product over the last axis of ``a`` and the second-to-last of
     ``b`` (the only axis of a 1-D ``b``); scalars multiply.
@@ -346,6 +362,36 @@ def _sum_labels(x, labels, drop):
     return lax_reductions.reduce_sum(x, axes), [l for l in labels if l not in drop]
 
 
+def _sublists_to_subscripts(first, rest):
+    """NumPy's other einsum form, ``einsum(a, [0, 1], b, [1, 2], [0, 2])``: operands each
+    followed by a list of integer labels (``...`` allowed), then optionally the output's."""
+    args = (first, *rest)
+    output = None
+    if len(args) % 2:  # an odd count: the last item is the output sublist
+        output, args = args[-1], args[:-1]
+    operands, sublists = list(args[0::2]), list(args[1::2])
+    letters = string.ascii_letters
+
+    def term(sublist):
+        parts = []
+        for label in sublist:
+            if label is Ellipsis:
+                parts.append("...")
+            else:
+                label = operator.index(label)
+                if not 0 <= label < len(letters):
+                    raise ValueError(f"einsum: subscript labels must be in [0, {len(letters)}), "
+                                     f"got {label}")
+                parts.append(letters[label])
+        return "".join(parts)
+
+    subscripts = ",".join(term(s) for s in sublists)
+    if output is not None:
+        subscripts += "->" + term(output)
+    return subscripts, operands
+
+
+@_takes_out_sharding
 def einsum(subscripts, /, *operands, out=None, optimize="greedy", precision=None,
            preferred_element_type=None, _dot_general=None):
     """Einstein summation: ``einsum("ij,jk->ik", a, b)`` is a matrix product.
@@ -360,7 +406,7 @@ def einsum(subscripts, /, *operands, out=None, optimize="greedy", precision=None
     if out is not None:
         raise ValueError("einsum: the `out` argument is not supported")
     if not isinstance(subscripts, str):
-        raise NotImplementedError("einsum: only the subscripts-string form is supported")
+        subscripts, operands = _sublists_to_subscripts(subscripts, operands)
     check_arraylike("einsum", *operands)
     operands = promote_dtypes(*operands)
     labels, out_labels = _parse_einsum(subscripts, [get_aval(o).shape for o in operands])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from functrans import _dtypes, core
-from functrans._array import Array, host_to_array
+from functrans._array import Array, host_to_array, is_concrete_array
 from functrans.core import ConcretizationTypeError, Tracer, canonicalize_shape, get_aval
 from functrans.numpy._promotion import (_static_int, broadcast_shapes, broadcast_to_shape,
                                         canonicalize_axis, concrete_value, has_lax_fn,
@@ -37,7 +37,7 @@ def asarray(a, dtype=None, order=None, copy=None):
     dtype = _canonical(dtype, "asarray")
     if a is None:
         raise ValueError("None is not a valid value for jnp.array")
-    if isinstance(a, (Array, Tracer)):
+    if is_concrete_array(a) or isinstance(a, Tracer):
         return a if dtype is None else elementwise.convert_element_type(a, dtype, False)
     if _dtypes.is_python_scalar(a):
         if dtype is None:
@@ -74,7 +74,7 @@ def _sequence_to_array(a, dtype):
     for x in leaves:
         if type(x) is int:
             _dtypes.check_python_int(x, dtype)
-    if any(isinstance(x, Array) for x in leaves):
+    if any(is_concrete_array(x) for x in leaves):
         a = _to_nested_numpy(a)
     try:
         value = np.array(a, dtype=dtype)
@@ -116,7 +116,7 @@ def _to_nested_numpy(a):
 def array(object, dtype=None, copy=True, order=None, ndmin=0):  # noqa: A002
     """Create an Array (as ``jnp.array``)."""
     out = asarray(object, _canonical(dtype, "array"))
-    if isinstance(out, Array) and copy and out is object:
+    if is_concrete_array(out) and copy and out is object:
         out = out.copy()
     if ndmin > out.ndim:
         out = structural.reshape(out, (1,) * (ndmin - out.ndim) + tuple(out.shape))
@@ -168,6 +168,11 @@ def _like(a, dtype, shape, fname: str):
     Python int out of its dtype's range is no error here, as in JAX)."""
     if _dtypes.is_python_scalar(a):
         a_shape, (a_dtype, a_weak) = (), _dtypes.dtype_and_weak(a)
+    elif not isinstance(a, (Array, Tracer, np.ndarray, np.generic)) and \
+            hasattr(a, "shape") and hasattr(a, "dtype"):
+        # anything with a shape and a dtype (a ShapeDtypeStruct, an abstract value)
+        a_shape, a_dtype = canonicalize_shape(a.shape), _canonical(a.dtype, fname)
+        a_weak = bool(getattr(a, "weak_type", False))
     else:
         aval = get_aval(a if isinstance(a, (Array, Tracer, np.ndarray, np.generic)) else asarray(a))
         a_shape, a_dtype, a_weak = aval.shape, aval.dtype, aval.weak_type
@@ -175,22 +180,22 @@ def _like(a, dtype, shape, fname: str):
             _canonical(dtype, fname) or a_dtype, a_weak and dtype is None)
 
 
-def zeros_like(a, dtype=None, shape=None):
+def zeros_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
     shape, dtype, weak = _like(a, dtype, shape, "zeros_like")
     return structural.full(shape, 0, dtype, weak_type=weak)
 
 
-def ones_like(a, dtype=None, shape=None):
+def ones_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
     shape, dtype, weak = _like(a, dtype, shape, "ones_like")
     return structural.full(shape, 1, dtype, weak_type=weak)
 
 
-def full_like(a, fill_value, dtype=None, shape=None):
+def full_like(a, fill_value, dtype=None, shape=None, *, device=None, out_sharding=None):
     shape, dtype, weak = _like(a, dtype, shape, "full_like")
     return structural.full(shape, fill_value, dtype, weak_type=weak)
 
 
-def empty_like(a, dtype=None, shape=None):
+def empty_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
     return zeros_like(a, dtype, shape)
 
 

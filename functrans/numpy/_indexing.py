@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from functrans import _dtypes
-from functrans._array import Array
+from functrans._array import Array, is_concrete_array
 from functrans.core import Tracer, get_aval
 from functrans.errors import NonConcreteBooleanIndexError
 from functrans.numpy._promotion import broadcast_to_shape, to_array
@@ -63,7 +63,7 @@ def _concrete(x):
     if isinstance(x, Tracer):
         value = x.to_concrete_value()
         return None if value is None else np.asarray(value)
-    if isinstance(x, Array):
+    if is_concrete_array(x):
         return x.to_numpy()
     if isinstance(x, (np.ndarray, np.generic)):
         return np.asarray(x)

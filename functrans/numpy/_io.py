@@ -105,8 +105,8 @@ def array_repr(arr, max_line_width=None, precision=None, suppress_small=None):
         >>> array_repr(jnp.array([1.0, 2.5]), precision=1)
         'Array([1. , 2.5], dtype=float32)'
     """
-    from functrans._array import Array
-    if not isinstance(arr, Array):
+    from functrans._array import Array, is_concrete_array
+    if not is_concrete_array(arr):
         return np.array_repr(np.asarray(arr), max_line_width, precision, suppress_small)
     with np.printoptions(**{k: v for k, v in (("linewidth", max_line_width),
                                                ("precision", precision),

@@ -9,7 +9,7 @@ import numpy as np
 from functrans import _dtypes
 from functrans.core import ConcretizationTypeError, get_aval, Tracer
 from functrans.primitives import elementwise, structural
-from functrans._array import Array, host_to_array
+from functrans._array import Array, host_to_array, is_concrete_array
 
 
 def check_arraylike(fname: str, *args) -> None:
@@ -21,7 +21,8 @@ def check_arraylike(fname: str, *args) -> None:
 
 def is_arraylike(x) -> bool:
     """Whether ``x`` is an array or a scalar (what jnp functions take as an array)."""
-    return isinstance(x, (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
+    return is_concrete_array(x) or \
+        isinstance(x, (Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
         or hasattr(x, "__jax_array__")
 
 
@@ -58,7 +59,7 @@ def broadcast_to_shape(x, shape):
 
 def to_array(x):
     """A Python scalar, NumPy value or list becomes an Array (weak for Python scalars)."""
-    if isinstance(x, (Array, Tracer)):
+    if is_concrete_array(x) or isinstance(x, Tracer):
         return x
     if hasattr(x, "__jax_array__"):
         return to_array(x.__jax_array__())
@@ -178,7 +179,7 @@ def operator_index(value, what: str) -> int:
 def concrete_value(x):
     """The NumPy value of ``x`` when it is known now (an eager Array, a NumPy value, a Python
     scalar, or a tracer whose transform still knows its value); otherwise None."""
-    if isinstance(x, Array):
+    if is_concrete_array(x):
         return x._value
     if isinstance(x, Tracer):
         value = x.to_concrete_value()

@@ -50,18 +50,26 @@ def _resolve_shape(newshape, size, fname="reshape"):
     return tuple(newshape)
 
 
-def reshape(a, newshape=None, order="C", *, shape=None, copy=None):
+def reshape(a, newshape=None, order="C", *, shape=None, copy=None, out_sharding=None):
     """``a`` with a new shape (one entry may be -1); ``order='F'`` reads and writes
     column-major.
 
         >>> reshape(arange(6), (2, -1))
         Array([[0, 1, 2],
                [3, 4, 5]], dtype=int32)
+
+    As in JAX, a NumPy array is reshaped by its own ``reshape`` method, so it stays a NumPy
+    array (``jnp.reshape(uint8_images, ...) / 255.0`` is float64, computed by NumPy).
     """
     if shape is not None:
         newshape = shape
     if newshape is None:
         raise TypeError("reshape: missing the new shape")
+    if out_sharding is None and isinstance(a, (np.ndarray, np.generic)):
+        return a.reshape(newshape, order=order)
+    if out_sharding is not None:
+        from functrans.sharding._constraints import with_sharding_constraint
+        return with_sharding_constraint(reshape(to_array(a), newshape, order), out_sharding)
     a = to_array(a)
     aval = get_aval(a)
     new = _resolve_shape(newshape, aval.size)

@@ -111,8 +111,10 @@ class ufunc:
             raise NotImplementedError(f"out argument of {self}")
         if where is not None:
             raise NotImplementedError(f"where argument of {self}")
-        call = self.__props["call"] or _jnp().vectorize(self._func)
-        return call(*args)
+        call = self.__props["call"]
+        if call is not None:
+            return call(*args)
+        return _jnp().vectorize(self._func)(*args)
 
     def _check_binary(self, method: str):
         if self.nin != 2:

@@ -588,9 +588,15 @@ round_ = round
 # ---- comparisons and logic -------------------------------------------------------------------
 
 
-def _comparison(name, prim_fn):
+def _comparison(name, prim_fn, ordering: bool = False):
     def fn(x, y, /):
-        return prim_fn(*promote_args(name, x, y))
+        x, y = promote_args(name, x, y)
+        if ordering and _dtypes.is_complex(_dtype(x)):
+            # complex numbers order lexicographically: by real part, then by imaginary part
+            real_x, real_y = lax.real(x), lax.real(y)
+            return lax.select(lax.eq(real_x, real_y), prim_fn(lax.imag(x), lax.imag(y)),
+                              prim_fn(real_x, real_y))
+        return prim_fn(x, y)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"Elementwise ``{name}`` of two broadcast arrays, as a boolean array."
     return fn
@@ -598,10 +604,10 @@ def _comparison(name, prim_fn):
 
 equal = _comparison("equal", lax.eq)
 not_equal = _comparison("not_equal", lax.ne)
-less = _comparison("less", lax.lt)
-less_equal = _comparison("less_equal", lax.le)
-greater = _comparison("greater", lax.gt)
-greater_equal = _comparison("greater_equal", lax.ge)
+less = _comparison("less", lax.lt, ordering=True)
+less_equal = _comparison("less_equal", lax.le, ordering=True)
+greater = _comparison("greater", lax.gt, ordering=True)
+greater_equal = _comparison("greater_equal", lax.ge, ordering=True)
 
 
 def _to_bool(x):

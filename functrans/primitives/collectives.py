@@ -942,5 +942,81 @@ def axis_size(axis_name) -> int:
     return _axis_size(axis_name)
 
 
-__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pmax", "pmean", "pmin",
-           "ppermute", "pshuffle", "psum", "psum_scatter"]
+def pswapaxes(x, axis_name, axis: int, *, axis_index_groups=None):
+    """Swap the named (mapped) axis ``axis_name`` with the unmapped axis ``axis`` of ``x``
+    (a pytree of arrays): ``all_to_all(x, axis_name, axis, axis)``. The axis size must equal
+    ``x.shape[axis]``.
+
+        >>> import functrans, functrans.numpy as jnp
+        >>> functrans.vmap(lambda v: functrans.lax.pswapaxes(v, 'i', 0), axis_name='i')(
+        ...     jnp.arange(4.0).reshape(2, 2))
+        Array([[0., 2.],
+               [1., 3.]], dtype=float32)
+    """
+    return tree_util.tree_map(
+        lambda leaf: all_to_all(leaf, axis_name, axis, axis,
+                                axis_index_groups=axis_index_groups), x)
+
+
+
+# =============================================================================================
+# pcast(..., to="varying"): mark a value as varying along named axes
+# =============================================================================================
+
+# The identity on values; what changes is the value's type inside shard_map: it now varies
+# along the names (so a P() output of it must be reduced first), and its cotangent is summed
+# over them (the transpose of "copy to every member" is a psum).
+pvary_p = Primitive("pvary")
+
+
+@pvary_p.def_impl
+def _pvary_impl(x, *, axes):
+    return x
+
+
+@pvary_p.def_abstract_eval
+def _pvary_abstract_eval(x, *, axes):
+    return x
+
+
+def _pvary_transpose(ct, x, *, axes):
+    if isinstance(ct, ad.Zero):
+        return [ct]
+    return [psum(ct, axes)]
+
+
+pvary_p.jvp = lambda primals, tangents, *, axes: (
+    pvary_p.bind(primals[0], axes=axes),
+    tangents[0] if isinstance(tangents[0], ad.Zero) else pvary_p.bind(tangents[0], axes=axes))
+pvary_p.transpose = _pvary_transpose
+pvary_p.batch = lambda vals, dims, *, axes: (pvary_p.bind(vals[0], axes=axes), dims[0])
+
+
+def pcast(x, axis_name, *, to: str):
+    """Change the type of ``x`` (a pytree) along the named axes, as ``jax.lax.pcast``:
+    ``to="varying"`` marks values that are the same on every member as varying along
+    ``axis_name`` (inside ``shard_map``; the values do not change), so they can be
+    combined with varying values where the type system asks for it, and their gradients
+    are summed over the axis. ``"reduced"``/``"unreduced"`` (JAX's explicit-sharding
+    types) are not supported.
+    """
+    if isinstance(axis_name, (set, frozenset)):
+        raise TypeError(f"axis_name={axis_name!r} must be a tuple or a str. Got {axis_name}")
+    axes = _names_tuple(axis_name)
+    if not axes:
+        return x
+    if to not in ("varying", "reduced", "unreduced"):
+        raise ValueError("Got unexpected `to` value. Allowed `to` values are: "
+                         "{'unreduced', 'reduced', 'varying'}")
+    if to != "varying":
+        raise NotImplementedError(f"pcast(to={to!r}): functrans has no reduced/unreduced "
+                                  f"sharding types; only to='varying' is supported")
+    for name in axes:
+        if batching.find_axis_main(name) is None and _staged_axis_size(name) is None and \
+                not _running_axis(name):
+            raise _unbound_axis_error(name, "pcast")
+    return tree_util.tree_map(lambda leaf: pvary_p.bind(_as_operand(leaf), axes=axes), x)
+
+
+__all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "pcast", "pmax", "pmean",
+           "pmin", "ppermute", "pshuffle", "pswapaxes", "psum", "psum_scatter"]

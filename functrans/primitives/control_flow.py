@@ -492,7 +492,12 @@ def _scalar_operand(x, what: str):
     return aval
 
 
-def cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=None):
+# ``operand=None`` is an operand (None, an empty pytree), as in JAX: told apart from "not
+# given" by this marker
+_NO_OPERAND = object()
+
+
+def cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_NO_OPERAND):
     """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``, staged as one
     branch primitive: both functions are traced, only the chosen one runs. Under ``vmap``
     with a batched ``pred`` both run and each example takes its own branch's result.
@@ -506,7 +511,7 @@ def cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=None)
         >>> lax.cond(jnp.array(2.0) > 1, lambda x: x * 10, lambda x: x - 1, jnp.array(3.0))
         Array(30., dtype=float32)
     """
-    if operand is not None:
+    if operand is not _NO_OPERAND:
         if operands:
             raise TypeError("cond: pass the operands positionally or as operand=, not both")
         operands = (operand,)
@@ -521,7 +526,7 @@ def cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=None)
     return _bind_cond(index, (false_fun, true_fun), operands, ("false_fun", "true_fun"))
 
 
-def switch(index, branches: Sequence[Callable], *operands, operand=None):
+def switch(index, branches: Sequence[Callable], *operands, operand=_NO_OPERAND):
     """``branches[index](*operands)``, with ``index`` clamped to ``[0, len(branches) - 1]``.
 
         >>> import functrans.numpy as jnp
@@ -529,7 +534,7 @@ def switch(index, branches: Sequence[Callable], *operands, operand=None):
         >>> lax.switch(1, [lambda x: x + 1, lambda x: x * 2, lambda x: -x], jnp.array(5.0))
         Array(10., dtype=float32)
     """
-    if operand is not None:
+    if operand is not _NO_OPERAND:
         if operands:
             raise TypeError("switch: pass the operands positionally or as operand=, not both")
         operands = (operand,)

@@ -183,7 +183,9 @@ def _gather_rule(operand, indices, *, dimension_numbers, slice_sizes, indices_ar
     name, dn = "gather", dimension_numbers
     _check_indices(name, indices)
     rank = operand.ndim
-    if len(slice_sizes) != rank or any(not 0 <= z <= s for z, s in zip(slice_sizes, operand.shape)):
+    # (with no indices there is nothing to read: the sizes are not checked, as in XLA)
+    if len(slice_sizes) != rank or (indices.size and any(
+            not 0 <= z <= s for z, s in zip(slice_sizes, operand.shape))):
         raise TypeError(f"gather: slice_sizes {tuple(slice_sizes)} do not fit operand "
                         f"{operand.str_short()}")
     _sorted_unique(name, "collapsed_slice_dims", dn.collapsed_slice_dims, rank)

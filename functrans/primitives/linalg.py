@@ -231,7 +231,18 @@ def _check_preferred_not_narrower(dtype, preferred) -> None:
                         f"type of {dtype.name}.")
 
 
-def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+def place_result(out, out_sharding):
+    """``out`` split as ``out_sharding`` (JAX's ``out_sharding=`` argument of products and
+    convolutions), or as it is when that is None."""
+    if out_sharding is None:
+        return out
+    # upward, at call time: sharding constraints are built over the public API
+    from functrans.sharding._constraints import with_sharding_constraint
+    return with_sharding_constraint(out, out_sharding)
+
+
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
+                out_sharding=None):
     """General tensor contraction. ``dimension_numbers`` is
     ``((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))``; the result's axes are
     the batch axes, then lhs's free axes, then rhs's free axes (as in XLA).
@@ -250,12 +261,13 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     lhs, rhs = _operands_of_one_dtype(lhs, rhs)
     if preferred_element_type is not None:
         _check_preferred_not_narrower(get_aval(lhs).dtype, preferred_element_type)
-    return dot_general_p.bind(lhs, rhs, dimension_numbers=dimension_numbers,
-                              precision=_canonical_precision(precision),
-                              preferred_element_type=preferred_element_type)
+    out = dot_general_p.bind(lhs, rhs, dimension_numbers=dimension_numbers,
+                             precision=_canonical_precision(precision),
+                             preferred_element_type=preferred_element_type)
+    return place_result(out, out_sharding)
 
 
-def dot(lhs, rhs, precision=None, preferred_element_type=None):
+def dot(lhs, rhs, precision=None, preferred_element_type=None, out_sharding=None):
     """Vector/matrix product: contracts the last axis of ``lhs`` with the first axis of
     ``rhs`` (both 1-D or 2-D).
 
@@ -268,7 +280,7 @@ def dot(lhs, rhs, precision=None, preferred_element_type=None):
         raise TypeError(f"dot: operands must be 1-D or 2-D, got {get_aval(lhs).str_short()} "
                         f"and {get_aval(rhs).str_short()}")
     return dot_general(lhs, rhs, (((lhs_ndim - 1,), (0,)), ((), ())), precision,
-                       preferred_element_type)
+                       preferred_element_type, out_sharding)
 
 
 def batch_matmul(lhs, rhs, precision=None):
@@ -652,7 +664,8 @@ conv_general_dilated_p.batch = _conv_batch
 
 def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
                          rhs_dilation=None, dimension_numbers=None, feature_group_count=1,
-                         batch_group_count=1, precision=None, preferred_element_type=None):
+                         batch_group_count=1, precision=None, preferred_element_type=None,
+                         out_sharding=None):
     """N-dimensional convolution (cross-correlation, as in XLA) with strides, padding
     (``"SAME"``, ``"VALID"`` or ``(low, high)`` pairs), input (transposed-conv) and kernel
     (atrous) dilation, feature and batch groups.
@@ -678,11 +691,12 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
         padding = tuple((int(lo), int(hi)) for lo, hi in padding)
     if preferred_element_type is not None:
         preferred_element_type = _dtypes.canonicalize_dtype(preferred_element_type)
-    return conv_general_dilated_p.bind(
+    out = conv_general_dilated_p.bind(
         lhs, rhs, window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
         rhs_dilation=rhs_dilation, dimension_numbers=dn,
         feature_group_count=int(feature_group_count), batch_group_count=int(batch_group_count),
         precision=_canonical_precision(precision), preferred_element_type=preferred_element_type)
+    return place_result(out, out_sharding)
 
 
 def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):

@@ -5,12 +5,15 @@ The result shape rules are jax.random's: a sampler given ``shape`` draws exactly
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 import functrans.numpy as jnp
 from functrans import _dtypes, lax
 from functrans.core import Tracer, get_aval
 from functrans.numpy._promotion import broadcast_shapes, broadcast_to_shape
+from functrans.primitives.linalg import place_result
 
 asarray = jnp.asarray
 
@@ -106,3 +109,11 @@ def tiny(dtype) -> float:
 
 def any_true(mask):
     return lax.reduce_or(mask, tuple(range(get_aval(mask).ndim)))
+
+
+def takes_out_sharding(fn):
+    """Add JAX's ``out_sharding=`` keyword to a sampler: the result is split as it says."""
+    @functools.wraps(fn)
+    def wrapped(*args, out_sharding=None, **kwargs):
+        return place_result(fn(*args, **kwargs), out_sharding)
+    return wrapped

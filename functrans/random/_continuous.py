@@ -20,6 +20,7 @@ from functrans.core import get_aval
 from functrans.random._arguments import (as_array, broadcast_shapes, broadcast_to, const,
                                          convert, float_dtype, float_param, sample_shape,
                                          shape_tuple, tiny)
+from functrans.random._arguments import takes_out_sharding
 from functrans.random._bits import random_bits, split_keys
 from functrans.random._keys import as_key
 
@@ -50,6 +51,7 @@ def unit_floats(key, shape, dtype):
     return ew.mul(convert(mantissa, dtype), const(2.0 ** -nmant, dtype, shape))
 
 
+@takes_out_sharding
 def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0):
     """Floats uniform on ``[minval, maxval)``; ``minval``/``maxval`` broadcast to ``shape``.
 
@@ -71,6 +73,7 @@ def _normal_real(key, shape, dtype):
     return ew.mul(const(math.sqrt(2.0), dtype, shape), lax.erf_inv(u))
 
 
+@takes_out_sharding
 def normal(key, shape=(), dtype=None):
     """Standard normal samples (complex dtypes: real and imaginary parts each of variance 1/2).
 
@@ -89,6 +92,7 @@ def normal(key, shape=(), dtype=None):
     return _normal_real(key, shape, float_dtype(dtype, "normal"))
 
 
+@takes_out_sharding
 def truncated_normal(key, lower, upper, shape=None, dtype=None):
     """Standard normal samples conditioned on ``lower < x < upper``.
 
@@ -179,6 +183,7 @@ def _floats_from_64_bits(words):
     return lax.bitcast_convert_type(ew.bitwise_or(exponent, mantissa), _dtypes.float32)
 
 
+@takes_out_sharding
 def gumbel(key, shape=(), dtype=None, mode=None):
     """Standard Gumbel samples: ``-log(-log(u))``.
 

@@ -13,6 +13,7 @@ from functrans.primitives import elementwise as ew
 from functrans.core import Tracer, get_aval
 from functrans.random._arguments import (as_array, broadcast_shapes, broadcast_to, const,
                                          convert, shape_tuple)
+from functrans.random._arguments import takes_out_sharding
 from functrans.random._bits import random_bits, split_keys
 from functrans.random._continuous import gumbel, gumbel_mode, uniform
 from functrans.random._keys import as_key
@@ -20,6 +21,7 @@ from functrans.random._keys import as_key
 _UNSIGNED = {8: _dtypes.uint8, 16: _dtypes.uint16, 32: _dtypes.uint32, 64: _dtypes.uint64}
 
 
+@takes_out_sharding
 def bernoulli(key, p=0.5, shape=None, mode="low"):
     """Booleans that are True with probability ``p`` (broadcast to ``shape``).
 
@@ -63,6 +65,7 @@ def _integer_bound(value):
     return value
 
 
+@takes_out_sharding
 def randint(key, shape, minval, maxval, dtype=None):
     """Integers uniform on ``[minval, maxval)`` (bounds broadcast to ``shape``).
 
@@ -131,6 +134,7 @@ def _take(a, indices, axis):
     return jnp.take(a, indices, axis=axis)
 
 
+@takes_out_sharding
 def permutation(key, x, axis=0, independent=False):
     """A random permutation of ``range(x)`` (integer ``x``) or of ``x`` along ``axis``
     (with ``independent=True``, each slice along the other axes is shuffled separately).
@@ -154,6 +158,7 @@ def permutation(key, x, axis=0, independent=False):
     return _take(x, order, axis)
 
 
+@takes_out_sharding
 def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None):
     """Indices sampled from ``softmax(logits)`` along ``axis`` (Gumbel-max trick).
 

@@ -13,6 +13,7 @@ import numpy as np
 
 import functrans.numpy as jnp
 from functrans import _dtypes, lax
+from functrans._array import register_array_value_type
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.random._arguments import asarray
 from functrans.tree_util import SequenceKey, register_pytree_with_keys
@@ -115,11 +116,26 @@ class PRNGKeyArray:
         return (self[i] for i in range(self.shape[0]))
 
     # ---- structural operations: the same on both words -----------------------------------
+    @property
+    def _key_words(self) -> tuple:
+        """The two uint32 word arrays (jnp's shape functions apply to each: see
+        ``functrans.numpy._key_words``)."""
+        return self._words
+
+    def _with_words(self, word0, word1) -> "PRNGKeyArray":
+        return PRNGKeyArray(word0, word1, self._impl)
+
     def _map(self, fn) -> "PRNGKeyArray":
         return PRNGKeyArray(fn(self._words[0]), fn(self._words[1]), self._impl)
 
     def __getitem__(self, index):
         return self._map(lambda w: w[index])
+
+    @property
+    def at(self):
+        """``keys.at[index].get()`` / ``.set(other_keys)``: indexed reads and functional
+        writes, word by word."""
+        return _KeyIndexHelper(self)
 
     def reshape(self, *shape, order="C"):
         return self._map(lambda w: w.reshape(*shape, order=order))
@@ -219,12 +235,41 @@ del _op
 
 
 # the leaves are the two key words, each of the key array's shape ("[0]" and "[1]" in paths)
+# a key array is a jax.Array to isinstance, as in JAX
+register_array_value_type(PRNGKeyArray)
 register_pytree_with_keys(PRNGKeyArray,
                           lambda k: (((SequenceKey(0), k._words[0]), (SequenceKey(1), k._words[1])),
                                      k._impl),
                           lambda impl, words: PRNGKeyArray(*words, impl),
                           # without key paths: what every jit call of a key flattens
                           flatten_func=lambda k: (k._words, k._impl))
+
+
+class _KeyIndexHelper:
+    __slots__ = ("keys",)
+
+    def __init__(self, keys):
+        self.keys = keys
+
+    def __getitem__(self, index):
+        return _KeyIndexRef(self.keys, index)
+
+
+class _KeyIndexRef:
+    __slots__ = ("keys", "index")
+
+    def __init__(self, keys, index):
+        self.keys, self.index = keys, index
+
+    def get(self, **kwargs):
+        return self.keys._map(lambda w: w.at[self.index].get(**kwargs))
+
+    def set(self, values, **kwargs):
+        if not isinstance(values, PRNGKeyArray):
+            raise TypeError(f"keys.at[...].set takes key arrays, got {type(values).__name__}")
+        (w0, w1), (v0, v1) = self.keys._words, values._words
+        return PRNGKeyArray(w0.at[self.index].set(v0, **kwargs),
+                            w1.at[self.index].set(v1, **kwargs), self.keys._impl)
 
 
 class KeyShapedArray(ShapedArray):
@@ -241,6 +286,7 @@ class KeyShapedArray(ShapedArray):
         self.shape = tuple(map(int, shape))
         self.dtype = dtype
         self.weak_type = False
+        self._sharding = None
 
     def update(self, shape=None, dtype=None, weak_type=None):
         return KeyShapedArray(self.shape if shape is None else shape,

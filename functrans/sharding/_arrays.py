@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from functrans import _dtypes, _jit, core, distributed
-from functrans._array import Array
+from functrans._array import Array, is_concrete_array
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.sharding._shardings import (block_position, device_coords, NamedSharding, Sharding,
                                            SingleDeviceSharding)
@@ -48,7 +48,7 @@ class Shard:
 
 def _host(buffer) -> np.ndarray:
     """A buffer's values on the host (a GPU buffer is copied)."""
-    return buffer._value if isinstance(buffer, Array) else buffer
+    return buffer._value if is_concrete_array(buffer) else buffer
 
 
 class PartitionedArray(Array):
@@ -144,7 +144,7 @@ class PartitionedArray(Array):
         for device in devices:
             buffer = self._buffers.get(device)
             data = None if buffer is None else (
-                buffer if isinstance(buffer, Array)
+                buffer if is_concrete_array(buffer)
                 else Array._from_buffer(buffer, self.weak_type, device))
             out.append(Shard(device, indices[device], replicas[device], data))
         return out
@@ -161,7 +161,7 @@ class PartitionedArray(Array):
 
     def block_until_ready(self) -> "PartitionedArray":
         for b in self._buffers.values():
-            if isinstance(b, Array):
+            if is_concrete_array(b):
                 b.block_until_ready()
         return self
 
@@ -331,7 +331,7 @@ def make_array_from_callback(shape, sharding: Sharding, data_callback, dtype=Non
         key = _index_key(indices[device])
         if key not in blocks:
             raw = data_callback(indices[device])
-            block = core.to_numpy(raw) if isinstance(raw, Array) else np.asarray(raw, dtype)
+            block = core.to_numpy(raw) if is_concrete_array(raw) else np.asarray(raw, dtype)
             if block.shape != expected:
                 raise ValueError(f"make_array_from_callback: data_callback returned a block of "
                                  f"shape {block.shape} for index {indices[device]} of device "
@@ -340,7 +340,7 @@ def make_array_from_callback(shape, sharding: Sharding, data_callback, dtype=Non
             if aval is None:
                 aval = _aval_for(shape, block.dtype, "make_array_from_callback")
             blocks[key] = core.host_copy(block, aval.dtype) \
-                if not isinstance(raw, Array) else block
+                if not is_concrete_array(raw) else block
         buffers[device] = placement.put(member, blocks[key], aval)
     if aval is None:  # no device of this process holds a block
         aval = _aval_for(shape, dtype or np.float32, "make_array_from_callback")
@@ -416,7 +416,7 @@ def make_array_from_process_local_data(sharding: Sharding, local_data, global_sh
         >>> a.shape
         (3, 2)
     """
-    local_data = local_data if isinstance(local_data, Array) else np.asarray(local_data)
+    local_data = local_data if is_concrete_array(local_data) else np.asarray(local_data)
     local_shape = tuple(local_data.shape)
     if isinstance(sharding, SingleDeviceSharding):
         return put(local_data, sharding)

@@ -7,6 +7,8 @@ tangent and cotangent get the same sharding; under ``vmap`` the batch dimension 
 """
 from __future__ import annotations
 
+import functools
+
 from functrans import tree_util
 from functrans.core import Tracer, get_aval
 from functrans.interpreters import ad
@@ -83,6 +85,8 @@ def with_sharding_constraint(x, shardings):
                 from functrans.sharding._arrays import put
                 return put(leaf, s)
             return leaf
+        if s.mesh.empty:  # a sharding over no mesh (an abstract value's): nothing to place
+            return leaf
         return sharding_constraint_p.bind(leaf, sharding=s)
 
     return tree_util.tree_map(constrain, x, targets)
@@ -102,4 +106,40 @@ def reshard(xs, out_shardings):
     return with_sharding_constraint(xs, out_shardings)
 
 
-__all__ = ["reshard", "sharding_constraint_p", "with_sharding_constraint"]
+def auto_axes(f=None, /, *, axes=None, out_sharding=None):
+    """Run ``f`` with the mesh ``axes`` (default: all) left to sharding propagation, and
+    split its result as ``out_sharding`` (given here or as a keyword of the call). Every
+    axis is automatic in functrans, so only the result's placement is specified."""
+    if f is None:
+        return lambda g: auto_axes(g, axes=axes, out_sharding=out_sharding)
+
+    @functools.wraps(f)
+    def wrapped(*args, **kwargs):
+        target = out_sharding
+        if target is None:
+            if "out_sharding" not in kwargs:
+                raise TypeError("Missing required keyword argument: 'out_sharding'")
+            target = kwargs.pop("out_sharding")
+        return with_sharding_constraint(f(*args, **kwargs), target)
+    return wrapped
+
+
+def explicit_axes(f=None, /, *, axes=None, in_sharding=None):
+    """Run ``f`` with the mesh ``axes`` explicit, its arguments split as ``in_sharding``.
+    Every axis is automatic in functrans, so this places the arguments and calls ``f``."""
+    if f is None:
+        return lambda g: explicit_axes(g, axes=axes, in_sharding=in_sharding)
+
+    @functools.wraps(f)
+    def wrapped(*args, **kwargs):
+        target = in_sharding
+        if target is None:
+            if "in_sharding" not in kwargs:
+                raise TypeError("Missing required keyword argument: 'in_sharding'")
+            target = kwargs.pop("in_sharding")
+        return f(*with_sharding_constraint(args, target), **kwargs)
+    return wrapped
+
+
+__all__ = ["auto_axes", "explicit_axes", "reshard", "sharding_constraint_p",
+           "with_sharding_constraint"]

@@ -47,7 +47,28 @@ def _axis_types(axis_names: tuple, axis_types, default) -> tuple:
     return axis_types
 
 
-class Mesh:
+class _AxisTypeQueries:
+    """Which axes of a mesh are of which type (``Auto``, ``Explicit``, ``Manual``)."""
+
+    __slots__ = ()
+
+    def _of_type(self, kind) -> tuple:
+        return tuple(n for n, t in zip(self.axis_names, self.axis_types) if t == kind)
+
+    auto_axes = property(lambda self: self._of_type(AxisType.Auto))
+    explicit_axes = property(lambda self: self._of_type(AxisType.Explicit))
+    manual_axes = property(lambda self: self._of_type(AxisType.Manual))
+    are_all_axes_auto = property(lambda self: all(t == AxisType.Auto for t in self.axis_types))
+    are_all_axes_explicit = property(
+        lambda self: all(t == AxisType.Explicit for t in self.axis_types))
+    are_all_axes_manual = property(
+        lambda self: all(t == AxisType.Manual for t in self.axis_types))
+    _any_axis_auto = property(lambda self: AxisType.Auto in self.axis_types)
+    _any_axis_explicit = property(lambda self: AxisType.Explicit in self.axis_types)
+    _any_axis_manual = property(lambda self: AxisType.Manual in self.axis_types)
+
+
+class Mesh(_AxisTypeQueries):
     """Devices arranged in an n-dimensional array with one name per axis.
 
     ``devices`` is an array (or nested sequence) of devices; ``axis_names`` names its axes.
@@ -182,6 +203,65 @@ class Mesh:
                 f"axis_types={self.axis_types})")
 
 
+class AbstractMesh(_AxisTypeQueries):
+    """The shape of a mesh without its devices: axis sizes, names and types. What tracing
+    needs to know about a mesh (a spec's axis sizes), comparable and hashable.
+
+        >>> from functrans.sharding import AbstractMesh
+        >>> AbstractMesh((2, 4), ("data", "model")).shape
+        OrderedDict([('data', 2), ('model', 4)])
+    """
+
+    def __init__(self, axis_sizes, axis_names, axis_types=None):
+        if isinstance(axis_names, str):
+            axis_names = (axis_names,)
+        self.axis_sizes = tuple(int(s) for s in axis_sizes)
+        self.axis_names = tuple(axis_names)
+        if len(self.axis_sizes) != len(self.axis_names):
+            raise ValueError(f"AbstractMesh: {len(self.axis_sizes)} axis sizes for "
+                             f"{len(self.axis_names)} axis names")
+        self.axis_types = _axis_types(self.axis_names, axis_types, AxisType.Auto)
+
+    @property
+    def shape(self) -> "collections.OrderedDict[str, int]":
+        return collections.OrderedDict(zip(self.axis_names, self.axis_sizes))
+
+    @property
+    def shape_tuple(self) -> tuple:
+        return tuple(zip(self.axis_names, self.axis_sizes))
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.axis_sizes, dtype=np.int64))
+
+    @property
+    def empty(self) -> bool:
+        return not self.axis_names
+
+    @property
+    def abstract_mesh(self) -> "AbstractMesh":
+        return self
+
+    def update(self, axis_sizes=None, axis_names=None, axis_types=None) -> "AbstractMesh":
+        return AbstractMesh(self.axis_sizes if axis_sizes is None else axis_sizes,
+                            self.axis_names if axis_names is None else axis_names,
+                            self.axis_types if axis_types is None else axis_types)
+
+    def __eq__(self, other):
+        if isinstance(other, Mesh):
+            other = AbstractMesh(other.axis_sizes, other.axis_names, other.axis_types)
+        return isinstance(other, AbstractMesh) and (
+            self.axis_sizes, self.axis_names, self.axis_types) == (
+            other.axis_sizes, other.axis_names, other.axis_types)
+
+    def __hash__(self):
+        return hash((self.axis_sizes, self.axis_names, self.axis_types))
+
+    def __repr__(self):
+        shape = ", ".join(f"'{n}': {s}" for n, s in zip(self.axis_names, self.axis_sizes))
+        return f"AbstractMesh({shape}, axis_types={self.axis_types})"
+
+
 _EMPTY = Mesh(np.empty((), dtype=object), ())
 
 
@@ -264,4 +344,5 @@ def make_mesh(axis_shapes, axis_names, axis_types=None, *, devices=None) -> Mesh
                 _axis_types(axis_names, axis_types, AxisType.Explicit))
 
 
-__all__ = ["AxisType", "Mesh", "get_abstract_mesh", "get_mesh", "make_mesh", "set_mesh"]
+__all__ = ["AbstractMesh", "AxisType", "Mesh", "get_abstract_mesh", "get_mesh", "make_mesh",
+           "set_mesh"]

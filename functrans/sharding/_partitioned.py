@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from functrans import _jit, core, tree_util
-from functrans._array import Array
+from functrans._array import is_concrete_array
 from functrans._config import config
 from functrans.core import ClosedJaxpr
 from functrans.sharding._arrays import PartitionedArray, put
@@ -63,8 +63,11 @@ class PartitionedExecutable:
     """
 
     def __init__(self, closed: ClosedJaxpr, mesh: Mesh, in_layouts=None, out_layouts=None,
-                 preferred_in_layouts=None):
+                 preferred_in_layouts=None, out_shardings=None):
         self.closed = closed
+        # the shardings jit's out_shardings asked for: results report them as given (a
+        # spec's trailing Nones kept or left out as written), as JAX's do
+        self._out_shardings = list(out_shardings or [None] * len(closed.out_avals))
         # (convolutions and pooling are partitioned as they are; the backends decompose
         # them when they compile the per-device program)
         self._program = pe.dce_closed_jaxpr(inline_calls(closed))
@@ -137,7 +140,7 @@ class PartitionedExecutable:
         for x, aval, layout, sharding in zip(args, self.closed.in_avals,
                                              plan.partitioned.in_layouts, plan.in_shardings):
             if _layout_of_array(x, self.mesh) != layout:
-                x = put(x, sharding, aval if not isinstance(x, Array) else None)
+                x = put(x, sharding, aval if not is_concrete_array(x) else None)
             blocks.append(x._buffers)
         per_member = []
         for device in members.local_devices:
@@ -151,7 +154,9 @@ class PartitionedExecutable:
                        for m, (d, local) in enumerate(
                            (d, plan.partitioned.program.out_avals[k])
                            for d in members.local_devices)}
-            results.append(PartitionedArray(aval, sharding, buffers))
+            asked = self._out_shardings[k]
+            results.append(PartitionedArray(aval, sharding if asked is None else asked,
+                                            buffers))
         return results
 
     def __call__(self, *args) -> list:
@@ -310,7 +315,8 @@ class JitPartitioner:
         out_layouts = [None if s is None else s.layout(a.ndim)
                        for s, a in zip(out_s or [None] * len(closed.out_avals),
                                        closed.out_avals)]
-        return PartitionedExecutable(closed, mesh, in_layouts, out_layouts)
+        return PartitionedExecutable(closed, mesh, in_layouts, out_layouts,
+                                     out_shardings=out_s)
 
 
 def recorded_fallbacks() -> list:

@@ -165,7 +165,7 @@ def _shard_map_transpose(cts, *args, jaxpr, mesh, in_specs, out_specs, axis_name
     res_avals = [a for a, u in zip(in_avals, undefined) if not u]
     ct_avals = [ad.tangent_aval(a) for a, nz in zip(jaxpr.out_avals, nonzero) if nz]
 
-    def transposed(*flat):
+    def backward(*flat):
         residuals, cts_in = iter(flat[:len(res_avals)]), iter(flat[len(res_avals):])
         primals = [ad.UndefinedPrimal(a) if u else next(residuals)
                    for a, u in zip(in_avals, undefined)]
@@ -183,14 +183,27 @@ def _shard_map_transpose(cts, *args, jaxpr, mesh, in_specs, out_specs, axis_name
                                                          ct_aval.weak_type))
             cts_full.append(ct)
         cts_out = ad.backward_pass(jaxpr.jaxpr, jaxpr.consts, primals, cts_full)
+        return [ad.instantiate_zeros(ct) for ct, u in zip(cts_out, undefined) if u]
+
+    # An input replicated over some axes gets a cotangent on every copy: they are summed
+    # over those axes, unless the backward program already made it the same on every
+    # member there (a pcast(..., to="varying") on its way, whose transpose is that psum).
+    raw = _trace_per_device(backward, res_avals + ct_avals, mesh, axis_names)
+    # (the cotangent of an output replicated over axes comes in divided among the copies:
+    # shares, to be summed over those axes, so it counts as varying along them)
+    in_vary = [{a for axes in layout for a in axes if a in axis_names}
+               for layout in defined_specs] + \
+        [{a for axes in layout for a in axes if a in axis_names} |
+         set(_replicated_over(mesh, axis_names, layout)) for layout in ct_specs]
+    ct_vary = varying_axes(raw.jaxpr, in_vary)
+
+    def transposed(*flat):
+        cts = backward(*flat)
         results = []
-        for ct, layout, u in zip(cts_out, in_specs, undefined):
-            if not u:
-                continue
-            ct = ad.instantiate_zeros(ct)
-            over = _replicated_over(mesh, axis_names, layout)
+        for ct, layout, vary in zip(cts, [s for s, u in zip(in_specs, undefined) if u],
+                                    ct_vary):
+            over = tuple(a for a in _replicated_over(mesh, axis_names, layout) if a in vary)
             if over and np.issubdtype(get_aval(ct).dtype, np.inexact):
-                # an input replicated over some axes got a cotangent on every copy
                 ct = collectives.psum(ct, over)
             results.append(ct)
         return results
@@ -305,7 +318,9 @@ def varying_axes(jaxpr: Jaxpr, in_vary: list) -> list:
         ins = [read(v) for v in eqn.invars]
         union = frozenset().union(*ins)
         prim = eqn.primitive
-        if prim.is_collective:
+        if prim is collectives.pvary_p:
+            outs = [union | frozenset(eqn.params["axes"])]
+        elif prim.is_collective:
             names = frozenset(prim.axis_names(eqn.params))
             if prim in (collectives.psum_p, collectives.pmax_p, collectives.pmin_p,
                         collectives.all_gather_p):
@@ -402,15 +417,18 @@ def _is_spec_leaf(x) -> bool:
     return x is None or isinstance(x, PartitionSpec)
 
 
-def _broadcast_specs(specs, tree, what: str, fun) -> list:
-    """One spec (or None) per leaf of ``tree``, from the prefix ``specs``."""
+def _broadcast_specs(specs, tree, what: str, fun, none_is_leaf: bool = True) -> list:
+    """One spec (or None) per leaf of ``tree``, from the prefix ``specs``. Without
+    ``none_is_leaf`` (out_specs), a None in ``specs`` is an empty subtree, as in JAX: it
+    matches an output that is None."""
+    is_leaf = _is_spec_leaf if none_is_leaf else (lambda x: isinstance(x, PartitionSpec))
     try:
-        full = tree_util.tree_broadcast(specs, tree, is_leaf=_is_spec_leaf)
+        full = tree_util.tree_broadcast(specs, tree, is_leaf=is_leaf)
     except (ValueError, TypeError) as err:
         raise ValueError(f"shard_map applied to the function '{_name(fun)}': {what} "
                          f"specification {specs} must be a tree prefix of the corresponding "
                          f"value {tree_util.tree_structure(tree)}") from err
-    out = tree_util.tree_leaves(full, is_leaf=_is_spec_leaf)
+    out = tree_util.tree_leaves(full, is_leaf=is_leaf)
     for s in out:
         if not _is_spec_leaf(s):
             raise TypeError(f"shard_map {what}: the leaves of a specification are "
@@ -544,7 +562,8 @@ class ShardMapFunction:
             full = [x if st else next(it) for x, st in zip(leaves, static)]
             out = self._fun(*tree_util.tree_unflatten(in_tree, full))
             out_leaves, out_tree = tree_util.tree_flatten(out)
-            out_specs = _broadcast_specs(self._out_specs, out, "out_specs", self._fun)
+            out_specs = _broadcast_specs(self._out_specs, out, "out_specs", self._fun,
+                                         none_is_leaf=False)
             if any(s is None for s in out_specs):
                 raise ValueError("shard_map out_specs leaves must be PartitionSpecs, not None")
             out_cell[:] = [out_tree, out_specs, _paths(out)]

@@ -156,6 +156,12 @@ class NamedSharding(Sharding):
 
     memory_kind = property(lambda self: "device")
 
+    def update(self, *, mesh=None, spec=None, memory_kind=None) -> "NamedSharding":
+        """This sharding with ``mesh`` and/or ``spec`` replaced."""
+        return NamedSharding(self.mesh if mesh is None else mesh,
+                             self.spec if spec is None else
+                             spec if isinstance(spec, PartitionSpec) else PartitionSpec(*spec))
+
     def __eq__(self, other):
         return isinstance(other, NamedSharding) and self.mesh == other.mesh and \
             self.spec == other.spec

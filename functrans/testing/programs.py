@@ -486,7 +486,6 @@ def indexing(b: _Builder):
         return b.add(f"{x.name}[{k.name} % {n}]", k.shape + x.shape[1:], "f", x.bound, "gather")
     if kind == "take_axis":
         axis = x.ndim - 1
-        m = x.shape[axis]
         # out-of-range indices clamp
         return b.add(f"jnp.take({x.name}, {k.name} - 2, axis={axis}, mode='clip')",
                      x.shape[:axis] + k.shape, "f", x.bound, "gather")

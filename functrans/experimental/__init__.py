@@ -1,0 +1,31 @@
+"""``functrans.experimental``: what ``jax.experimental`` offers that JAX libraries build on.
+
+``checkify`` (functional error checks), ``shard_map``, ``mesh_utils``, ``pjit``,
+``io_callback``, ``ode`` (``odeint``), ``enable_x64``/``disable_x64``, ``multihost_utils``.
+"""
+from __future__ import annotations
+
+import importlib
+
+from functrans._flag_contexts import enable_x64  # noqa: F401
+from functrans._callbacks import io_callback  # noqa: F401
+
+_SUBMODULES = ("checkify", "shard_map", "mesh_utils", "pjit", "ode", "multihost_utils",
+               "layout", "hijax")
+
+
+def disable_x64():
+    """A context in which 64-bit types are off (``enable_x64(False)``)."""
+    return enable_x64(False)
+
+
+def cur_qdd(x):
+    """See :func:`functrans.experimental.hijax.cur_qdd` (not supported)."""
+    from functrans.experimental.hijax import cur_qdd as hijax_cur_qdd
+    return hijax_cur_qdd(x)
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"functrans.experimental.{name}")
+    raise AttributeError(f"module 'functrans.experimental' has no attribute {name!r}")

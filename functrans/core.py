@@ -485,25 +485,14 @@ class Primitive:
         with np.errstate(all="ignore"), _float_mode.flushing():
             return self.impl(*values, **params)
 
-    # Decorators to declare rules next to each other.
+    # Decorators for the two rules every primitive has (as JAX's Primitive); the derivative
+    # and batching rules are set as attributes (``p.jvp = ...``), side by side with these.
     def def_impl(self, f):
         self.impl = f
         return f
 
     def def_abstract_eval(self, f):
         self.abstract_eval = f
-        return f
-
-    def def_jvp(self, f):
-        self.jvp = f
-        return f
-
-    def def_transpose(self, f):
-        self.transpose = f
-        return f
-
-    def def_batch(self, f):
-        self.batch = f
         return f
 
     def abstract_eval_many(self, avals, params) -> list:

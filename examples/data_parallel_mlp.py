@@ -11,7 +11,6 @@ network), so all of them print the same loss curve up to float32 rounding.
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
@@ -102,11 +101,6 @@ def train_single(args, sizes, report) -> list[float]:
     return losses
 
 
-def _launched_by_mpi() -> bool:
-    return any(k in os.environ for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
-                                         "MPI_LOCALNRANKS"))
-
-
 def main(argv=None) -> list[float]:
     parser = training_report.argument_parser(__doc__)
     parser.add_argument("--steps", type=int, default=30, help="training steps")
@@ -126,7 +120,7 @@ def main(argv=None) -> list[float]:
     training_report.use_cpu_devices(args.devices)
     sizes = [8, args.hidden, args.hidden, 2]
 
-    if _launched_by_mpi() and not functrans.distributed.is_initialized():
+    if training_report.launched_by_mpi() and not functrans.distributed.is_initialized():
         functrans.distributed.initialize()
     rank = functrans.distributed.process_index()
     nproc = functrans.distributed.process_count()

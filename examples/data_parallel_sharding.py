@@ -14,7 +14,6 @@ batches, so all of them print the same loss curve up to float32 rounding.
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
@@ -92,11 +91,6 @@ def _run(train_step, params, args, sizes, batch_sharding, report):
         yield loss
 
 
-def _launched_by_mpi() -> bool:
-    return any(k in os.environ for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
-                                         "MPI_LOCALNRANKS"))
-
-
 def main(argv=None) -> list[float]:
     parser = training_report.argument_parser(__doc__)
     parser.add_argument("--steps", type=int, default=30, help="training steps")
@@ -113,7 +107,7 @@ def main(argv=None) -> list[float]:
     args = parser.parse_args(argv)
     training_report.use_cpu_devices(args.devices)
     sizes = [8, args.hidden, args.hidden, 2]
-    if _launched_by_mpi() and not functrans.distributed.is_initialized():
+    if training_report.launched_by_mpi() and not functrans.distributed.is_initialized():
         functrans.distributed.initialize()
     rank, nproc = functrans.process_index(), functrans.process_count()
     where = "1 device, no sharding" if args.single else \

@@ -14,7 +14,6 @@ gradients of the same network computed unsharded on one device (float32 rounding
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
@@ -82,11 +81,6 @@ def make_train_step(model, lr: float):
     return train_step
 
 
-def _launched_by_mpi() -> bool:
-    return any(k in os.environ for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
-                                         "MPI_LOCALNRANKS"))
-
-
 def main(argv=None) -> list[float]:
     parser = training_report.argument_parser(__doc__)
     parser.add_argument("--steps", type=int, default=20, help="training steps")
@@ -103,7 +97,7 @@ def main(argv=None) -> list[float]:
     training_report.add_output_flags(parser, progress=False)
     args = parser.parse_args(argv)
     training_report.use_cpu_devices(args.devices)
-    if _launched_by_mpi() and not functrans.distributed.is_initialized():
+    if training_report.launched_by_mpi() and not functrans.distributed.is_initialized():
         functrans.distributed.initialize()
     d_in, d_out = 8, 4
     reference_step = make_train_step(mlp, args.lr)

@@ -57,6 +57,13 @@ def add_devices_flag(parser: argparse.ArgumentParser, default: int = 4) -> None:
              "the GPUs are used instead")
 
 
+def launched_by_mpi() -> bool:
+    """Whether this process was started by ``mpirun``/``mpiexec`` (MPICH, Open MPI or PMIx
+    set these variables in every rank)."""
+    return any(k in os.environ for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
+                                         "MPI_LOCALNRANKS"))
+
+
 def use_cpu_devices(count: int) -> None:
     """Give this process ``count`` CPU devices; call before any device is used."""
     functrans.config.update("cpu_device_count", int(count))

@@ -304,7 +304,7 @@ def main(argv=None) -> dict:
         print(f"resumed from step {start_step}")
 
     train_step = make_train_step(optimizer, config, batch_size)
-    recent, logged = [], []
+    recent = []
     end_step = steps if args.stop_after is None else min(steps, start_step + args.stop_after)
     # a line every --log-every steps shows the progress
     report = training_report.Report(end_step - start_step, quiet=True)

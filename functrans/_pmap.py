@@ -584,17 +584,8 @@ def _compile_backend(requested, platform: str) -> str:
 # =============================================================================================
 
 
-def _sub_jaxprs(eqn):
-    for value in eqn.params.values():
-        for item in (value if isinstance(value, tuple) else (value,)):
-            if isinstance(item, ClosedJaxpr):
-                yield item.jaxpr
-            elif isinstance(item, Jaxpr):
-                yield item
-
-
 def _has_collective(jaxpr: Jaxpr) -> bool:
-    return any(e.primitive.is_collective or any(_has_collective(j) for j in _sub_jaxprs(e))
+    return any(e.primitive.is_collective or any(_has_collective(j) for j in core.subjaxprs(e))
                for e in jaxpr.eqns)
 
 
@@ -669,7 +660,7 @@ class _PmapProgram:
         devices = list(devices or [])
         platform = _platform_of(devices) if devices else "cpu"
         nested = any(not e.primitive.is_collective and
-                     any(_has_collective(j) for j in _sub_jaxprs(e)) for e in eqns)
+                     any(_has_collective(j) for j in core.subjaxprs(e)) for e in eqns)
         if nested:
             # A collective inside a loop or branch: run the whole program on the reference
             # backend, whose collective impls meet at the rendezvous wherever they occur. On

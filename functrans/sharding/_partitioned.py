@@ -185,12 +185,8 @@ def _region_meshes(jaxpr, found: list) -> list:
             continue
         if eqn.primitive is constraint_p:
             found.append(eqn.params["sharding"].mesh)
-        for value in eqn.params.values():
-            for item in (value if isinstance(value, tuple) else (value,)):
-                if isinstance(item, ClosedJaxpr):
-                    _region_meshes(item.jaxpr, found)
-                elif isinstance(item, core.Jaxpr):
-                    _region_meshes(item, found)
+        for sub in core.subjaxprs(eqn):
+            _region_meshes(sub, found)
     return found
 
 

@@ -14,9 +14,12 @@ implementations:
   (``functrans.distributed``). Reductions reduce locally, then one MPI Allreduce; the
   other collectives gather every member's operand (one MPI Allgather) and each process
   computes its own members' results.
-- ``functrans.backends.cuda.pmap_support.NcclCommunicator``: GPUs, over NCCL. It returns
-  None for what NCCL cannot carry (a dtype it cannot reduce, ``axis_index_groups``); the
-  runtime then computes that collective on host copies with one of the two above.
+- GPUs, over NCCL: ``functrans.backends.cuda.nccl.DeviceGroup`` is the transport (the same
+  ``all_reduce``/``all_gather``/``reduce_scatter``/``all_to_all``/``permute``/``broadcast``,
+  one CuPy array per local GPU), and ``pmap_support.run_collective`` turns a collective
+  primitive into its calls (the GPU placement's ``collective``). It returns None for what
+  NCCL cannot carry (a dtype it cannot reduce, ``axis_index_groups``); the runtime then
+  computes that collective on host copies with one of the two above.
 """
 from __future__ import annotations
 

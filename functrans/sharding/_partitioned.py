@@ -5,10 +5,11 @@ sharded arguments or ``in_shardings``/``out_shardings``, a program holding ``sha
 regions or sharding constraints, or one ``shard_map`` called eagerly). Each call reads the
 layout of every argument (its own sharding on the mesh, the one ``in_shardings`` asks for,
 or replicated), and for each new combination runs the sharding propagation pass
-(``_propagation.py``) once and compiles the per-device program for the mesh
-(``_runtime.py``). The arguments' blocks go to their devices as they are (an argument split
-another way is resharded), every device runs its program, and the results are arrays split
-over the mesh as the pass decided (or as ``out_shardings`` say).
+(``_propagation.py``) once and compiles the per-device program for the mesh (``_runtime.py``,
+on the SPMD runtime ``functrans/_spmd.py``). The arguments' blocks go to their devices as
+they are (an argument split another way is resharded), every device runs its program, and
+the results are arrays split over the mesh as the pass decided (or as ``out_shardings``
+say).
 """
 from __future__ import annotations
 

@@ -82,12 +82,8 @@ def _cost(jaxpr: core.Jaxpr) -> np.ndarray:
         elif prim.name == "while":
             total += _cost(params["cond_jaxpr"].jaxpr) + _cost(params["body_jaxpr"].jaxpr)
         else:
-            for value in params.values():
-                for sub in value if isinstance(value, (tuple, list)) else (value,):
-                    if isinstance(sub, core.ClosedJaxpr):
-                        total += _cost(sub.jaxpr)
-                    elif isinstance(sub, core.Jaxpr):
-                        total += _cost(sub)
+            for sub in core.subjaxprs(params):
+                total += _cost(sub)
     return total
 
 

@@ -89,6 +89,7 @@ def _reset_cpu_devices(_value=None) -> None:
 
 
 config.on_change("cpu_device_count", _reset_cpu_devices)
+distributed.on_membership_change(_reset_cpu_devices)
 
 
 def devices(backend: str | None = None) -> list[Device]:

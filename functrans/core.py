@@ -348,6 +348,17 @@ def _open(j) -> "Jaxpr":
     return j.jaxpr if isinstance(j, ClosedJaxpr) else j
 
 
+def subjaxprs(eqn):
+    """The programs an equation holds in its params (a called program, control-flow bodies,
+    each branch of a ``cond``), as open Jaxprs in params order. ``eqn`` may also be a params
+    dict."""
+    params = eqn if isinstance(eqn, dict) else eqn.params
+    for value in params.values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, (Jaxpr, ClosedJaxpr)):
+                yield _open(item)
+
+
 def _pp_jaxpr_lines(jaxpr: Jaxpr, namer, indent: int, source_info: bool) -> list[str]:
     """The lines of ``jaxpr`` printed at ``indent`` (its equations at ``indent + 4``)."""
     used = {id(v) for e in jaxpr.eqns for v in e.invars} | {id(v) for v in jaxpr.outvars}
@@ -406,10 +417,8 @@ def check_jaxpr(jaxpr: Jaxpr | ClosedJaxpr) -> None:
         write(v)
     for eqn in jaxpr.eqns:
         in_avals = [read(v) for v in eqn.invars]
-        for p in eqn.params.values():
-            for sub in (p if isinstance(p, tuple) else (p,)):
-                if isinstance(sub, (Jaxpr, ClosedJaxpr)):
-                    check_jaxpr(sub)
+        for sub in subjaxprs(eqn):
+            check_jaxpr(sub)
         out_avals = eqn.primitive.abstract_eval_many(in_avals, eqn.params)
         if len(out_avals) != len(eqn.outvars):
             raise JaxprTypeError(f"{eqn.primitive.name}: {len(out_avals)} results for "

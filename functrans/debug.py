@@ -27,7 +27,7 @@ from functrans.core import Primitive, get_aval
 from functrans.interpreters import ad, batching
 
 from functrans.sharding._visualize import visualize_array_sharding, visualize_sharding  # noqa: E402,F401
-from functrans._pmap import current_device_index
+from functrans._spmd import current_device_index
 from functrans.numpy import asarray
 
 __all__ = ["print", "callback", "visualize_array_sharding", "visualize_sharding"]

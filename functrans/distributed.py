@@ -36,6 +36,20 @@ from functrans._config import config
 
 _state = {"process_index": 0, "process_count": 1, "comm": None, "timeout": None}
 _mpi_lock = threading.Lock()
+# called when this process joins or leaves a multi-process run (functrans._devices drops
+# its device list then: the devices of every process are listed)
+_membership_listeners: list = []
+
+
+def on_membership_change(callback) -> None:
+    """Call ``callback()`` whenever :func:`initialize` or :func:`shutdown` changes which
+    processes take part."""
+    _membership_listeners.append(callback)
+
+
+def _membership_changed() -> None:
+    for callback in _membership_listeners:
+        callback()
 
 
 class DistributedTimeoutError(RuntimeError):
@@ -114,14 +128,13 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
         raise ValueError(f"initialize: process_id={process_id} but this MPI rank is {rank}")
     if timeout is not None:
         _state["timeout"] = float(timeout)
-    from functrans import _devices  # deferred: _devices -> distributed at import
     count = int(config.cpu_device_count)
     counts = _gather_object(comm, count, "initialize")
     if len(set(counts)) != 1:
         raise ValueError("initialize: every process needs the same number of CPU devices "
                          f"(FUNCTRANS_CPU_DEVICES); the processes have {counts}")
     _state.update(process_index=rank, process_count=size, comm=comm)
-    _devices._reset_cpu_devices()
+    _membership_changed()
     if abort_on_failure is None:
         abort_on_failure = _env_abort_on_failure()
     # (one process alone has nobody waiting for it)
@@ -139,8 +152,7 @@ def shutdown() -> None:
         except Exception:
             pass
     _state.update(process_index=0, process_count=1, comm=None)
-    from functrans import _devices  # deferred: _devices -> distributed at import
-    _devices._reset_cpu_devices()
+    _membership_changed()
 
 
 # =============================================================================================

@@ -24,6 +24,7 @@ import contextlib
 
 import numpy as np
 
+from functrans import distributed
 from functrans.backends.cuda.runtime import cupy_module
 
 _REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
@@ -128,10 +129,9 @@ class DeviceGroup:
         the same number). Rank 0 makes the unique id; MPI broadcasts it."""
         cp, _ = _nccl()
         if mpi_comm is None:
-            from functrans import distributed
             mpi_comm = distributed._state.get("comm")
             if mpi_comm is None:
-                from mpi4py import MPI
+                from mpi4py import MPI  # an optional dependency, needed only under MPI
                 mpi_comm = MPI.COMM_WORLD
         if local_devices is None:
             local_devices = list(range(cp.cuda.runtime.getDeviceCount()))
@@ -181,110 +181,80 @@ class DeviceGroup:
     def _stream(cp) -> int:
         return cp.cuda.get_current_stream().ptr
 
+    def _issue(self, arrays, what: str, new_out, call) -> list:
+        """One collective: for each local GPU, ``out = new_out(cp, a)`` on that GPU, then
+        ``call(comm, a, out, rank, dtype, stream)`` issues its NCCL calls, all of them in one
+        NCCL group (so this one thread drives every local GPU without deadlock)."""
+        cp, arrays = self._check(arrays, what)
+        dtype = nccl_dtype(arrays[0].dtype)
+        outs = []
+        with self._group():
+            for comm, a, rank, device in zip(self.comms, arrays, self.ranks,
+                                             self.local_devices):
+                with cp.cuda.Device(device):
+                    out = new_out(cp, a)
+                    call(comm, a, out, rank, dtype, self._stream(cp))
+                    outs.append(out)
+        return outs
+
+    def _check_rows(self, arrays, what: str) -> None:
+        a0 = arrays[0]
+        if a0.ndim == 0 or a0.shape[0] != self.size:
+            raise ValueError(f"{what}: leading axis must be the group size {self.size}, "
+                             f"got shape {a0.shape}")
+
     # ---- collectives -------------------------------------------------------------------------
 
     def all_reduce(self, arrays, op: str = "sum") -> list:
         """Every rank gets the elementwise ``op`` (sum, prod, max, min, avg) over all ranks."""
-        cp, arrays = self._check(arrays, "all_reduce")
-        dtype = nccl_dtype(arrays[0].dtype)
-        outs = []
-        with self._group():
-            for comm, a, device in zip(self.comms, arrays, self.local_devices):
-                with cp.cuda.Device(device):
-                    out = cp.empty_like(a)
-                    comm.allReduce(a.data.ptr, out.data.ptr, a.size, dtype, nccl_op(op),
-                                   self._stream(cp))
-                    outs.append(out)
-        return outs
+        return self._issue(arrays, "all_reduce", lambda cp, a: cp.empty_like(a),
+                           lambda comm, a, out, rank, dtype, stream: comm.allReduce(
+                               a.data.ptr, out.data.ptr, a.size, dtype, nccl_op(op), stream))
 
     def all_gather(self, arrays) -> list:
         """Every rank gets ``stack([x_0, ..., x_{size-1}])`` (shape ``(size, *x.shape)``)."""
-        cp, arrays = self._check(arrays, "all_gather")
-        dtype = nccl_dtype(arrays[0].dtype)
-        outs = []
-        with self._group():
-            for comm, a, device in zip(self.comms, arrays, self.local_devices):
-                with cp.cuda.Device(device):
-                    out = cp.empty((self.size,) + a.shape, a.dtype)
-                    comm.allGather(a.data.ptr, out.data.ptr, a.size, dtype, self._stream(cp))
-                    outs.append(out)
-        return outs
+        return self._issue(arrays, "all_gather",
+                           lambda cp, a: cp.empty((self.size,) + a.shape, a.dtype),
+                           lambda comm, a, out, rank, dtype, stream: comm.allGather(
+                               a.data.ptr, out.data.ptr, a.size, dtype, stream))
 
     def reduce_scatter(self, arrays, op: str = "sum") -> list:
         """Input shape ``(size, *s)``; rank ``r`` gets ``op`` over ranks of ``x[r]`` (shape s)."""
-        cp, arrays = self._check(arrays, "reduce_scatter")
-        a0 = arrays[0]
-        if a0.ndim == 0 or a0.shape[0] != self.size:
-            raise ValueError(f"reduce_scatter: leading axis must be the group size {self.size}, "
-                             f"got shape {a0.shape}")
-        dtype = nccl_dtype(a0.dtype)
-        outs = []
-        with self._group():
-            for comm, a, device in zip(self.comms, arrays, self.local_devices):
-                with cp.cuda.Device(device):
-                    out = cp.empty(a.shape[1:], a.dtype)
-                    comm.reduceScatter(a.data.ptr, out.data.ptr, out.size, dtype, nccl_op(op),
-                                       self._stream(cp))
-                    outs.append(out)
-        return outs
+        self._check_rows(arrays, "reduce_scatter")
+        return self._issue(arrays, "reduce_scatter", lambda cp, a: cp.empty(a.shape[1:], a.dtype),
+                           lambda comm, a, out, rank, dtype, stream: comm.reduceScatter(
+                               a.data.ptr, out.data.ptr, out.size, dtype, nccl_op(op), stream))
 
     def broadcast(self, arrays, root: int = 0) -> list:
         """Every rank gets rank ``root``'s array."""
-        cp, arrays = self._check(arrays, "broadcast")
-        dtype = nccl_dtype(arrays[0].dtype)
-        outs = []
-        with self._group():
-            for comm, a, device in zip(self.comms, arrays, self.local_devices):
-                with cp.cuda.Device(device):
-                    out = cp.empty_like(a)
-                    comm.broadcast(a.data.ptr, out.data.ptr, a.size, dtype, int(root),
-                                   self._stream(cp))
-                    outs.append(out)
-        return outs
+        return self._issue(arrays, "broadcast", lambda cp, a: cp.empty_like(a),
+                           lambda comm, a, out, rank, dtype, stream: comm.broadcast(
+                               a.data.ptr, out.data.ptr, a.size, dtype, int(root), stream))
 
     def all_to_all(self, arrays) -> list:
         """Input shape ``(size, *s)``: rank ``r`` sends ``x[j]`` to rank ``j`` and receives
         rank ``j``'s ``x[r]`` into ``out[j]`` (grouped sends and receives)."""
-        cp, arrays = self._check(arrays, "all_to_all")
-        a0 = arrays[0]
-        if a0.ndim == 0 or a0.shape[0] != self.size:
-            raise ValueError(f"all_to_all: leading axis must be the group size {self.size}, "
-                             f"got shape {a0.shape}")
-        dtype = nccl_dtype(a0.dtype)
-        chunk = a0.size // self.size
-        outs = []
-        with self._group():
-            for comm, a, device in zip(self.comms, arrays, self.local_devices):
-                with cp.cuda.Device(device):
-                    out = cp.empty_like(a)
-                    stream = self._stream(cp)
-                    for peer in range(self.size):
-                        step = chunk * a.itemsize * peer
-                        comm.send(a.data.ptr + step, chunk, dtype, peer, stream)
-                        comm.recv(out.data.ptr + step, chunk, dtype, peer, stream)
-                    outs.append(out)
-        return outs
+        self._check_rows(arrays, "all_to_all")
+        chunk = arrays[0].size // self.size
+
+        def exchange(comm, a, out, rank, dtype, stream):
+            for peer in range(self.size):
+                step = chunk * a.itemsize * peer
+                comm.send(a.data.ptr + step, chunk, dtype, peer, stream)
+                comm.recv(out.data.ptr + step, chunk, dtype, peer, stream)
+        return self._issue(arrays, "all_to_all", lambda cp, a: cp.empty_like(a), exchange)
 
     def permute(self, arrays, perm) -> list:
         """``ppermute``: for each ``(source, destination)`` pair of global ranks, the source's
         array goes to the destination; ranks that receive nothing get zeros."""
-        cp, arrays = self._check(arrays, "permute")
         perm = [(int(s), int(d)) for s, d in perm]
         if len({d for _, d in perm}) != len(perm) or len({s for s, _ in perm}) != len(perm):
             raise ValueError(f"permute: sources and destinations must be unique, got {perm}")
-        dtype = nccl_dtype(arrays[0].dtype)
-        outs = []
-        for a, device in zip(arrays, self.local_devices):
-            with cp.cuda.Device(device):
-                outs.append(cp.zeros_like(a))
-        with self._group():
-            for comm, a, out, rank, device in zip(self.comms, arrays, outs, self.ranks,
-                                                  self.local_devices):
-                with cp.cuda.Device(device):
-                    stream = self._stream(cp)
-                    for source, dest in perm:
-                        if source == rank:
-                            comm.send(a.data.ptr, a.size, dtype, dest, stream)
-                        if dest == rank:
-                            comm.recv(out.data.ptr, a.size, dtype, source, stream)
-        return outs
+
+        def exchange(comm, a, out, rank, dtype, stream):
+            for source, dest in perm:
+                if source == rank:
+                    comm.send(a.data.ptr, a.size, dtype, dest, stream)
+                if dest == rank:
+                    comm.recv(out.data.ptr, a.size, dtype, source, stream)
+        return self._issue(arrays, "permute", lambda cp, a: cp.zeros_like(a), exchange)

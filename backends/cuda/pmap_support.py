@@ -48,8 +48,10 @@ import numpy as np
 
 from functrans import core, distributed
 from functrans._array import is_concrete_array
+from functrans.backends.cuda import arrays, nccl, runtime
 from functrans.backends.cuda.nccl import NCCL_TYPE_NAMES
 from functrans.backends.cuda.scalar_ops import storage_dtype
+from functrans.primitives import collectives
 
 logger = logging.getLogger("functrans.pmap")
 
@@ -57,8 +59,14 @@ logger = logging.getLogger("functrans.pmap")
 # The plan: a collective's params -> NCCL calls (any array module, any NCCL-like group)
 # =============================================================================================
 
-_REDUCE_OPS = {"psum": "sum", "pmax": "max", "pmin": "min"}
-_MOVES_BYTES = ("all_gather", "all_to_all", "ppermute")
+_REDUCE_OPS = {collectives.psum_p: "sum", collectives.pmax_p: "max", collectives.pmin_p: "min"}
+_MOVES_BYTES = (collectives.all_gather_p, collectives.all_to_all_p, collectives.ppermute_p)
+# callers that hold only a collective's name (a test, a log line) name it so
+_BY_NAME = {p.name: p for p in collectives.COLLECTIVES}
+
+
+def _collective(primitive):
+    return _BY_NAME.get(primitive) if isinstance(primitive, str) else primitive
 
 
 def _sum_dtype(dtype: np.dtype):
@@ -70,26 +78,26 @@ def _sum_dtype(dtype: np.dtype):
     return dtype
 
 
-def nccl_supports(name: str, dtype, size: int) -> bool:
-    """Whether the collective ``name`` (a primitive name) on an operand of ``dtype`` with
+def nccl_supports(primitive, dtype, size: int) -> bool:
+    """Whether the collective ``primitive`` (or its name) on an operand of ``dtype`` with
     ``size`` elements is done by :func:`run_collective`; if not, pmap computes it on host
     copies."""
-    dtype = np.dtype(dtype)
+    primitive, dtype = _collective(primitive), np.dtype(dtype)
     if size == 0:
         return False
-    if name in _MOVES_BYTES:
+    if primitive in _MOVES_BYTES:
         return True
-    if name in ("psum", "reduce_scatter"):
+    if primitive in (collectives.psum_p, collectives.reduce_scatter_p):
         return _sum_dtype(dtype) is not None
-    if name in ("pmax", "pmin"):
+    if primitive in (collectives.pmax_p, collectives.pmin_p):
         return dtype in NCCL_TYPE_NAMES  # bool as uint8: max/min of 0/1 bytes are or/and
     return False
 
 
-def run_collective(name: str, params: dict, arrays: list, group, xp,
+def run_collective(primitive, params: dict, arrays: list, group, xp,
                    on_member=lambda member: contextlib.nullcontext()) -> list:
-    """Every local member's result of the collective ``name`` with ``params`` (the
-    primitive's own), given each local member's operand ``arrays[m]`` (one dtype and shape,
+    """Every local member's result of the collective ``primitive`` (or its name) with
+    ``params`` (the primitive's own), given each local member's operand ``arrays[m]`` (one dtype and shape,
     the dtype as stored: bfloat16 as uint16 bits).
 
     ``group`` has NCCL's collectives over ``group.size`` ranks (a :class:`nccl.DeviceGroup`);
@@ -97,6 +105,8 @@ def run_collective(name: str, params: dict, arrays: list, group, xp,
     ``xp`` is the array module of ``arrays`` and ``on_member(m)`` a context in which member
     ``m``'s arrays may be operated on (its CUDA device). The caller has checked
     :func:`nccl_supports`."""
+    name = primitive if isinstance(primitive, str) else primitive.name
+    primitive = _collective(primitive)
     if params.get("axis_index_groups") is not None:
         raise NotImplementedError(f"pmap {name}: no NCCL plan for axis_index_groups; the "
                                   "collective runs on host copies instead")
@@ -114,10 +124,10 @@ def run_collective(name: str, params: dict, arrays: list, group, xp,
                 out.append(fn(*items))
         return out
 
-    if name in _REDUCE_OPS:
-        return _all_reduce(xp, arrays, group, _REDUCE_OPS[name], each)
+    if primitive in _REDUCE_OPS:
+        return _all_reduce(xp, arrays, group, _REDUCE_OPS[primitive], each)
 
-    if name == "all_gather":
+    if primitive is collectives.all_gather_p:
         d, tiled = params["all_gather_dimension"], params["tiled"]
         gathered = group.all_gather(each(lambda a: _bytes(xp, a), arrays))
 
@@ -128,7 +138,7 @@ def run_collective(name: str, params: dict, arrays: list, group, xp,
             return xp.ascontiguousarray(out)
         return each(unpack, gathered)
 
-    if name == "reduce_scatter":
+    if primitive is collectives.reduce_scatter_p:
         d, tiled = params["scatter_dimension"], params["tiled"]
         # Row j of (n, -1) is piece j of the total along d: np.split's pieces, in order.
         moved_shape = (shape[d] // n,) + shape[:d] + shape[d + 1:]
@@ -141,7 +151,7 @@ def run_collective(name: str, params: dict, arrays: list, group, xp,
             return xp.ascontiguousarray(xp.moveaxis(s.reshape(moved_shape), 0, d))
         return each(unpack, sums)
 
-    if name == "all_to_all":
+    if primitive is collectives.all_to_all_p:
         s, c, tiled = params["split_axis"], params["concat_axis"], params["tiled"]
         rest = shape[:s] + shape[s + 1:]
         chunk = shape[s] // n
@@ -158,7 +168,7 @@ def run_collective(name: str, params: dict, arrays: list, group, xp,
             return joined.reshape(piece[:c] + (n * piece[c],) + piece[c + 1:])
         return each(unpack, received)
 
-    if name == "ppermute":
+    if primitive is collectives.ppermute_p:
         moved = group.permute(each(lambda a: _bytes(xp, a), arrays), params["perm"])
         return each(lambda b: b.view(dtype).reshape(shape), moved)
 
@@ -214,7 +224,6 @@ def device_group(local_ids):
     every process's GPUs when ``functrans.distributed`` runs several processes. None when NCCL
     cannot be loaded (collectives then run on host copies)."""
     global _warned_no_nccl
-    from functrans.backends.cuda import nccl
     key = (tuple(int(i) for i in local_ids), distributed.process_count())
     with _groups_lock:
         if key in _groups:
@@ -236,8 +245,7 @@ def device_group(local_ids):
 
 
 def _cupy():
-    from functrans.backends.cuda.runtime import cupy_module
-    cp = cupy_module()
+    cp = runtime.cupy_module()
     if cp is None:
         raise RuntimeError("pmap over GPU devices needs CuPy: pip install functrans[cuda]")
     return cp
@@ -257,10 +265,9 @@ class GpuPlacement:
     ``devices[m]`` (host NumPy arrays only for literals and ``axis_index``)."""
 
     def __init__(self, devices):
-        from functrans.backends.cuda.arrays import GpuArray, GpuDevice
         self.devices = list(devices)
         for d in self.devices:
-            if not isinstance(d, GpuDevice):
+            if not isinstance(d, arrays.GpuDevice):
                 raise TypeError(f"pmap: {d!r} is not a GPU device")
             if d.process_index != distributed.process_index():
                 raise ValueError(f"pmap: {d!r} belongs to process {d.process_index}; a process "
@@ -268,7 +275,7 @@ class GpuPlacement:
         self.local_ids = [int(d.local_id) for d in self.devices]
         if len(set(self.local_ids)) != len(self.local_ids):
             raise ValueError(f"pmap: a GPU is listed twice in devices={self.devices}")
-        self._gpu_array = GpuArray
+        self._gpu_array = arrays.GpuArray
         self._cp = _cupy()
         self._group = None
 
@@ -348,14 +355,14 @@ class GpuPlacement:
         """Every local member's result through NCCL, or None when NCCL cannot compute it (pmap
         then computes it on host copies)."""
         first = values[0]
-        if self._group is None or not nccl_supports(primitive.name, first.dtype, first.size):
+        if self._group is None or not nccl_supports(primitive, first.dtype, first.size):
             return None
         if params.get("axis_index_groups") is not None:
             # One NCCL communicator spans every member; a grouped collective is computed on
             # host copies, one group at a time (the primitive's group_impl).
             return None
         cp = self._cp
-        outs = run_collective(primitive.name, params, [v.device_buffer for v in values],
+        outs = run_collective(primitive, params, [v.device_buffer for v in values],
                               self._group, cp, self._on)
         for m in range(len(outs)):
             with self._on(m):

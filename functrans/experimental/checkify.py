@@ -243,23 +243,13 @@ def _holds_check(jaxpr) -> bool:
     for eqn in jaxpr.eqns:
         if eqn.primitive is check_p:
             return True
-        for value in eqn.params.values():
-            for sub in (value if isinstance(value, (tuple, list)) else (value,)):
-                inner = getattr(sub, "jaxpr", sub)
-                if isinstance(inner, core.Jaxpr) and _holds_check(inner):
-                    return True
+        if any(_holds_check(sub) for sub in core.subjaxprs(eqn)):
+            return True
     return False
 
 
 _NO_ARGS = tree_util.tree_structure(((), {}))
 _ONE_ARG = tree_util.tree_structure(((0,), {}))
-
-
-def _sub_jaxprs(eqn):
-    for value in eqn.params.values():
-        for sub in (value if isinstance(value, (tuple, list)) else (value,)):
-            if isinstance(sub, (core.Jaxpr, core.ClosedJaxpr)):
-                yield sub
 
 
 def _automatic_checks(state: _ErrorState, eqn, invals, outvals):
@@ -336,8 +326,8 @@ def _eval_checked(jaxpr: core.Jaxpr, consts, args, state: _ErrorState) -> list:
             pred, code, *payload = invals
             state.add(pred, code, payload, eqn.params["messages"])
             continue
-        subs = list(_sub_jaxprs(eqn))
-        if subs and (automatic or any(_holds_check(getattr(s, "jaxpr", s)) for s in subs)):
+        subs = list(core.subjaxprs(eqn))
+        if subs and (automatic or any(_holds_check(s) for s in subs)):
             outvals = _eval_checked_call(eqn, invals, state)
         else:
             outvals = eqn.primitive.bind(*invals, **eqn.params)

@@ -90,19 +90,12 @@ def jaxpr_as_fun(closed: ClosedJaxpr):
 def subjaxprs(jaxpr: Jaxpr):
     """The programs held by ``jaxpr``'s equations (control-flow bodies, called programs)."""
     for eqn in jaxpr.eqns:
-        yield from jaxprs_in_params(eqn.params)
+        yield from _core.subjaxprs(eqn)
 
 
 def jaxprs_in_params(params) -> list[Jaxpr]:
     """The open programs held in an equation's parameters."""
-    out = []
-    for value in params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(item, ClosedJaxpr):
-                out.append(item.jaxpr)
-            elif isinstance(item, Jaxpr):
-                out.append(item)
-    return out
+    return list(_core.subjaxprs(params))
 
 
 def new_jaxpr_eqn(invars, outvars, primitive, params, effects=None, source_info=None,

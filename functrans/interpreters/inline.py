@@ -8,6 +8,7 @@ operand.
 """
 from __future__ import annotations
 
+from functrans import core
 from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, Var
 
 INLINABLE = {"jit": "jaxpr", "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
@@ -72,10 +73,8 @@ def _has_calls(jaxpr: Jaxpr) -> bool:
     for eqn in jaxpr.eqns:
         if eqn.primitive.name in INLINABLE or eqn.primitive.name in FORWARDED:
             return True
-        for value in eqn.params.values():
-            for sub in (value if isinstance(value, tuple) else (value,)):
-                if isinstance(sub, ClosedJaxpr) and _has_calls(sub.jaxpr):
-                    return True
+        if any(_has_calls(sub) for sub in core.subjaxprs(eqn)):
+            return True
     return False
 
 

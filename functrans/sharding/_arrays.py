@@ -18,16 +18,14 @@ import math
 
 import numpy as np
 
-from functrans import _dtypes, _jit, core, distributed
+from functrans import _dtypes, _jit, _spmd, core, distributed
 from functrans._array import Array, is_concrete_array
+from functrans._spmd import AssembledArray, host_value as _host
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.sharding._shardings import (block_position, device_coords, NamedSharding, Sharding,
                                            SingleDeviceSharding)
 from functrans._api import device_put
 from functrans.sharding._constraints import with_sharding_constraint
-
-_array_value_slot = Array.__dict__["_value"]
-
 
 class Shard:
     """One device's block of an array: ``device``, ``index`` (a tuple of slices into the
@@ -46,12 +44,7 @@ class Shard:
                 f"replica_id={self.replica_id}, data={self.data!r})")
 
 
-def _host(buffer) -> np.ndarray:
-    """A buffer's values on the host (a GPU buffer is copied)."""
-    return buffer._value if is_concrete_array(buffer) else buffer
-
-
-class PartitionedArray(Array):
+class PartitionedArray(AssembledArray):
     """An array split over a mesh by a :class:`NamedSharding` (see the module docstring).
 
         >>> import functrans, numpy as np
@@ -72,18 +65,7 @@ class PartitionedArray(Array):
         self._sharding = sharding
         self._global_aval = ShapedArray(aval.shape, aval.dtype, aval.weak_type)
         self._buffers = buffers
-        self.weak_type = aval.weak_type
-        self._device = None
-        _array_value_slot.__set__(self, None)
-
-    @property
-    def _value(self):
-        value = _array_value_slot.__get__(self)
-        if value is None:
-            value = self._assemble()
-            value.flags.writeable = False
-            _array_value_slot.__set__(self, value)
-        return value
+        self._start_unassembled(aval.weak_type)
 
     def _assemble(self) -> np.ndarray:
         sharding, aval = self._sharding, self._global_aval
@@ -199,11 +181,6 @@ def local_devices_of(sharding: NamedSharding) -> list:
     return [d for d in sharding.mesh.devices.flat if d.process_index == rank]
 
 
-def _placement(devices):
-    from functrans import _pmap  # deferred: _pmap -> sharding -> sharding._arrays at import
-    return _pmap._placement_for(devices)
-
-
 def _block_from(x: PartitionedArray, index, shape) -> np.ndarray | None:
     """Block ``index`` of the global array ``x``, copied from the blocks of ``x`` in this
     process that overlap it; None when some of it lives only in another process."""
@@ -253,7 +230,7 @@ def put(x, sharding: Sharding, aval: ShapedArray | None = None):
     local = local_devices_of(sharding)
     if isinstance(x, PartitionedArray) and x._sharding == sharding:
         return x
-    placement = _placement(local)
+    placement = _spmd.placement_for(local)
     blocks: dict = {}
     value = None
     if not isinstance(x, PartitionedArray):
@@ -324,7 +301,7 @@ def make_array_from_callback(shape, sharding: Sharding, data_callback, dtype=Non
     expected = sharding.shard_shape(shape)
     indices = sharding.devices_indices_map(shape)
     local = local_devices_of(sharding)
-    placement = _placement(local)
+    placement = _spmd.placement_for(local)
     blocks: dict = {}
     buffers, aval = {}, None
     for member, device in enumerate(local):
@@ -380,7 +357,7 @@ def make_array_from_single_device_arrays(shape, sharding: Sharding, arrays, *, d
     else:
         by_device = dict(zip(local, arrays))
     expected = sharding.shard_shape(shape)
-    placement = _placement(local)
+    placement = _spmd.placement_for(local)
     buffers, aval = {}, None
     for member, device in enumerate(local):
         a = by_device[device]

@@ -5,10 +5,11 @@ sharded arguments or ``in_shardings``/``out_shardings``, a program holding ``sha
 regions or sharding constraints, or one ``shard_map`` called eagerly). Each call reads the
 layout of every argument (its own sharding on the mesh, the one ``in_shardings`` asks for,
 or replicated), and for each new combination runs the sharding propagation pass
-(``_propagation.py``) once and compiles the per-device program for the mesh
-(``_runtime.py``). The arguments' blocks go to their devices as they are (an argument split
-another way is resharded), every device runs its program, and the results are arrays split
-over the mesh as the pass decided (or as ``out_shardings`` say).
+(``_propagation.py``) once and compiles the per-device program for the mesh (``_runtime.py``,
+on the SPMD runtime ``functrans/_spmd.py``). The arguments' blocks go to their devices as
+they are (an argument split another way is resharded), every device runs its program, and
+the results are arrays split over the mesh as the pass decided (or as ``out_shardings``
+say).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from functrans.interpreters import partial_eval as pe
 from functrans.interpreters.inline import inline_calls
 from functrans.sharding._constraints import sharding_constraint_p
 from functrans.sharding._partition_spec import PartitionSpec
+from functrans.sharding._runtime import mesh_program
 from functrans.sharding._shard_map import shard_map_p
 
 logger = logging.getLogger("functrans")
@@ -105,8 +107,6 @@ class PartitionedExecutable:
 
     def _build(self, in_layouts) -> _Plan:
         from functrans.sharding import _propagation  # loaded by the first partitioned call
-        # deferred: sharding._runtime -> _pmap -> sharding -> sharding._partitioned at import
-        from functrans.sharding._runtime import MeshProgram
         mesh = self.mesh
         start = time.perf_counter()
         partitioned = _propagation.partition(self._program, mesh, in_layouts,
@@ -118,7 +118,7 @@ class PartitionedExecutable:
                            1e3 * (time.perf_counter() - start), len(partitioned.fallbacks))
         signature = hashlib.sha256((repr((mesh.axis_names, mesh.axis_sizes, in_layouts)) +
                                     partitioned.program.pretty_print()).encode()).hexdigest()
-        program = MeshProgram(partitioned.program, mesh, mesh.axis_names, signature)
+        program = mesh_program(partitioned.program, mesh, signature)
         in_shardings = [NamedSharding(mesh, spec_of(layout)) for layout in in_layouts]
         out_shardings = [NamedSharding(mesh, spec_of(layout))
                          for layout in partitioned.out_layouts]
@@ -143,8 +143,8 @@ class PartitionedExecutable:
                 x = put(x, sharding, aval if not is_concrete_array(x) else None)
             blocks.append(x._buffers)
         per_member = []
-        for device in members.local_devices:
-            coords = members.coords[members.devices.index(device)]
+        for m, device in zip(members.local, members.local_devices):
+            coords = members.coords[m]
             per_member.append([np.int32(coords[a]) for a in self.mesh.axis_names] +
                               [b[device] for b in blocks])
         outs = program.run(per_member)
@@ -185,12 +185,8 @@ def _region_meshes(jaxpr, found: list) -> list:
             continue
         if eqn.primitive is constraint_p:
             found.append(eqn.params["sharding"].mesh)
-        for value in eqn.params.values():
-            for item in (value if isinstance(value, tuple) else (value,)):
-                if isinstance(item, ClosedJaxpr):
-                    _region_meshes(item.jaxpr, found)
-                elif isinstance(item, core.Jaxpr):
-                    _region_meshes(item, found)
+        for sub in core.subjaxprs(eqn):
+            _region_meshes(sub, found)
     return found
 
 

@@ -295,15 +295,6 @@ shard_map_p.batch_needs_axis = True
 # =============================================================================================
 
 
-def _sub_jaxprs(eqn):
-    for value in eqn.params.values():
-        for item in (value if isinstance(value, tuple) else (value,)):
-            if isinstance(item, ClosedJaxpr):
-                yield item.jaxpr
-            elif isinstance(item, Jaxpr):
-                yield item
-
-
 def varying_axes(jaxpr: Jaxpr, in_vary: list) -> list:
     """For each output of ``jaxpr``, the set of mesh axes its value may differ along, given
     that of each input (constants vary along none)."""
@@ -365,7 +356,7 @@ def _varying_through(eqn, ins, union) -> list:
         for branch in eqn.params["branches"]:
             outs = [a | b for a, b in zip(outs, varying_axes(branch.jaxpr, operands))]
         return outs
-    subs = list(_sub_jaxprs(eqn))
+    subs = list(core.subjaxprs(eqn))
     if len(subs) == 1 and len(subs[0].invars) == len(ins) and len(subs[0].outvars) == n_out:
         return varying_axes(subs[0], ins)  # a call: jit, custom_jvp, remat, shard_map-free
     return [union] * n_out

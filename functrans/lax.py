@@ -15,7 +15,9 @@ from functrans.primitives.elementwise import *  # noqa: F401,F403
 from functrans.primitives.structural import *  # noqa: F401,F403
 from functrans.primitives.reductions import *  # noqa: F401,F403
 from functrans.primitives.indexing import *  # noqa: F401,F403
-from functrans.primitives.linalg import *  # noqa: F401,F403
+from functrans.primitives.dot import *  # noqa: F401,F403
+from functrans.primitives.convolution import *  # noqa: F401,F403
+from functrans.primitives.decompositions import *  # noqa: F401,F403
 from functrans.primitives.sorting import *  # noqa: F401,F403
 from functrans.primitives.control_flow import *  # noqa: F401,F403
 from functrans.primitives.collectives import *  # noqa: F401,F403
@@ -95,8 +97,8 @@ _JAX_PRIMITIVE_NAMES = (
     "transpose_p", "unstack_p", "while_p", "xor_p", "zeta_p",
 )
 
-_PRIMITIVE_MODULES = ("elementwise", "structural", "reductions", "indexing", "linalg",
-                      "sorting", "control_flow", "collectives", "fft", "windowed", "implicit",
+_PRIMITIVE_MODULES = ("elementwise", "structural", "reductions", "indexing", "dot",
+                      "convolution", "decompositions", "sorting", "control_flow", "collectives", "fft", "windowed", "implicit",
                       "special", "random_bits")
 
 

@@ -19,7 +19,9 @@ from functrans.primitives.dot import *  # noqa: F401,F403
 from functrans.primitives.convolution import *  # noqa: F401,F403
 from functrans.primitives.decompositions import *  # noqa: F401,F403
 from functrans.primitives.sorting import *  # noqa: F401,F403
-from functrans.primitives.control_flow import *  # noqa: F401,F403
+from functrans.primitives.cond import *  # noqa: F401,F403
+from functrans.primitives.while_loop import *  # noqa: F401,F403
+from functrans.primitives.scan import *  # noqa: F401,F403
 from functrans.primitives.collectives import *  # noqa: F401,F403
 from functrans.primitives.fft import *  # noqa: F401,F403
 from functrans.primitives.windowed import *  # noqa: F401,F403
@@ -98,8 +100,8 @@ _JAX_PRIMITIVE_NAMES = (
 )
 
 _PRIMITIVE_MODULES = ("elementwise", "structural", "reductions", "indexing", "dot",
-                      "convolution", "decompositions", "sorting", "control_flow", "collectives", "fft", "windowed", "implicit",
-                      "special", "random_bits")
+                      "convolution", "decompositions", "sorting", "cond", "while_loop", "scan",
+                      "collectives", "fft", "windowed", "implicit", "special", "random_bits")
 
 
 def _export_primitives() -> list:

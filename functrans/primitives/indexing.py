@@ -24,7 +24,7 @@ from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise, structural
-from functrans.primitives import control_flow, reductions
+from functrans.primitives import reductions, while_loop
 from functrans.primitives import elementwise as ew
 from functrans.primitives.structural import _axis
 
@@ -840,7 +840,7 @@ def scatter_apply(operand, scatter_indices, func: Callable, dimension_numbers, *
     if unique_indices or aval.size == 0:
         return step(0, operand)
     times = reductions.reduce_max(count, tuple(range(aval.ndim)))
-    return control_flow.fori_loop(0, times, lambda k, x: step(k, x), operand)
+    return while_loop.fori_loop(0, times, lambda k, x: step(k, x), operand)
 
 
 __all__ = ["gather", "GatherDimensionNumbers", "GatherScatterMode", "index_take", "scatter",

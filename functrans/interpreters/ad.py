@@ -276,6 +276,30 @@ def deflinear2(primitive, transpose_rule):
     primitive.transpose = transpose
 
 
+def defbilinear(primitive, lhs_transpose, rhs_transpose):
+    """Declare a binary primitive linear in each operand when the other is held fixed (a
+    product: ``mul``, ``dot_general``, ``conv_general_dilated``). Its tangent is
+    ``f(dx, y) + f(x, dy)``, and it transposes in whichever operand is the linear input:
+    ``lhs_transpose(ct, x, y, **params)`` is the cotangent of ``x`` (an
+    :class:`UndefinedPrimal`) for a known ``y``, ``rhs_transpose(ct, x, y, **params)`` that
+    of ``y`` for a known ``x``."""
+    defjvp(primitive, lambda g, x, y, **params: primitive.bind(g, y, **params),
+           lambda g, x, y, **params: primitive.bind(x, g, **params))
+
+    def transpose(ct, x, y, **params):
+        x_linear, y_linear = is_undefined_primal(x), is_undefined_primal(y)
+        if x_linear and y_linear:
+            raise NotImplementedError(f"{primitive.name} is bilinear: transposing it in both "
+                                      "operands at once is not supported")
+        if isinstance(ct, Zero):
+            return [Zero(x.aval) if x_linear else None, Zero(y.aval) if y_linear else None]
+        if x_linear:
+            return [lhs_transpose(ct, x, y, **params), None]
+        return [None, rhs_transpose(ct, x, y, **params)]
+
+    primitive.transpose = transpose
+
+
 # =============================================================================================
 # Transposition (reverse mode)
 # =============================================================================================

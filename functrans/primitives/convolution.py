@@ -15,7 +15,6 @@ import numpy as np
 from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
-from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise, structural
 from functrans.primitives.dot import _canonical_precision, dot_general, place_result
 
@@ -193,24 +192,6 @@ def _conv_impl(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation,
     return np.transpose(canonical, np.argsort(out_spec)).astype(out_dtype)
 
 
-def _conv_params(**params):
-    return {k: params[k] for k in ("window_strides", "padding", "lhs_dilation", "rhs_dilation",
-                                   "dimension_numbers", "feature_group_count",
-                                   "batch_group_count", "precision", "preferred_element_type")}
-
-
-def _conv_jvp(primals, tangents, **params):
-    lhs, rhs = primals
-    t_lhs, t_rhs = tangents
-    out = conv_general_dilated_p.bind(lhs, rhs, **params)
-    tangent = Zero.from_value(out)
-    if not isinstance(t_lhs, Zero):
-        tangent = ad.add_tangents(tangent, conv_general_dilated_p.bind(t_lhs, rhs, **params))
-    if not isinstance(t_rhs, Zero):
-        tangent = ad.add_tangents(tangent, conv_general_dilated_p.bind(lhs, t_rhs, **params))
-    return out, tangent
-
-
 def _split_axis(x, axis, major):
     """Split ``axis`` of size ``major * m`` into two axes (major, m) at ``axis``."""
     shape = list(get_aval(x).shape)
@@ -268,7 +249,8 @@ def _conv_batch(vals, dims, **params):
     return _unfold_from(out, out_spec[1], size, fgc * bgc), 0
 
 
-def _conv_transpose_lhs(ct, lhs_aval, rhs, params):
+def _conv_transpose_lhs(ct, lhs, rhs, **params):
+    lhs_aval = lhs.aval
     lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
     fgc, bgc = params["feature_group_count"], params["batch_group_count"]
     strides, padding = params["window_strides"], params["padding"]
@@ -312,7 +294,8 @@ def _conv_transpose_lhs(ct, lhs_aval, rhs, params):
     return _cast(result, lhs_aval.dtype)
 
 
-def _conv_transpose_rhs(ct, lhs, rhs_aval, params):
+def _conv_transpose_rhs(ct, lhs, rhs, **params):
+    rhs_aval = rhs.aval
     lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
     fgc, bgc = params["feature_group_count"], params["batch_group_count"]
     strides, padding = params["window_strides"], params["padding"]
@@ -348,21 +331,7 @@ def _cast(x, dtype):
     return elementwise.convert_element_type(x, dtype)
 
 
-def _conv_transpose(ct, lhs, rhs, **params):
-    if is_undefined_primal(lhs) and is_undefined_primal(rhs):
-        raise NotImplementedError("conv_general_dilated is bilinear: transposing it in both "
-                                  "operands at once is not supported")
-    if isinstance(ct, Zero):
-        return [Zero(lhs.aval) if is_undefined_primal(lhs) else None,
-                Zero(rhs.aval) if is_undefined_primal(rhs) else None]
-    params = _conv_params(**params)
-    if is_undefined_primal(lhs):
-        return [_conv_transpose_lhs(ct, lhs.aval, rhs, params), None]
-    return [None, _conv_transpose_rhs(ct, lhs, rhs.aval, params)]
-
-
-conv_general_dilated_p.jvp = _conv_jvp
-conv_general_dilated_p.transpose = _conv_transpose
+ad.defbilinear(conv_general_dilated_p, _conv_transpose_lhs, _conv_transpose_rhs)
 conv_general_dilated_p.batch = _conv_batch
 
 

@@ -15,7 +15,6 @@ import numpy as np
 from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad
-from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise, reductions, structural
 from functrans.primitives import elementwise as ew
 
@@ -93,8 +92,8 @@ def _dot_general_impl(lhs, rhs, *, dimension_numbers, precision=None, preferred_
     return out.reshape(shape).astype(out_dtype, copy=False)
 
 
-def _dot_general_transpose_lhs(ct, lhs_aval, rhs, dimension_numbers, precision,
-                               preferred_element_type, swapped=False):
+def _dot_general_cotangent(ct, lhs_aval, rhs, dimension_numbers, precision,
+                           preferred_element_type, swapped=False):
     """Cotangent of ``lhs``: contract ``ct``'s rhs-free axes with ``rhs``'s free axes,
     keeping the batch axes, then permute the result into ``lhs``'s layout."""
     (lc, rc), (lb, rb) = dimension_numbers
@@ -125,38 +124,20 @@ def _dot_general_transpose_lhs(ct, lhs_aval, rhs, dimension_numbers, precision,
     return out
 
 
-def _dot_general_transpose(ct, lhs, rhs, *, dimension_numbers, precision=None,
-                           preferred_element_type=None):
-    if is_undefined_primal(lhs) and is_undefined_primal(rhs):
-        raise NotImplementedError("dot_general is bilinear: transposing it in both operands "
-                                  "at once is not supported")
-    if isinstance(ct, Zero):
-        return [Zero(lhs.aval) if is_undefined_primal(lhs) else None,
-                Zero(rhs.aval) if is_undefined_primal(rhs) else None]
-    if is_undefined_primal(lhs):
-        return [_dot_general_transpose_lhs(ct, lhs.aval, rhs, dimension_numbers, precision,
-                                           preferred_element_type), None]
+def _dot_general_transpose_lhs(ct, lhs, rhs, *, dimension_numbers, precision=None,
+                               preferred_element_type=None):
+    return _dot_general_cotangent(ct, lhs.aval, rhs, dimension_numbers, precision,
+                                  preferred_element_type)
+
+
+def _dot_general_transpose_rhs(ct, lhs, rhs, *, dimension_numbers, precision=None,
+                               preferred_element_type=None):
     # The rhs cotangent is the lhs cotangent of the swapped product rhs . lhs, whose output
     # has the two free groups in the other order.
     (lc, rc), (lb, rb) = dimension_numbers
     swapped = ((rc, lc), (rb, lb))
-    return [None, _dot_general_transpose_lhs(ct, rhs.aval, lhs, swapped, precision,
-                                             preferred_element_type, swapped=True)]
-
-
-def _dot_general_jvp(primals, tangents, *, dimension_numbers, precision=None,
-                     preferred_element_type=None):
-    lhs, rhs = primals
-    t_lhs, t_rhs = tangents
-    params = dict(dimension_numbers=dimension_numbers, precision=precision,
-                  preferred_element_type=preferred_element_type)
-    out = dot_general_p.bind(lhs, rhs, **params)
-    tangent = Zero.from_value(out)
-    if not isinstance(t_lhs, Zero):
-        tangent = ad.add_tangents(tangent, dot_general_p.bind(t_lhs, rhs, **params))
-    if not isinstance(t_rhs, Zero):
-        tangent = ad.add_tangents(tangent, dot_general_p.bind(lhs, t_rhs, **params))
-    return out, tangent
+    return _dot_general_cotangent(ct, rhs.aval, lhs, swapped, precision, preferred_element_type,
+                                  swapped=True)
 
 
 def _shift_dims(dims, at):
@@ -188,8 +169,7 @@ def _dot_general_batch(vals, dims, *, dimension_numbers, precision=None,
     return dot_general_p.bind(lhs, rhs, dimension_numbers=new, **params), out_dim
 
 
-dot_general_p.jvp = _dot_general_jvp
-dot_general_p.transpose = _dot_general_transpose
+ad.defbilinear(dot_general_p, _dot_general_transpose_lhs, _dot_general_transpose_rhs)
 dot_general_p.batch = _dot_general_batch
 
 

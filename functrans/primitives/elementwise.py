@@ -336,6 +336,12 @@ def _linear(transpose):
     return lambda p: ad.deflinear(p, transpose)
 
 
+def _bilinear(lhs_transpose, rhs_transpose):
+    """Linear in each operand with the other fixed: ``lhs_transpose(ct, x, y)`` and
+    ``rhs_transpose(ct, x, y)`` give the cotangent of the linear one."""
+    return lambda p: ad.defbilinear(p, lhs_transpose, rhs_transpose)
+
+
 def _const(x, value):
     """A scalar of ``x``'s dtype broadcast to its shape."""
     aval = get_aval(x)
@@ -356,18 +362,6 @@ def _integer_pow_jvp(g, x, *, y):
     if y == 0:
         return ad.zeros_like_aval(get_aval(g))
     return mul(g, mul(_const(x, y), integer_pow(x, y - 1) if y != 1 else _const(x, 1)))
-
-
-def _mul_transpose(ct, x, y):
-    if is_undefined_primal(x) and is_undefined_primal(y):
-        raise NotImplementedError("mul is bilinear: transposing it in both operands at once "
-                                  "is not supported")
-    if isinstance(ct, Zero):
-        return [Zero(x.aval) if is_undefined_primal(x) else None,
-                Zero(y.aval) if is_undefined_primal(y) else None]
-    if is_undefined_primal(x):
-        return [mul(ct, y), None]
-    return [None, mul(x, ct)]
 
 
 def _div_transpose(ct, x, y):
@@ -477,8 +471,7 @@ integer_pow_p = _unary("integer_pow", "numeric", _integer_pow_impl, _jvp(_intege
 add_p = _binary("add", "numeric", np.add, _linear(lambda ct: [ct, ct]))
 sub_p = _binary("sub", "numeric", np.subtract, _linear(lambda ct: [ct, neg(ct)]))
 mul_p = _binary("mul", "numeric", np.multiply,
-                _jvp(lambda g, x, y: mul(g, y), lambda g, x, y: mul(x, g)),
-                transpose=_mul_transpose)
+                _bilinear(lambda ct, x, y: mul(ct, y), lambda ct, x, y: mul(x, ct)))
 div_p = _binary("div", "numeric", _div_impl,
                 _jvp_of_result(lambda g, ans, x, y: div(g, y),
                                lambda g, ans, x, y: neg(mul(g, div(ans, y)))),

@@ -8,7 +8,7 @@ are declared together below it.
 from __future__ import annotations
 
 import enum
-from typing import Any, NamedTuple, Sequence, Tuple, Union
+from typing import Any, Callable, NamedTuple, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -209,14 +209,23 @@ def _check_preferred_not_narrower(dtype, preferred) -> None:
                         f"type of {dtype.name}.")
 
 
+# ``out_sharding=`` is carried out by the sharding layer, which sits above the primitives:
+# it registers its constraint here when it is imported (functrans.sharding._constraints).
+_constrain_sharding: Callable | None = None
+
+
+def register_sharding_constraint(constrain: Callable) -> None:
+    """Register ``constrain(x, sharding)``, which places ``out_sharding=`` results."""
+    global _constrain_sharding
+    _constrain_sharding = constrain
+
+
 def place_result(out, out_sharding):
     """``out`` split as ``out_sharding`` (JAX's ``out_sharding=`` argument of products and
     convolutions), or as it is when that is None."""
     if out_sharding is None:
         return out
-    # upward, at call time: sharding constraints are built over the public API
-    from functrans.sharding._constraints import with_sharding_constraint
-    return with_sharding_constraint(out, out_sharding)
+    return _constrain_sharding(out, out_sharding)
 
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,

@@ -23,7 +23,8 @@ from functrans import core, tree_util
 from functrans.core import ClosedJaxpr, Primitive, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import closed_over_consts_as_args, trace_to_jaxpr_dynamic
-from functrans.primitives import elementwise
+from functrans.primitives import elementwise, structural
+from functrans.primitives.custom_calls import custom_jvp_call_p
 
 __all__ = ["custom_linear_solve", "custom_root"]
 
@@ -104,7 +105,7 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
         grad(sqrt)(4.0)   # 0.25 = 1 / (2 sqrt(4))
     """
     guess_leaves, guess_tree = tree_util.tree_flatten(initial_guess)
-    guess_leaves = [_as_array(x) for x in guess_leaves]
+    guess_leaves = [structural.as_array(x) for x in guess_leaves]
     guess_avals = [get_aval(x) for x in guess_leaves]
     tangent_avals = [ad.tangent_aval(a) for a in guess_avals]
     n = len(guess_leaves)
@@ -127,12 +128,11 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
         root = _tree_checked("custom_root", "solve", out, guess_tree, guess_avals)
         aux_leaves, aux_tree = tree_util.tree_flatten(aux)
         aux_tree_cell.append(aux_tree)
-        return root + [_as_array(a) for a in aux_leaves]
+        return root + [structural.as_array(a) for a in aux_leaves]
 
     def linearize_and_solve_flat(*args):
         x, rhs = tree_util.tree_unflatten(guess_tree, args[:n]), args[n:]
-        from functrans._api import linearize  # upward: _api is in the API, above this layer
-        _, f_linear = linearize(user_f, x)
+        _, f_linear = ad.linearize_tree(user_f, x)
         out = tangent_solve(f_linear, tree_util.tree_unflatten(guess_tree, rhs))
         return _tree_checked("custom_root", "tangent_solve", out, guess_tree, tangent_avals)
 
@@ -143,16 +143,19 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
     aux_tree = aux_tree_cell[-1]
     lengths = (len(f_consts), len(solve_consts), len(lin_consts))
 
-    # upward: _custom_derivatives is in the API, above this layer
-    from functrans._custom_derivatives import custom_jvp
-
-    @custom_jvp
-    def root_call(*args):
+    # The root is a call with a custom JVP (custom_jvp_call): the solver runs as it is, and
+    # only the implicit-function rule below is differentiated.
+    def root_fun(*args):
         _, s_consts, _, guess = _split(args, lengths)
-        return tuple(_eval(solve_jaxpr, *s_consts, *guess))
+        return _eval(solve_jaxpr, *s_consts, *guess)
 
-    @root_call.defjvp
-    def root_call_jvp(primals, tangents):
+    def root_call(*args):
+        return custom_jvp_call_p.bind_call(root_fun, root_jvp, list(args), {})
+
+    def root_jvp(primals, tangents):
+        # every tangent arrives as a value, symbolic zeros instantiated (as custom_jvp's
+        # rules receive them)
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
         outs = root_call(*primals)
         root, aux = list(outs[:n]), list(outs[n:])
         fc, _, lc, _ = _split(primals, lengths)
@@ -162,18 +165,13 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
         rhs = [ad.instantiate_zeros(t) for t in rhs]
         root_dot = _eval(lin_jaxpr, *lc, *root, *rhs)
         root_dot = [elementwise.neg(t) for t in root_dot]
-        return outs, tuple(root_dot) + tuple(_zero_tangents(aux))
+        return list(outs), root_dot + _zero_tangents(aux)
 
     outs = root_call(*f_consts, *solve_consts, *lin_consts, *guess_leaves)
     root = tree_util.tree_unflatten(guess_tree, list(outs[:n]))
     if has_aux:
         return root, tree_util.tree_unflatten(aux_tree, list(outs[n:]))
     return root
-
-
-def _as_array(x):
-    from functrans._api import _as_array as as_array  # upward: _api is in the API, above this layer
-    return as_array(x)
 
 
 # =============================================================================================
@@ -306,7 +304,7 @@ def custom_linear_solve(matvec: Callable, b, solve: Callable, transpose_solve=No
                                     lambda mv, b: jnp.linalg.solve(a, b), symmetric=True)
     """
     b_leaves, b_tree = tree_util.tree_flatten(b)
-    b_leaves = [_as_array(x) for x in b_leaves]
+    b_leaves = [structural.as_array(x) for x in b_leaves]
     b_avals = [get_aval(x) for x in b_leaves]
 
     def tree(xs):
@@ -317,9 +315,8 @@ def custom_linear_solve(matvec: Callable, b, solve: Callable, transpose_solve=No
 
     def vecmat(y):
         # matvec is linear, so its transpose is its VJP at any point (zero here)
-        from functrans._api import vjp
         zeros = tree([ad.zeros_like_aval(a) for a in b_avals])
-        _, pullback = vjp(matvec, zeros)
+        _, pullback = ad.vjp_tree(matvec, zeros)
         return pullback(y)[0]
 
     def solver_flat(solver, operator, what):
@@ -328,7 +325,7 @@ def custom_linear_solve(matvec: Callable, b, solve: Callable, transpose_solve=No
             aux_leaves = []
             if has_aux:
                 out, aux = out
-                aux_leaves = [_as_array(a) for a in tree_util.tree_leaves(aux)]
+                aux_leaves = [structural.as_array(a) for a in tree_util.tree_leaves(aux)]
                 aux_trees.append(tree_util.tree_structure(aux))
             return _tree_checked("custom_linear_solve", what, out, b_tree, b_avals) + aux_leaves
         return fun

@@ -444,7 +444,6 @@ def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 - jax.
     if batch_size is None:
         _, ys = scan(lambda _, x: ((), f(x)), (), xs)
         return ys
-    from functrans._api import vmap  # upward: _api is in the API, above this layer
     batch_size = int(batch_size)
     if batch_size < 1:
         raise ValueError(f"map: batch_size must be positive, got {batch_size}")
@@ -453,7 +452,7 @@ def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 - jax.
         raise ValueError("map: xs has no arrays to map over")
     n = get_aval(leaves[0]).shape[0]
     num_batches, remainder = divmod(n, batch_size)
-    batched_f = vmap(f)
+    batched_f = batching.vmap_leading_axis(f)
     outs = []
     if num_batches:
         main = [x if not remainder else _slice_leading(x, 0, num_batches * batch_size)

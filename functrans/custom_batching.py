@@ -40,7 +40,7 @@ from functrans.core import Primitive, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import closed_over_consts_as_args, trace_to_closed_jaxpr
 from functrans.tree_util import tree_flatten, tree_unflatten
-from functrans.primitives.control_flow import map as lax_map
+from functrans.primitives.scan import map as lax_map
 
 __all__ = ["custom_vmap", "sequential_vmap"]
 

@@ -8,6 +8,7 @@ the primitive objects themselves under JAX's names (``add_p``, ``dot_general_p``
 from __future__ import annotations
 
 import builtins as _builtins
+import enum as _enum
 import importlib as _importlib
 
 from functrans.core import Primitive as _Primitive
@@ -15,9 +16,13 @@ from functrans.primitives.elementwise import *  # noqa: F401,F403
 from functrans.primitives.structural import *  # noqa: F401,F403
 from functrans.primitives.reductions import *  # noqa: F401,F403
 from functrans.primitives.indexing import *  # noqa: F401,F403
-from functrans.primitives.linalg import *  # noqa: F401,F403
+from functrans.primitives.dot import *  # noqa: F401,F403
+from functrans.primitives.convolution import *  # noqa: F401,F403
+from functrans.primitives.decompositions import *  # noqa: F401,F403
 from functrans.primitives.sorting import *  # noqa: F401,F403
-from functrans.primitives.control_flow import *  # noqa: F401,F403
+from functrans.primitives.cond import *  # noqa: F401,F403
+from functrans.primitives.while_loop import *  # noqa: F401,F403
+from functrans.primitives.scan import *  # noqa: F401,F403
 from functrans.primitives.collectives import *  # noqa: F401,F403
 from functrans.primitives.fft import *  # noqa: F401,F403
 from functrans.primitives.windowed import *  # noqa: F401,F403
@@ -43,6 +48,35 @@ import sys as _sys  # noqa: E402
 _sys.modules.setdefault(__name__ + ".linalg", linalg)
 
 # ---- accuracy= on transcendental functions ----------------------------------------------------
+
+
+class AccuracyMode(_enum.Enum):
+    """Accuracy request for transcendental functions (``lax.exp(x, accuracy=...)``). This
+    backend has one implementation per function (accurate to a few ulps), used for every
+    mode."""
+    HIGHEST = 1
+    DEFAULT = 2
+
+
+class Tolerance:
+    """An accuracy target ``(atol, rtol, ulps)`` for transcendental functions
+    (``lax.tanh(x, accuracy=Tolerance(rtol=1e-6))``). This backend's one implementation per
+    function is used whatever the target."""
+
+    def __init__(self, atol: float = 0.0, rtol: float = 0.0, ulps: int = 0):
+        if atol < 0 or rtol < 0 or ulps < 0:
+            raise ValueError("Tolerance: atol, rtol and ulps must be non-negative")
+        self.atol, self.rtol, self.ulps = float(atol), float(rtol), int(ulps)
+
+    def __repr__(self):
+        return f"Tolerance(atol={self.atol}, rtol={self.rtol}, ulps={self.ulps})"
+
+    def __eq__(self, other):
+        return isinstance(other, Tolerance) and \
+            (self.atol, self.rtol, self.ulps) == (other.atol, other.rtol, other.ulps)
+
+    def __hash__(self):
+        return hash((self.atol, self.rtol, self.ulps))
 
 
 def _with_accuracy(fn):
@@ -95,9 +129,9 @@ _JAX_PRIMITIVE_NAMES = (
     "transpose_p", "unstack_p", "while_p", "xor_p", "zeta_p",
 )
 
-_PRIMITIVE_MODULES = ("elementwise", "structural", "reductions", "indexing", "linalg",
-                      "sorting", "control_flow", "collectives", "fft", "windowed", "implicit",
-                      "special", "random_bits")
+_PRIMITIVE_MODULES = ("elementwise", "structural", "reductions", "indexing", "dot",
+                      "convolution", "decompositions", "sorting", "cond", "while_loop", "scan",
+                      "collectives", "fft", "windowed", "implicit", "special", "random_bits")
 
 
 def _export_primitives() -> list:

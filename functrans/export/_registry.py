@@ -23,7 +23,8 @@ from functrans.primitives.implicit import LinearSolveJaxprs
 from functrans.primitives.indexing import (GatherDimensionNumbers, GatherScatterMode,
                                            ScatterDimensionNumbers)
 from functrans.primitives.elementwise import RoundingMethod
-from functrans.primitives.linalg import ConvDimensionNumbers, Precision
+from functrans.primitives.convolution import ConvDimensionNumbers
+from functrans.primitives.dot import Precision
 from functrans.primitives.random_bits import RandomAlgorithm
 import functrans.primitives as package
 

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans import _dtypes, _tracer_leaks, core
+from functrans import _dtypes, _tracer_leaks, core, tree_util
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.interpreters import partial_eval as pe
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
@@ -276,6 +276,30 @@ def deflinear2(primitive, transpose_rule):
     primitive.transpose = transpose
 
 
+def defbilinear(primitive, lhs_transpose, rhs_transpose):
+    """Declare a binary primitive linear in each operand when the other is held fixed (a
+    product: ``mul``, ``dot_general``, ``conv_general_dilated``). Its tangent is
+    ``f(dx, y) + f(x, dy)``, and it transposes in whichever operand is the linear input:
+    ``lhs_transpose(ct, x, y, **params)`` is the cotangent of ``x`` (an
+    :class:`UndefinedPrimal`) for a known ``y``, ``rhs_transpose(ct, x, y, **params)`` that
+    of ``y`` for a known ``x``."""
+    defjvp(primitive, lambda g, x, y, **params: primitive.bind(g, y, **params),
+           lambda g, x, y, **params: primitive.bind(x, g, **params))
+
+    def transpose(ct, x, y, **params):
+        x_linear, y_linear = is_undefined_primal(x), is_undefined_primal(y)
+        if x_linear and y_linear:
+            raise NotImplementedError(f"{primitive.name} is bilinear: transposing it in both "
+                                      "operands at once is not supported")
+        if isinstance(ct, Zero):
+            return [Zero(x.aval) if x_linear else None, Zero(y.aval) if y_linear else None]
+        if x_linear:
+            return [lhs_transpose(ct, x, y, **params), None]
+        return [None, rhs_transpose(ct, x, y, **params)]
+
+    primitive.transpose = transpose
+
+
 # =============================================================================================
 # Transposition (reverse mode)
 # =============================================================================================
@@ -413,6 +437,61 @@ def vjp_flat(fun: Callable, primals: Sequence):
         return cts_in
 
     return primals_out, vjp_fun, [pv.aval for pv in tangent_pvals]
+
+
+def _flat_with_out_tree(fun: Callable, in_tree, out_tree_cell: list) -> Callable:
+    def flat(*leaves):
+        out = fun(*tree_util.tree_unflatten(in_tree, leaves))
+        out_leaves, out_tree = tree_util.tree_flatten(out)
+        out_tree_cell.append(out_tree)
+        return out_leaves
+    return flat
+
+
+def linearize_tree(fun: Callable, *primals):
+    """``(fun(*primals), f_jvp)`` for pytree arguments and results, ``f_jvp(*tangents)``
+    evaluating the linear map without re-running ``fun``: ``linearize`` for the rules below
+    the public API that differentiate a user's function (``custom_root``'s tangent solve)."""
+    leaves, in_tree = tree_util.tree_flatten(primals)
+    out_tree_cell: list = []
+    primals_out, jaxpr, residuals, _ = linearize_flat(
+        _flat_with_out_tree(fun, in_tree, out_tree_cell), leaves)
+    out_tree = out_tree_cell[0]
+
+    def f_jvp(*tangents):
+        tangent_leaves, tangent_tree = tree_util.tree_flatten(tangents)
+        if tangent_tree != in_tree:
+            raise ValueError(f"linearized function: tangent structure {tangent_tree} does not "
+                             f"match the primals' {in_tree}")
+        outs = core.eval_jaxpr(jaxpr, residuals, *tangent_leaves)
+        return tree_util.tree_unflatten(out_tree, outs)
+
+    return tree_util.tree_unflatten(out_tree, primals_out), f_jvp
+
+
+def vjp_tree(fun: Callable, *primals):
+    """``(fun(*primals), pullback)`` for pytree arguments and results, ``pullback(ct)``
+    returning one cotangent per primal argument (zeros where none flows): ``vjp`` for the
+    rules below the public API (the transpose of ``custom_linear_solve``'s matvec)."""
+    leaves, in_tree = tree_util.tree_flatten(primals)
+    out_tree_cell: list = []
+    primals_out, pullback_flat, out_tangent_avals = vjp_flat(
+        _flat_with_out_tree(fun, in_tree, out_tree_cell), leaves)
+    out_tree = out_tree_cell[0]
+    in_avals = [get_aval(p) for p in leaves]
+
+    def pullback(cotangent):
+        ct_leaves, ct_tree = tree_util.tree_flatten(cotangent)
+        if ct_tree != out_tree:
+            raise ValueError(f"vjp: the cotangent has structure {ct_tree} but the function's "
+                             f"output has structure {out_tree}")
+        cts = [Zero(aval) if aval.dtype == _dtypes.float0 else ct
+               for ct, aval in zip(ct_leaves, out_tangent_avals)]
+        cts_in = [zeros_like_aval(tangent_aval(aval)) if isinstance(ct, Zero) else ct
+                  for ct, aval in zip(pullback_flat(cts), in_avals)]
+        return tuple(tree_util.tree_unflatten(in_tree, cts_in))
+
+    return tree_util.tree_unflatten(out_tree, primals_out), pullback
 
 
 # =============================================================================================

@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 from typing import Callable, NamedTuple, Sequence
 
-from functrans import _tracer_leaks, core
+from functrans import _tracer_leaks, core, tree_util
 from functrans.core import Tracer, get_aval
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 
@@ -133,6 +133,26 @@ def batch_fun(fun: Callable, args: Sequence, in_dims: Sequence, axis_size: int,
         del trace, tracers_in, outs, tracers_out  # only leaks may keep tracers now
         _tracer_leaks.check(main)
     return results
+
+
+def vmap_leading_axis(fun: Callable, axis_name=None) -> Callable:
+    """``fun`` mapped over the leading axis of every array of its (pytree) arguments, every
+    output batched along its leading axis: ``vmap(fun)`` for the rules and lax-level
+    functions below the public API that apply a function of one example to a batch."""
+    def mapped(*args):
+        leaves, in_tree = tree_util.tree_flatten(args)
+        out_tree_cell: list = []
+
+        def flat(*xs):
+            out = fun(*tree_util.tree_unflatten(in_tree, xs))
+            out_leaves, out_tree = tree_util.tree_flatten(out)
+            out_tree_cell.append(out_tree)
+            return out_leaves
+
+        size = get_aval(leaves[0]).shape[0]
+        outs = batch_fun(flat, leaves, [0] * len(leaves), size, lambda n: [0] * n, axis_name)
+        return tree_util.tree_unflatten(out_tree_cell[0], outs)
+    return mapped
 
 
 # =============================================================================================

@@ -17,6 +17,7 @@ import numpy as np
 from functrans import core, tree_util
 from functrans.core import Primitive
 from functrans.interpreters import batching
+from functrans.primitives import reductions, structural
 
 
 class JaxRuntimeError(ValueError):
@@ -86,14 +87,13 @@ def _check_jvp(primals, tangents, *, messages):
 def _check_batch(vals, dims, *, messages):
     """Per example, the first failing example's message: the batched predicate holds when
     every example's does, and the code and payload are those of the first that fails."""
-    import functrans.numpy as jnp  # deferred: numpy builds on the primitives
     size = batching.batch_size_of(vals, dims)
     vals = [batching.bdim_at_front(v, d, size) if d is not None else v
             for v, d in zip(vals, dims)]
-    pred = vals[0] if dims[0] is not None else jnp.broadcast_to(vals[0], (size,))
-    first = jnp.argmin(pred)  # the first False (0 when all hold)
+    pred = vals[0] if dims[0] is not None else structural.broadcast_in_dim(vals[0], (size,), ())
+    first = reductions.argmin(pred, 0, np.int32)  # the first False (0 when all hold)
     picked = [v[first] if d is not None else v for v, d in zip(vals, dims)]
-    check_p.bind(jnp.all(pred), *picked[1:], messages=messages)
+    check_p.bind(reductions.reduce_and(pred, (0,)), *picked[1:], messages=messages)
     return [], []
 
 

@@ -273,7 +273,6 @@ def _batch_in_groups(primitive, x, d, params, axis_data):
     members are reordered group by group into a ``(groups, group size, ...)`` array, and
     the ungrouped collective runs under a vmap over each group's members (an inner axis of
     the group's size) and a vmap over the groups; the results go back to member order."""
-    from functrans._api import vmap  # upward: _api is in the API, above this layer
     groups = params["axis_index_groups"]
     n = axis_data.size
     order = [i for g in groups for i in g]
@@ -283,7 +282,9 @@ def _batch_in_groups(primitive, x, d, params, axis_data):
     inner_name = _GroupAxis(axis_data.name)
     inner = dict(params, axis_index_groups=None)
     inner[primitive.names_param] = (inner_name,)
-    out = vmap(vmap(lambda v: primitive.bind(v, **inner), axis_name=inner_name))(x)
+    per_group = batching.vmap_leading_axis(lambda v: primitive.bind(v, **inner),
+                                           axis_name=inner_name)
+    out = batching.vmap_leading_axis(per_group)(x)
     out = structural.reshape(out, (n,) + tuple(get_aval(out).shape[2:]))
     inverse = [0] * n
     for position, member in enumerate(order):
@@ -441,8 +442,7 @@ def _reduction_fn(primitive, doc):
 def _as_operand(x):
     if isinstance(x, Tracer) or hasattr(x, "_value"):
         return x
-    from functrans.numpy import asarray  # upward: numpy is in the API, above this layer
-    return asarray(x)
+    return structural.as_array(x)
 
 
 psum = _reduction_fn(psum_p, """Sum ``x`` (a pytree) over the members of the named axis.

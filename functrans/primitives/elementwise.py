@@ -1,10 +1,14 @@
 """Elementwise primitives: one table row per operation.
 
 A row gives the name, which dtypes it accepts, its reference implementation and its
-derivative. Shape rules (operands of one shape and dtype), batching (broadcasting along the
-batch axis) and the lax-level function are made from the row; linear operations also get
-transpose rules. Backends find their scalar code in tables keyed by the ``Primitive``
-object (``scalar_ops.EMITTERS``), never by its name.
+derivative (a JVP rule, or for a linear operation its transpose), e.g.::
+
+    sin_p = _unary("sin", "float", np.sin, _jvp(lambda g, x: mul(g, cos(x))))
+
+Shape rules (operands of one shape and dtype), batching (broadcasting along the batch axis)
+and the lax-level function are made from the row. The compiled backends keep their scalar
+code for each row in their own tables, keyed by the ``Primitive`` object (``EMITTERS`` in
+``backends/llvm/scalar_ops.py`` and ``backends/cuda/scalar_ops.py``), never by its name.
 
 The lax-level functions here take arrays of equal shape and dtype; for the library's own
 convenience a Python scalar takes the other operand's dtype. ``functrans.lax`` exports the
@@ -117,20 +121,30 @@ def _quiet(fn):
 _UNARY, _BINARY = {}, {}
 
 
-def _unary(name: str, kind: str, impl, result_dtype=None) -> Primitive:
+def _unary(name: str, kind: str, impl, derivative, result_dtype=None) -> Primitive:
+    """A row of the unary table: ``kind`` names the dtypes it accepts, ``impl`` is its
+    reference implementation, ``derivative`` one of the forms below the reference
+    implementations, ``result_dtype`` maps the operand's dtype to the result's."""
     p = Primitive(name)
     p.def_impl(_quiet(_via_f32(impl)))
     p.def_abstract_eval(_elementwise_rule(name, kind, result_dtype))
     batching.defvectorized(p)
+    derivative(p)
     _UNARY[name] = p
     return p
 
 
-def _binary(name: str, kind: str, impl, result_dtype=None) -> Primitive:
+def _binary(name: str, kind: str, impl, derivative, result_dtype=None, *,
+            transpose=None) -> Primitive:
+    """A row of the binary table, as :func:`_unary`; ``transpose`` is the transpose rule of
+    an operation linear in one operand (its derivative being a :func:`_jvp` form)."""
     p = Primitive(name)
     p.def_impl(_quiet(_via_f32(impl)))
     p.def_abstract_eval(_elementwise_rule(name, kind, result_dtype))
     batching.broadcast_batcher(p)
+    derivative(p)
+    if transpose is not None:
+        p.transpose = transpose
     _BINARY[name] = p
     return p
 
@@ -294,80 +308,207 @@ _erf_inv_impl = _special("erfinv")
 _logistic_impl = _special("expit")
 
 
+# ---- derivatives: each row names its own ------------------------------------------------------
+# A row's ``derivative`` is one of the forms below, applied to its primitive when the row is
+# made. The rules call the lax-level functions defined after the table (``mul``, ``cos``,
+# ...); they are looked up when a derivative is taken, not when the row is read.
+
+
+def _zero_derivative(p):
+    """Piecewise constant or integer-valued: the tangent is always zero."""
+    ad.defjvp_zero(p)
+
+
+def _jvp(*rules):
+    """One tangent rule per operand, ``rule(g, *operands)`` (None where the result does not
+    depend differentiably on that operand); the tangents are summed."""
+    return lambda p: ad.defjvp(p, *rules)
+
+
+def _jvp_of_result(*rules):
+    """As :func:`_jvp`, each rule also receiving the result: ``rule(g, ans, *operands)``."""
+    return lambda p: ad.defjvp2(p, *rules)
+
+
+def _linear(transpose):
+    """Linear in every operand: the JVP applies the primitive to the tangents, and
+    ``transpose(ct)`` gives the operands' cotangents."""
+    return lambda p: ad.deflinear(p, transpose)
+
+
+def _bilinear(lhs_transpose, rhs_transpose):
+    """Linear in each operand with the other fixed: ``lhs_transpose(ct, x, y)`` and
+    ``rhs_transpose(ct, x, y)`` give the cotangent of the linear one."""
+    return lambda p: ad.defbilinear(p, lhs_transpose, rhs_transpose)
+
+
+def _const(x, value):
+    """A scalar of ``x``'s dtype broadcast to its shape."""
+    aval = get_aval(x)
+    return structural.full(aval.shape, value, aval.dtype, weak_type=aval.weak_type)
+
+
+def _abs_jvp(g, ans, x):
+    if _dtypes.is_complex(get_aval(x).dtype):
+        # d|z| = Re(conj(z) dz) / |z|, taken as 0 at z = 0 (|z| is replaced by 1 there)
+        magnitude = convert_element_type(ans, get_aval(x).dtype)
+        safe = select(eq(magnitude, _const(magnitude, 0)), _const(magnitude, 1), magnitude)
+        return real(mul(g, div(conj(x), safe)))
+    # the kink at 0 takes the right-hand slope (+1, also at -0.0), as JAX does
+    return select(ge(x, _const(x, 0)), g, neg(g))
+
+
+def _integer_pow_jvp(g, x, *, y):
+    if y == 0:
+        return ad.zeros_like_aval(get_aval(g))
+    return mul(g, mul(_const(x, y), integer_pow(x, y - 1) if y != 1 else _const(x, 1)))
+
+
+def _div_transpose(ct, x, y):
+    if is_undefined_primal(y):
+        raise NotImplementedError("div is not linear in its divisor")
+    if isinstance(ct, Zero):
+        return [Zero(x.aval), None]
+    return [div(ct, y), None]
+
+
+def _pow_jvp_lhs(g, ans, x, y):
+    # d/dx x**y = y * x**(y-1), defined as 0 where y == 0 (so 0**0 has derivative 0)
+    y_is_zero = eq(y, _const(y, 0))
+    jac = select(y_is_zero, _const(x, 0), mul(y, pow(x, sub(y, _const(y, 1)))))
+    return mul(g, jac)
+
+
+def _pow_jvp_rhs(g, ans, x, y):
+    # d/dy x**y = log(x) * x**y, with log(0) replaced so 0**y has derivative 0
+    safe_x = select(eq(x, _const(x, 0)), _const(x, 1), x)
+    return mul(g, mul(log(safe_x), ans))
+
+
+def _balanced_eq(x, z, y):
+    """1 where ``x`` is the result ``z`` alone, 1/2 on ties with ``y``, else 0."""
+    one, half, zero = _const(z, 1), _const(z, 0.5), _const(z, 0)
+    return select(eq(x, z), select(eq(y, z), half, one), zero)
+
+
+def _one_minus_square(x):
+    return sub(_const(x, 1), mul(x, x))
+
+
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+
+
 # ---- the table: unary ------------------------------------------------------------------------
 
-neg_p = _unary("neg", "numeric", np.negative)
-sign_p = _unary("sign", "numeric", np.sign)
-floor_p = _unary("floor", "real_float", np.floor)
-ceil_p = _unary("ceil", "real_float", np.ceil)
-round_p = _unary("round", "real_float", _round_impl)
-is_finite_p = _unary("is_finite", "real_float", np.isfinite, _bool_result)
-exp_p = _unary("exp", "float", np.exp)
-exp2_p = _unary("exp2", "float", np.exp2)
-log_p = _unary("log", "float", np.log)
-log1p_p = _unary("log1p", "float", np.log1p)
-expm1_p = _unary("expm1", "float", np.expm1)
-tanh_p = _unary("tanh", "float", np.tanh)
-logistic_p = _unary("logistic", "float", _logistic_impl)
-sin_p = _unary("sin", "float", np.sin)
-cos_p = _unary("cos", "float", np.cos)
-tan_p = _unary("tan", "float", np.tan)
-asin_p = _unary("asin", "float", np.arcsin)
-acos_p = _unary("acos", "float", np.arccos)
-atan_p = _unary("atan", "float", np.arctan)
-sinh_p = _unary("sinh", "float", np.sinh)
-cosh_p = _unary("cosh", "float", np.cosh)
-asinh_p = _unary("asinh", "float", np.arcsinh)
-acosh_p = _unary("acosh", "float", np.arccosh)
-atanh_p = _unary("atanh", "float", np.arctanh)
-sqrt_p = _unary("sqrt", "float", np.sqrt)
-rsqrt_p = _unary("rsqrt", "float", lambda x: 1 / np.sqrt(x))
-cbrt_p = _unary("cbrt", "real_float", np.cbrt)
-abs_p = _unary("abs", "numeric", np.abs, _real_result)
-square_p = _unary("square", "numeric", np.square)
-erf_p = _unary("erf", "real_float", _special("erf"))
-erfc_p = _unary("erfc", "real_float", _special("erfc"))
-erf_inv_p = _unary("erf_inv", "real_float", _erf_inv_impl)
-lgamma_p = _unary("lgamma", "real_float", _special("gammaln"))
-digamma_p = _unary("digamma", "real_float", _special("digamma"))
-not_p = _unary("not", "int_or_bool", np.invert)
+neg_p = _unary("neg", "numeric", np.negative, _linear(lambda ct: [neg(ct)]))
+sign_p = _unary("sign", "numeric", np.sign, _zero_derivative)
+floor_p = _unary("floor", "real_float", np.floor, _zero_derivative)
+ceil_p = _unary("ceil", "real_float", np.ceil, _zero_derivative)
+round_p = _unary("round", "real_float", _round_impl, _zero_derivative)
+is_finite_p = _unary("is_finite", "real_float", np.isfinite, _zero_derivative, _bool_result)
+exp_p = _unary("exp", "float", np.exp, _jvp_of_result(lambda g, ans, x: mul(g, ans)))
+exp2_p = _unary("exp2", "float", np.exp2, _jvp_of_result(
+    lambda g, ans, x: mul(g, mul(ans, _const(x, math.log(2.0))))))
+log_p = _unary("log", "float", np.log, _jvp(lambda g, x: div(g, x)))
+log1p_p = _unary("log1p", "float", np.log1p, _jvp(lambda g, x: div(g, add(x, _const(x, 1)))))
+expm1_p = _unary("expm1", "float", np.expm1, _jvp_of_result(
+    lambda g, ans, x: mul(g, add(ans, _const(x, 1)))))
+tanh_p = _unary("tanh", "float", np.tanh, _jvp_of_result(
+    lambda g, ans, x: mul(g, sub(_const(x, 1), mul(ans, ans)))))
+logistic_p = _unary("logistic", "float", _logistic_impl, _jvp_of_result(
+    lambda g, ans, x: mul(g, mul(ans, sub(_const(x, 1), ans)))))
+sin_p = _unary("sin", "float", np.sin, _jvp(lambda g, x: mul(g, cos(x))))
+cos_p = _unary("cos", "float", np.cos, _jvp(lambda g, x: neg(mul(g, sin(x)))))
+tan_p = _unary("tan", "float", np.tan, _jvp_of_result(
+    lambda g, ans, x: mul(g, add(_const(x, 1), mul(ans, ans)))))
+asin_p = _unary("asin", "float", np.arcsin, _jvp(
+    lambda g, x: mul(g, rsqrt(_one_minus_square(x)))))
+acos_p = _unary("acos", "float", np.arccos, _jvp(
+    lambda g, x: neg(mul(g, rsqrt(_one_minus_square(x))))))
+atan_p = _unary("atan", "float", np.arctan, _jvp(
+    lambda g, x: div(g, add(_const(x, 1), mul(x, x)))))
+sinh_p = _unary("sinh", "float", np.sinh, _jvp(lambda g, x: mul(g, cosh(x))))
+cosh_p = _unary("cosh", "float", np.cosh, _jvp(lambda g, x: mul(g, sinh(x))))
+asinh_p = _unary("asinh", "float", np.arcsinh, _jvp(
+    lambda g, x: mul(g, rsqrt(add(mul(x, x), _const(x, 1))))))
+acosh_p = _unary("acosh", "float", np.arccosh, _jvp(
+    lambda g, x: mul(g, rsqrt(mul(sub(x, _const(x, 1)), add(x, _const(x, 1)))))))
+atanh_p = _unary("atanh", "float", np.arctanh, _jvp(lambda g, x: div(g, _one_minus_square(x))))
+sqrt_p = _unary("sqrt", "float", np.sqrt, _jvp_of_result(
+    lambda g, ans, x: div(g, mul(_const(x, 2), ans))))
+rsqrt_p = _unary("rsqrt", "float", lambda x: 1 / np.sqrt(x), _jvp_of_result(
+    lambda g, ans, x: mul(g, mul(_const(x, -0.5), div(ans, x)))))
+cbrt_p = _unary("cbrt", "real_float", np.cbrt, _jvp_of_result(
+    lambda g, ans, x: mul(g, mul(_const(x, 1 / 3), integer_pow(ans, -2)))))
+abs_p = _unary("abs", "numeric", np.abs, _jvp_of_result(_abs_jvp), _real_result)
+square_p = _unary("square", "numeric", np.square, _jvp(
+    lambda g, x: mul(g, mul(_const(x, 2), x))))
+erf_p = _unary("erf", "real_float", _special("erf"), _jvp(
+    lambda g, x: mul(g, mul(_const(x, _TWO_OVER_SQRT_PI), exp(neg(mul(x, x)))))))
+erfc_p = _unary("erfc", "real_float", _special("erfc"), _jvp(
+    lambda g, x: mul(g, mul(_const(x, -_TWO_OVER_SQRT_PI), exp(neg(mul(x, x)))))))
+erf_inv_p = _unary("erf_inv", "real_float", _erf_inv_impl, _jvp_of_result(
+    lambda g, ans, x: mul(g, mul(_const(x, math.sqrt(math.pi) / 2), exp(mul(ans, ans))))))
+lgamma_p = _unary("lgamma", "real_float", _special("gammaln"), _jvp(
+    lambda g, x: mul(g, digamma(x))))
+digamma_p = _unary("digamma", "real_float", _special("digamma"), _jvp(
+    lambda g, x: mul(g, polygamma(_const(x, 1), x))))
+not_p = _unary("not", "int_or_bool", np.invert, _zero_derivative)
 population_count_p = _unary("population_count", "int",  # two's-complement bits
-                            lambda x: np.bitwise_count(x.view(_unsigned_of(x.dtype))).astype(x.dtype))
-clz_p = _unary("clz", "int", _clz_impl)
-real_p = _unary("real", "float", np.real, _real_result)
-imag_p = _unary("imag", "float", np.imag, _real_result)
-conj_p = _unary("conj", "float", np.conj)
+                            lambda x: np.bitwise_count(x.view(_unsigned_of(x.dtype))).astype(x.dtype),
+                            _zero_derivative)
+clz_p = _unary("clz", "int", _clz_impl, _zero_derivative)
+real_p = _unary("real", "float", np.real, _linear(lambda ct: [complex(ct, _const(ct, 0))]),
+                _real_result)
+imag_p = _unary("imag", "float", np.imag, _linear(lambda ct: [complex(_const(ct, 0), neg(ct))]),
+                _real_result)
+conj_p = _unary("conj", "float", np.conj, _linear(lambda ct: [conj(ct)]))
 
-integer_pow_p = _unary("integer_pow", "numeric", _integer_pow_impl)
+integer_pow_p = _unary("integer_pow", "numeric", _integer_pow_impl, _jvp(_integer_pow_jvp))
 
 # ---- the table: binary -----------------------------------------------------------------------
 
-add_p = _binary("add", "numeric", np.add)
-sub_p = _binary("sub", "numeric", np.subtract)
-mul_p = _binary("mul", "numeric", np.multiply)
-div_p = _binary("div", "numeric", _div_impl)
-rem_p = _binary("rem", "real_numeric", _rem_impl)
-pow_p = _binary("pow", "float", _pow_impl)
-max_p = _binary("max", "any", np.maximum)
-min_p = _binary("min", "any", np.minimum)
-atan2_p = _binary("atan2", "real_float", np.arctan2)
-nextafter_p = _binary("nextafter", "real_float", np.nextafter)
-polygamma_p = _binary("polygamma", "real_float", _special("polygamma"))
-and_p = _binary("and", "int_or_bool", np.bitwise_and)
-or_p = _binary("or", "int_or_bool", np.bitwise_or)
-xor_p = _binary("xor", "int_or_bool", np.bitwise_xor)
-shift_left_p = _binary("shift_left", "int", _shift_left_impl)
-shift_right_logical_p = _binary("shift_right_logical", "int", _shift_right_logical_impl)
-shift_right_arithmetic_p = _binary("shift_right_arithmetic", "int", _shift_right_arithmetic_impl)
-eq_p = _binary("eq", "any", np.equal, _bool_result)
-ne_p = _binary("ne", "any", np.not_equal, _bool_result)
-lt_p = _binary("lt", "ordered", np.less, _bool_result)
-le_p = _binary("le", "ordered", np.less_equal, _bool_result)
-gt_p = _binary("gt", "ordered", np.greater, _bool_result)
-ge_p = _binary("ge", "ordered", np.greater_equal, _bool_result)
+add_p = _binary("add", "numeric", np.add, _linear(lambda ct: [ct, ct]))
+sub_p = _binary("sub", "numeric", np.subtract, _linear(lambda ct: [ct, neg(ct)]))
+mul_p = _binary("mul", "numeric", np.multiply,
+                _bilinear(lambda ct, x, y: mul(ct, y), lambda ct, x, y: mul(x, ct)))
+div_p = _binary("div", "numeric", _div_impl,
+                _jvp_of_result(lambda g, ans, x, y: div(g, y),
+                               lambda g, ans, x, y: neg(mul(g, div(ans, y)))),
+                transpose=_div_transpose)
+rem_p = _binary("rem", "real_numeric", _rem_impl, _jvp(
+    lambda g, x, y: g,
+    lambda g, x, y: mul(neg(g), mul(sign(div(x, y)), floor(abs(div(x, y)))))))
+pow_p = _binary("pow", "float", _pow_impl, _jvp_of_result(_pow_jvp_lhs, _pow_jvp_rhs))
+max_p = _binary("max", "any", np.maximum, _jvp_of_result(
+    lambda g, ans, x, y: mul(g, _balanced_eq(x, ans, y)),
+    lambda g, ans, x, y: mul(g, _balanced_eq(y, ans, x))))
+min_p = _binary("min", "any", np.minimum, _jvp_of_result(
+    lambda g, ans, x, y: mul(g, _balanced_eq(x, ans, y)),
+    lambda g, ans, x, y: mul(g, _balanced_eq(y, ans, x))))
+atan2_p = _binary("atan2", "real_float", np.arctan2, _jvp(
+    lambda g, x, y: mul(g, div(y, add(mul(x, x), mul(y, y)))),
+    lambda g, x, y: mul(g, div(neg(x), add(mul(x, x), mul(y, y))))))
+nextafter_p = _binary("nextafter", "real_float", np.nextafter, _zero_derivative)
+polygamma_p = _binary("polygamma", "real_float", _special("polygamma"), _jvp(
+    None, lambda g, m, x: mul(g, polygamma(add(m, _const(m, 1)), x))))
+and_p = _binary("and", "int_or_bool", np.bitwise_and, _zero_derivative)
+or_p = _binary("or", "int_or_bool", np.bitwise_or, _zero_derivative)
+xor_p = _binary("xor", "int_or_bool", np.bitwise_xor, _zero_derivative)
+shift_left_p = _binary("shift_left", "int", _shift_left_impl, _zero_derivative)
+shift_right_logical_p = _binary("shift_right_logical", "int", _shift_right_logical_impl,
+                                _zero_derivative)
+shift_right_arithmetic_p = _binary("shift_right_arithmetic", "int",
+                                   _shift_right_arithmetic_impl, _zero_derivative)
+eq_p = _binary("eq", "any", np.equal, _zero_derivative, _bool_result)
+ne_p = _binary("ne", "any", np.not_equal, _zero_derivative, _bool_result)
+lt_p = _binary("lt", "ordered", np.less, _zero_derivative, _bool_result)
+le_p = _binary("le", "ordered", np.less_equal, _zero_derivative, _bool_result)
+gt_p = _binary("gt", "ordered", np.greater, _zero_derivative, _bool_result)
+ge_p = _binary("ge", "ordered", np.greater_equal, _zero_derivative, _bool_result)
 complex_p = _binary("complex", "real_float", lambda x, y: x + 1j * y,
+                    _linear(lambda ct: [real(ct), neg(imag(ct))]),
                     lambda d: _dtypes.complex128 if d == _dtypes.float64 else _dtypes.complex64)
-
 
 def _integer_pow_rule(aval, *, y):
     _check_kind("integer_pow", "numeric", [aval])
@@ -670,7 +811,32 @@ def _clamp_batch(vals, dims):
     return clamp_p.bind(fix(lo, ld), x, fix(hi, hd)), 0
 
 
+def _clamp_jvp(primals, tangents):
+    lo, x, hi = primals
+    glo, gx, ghi = tangents
+    out = clamp_p.bind(lo, x, hi)
+    t = Zero.from_value(out)
+
+    def bcast(b):
+        aval = get_aval(b)
+        if aval.shape == get_aval(x).shape:
+            return b
+        return structural.broadcast_in_dim(b, get_aval(x).shape, ())
+
+    zeros = _const(x, 0)
+    if not isinstance(gx, Zero):
+        inside = bitwise_and(gt(x, bcast(lo)), lt(x, bcast(hi)))
+        t = ad.add_tangents(t, select(inside, gx, zeros))
+    if not isinstance(glo, Zero):
+        t = ad.add_tangents(t, select(lt(x, bcast(lo)), bcast(glo), zeros))
+    if not isinstance(ghi, Zero):
+        t = ad.add_tangents(t, select(gt(x, bcast(hi)), bcast(ghi), zeros))
+    return out, t
+
+
+
 clamp_p.batch = _clamp_batch
+clamp_p.jvp = _clamp_jvp
 
 
 def clamp(min, x, max):  # noqa: A002
@@ -727,179 +893,6 @@ def convert_element_type(x, new_dtype, weak_type: bool = False):
             and not isinstance(x, (np.ndarray, np.generic)):  # host data becomes an Array
         return x
     return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
-
-
-# =============================================================================================
-# Derivatives
-# =============================================================================================
-
-def _const(x, value):
-    """A scalar of ``x``'s dtype broadcast to its shape."""
-    aval = get_aval(x)
-    return structural.full(aval.shape, value, aval.dtype, weak_type=aval.weak_type)
-
-
-ad.defjvp_zero(sign_p)
-ad.defjvp_zero(floor_p)
-ad.defjvp_zero(ceil_p)
-ad.defjvp_zero(round_p)
-ad.defjvp_zero(is_finite_p)
-ad.defjvp_zero(not_p)
-ad.defjvp_zero(population_count_p)
-ad.defjvp_zero(clz_p)
-ad.defjvp_zero(nextafter_p)
-for _p in (and_p, or_p, xor_p, shift_left_p, shift_right_logical_p, shift_right_arithmetic_p,
-           eq_p, ne_p, lt_p, le_p, gt_p, ge_p):
-    ad.defjvp_zero(_p)
-
-ad.deflinear(neg_p, lambda ct: [neg(ct)])
-ad.defjvp2(exp_p, lambda g, ans, x: mul(g, ans))
-ad.defjvp2(exp2_p, lambda g, ans, x: mul(g, mul(ans, _const(x, math.log(2.0)))))
-ad.defjvp(log_p, lambda g, x: div(g, x))
-ad.defjvp(log1p_p, lambda g, x: div(g, add(x, _const(x, 1))))
-ad.defjvp2(expm1_p, lambda g, ans, x: mul(g, add(ans, _const(x, 1))))
-ad.defjvp2(tanh_p, lambda g, ans, x: mul(g, sub(_const(x, 1), mul(ans, ans))))
-ad.defjvp2(logistic_p, lambda g, ans, x: mul(g, mul(ans, sub(_const(x, 1), ans))))
-ad.defjvp(sin_p, lambda g, x: mul(g, cos(x)))
-ad.defjvp(cos_p, lambda g, x: neg(mul(g, sin(x))))
-ad.defjvp2(tan_p, lambda g, ans, x: mul(g, add(_const(x, 1), mul(ans, ans))))
-ad.defjvp(asin_p, lambda g, x: mul(g, rsqrt(sub(_const(x, 1), mul(x, x)))))
-ad.defjvp(acos_p, lambda g, x: neg(mul(g, rsqrt(sub(_const(x, 1), mul(x, x))))))
-ad.defjvp(atan_p, lambda g, x: div(g, add(_const(x, 1), mul(x, x))))
-ad.defjvp(sinh_p, lambda g, x: mul(g, cosh(x)))
-ad.defjvp(cosh_p, lambda g, x: mul(g, sinh(x)))
-ad.defjvp(asinh_p, lambda g, x: mul(g, rsqrt(add(mul(x, x), _const(x, 1)))))
-ad.defjvp(acosh_p, lambda g, x: mul(g, rsqrt(mul(sub(x, _const(x, 1)), add(x, _const(x, 1))))))
-ad.defjvp(atanh_p, lambda g, x: div(g, sub(_const(x, 1), mul(x, x))))
-ad.defjvp2(sqrt_p, lambda g, ans, x: div(g, mul(_const(x, 2), ans)))
-ad.defjvp2(rsqrt_p, lambda g, ans, x: mul(g, mul(_const(x, -0.5), div(ans, x))))
-ad.defjvp2(cbrt_p, lambda g, ans, x: mul(g, mul(_const(x, 1 / 3), integer_pow(ans, -2))))
-ad.defjvp(square_p, lambda g, x: mul(g, mul(_const(x, 2), x)))
-ad.defjvp(erf_p, lambda g, x: mul(g, mul(_const(x, 2 / math.sqrt(math.pi)), exp(neg(mul(x, x))))))
-ad.defjvp(erfc_p, lambda g, x: mul(g, mul(_const(x, -2 / math.sqrt(math.pi)), exp(neg(mul(x, x))))))
-ad.defjvp2(erf_inv_p, lambda g, ans, x: mul(g, mul(_const(x, math.sqrt(math.pi) / 2),
-                                                   exp(mul(ans, ans)))))
-ad.defjvp(lgamma_p, lambda g, x: mul(g, digamma(x)))
-ad.defjvp(digamma_p, lambda g, x: mul(g, polygamma(_const(x, 1), x)))
-ad.defjvp(polygamma_p, None, lambda g, m, x: mul(g, polygamma(add(m, _const(m, 1)), x)))
-
-
-def _abs_jvp(g, ans, x):
-    if _dtypes.is_complex(get_aval(x).dtype):
-        # d|z| = Re(conj(z) dz) / |z|, taken as 0 at z = 0 (|z| is replaced by 1 there)
-        magnitude = convert_element_type(ans, get_aval(x).dtype)
-        safe = select(eq(magnitude, _const(magnitude, 0)), _const(magnitude, 1), magnitude)
-        return real(mul(g, div(conj(x), safe)))
-    # the kink at 0 takes the right-hand slope (+1, also at -0.0), as JAX does
-    return select(ge(x, _const(x, 0)), g, neg(g))
-
-
-ad.defjvp2(abs_p, _abs_jvp)
-ad.deflinear(real_p, lambda ct: [complex(ct, _const(ct, 0))])
-ad.deflinear(imag_p, lambda ct: [complex(_const(ct, 0), neg(ct))])
-ad.deflinear(conj_p, lambda ct: [conj(ct)])
-ad.deflinear(complex_p, lambda ct: [real(ct), neg(imag(ct))])
-
-
-def _integer_pow_jvp(g, x, *, y):
-    if y == 0:
-        return ad.zeros_like_aval(get_aval(g))
-    return mul(g, mul(_const(x, y), integer_pow(x, y - 1) if y != 1 else _const(x, 1)))
-
-
-ad.defjvp(integer_pow_p, _integer_pow_jvp)
-
-# add / sub / mul / div: the linear ones transpose.
-ad.deflinear(add_p, lambda ct: [ct, ct])
-ad.deflinear(sub_p, lambda ct: [ct, neg(ct)])
-
-
-def _mul_transpose(ct, x, y):
-    if is_undefined_primal(x) and is_undefined_primal(y):
-        raise NotImplementedError("mul is bilinear: transposing it in both operands at once "
-                                  "is not supported")
-    if isinstance(ct, Zero):
-        return [Zero(x.aval) if is_undefined_primal(x) else None,
-                Zero(y.aval) if is_undefined_primal(y) else None]
-    if is_undefined_primal(x):
-        return [mul(ct, y), None]
-    return [None, mul(x, ct)]
-
-
-ad.defjvp(mul_p, lambda g, x, y: mul(g, y), lambda g, x, y: mul(x, g))
-mul_p.transpose = _mul_transpose
-
-
-def _div_transpose(ct, x, y):
-    if is_undefined_primal(y):
-        raise NotImplementedError("div is not linear in its divisor")
-    if isinstance(ct, Zero):
-        return [Zero(x.aval), None]
-    return [div(ct, y), None]
-
-
-ad.defjvp2(div_p, lambda g, ans, x, y: div(g, y),
-           lambda g, ans, x, y: neg(mul(g, div(ans, y))))
-div_p.transpose = _div_transpose
-
-ad.defjvp(rem_p, lambda g, x, y: g,
-          lambda g, x, y: mul(neg(g), mul(sign(div(x, y)), floor(abs(div(x, y))))))
-
-
-def _pow_jvp_lhs(g, ans, x, y):
-    # d/dx x**y = y * x**(y-1), defined as 0 where y == 0 (so 0**0 has derivative 0)
-    y_is_zero = eq(y, _const(y, 0))
-    jac = select(y_is_zero, _const(x, 0), mul(y, pow(x, sub(y, _const(y, 1)))))
-    return mul(g, jac)
-
-
-def _pow_jvp_rhs(g, ans, x, y):
-    # d/dy x**y = log(x) * x**y, with log(0) replaced so 0**y has derivative 0
-    safe_x = select(eq(x, _const(x, 0)), _const(x, 1), x)
-    return mul(g, mul(log(safe_x), ans))
-
-
-ad.defjvp2(pow_p, _pow_jvp_lhs, _pow_jvp_rhs)
-
-
-def _balanced_eq(x, z, y):
-    """1 where ``x`` is the result ``z`` alone, 1/2 on ties with ``y``, else 0."""
-    one, half, zero = _const(z, 1), _const(z, 0.5), _const(z, 0)
-    return select(eq(x, z), select(eq(y, z), half, one), zero)
-
-
-ad.defjvp2(max_p, lambda g, ans, x, y: mul(g, _balanced_eq(x, ans, y)),
-           lambda g, ans, x, y: mul(g, _balanced_eq(y, ans, x)))
-ad.defjvp2(min_p, lambda g, ans, x, y: mul(g, _balanced_eq(x, ans, y)),
-           lambda g, ans, x, y: mul(g, _balanced_eq(y, ans, x)))
-ad.defjvp(atan2_p, lambda g, x, y: mul(g, div(y, add(mul(x, x), mul(y, y)))),
-          lambda g, x, y: mul(g, div(neg(x), add(mul(x, x), mul(y, y)))))
-
-
-def _clamp_jvp(primals, tangents):
-    lo, x, hi = primals
-    glo, gx, ghi = tangents
-    out = clamp_p.bind(lo, x, hi)
-    t = Zero.from_value(out)
-
-    def bcast(b):
-        aval = get_aval(b)
-        if aval.shape == get_aval(x).shape:
-            return b
-        return structural.broadcast_in_dim(b, get_aval(x).shape, ())
-
-    zeros = _const(x, 0)
-    if not isinstance(gx, Zero):
-        inside = bitwise_and(gt(x, bcast(lo)), lt(x, bcast(hi)))
-        t = ad.add_tangents(t, select(inside, gx, zeros))
-    if not isinstance(glo, Zero):
-        t = ad.add_tangents(t, select(lt(x, bcast(lo)), bcast(glo), zeros))
-    if not isinstance(ghi, Zero):
-        t = ad.add_tangents(t, select(gt(x, bcast(hi)), bcast(ghi), zeros))
-    return out, t
-
-
-clamp_p.jvp = _clamp_jvp
 
 
 # =============================================================================================
@@ -962,7 +955,6 @@ def broadcast_operands(name: str, args) -> list:
     """``args`` broadcast to one shape, as ``jax.lax`` n-ary functions take them: rank-0
     operands and size-1 axes broadcast; other shape mismatches are a TypeError naming
     ``name``. Dtypes are left as they are."""
-    from functrans.primitives import structural
     out = list(args)
     shapes = [get_aval(a).shape for a in out]
     ranks = {len(s) for s in shapes if len(s)}
@@ -984,37 +976,8 @@ def broadcast_operands(name: str, args) -> list:
 
 
 # =============================================================================================
-# Enums: transcendental accuracy, rounding
+# RoundingMethod, reciprocal
 # =============================================================================================
-
-
-class AccuracyMode(enum.Enum):
-    """Accuracy request for transcendental functions (``lax.exp(x, accuracy=...)``). This
-    backend has one implementation per function (accurate to a few ulps), used for every
-    mode."""
-    HIGHEST = 1
-    DEFAULT = 2
-
-
-class Tolerance:
-    """An accuracy target ``(atol, rtol, ulps)`` for transcendental functions
-    (``lax.tanh(x, accuracy=Tolerance(rtol=1e-6))``). This backend's one implementation per
-    function is used whatever the target."""
-
-    def __init__(self, atol: float = 0.0, rtol: float = 0.0, ulps: int = 0):
-        if atol < 0 or rtol < 0 or ulps < 0:
-            raise ValueError("Tolerance: atol, rtol and ulps must be non-negative")
-        self.atol, self.rtol, self.ulps = float(atol), float(rtol), int(ulps)
-
-    def __repr__(self):
-        return f"Tolerance(atol={self.atol}, rtol={self.rtol}, ulps={self.ulps})"
-
-    def __eq__(self, other):
-        return isinstance(other, Tolerance) and \
-            (self.atol, self.rtol, self.ulps) == (other.atol, other.rtol, other.ulps)
-
-    def __hash__(self):
-        return hash((self.atol, self.rtol, self.ulps))
 
 
 class RoundingMethod(enum.IntEnum):
@@ -1218,8 +1181,8 @@ def reduce_precision(operand, exponent_bits: int, mantissa_bits: int):
                                    mantissa_bits=mantissa_bits)
 
 
-__all__ = ["abs", "AccuracyMode", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2",
-           "atanh", "bitcast_convert_type", "bitwise_and", "bitwise_not", "bitwise_or",
+__all__ = ["abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh",
+           "bitcast_convert_type", "bitwise_and", "bitwise_not", "bitwise_or",
            "bitwise_xor", "cbrt", "ceil", "clamp", "clz", "complex", "conj",
            "convert_element_type", "cos", "cosh", "digamma", "div", "eq", "erf", "erf_inv",
            "erfc", "exp", "exp2", "expm1", "floor", "ge", "gt", "imag", "integer_pow",
@@ -1227,5 +1190,4 @@ __all__ = ["abs", "AccuracyMode", "acos", "acosh", "add", "asin", "asinh", "atan
            "mulhi", "ne", "neg", "nextafter", "polygamma", "population_count", "pow", "real",
            "reciprocal", "reduce_precision", "rem", "round", "RoundingMethod", "rsqrt",
            "select", "select_n", "shift_left", "shift_right_arithmetic", "shift_right_logical",
-           "sign", "sin", "sinh", "sqrt", "square", "stop_gradient", "sub", "tan", "tanh",
-           "Tolerance"]
+           "sign", "sin", "sinh", "sqrt", "square", "stop_gradient", "sub", "tan", "tanh"]

@@ -1,8 +1,6 @@
-"""Operations defined by an equation rather than a formula: transposed convolution, and roots
-and linear solves whose derivatives come from implicit differentiation.
+"""Operations defined by an equation rather than a formula: roots and linear solves whose
+derivatives come from implicit differentiation.
 
-* :func:`conv_transpose` is a convolution whose input is dilated by the strides (the
-  gradient of a strided convolution with respect to its input, when ``transpose_kernel``).
 * :func:`custom_root` returns ``solve(f, initial_guess)`` and differentiates it through the
   implicit function theorem: at a root ``f(x*, θ) = 0``, so
   ``dx* = -(∂f/∂x)⁻¹ (∂f/∂θ dθ)``, where the inverse is applied by the user's
@@ -26,104 +24,9 @@ from functrans.core import ClosedJaxpr, Primitive, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import closed_over_consts_as_args, trace_to_jaxpr_dynamic
 from functrans.primitives import elementwise, structural
-from functrans.primitives.linalg import (conv_dimension_numbers, conv_general_dilated,
-                                         _dilated_size)
+from functrans.primitives.custom_calls import custom_jvp_call_p
 
-__all__ = ["conv_transpose", "conv_with_general_padding", "custom_linear_solve", "custom_root"]
-
-
-# =============================================================================================
-# conv_transpose
-# =============================================================================================
-
-
-def conv_with_general_padding(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
-                              precision=None, preferred_element_type=None):
-    """Convolution in the NC... / OI... layout with explicit ``(low, high)`` padding and
-    input/kernel dilation.
-
-    Example::
-
-        x, w = jnp.ones((1, 1, 4, 4)), jnp.ones((1, 1, 3, 3))
-        conv_with_general_padding(x, w, (1, 1), ((1, 1), (1, 1)), None, None).shape
-        # (1, 1, 4, 4)
-    """
-    return conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=lhs_dilation,
-                                rhs_dilation=rhs_dilation, precision=precision,
-                                preferred_element_type=preferred_element_type)
-
-
-def _conv_transpose_padding(window: int, stride: int, padding: str) -> tuple:
-    """``(low, high)`` padding of the stride-dilated input for a transposed convolution with an
-    (effective, dilated) kernel of size ``window``. "SAME" makes the output ``stride`` times
-    the input; "VALID" makes it ``stride * input + max(window - stride, 0)``, the size of the
-    input of a VALID forward convolution this one undoes."""
-    if padding == "SAME":
-        total = window + stride - 2
-        low = window - 1 if stride > window - 1 else -(-total // 2)
-    elif padding == "VALID":
-        total = window + stride - 2 + max(window - stride, 0)
-        low = window - 1
-    else:
-        raise ValueError(f"conv_transpose: padding must be 'SAME', 'VALID' or a sequence of "
-                         f"(low, high) pairs, got {padding!r}")
-    return low, total - low
-
-
-_DEFAULT_TRANSPOSE_LAYOUTS = {2: ("NC", "IO", "NC"), 3: ("NHC", "HIO", "NHC"),
-                              4: ("NHWC", "HWIO", "NHWC"), 5: ("NHWDC", "HWDIO", "NHWDC")}
-
-
-def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numbers=None,
-                   transpose_kernel=False, precision=None, preferred_element_type=None):
-    """Transposed ("fractionally strided") convolution: a stride-1 convolution of the input
-    dilated by ``strides``.
-
-    ``padding`` is "SAME" (output = input * stride), "VALID", or explicit ``(low, high)``
-    pairs applied to the dilated input. With ``transpose_kernel=True`` the kernel is flipped
-    spatially and its input/output feature axes swapped, which makes this the gradient of
-    ``conv_general_dilated(x, rhs, strides, padding)`` with respect to ``x``. The default
-    layout is channels-last (``NHWC``, ``HWIO``, ``NHWC`` for 2-D).
-
-    Example::
-
-        x, w = jnp.ones((1, 4, 4, 2)), jnp.ones((3, 3, 2, 5))   # NHWC, HWIO
-        conv_transpose(x, w, (2, 2), "SAME").shape               # (1, 8, 8, 5)
-    """
-    lhs_aval, rhs_aval = get_aval(lhs), get_aval(rhs)
-    ndim = lhs_aval.ndim
-    if ndim != rhs_aval.ndim or ndim < 2:
-        raise TypeError(f"conv_transpose: lhs and rhs need the same rank, at least 2; got "
-                        f"{lhs_aval.str_short()} and {rhs_aval.str_short()}")
-    nsp = ndim - 2
-    if dimension_numbers is None:
-        if ndim not in _DEFAULT_TRANSPOSE_LAYOUTS:
-            raise ValueError(f"conv_transpose: no default dimension_numbers for rank {ndim}; "
-                             "pass them explicitly")
-        dimension_numbers = _DEFAULT_TRANSPOSE_LAYOUTS[ndim]
-    dn = conv_dimension_numbers(lhs_aval.shape, rhs_aval.shape, dimension_numbers)
-    strides = tuple(int(s) for s in strides)
-    rhs_dilation = (1,) * nsp if rhs_dilation is None else tuple(int(d) for d in rhs_dilation)
-    if len(strides) != nsp or len(rhs_dilation) != nsp:
-        raise TypeError(f"conv_transpose: strides {strides} and rhs_dilation {rhs_dilation} "
-                        f"need one entry per spatial dimension ({nsp})")
-    kernel = [rhs_aval.shape[dn.rhs_spec[2 + k]] for k in range(nsp)]
-    if isinstance(padding, str):
-        pads = tuple(_conv_transpose_padding(_dilated_size(kernel[k], rhs_dilation[k]),
-                                             strides[k], padding.upper()) for k in range(nsp))
-    else:
-        pads = tuple((int(lo), int(hi)) for lo, hi in padding)
-    if transpose_kernel:
-        # the forward convolution's kernel read backwards maps output features to input
-        # features: flip every spatial axis and exchange the O and I axes
-        rhs = structural.rev(rhs, tuple(dn.rhs_spec[2:]))
-        perm = list(range(ndim))
-        perm[dn.rhs_spec[0]], perm[dn.rhs_spec[1]] = dn.rhs_spec[1], dn.rhs_spec[0]
-        rhs = structural.transpose(rhs, tuple(perm))
-    return conv_general_dilated(lhs, rhs, (1,) * nsp, pads, lhs_dilation=strides,
-                                rhs_dilation=rhs_dilation, dimension_numbers=dn,
-                                precision=precision,
-                                preferred_element_type=preferred_element_type)
+__all__ = ["custom_linear_solve", "custom_root"]
 
 
 # =============================================================================================
@@ -202,7 +105,7 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
         grad(sqrt)(4.0)   # 0.25 = 1 / (2 sqrt(4))
     """
     guess_leaves, guess_tree = tree_util.tree_flatten(initial_guess)
-    guess_leaves = [_as_array(x) for x in guess_leaves]
+    guess_leaves = [structural.as_array(x) for x in guess_leaves]
     guess_avals = [get_aval(x) for x in guess_leaves]
     tangent_avals = [ad.tangent_aval(a) for a in guess_avals]
     n = len(guess_leaves)
@@ -225,12 +128,11 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
         root = _tree_checked("custom_root", "solve", out, guess_tree, guess_avals)
         aux_leaves, aux_tree = tree_util.tree_flatten(aux)
         aux_tree_cell.append(aux_tree)
-        return root + [_as_array(a) for a in aux_leaves]
+        return root + [structural.as_array(a) for a in aux_leaves]
 
     def linearize_and_solve_flat(*args):
         x, rhs = tree_util.tree_unflatten(guess_tree, args[:n]), args[n:]
-        from functrans._api import linearize  # upward: _api is in the API, above this layer
-        _, f_linear = linearize(user_f, x)
+        _, f_linear = ad.linearize_tree(user_f, x)
         out = tangent_solve(f_linear, tree_util.tree_unflatten(guess_tree, rhs))
         return _tree_checked("custom_root", "tangent_solve", out, guess_tree, tangent_avals)
 
@@ -241,16 +143,19 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
     aux_tree = aux_tree_cell[-1]
     lengths = (len(f_consts), len(solve_consts), len(lin_consts))
 
-    # upward: _custom_derivatives is in the API, above this layer
-    from functrans._custom_derivatives import custom_jvp
-
-    @custom_jvp
-    def root_call(*args):
+    # The root is a call with a custom JVP (custom_jvp_call): the solver runs as it is, and
+    # only the implicit-function rule below is differentiated.
+    def root_fun(*args):
         _, s_consts, _, guess = _split(args, lengths)
-        return tuple(_eval(solve_jaxpr, *s_consts, *guess))
+        return _eval(solve_jaxpr, *s_consts, *guess)
 
-    @root_call.defjvp
-    def root_call_jvp(primals, tangents):
+    def root_call(*args):
+        return custom_jvp_call_p.bind_call(root_fun, root_jvp, list(args), {})
+
+    def root_jvp(primals, tangents):
+        # every tangent arrives as a value, symbolic zeros instantiated (as custom_jvp's
+        # rules receive them)
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
         outs = root_call(*primals)
         root, aux = list(outs[:n]), list(outs[n:])
         fc, _, lc, _ = _split(primals, lengths)
@@ -260,18 +165,13 @@ def custom_root(f: Callable, initial_guess, solve: Callable, tangent_solve: Call
         rhs = [ad.instantiate_zeros(t) for t in rhs]
         root_dot = _eval(lin_jaxpr, *lc, *root, *rhs)
         root_dot = [elementwise.neg(t) for t in root_dot]
-        return outs, tuple(root_dot) + tuple(_zero_tangents(aux))
+        return list(outs), root_dot + _zero_tangents(aux)
 
     outs = root_call(*f_consts, *solve_consts, *lin_consts, *guess_leaves)
     root = tree_util.tree_unflatten(guess_tree, list(outs[:n]))
     if has_aux:
         return root, tree_util.tree_unflatten(aux_tree, list(outs[n:]))
     return root
-
-
-def _as_array(x):
-    from functrans._api import _as_array as as_array  # upward: _api is in the API, above this layer
-    return as_array(x)
 
 
 # =============================================================================================
@@ -404,7 +304,7 @@ def custom_linear_solve(matvec: Callable, b, solve: Callable, transpose_solve=No
                                     lambda mv, b: jnp.linalg.solve(a, b), symmetric=True)
     """
     b_leaves, b_tree = tree_util.tree_flatten(b)
-    b_leaves = [_as_array(x) for x in b_leaves]
+    b_leaves = [structural.as_array(x) for x in b_leaves]
     b_avals = [get_aval(x) for x in b_leaves]
 
     def tree(xs):
@@ -415,9 +315,8 @@ def custom_linear_solve(matvec: Callable, b, solve: Callable, transpose_solve=No
 
     def vecmat(y):
         # matvec is linear, so its transpose is its VJP at any point (zero here)
-        from functrans._api import vjp
         zeros = tree([ad.zeros_like_aval(a) for a in b_avals])
-        _, pullback = vjp(matvec, zeros)
+        _, pullback = ad.vjp_tree(matvec, zeros)
         return pullback(y)[0]
 
     def solver_flat(solver, operator, what):
@@ -426,7 +325,7 @@ def custom_linear_solve(matvec: Callable, b, solve: Callable, transpose_solve=No
             aux_leaves = []
             if has_aux:
                 out, aux = out
-                aux_leaves = [_as_array(a) for a in tree_util.tree_leaves(aux)]
+                aux_leaves = [structural.as_array(a) for a in tree_util.tree_leaves(aux)]
                 aux_trees.append(tree_util.tree_structure(aux))
             return _tree_checked("custom_linear_solve", what, out, b_tree, b_avals) + aux_leaves
         return fun

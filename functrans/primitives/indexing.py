@@ -24,7 +24,7 @@ from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise, structural
-from functrans.primitives import control_flow, reductions
+from functrans.primitives import reductions, while_loop
 from functrans.primitives import elementwise as ew
 from functrans.primitives.structural import _axis
 
@@ -822,14 +822,13 @@ def scatter_apply(operand, scatter_indices, func: Callable, dimension_numbers, *
         ...               update_shape=(2,))
         Array([0., 2., 0.], dtype=float32)
     """
-    from functrans import _api  # upward: _api is in the API, above this layer
     aval = get_aval(operand)
     ones = structural.full(tuple(update_shape), 1, np.int32)
     count = scatter_add(structural.full(aval.shape, 0, np.int32), scatter_indices,
                                  ones, dimension_numbers,
                                  indices_are_sorted=indices_are_sorted,
                                  unique_indices=unique_indices, mode=mode)
-    flat_func = _api.vmap(func)  # func sees scalars, as in XLA's update computation
+    flat_func = batching.vmap_leading_axis(func)  # func sees scalars, as in XLA's update computation
 
     def apply(x):
         return structural.reshape(flat_func(structural.reshape(x, (aval.size,))), aval.shape)
@@ -840,7 +839,7 @@ def scatter_apply(operand, scatter_indices, func: Callable, dimension_numbers, *
     if unique_indices or aval.size == 0:
         return step(0, operand)
     times = reductions.reduce_max(count, tuple(range(aval.ndim)))
-    return control_flow.fori_loop(0, times, lambda k, x: step(k, x), operand)
+    return while_loop.fori_loop(0, times, lambda k, x: step(k, x), operand)
 
 
 __all__ = ["gather", "GatherDimensionNumbers", "GatherScatterMode", "index_take", "scatter",

@@ -279,9 +279,21 @@ def _approx_k(name, operand, k, reduction_dimension, recall_target, aggregate_to
         negated = ew.select(ew.ne(negated, negated), structural.full(
             get_aval(x).shape, -np.inf, aval.dtype), negated)
         _, indices = top_k(negated, k)
-        from functrans.numpy import take_along_axis  # upward: numpy is in the API, above this layer
-        values = take_along_axis(x, indices, axis=-1)
+        values = _take_along_last_axis(x, indices)
     return [batching.moveaxis(values, -1, axis), batching.moveaxis(indices, -1, axis)]
+
+
+def _take_along_last_axis(x, indices):
+    """``out[..., j] = x[..., indices[..., j]]`` for in-bounds ``indices``: one gather whose
+    leading axes are batch axes of both the operand and the indices."""
+    shape = get_aval(indices).shape
+    batch = tuple(range(len(shape) - 1))
+    dn = indexing.GatherDimensionNumbers(
+        offset_dims=(), collapsed_slice_dims=(len(batch),), start_index_map=(len(batch),),
+        operand_batching_dims=batch, start_indices_batching_dims=batch)
+    return indexing.gather(x, structural.reshape(indices, shape + (1,)), dn,
+                           (1,) * (len(batch) + 1), indices_are_sorted=False,
+                           mode=indexing.GatherScatterMode.FILL_OR_DROP)
 
 
 def approx_max_k(operand, k: int, reduction_dimension: int = -1, recall_target: float = 0.95,

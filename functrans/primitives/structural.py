@@ -129,6 +129,18 @@ def full(shape, fill_value, dtype=None, weak_type: bool = False):
     return broadcast_in_dim_p.bind(scalar, shape=shape, broadcast_dimensions=())
 
 
+def as_array(x):
+    """``x`` as ``jnp.asarray(x)`` gives it, for operands of the lax-level functions: tracers
+    and Arrays as they are, host data (a NumPy value, a Python scalar) as an Array of its
+    canonical type, holding a private copy of it."""
+    if isinstance(x, Tracer) or getattr(x, "_value", None) is not None:
+        return x
+    if hasattr(x, "__jax_array__"):
+        return as_array(x.__jax_array__())
+    aval = get_aval(x)
+    return core.wrap_array(core.to_numpy(x, aval), aval)
+
+
 # =============================================================================================
 # reshape
 # =============================================================================================
@@ -1097,8 +1109,18 @@ def broadcast_like(arr, like_arr):
         Array([[1, 2],
                [1, 2]], dtype=int32)
     """
-    from functrans.numpy import broadcast_to  # upward: numpy is in the API, above this layer
-    return broadcast_to(arr, get_aval(like_arr).shape)
+    arr = as_array(arr)
+    aval, shape = get_aval(arr), tuple(get_aval(like_arr).shape)
+    if aval.shape == shape:
+        return arr
+    lead = len(shape) - aval.ndim
+    if lead < 0 or any(s not in (1, shape[lead + i]) for i, s in enumerate(aval.shape)):
+        raise ValueError(f"incompatible shapes for broadcasting: {aval.shape} and {shape}")
+    # drop the size-1 axes that get stretched, so broadcast_in_dim maps each kept axis exactly
+    keep = [i for i, s in enumerate(aval.shape) if s == shape[lead + i]]
+    if len(keep) != aval.ndim:
+        arr = reshape(arr, tuple(aval.shape[i] for i in keep))
+    return broadcast_in_dim(arr, shape, tuple(lead + i for i in keep))
 
 
 def broadcast_shapes(*shapes):

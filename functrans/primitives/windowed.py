@@ -25,7 +25,7 @@ from functrans.interpreters import ad, staging
 from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise as ew
 from functrans.primitives import indexing, reductions, structural
-from functrans.primitives.linalg import padtype_to_pads
+from functrans.primitives.convolution import padtype_to_pads
 
 _WINDOW_PARAMS = ("window_dimensions", "window_strides", "padding", "base_dilation",
                   "window_dilation")

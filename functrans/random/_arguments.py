@@ -13,7 +13,7 @@ import functrans.numpy as jnp
 from functrans import _dtypes, lax
 from functrans.core import Tracer, get_aval
 from functrans.numpy._promotion import broadcast_shapes, broadcast_to_shape
-from functrans.primitives.linalg import place_result
+from functrans.primitives.dot import place_result
 
 asarray = jnp.asarray
 

@@ -23,7 +23,7 @@ from functrans import _api, lax
 from functrans import numpy as jnp
 from functrans.core import get_aval
 from functrans.numpy._promotion import promote_dtypes_inexact
-from functrans.primitives import linalg_schur as _prims
+from functrans.primitives import decompositions as _prims
 
 __all__ = ["schur", "hessenberg", "rsf2csf", "sqrtm", "funm"]
 

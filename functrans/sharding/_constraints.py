@@ -12,6 +12,7 @@ import functools
 from functrans import tree_util
 from functrans.core import Tracer, get_aval
 from functrans.interpreters import ad
+from functrans.primitives import dot as _dot
 from functrans.sharding._mesh import get_mesh
 from functrans.sharding._partition_spec import PartitionSpec
 from functrans.sharding._shard_map import RegionPrimitive
@@ -90,6 +91,9 @@ def with_sharding_constraint(x, shardings):
         return sharding_constraint_p.bind(leaf, sharding=s)
 
     return tree_util.tree_map(constrain, x, targets)
+
+
+_dot.register_sharding_constraint(with_sharding_constraint)
 
 
 def reshard(xs, out_shardings):

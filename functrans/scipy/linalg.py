@@ -25,6 +25,7 @@ from functrans.numpy import linalg as np_linalg
 from functrans.numpy._promotion import promote_dtypes_inexact
 
 __all__ = [
+    "expm_frechet",
     "cholesky", "cho_factor", "cho_solve", "solve_triangular", "lu", "lu_factor", "lu_solve",
     "qr", "svd", "eigh", "inv", "det", "solve", "block_diag", "expm",
 ]
@@ -416,6 +417,34 @@ def expm(A, *, upper_triangular: bool = False, max_squarings: int = 16):
 
     R = lax.fori_loop(0, int(max_squarings), square, R)
     return jnp.where((squarings > max_squarings)[..., None, None], np.nan, R)
+
+
+def expm_frechet(A, E, *, method: str | None = None, compute_expm: bool = True):
+    """The Frechet derivative of ``expm`` at ``A`` in the direction ``E``,
+    ``L = d/dt expm(A + t E)`` at ``t = 0``; with ``compute_expm`` also ``expm(A)``, as
+    ``(expm(A), L)``. Uses the identity ``expm([[A, E], [0, A]]) = [[expm(A), L],
+    [0, expm(A)]]``, for every ``method`` (``None``, ``'SPS'`` or ``'blockEnlarge'``).
+    Leading axes are batch axes.
+
+        >>> expm_frechet(jnp.zeros((1, 1)), jnp.ones((1, 1)), compute_expm=False)
+        Array([[1.]], dtype=float32)
+    """
+    if method not in (None, "SPS", "blockEnlarge"):
+        raise ValueError(f"expm_frechet: method must be None, 'SPS' or 'blockEnlarge', got "
+                         f"{method!r}")
+    A, E = promote_dtypes_inexact(A, E)
+    shape_a, shape_e = jnp.shape(A), jnp.shape(E)
+    if len(shape_a) < 2 or shape_a[-1] != shape_a[-2] or shape_a != shape_e:
+        raise ValueError(f"expm_frechet: A and E must be square matrices of the same shape, "
+                         f"got {shape_a} and {shape_e}")
+    n = shape_a[-1]
+    top = jnp.concatenate([A, E], axis=-1)
+    bottom = jnp.concatenate([jnp.zeros_like(A), A], axis=-1)
+    big = expm(jnp.concatenate([top, bottom], axis=-2))
+    derivative = big[..., :n, n:]
+    if compute_expm:
+        return big[..., :n, :n], derivative
+    return derivative
 
 
 # matrix constructors and the functions built on the decompositions above

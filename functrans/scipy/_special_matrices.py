@@ -22,11 +22,12 @@ from functrans import _lax_linalg as lax_linalg
 from functrans import numpy as jnp
 from functrans.core import get_aval
 from functrans.numpy._promotion import promote_dtypes_inexact
+from functrans.scipy._matrix_exponential import expm_frechet  # noqa: F401
 
 __all__ = [
     "toeplitz", "hankel", "circulant", "companion", "convolution_matrix", "dft", "hadamard",
     "helmert", "hilbert", "invhilbert", "leslie", "pascal", "invpascal", "fiedler",
-    "fiedler_companion", "polar", "solve_sylvester", "eigh_tridiagonal",
+    "fiedler_companion", "polar", "expm_frechet", "solve_sylvester", "eigh_tridiagonal",
     "qr_multiply",
 ]
 

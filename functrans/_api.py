@@ -8,10 +8,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from functrans import _devices, _dtypes, _transfer_guard, core, tree_util
-from functrans._array import Array, host_to_array, is_concrete_array
+from functrans._array import Array, host_to_array, is_concrete_array, sharding_layer
 from functrans.core import ShapedArray, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+from functrans.primitives import elementwise, structural
 from functrans._traceback_util import api_boundary
 from functrans.tree_util import tree_flatten, tree_map, tree_unflatten
 from functrans import _axis_env as env_module
@@ -27,8 +28,18 @@ def _check_array_arg(x, fname: str):
 
 
 def _as_array(x):
-    from functrans.numpy import asarray  # deferred: numpy -> numpy._array_info -> _api at import
-    return x if isinstance(x, Tracer) else asarray(x)
+    """A pytree leaf as an array value: tracers and Arrays as they are, host values (Python
+    scalars, NumPy values, objects NumPy converts) as Arrays."""
+    if isinstance(x, Tracer) or is_concrete_array(x):
+        return x
+    if hasattr(x, "__jax_array__"):
+        return _as_array(x.__jax_array__())
+    if _dtypes.is_python_scalar(x):
+        return host_to_array(x)
+    x = np.asarray(x)
+    if x.dtype.kind in "OUS" or x.dtype.names is not None:
+        raise TypeError(f"cannot convert {x!r} to an array (ragged or non-numeric)")
+    return host_to_array(x)
 
 
 def _flat_fun(fun, in_tree, out_tree_cell):
@@ -144,9 +155,7 @@ def _flat_fun_aux(fun, in_tree, cell, has_aux):
 
 
 def ad_stop(x):
-    # deferred: lax -> sharding -> sharding._arrays -> _api at import
-    from functrans.lax import stop_gradient
-    return stop_gradient(x)
+    return elementwise.stop_gradient(x)
 
 
 # =============================================================================================
@@ -282,9 +291,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         else:
             ans, vjp_fun = vjp(partial_fun, *diff_args)
         _check_scalar_output(ans, holomorphic)
-        # deferred: numpy -> numpy._array_info -> _api at import
-        from functrans.numpy import ones_like
-        grads = vjp_fun(ones_like(ans))
+        aval = get_aval(ans)
+        grads = vjp_fun(structural.full(aval.shape, 1, aval.dtype, weak_type=aval.weak_type))
         grads = tuple(tree_map(_float0_for_int, g, d) for g, d in zip(grads, diff_args))
         g = grads[0] if int_argnums else grads
         if has_aux:
@@ -329,14 +337,13 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
 
 def _std_basis(leaves):
     """Stacked one-hot tangents for every element of every leaf: shape (N, *leaf.shape)."""
-    import functrans.numpy as jnp  # deferred: numpy -> numpy._array_info -> _api at import
     sizes = [int(np.prod(get_aval(x).shape, dtype=np.int64)) for x in leaves]
     total = sum(sizes)
     out, start = [], 0
     for x, size in zip(leaves, sizes):
         aval = get_aval(x)
         block = np.eye(total, dtype=np.float64)[:, start:start + size]
-        out.append(jnp.asarray(block.reshape((total,) + aval.shape).astype(aval.dtype)))
+        out.append(host_to_array(block.reshape((total,) + aval.shape).astype(aval.dtype)))
         start += size
     return out, total
 
@@ -563,11 +570,10 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size: int | 
         return tree_unflatten(out_tree_cell[0], outs)
 
     def _chunked_vmap(fun_, args, leaves, in_tree, dims, size, chunk):
-        import functrans.numpy as jnp  # deferred: numpy -> numpy._array_info -> _api at import
         pieces = []
         for start in range(0, size, chunk):
             stop = min(size, start + chunk)
-            sliced = [x if d is None else jnp.take(x, jnp.arange(start, stop), axis=d)
+            sliced = [x if d is None else structural.slice_in_dim(x, start, stop, axis=d)
                       for x, d in zip(leaves, dims)]
             sub_args = tree_unflatten(in_tree, sliced)
             pieces.append(vmap(fun_, in_axes=in_axes, out_axes=out_axes, axis_name=axis_name)(*sub_args))
@@ -575,7 +581,7 @@ def vmap(fun: Callable, in_axes=0, out_axes=0, axis_name=None, axis_size: int | 
         out_leaves0, out_tree = tree_flatten(first)
         out_dims = _flatten_axes("out_axes", out_tree, out_axes)
         columns = zip(*[tree_flatten(p)[0] for p in pieces])
-        merged = [col[0] if d is None else jnp.concatenate(col, axis=d)
+        merged = [col[0] if d is None else structural.concatenate(list(col), d)
                   for col, d in zip(columns, out_dims)]
         return tree_unflatten(out_tree, merged)
 
@@ -654,9 +660,7 @@ class ShapeDtypeStruct:
     @property
     def aval(self):
         if _dtypes.extended_kind(self.dtype) is not None:
-            # deferred: key avals are defined by functrans.random, which builds on this module
-            from functrans.random._keys import KeyShapedArray
-            return KeyShapedArray(self.shape, self.dtype)
+            return core.extended_aval(self.shape, self.dtype)
         return ShapedArray(self.shape, self.dtype, self.weak_type)
 
     def update(self, **kwargs) -> "ShapeDtypeStruct":
@@ -752,19 +756,19 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
         >>> functrans.device_put(np.ones(2)).shape
         (2,)
     """
-    # (functrans.sharding sits above this module; imported here, on use)
-    from functrans.sharding import _arrays, _shardings
+    # placing by a sharding is functrans.sharding's, a layer above (registered with _array)
+    shardings = sharding_layer
 
     def put(leaf, target):
-        if isinstance(target, _shardings.Sharding):
+        if isinstance(target, shardings.sharding_type):
             if isinstance(leaf, Tracer):
-                return _arrays.put_traced(leaf, target)
-            return _arrays.put(leaf, target)
+                return shardings.put_traced(leaf, target)
+            return shardings.put(leaf, target)
         if isinstance(leaf, Tracer):
             return leaf
         if target is None:
             target = _devices.default_device()
-        if isinstance(leaf, _arrays.PartitionedArray):
+        if isinstance(leaf, shardings.partitioned_array_type):
             leaf = leaf._value
         placer = getattr(target, "put", None)
         if placer is not None:
@@ -778,7 +782,7 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
         # host data is copied, never aliased
         return host_to_array(leaf, device=target, explicit=True)
 
-    if device is None or isinstance(device, (_devices.Device, _shardings.Sharding)) or \
+    if device is None or isinstance(device, (_devices.Device, shardings.sharding_type)) or \
             hasattr(device, "put"):
         return tree_map(lambda leaf: put(leaf, device), x)
     targets = tree_util.tree_broadcast(device, x, is_leaf=lambda t: t is None)

@@ -1,18 +1,18 @@
-"""``functrans.Array``: an immutable array on a device, and the array methods shared with tracers.
+"""``functrans.Array``: an immutable array on a device.
 
-Operators and methods are defined once here and installed on both :class:`Array` and
-:class:`functrans.core.Tracer`, so code reads the same eagerly and under a transform.
+This module knows only the layers below it (the core, devices, dtypes). What arrays do
+with the layers above is registered by those layers when they are imported, as in JAX:
+``functrans.numpy`` installs the operators and methods (on :class:`Array` and on
+:class:`functrans.core.Tracer` alike, see ``functrans/numpy/_array_methods.py``), and
+``functrans.sharding`` registers its sharding types (:func:`register_sharding_layer`).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from functrans import _devices, _dtypes, _transfer_guard, core
-
-
-def _jnp():
-    import functrans.numpy as jnp  # deferred: numpy -> _array at import
-    return jnp
 
 
 class _ArrayType(type):
@@ -104,9 +104,7 @@ class Array(metaclass=_ArrayType):
     def sharding(self):
         """Where the array lives: ``SingleDeviceSharding(device)`` for an array on one device
         (a ``NamedSharding`` for arrays split over a mesh)."""
-        # (functrans.sharding builds on this module; imported on use)
-        from functrans.sharding import SingleDeviceSharding
-        return SingleDeviceSharding(self.device)
+        return sharding_layer.single_device_sharding(self.device)
 
     @property
     def is_fully_replicated(self) -> bool:
@@ -115,9 +113,7 @@ class Array(metaclass=_ArrayType):
     @property
     def addressable_shards(self) -> list:
         """The one block of an array on one device: the whole array."""
-        # deferred: sharding -> sharding._arrays -> _array at import
-        from functrans.sharding import Shard
-        return [Shard(self.device, (slice(None),) * self.ndim, 0, self)]
+        return [sharding_layer.shard(self.device, (slice(None),) * self.ndim, 0, self)]
 
     @property
     def global_shards(self) -> list:
@@ -293,183 +289,34 @@ def _rebuild_array(value, weak_type):
     return Array(value, weak_type)
 
 
-# ---- methods shared by Array and Tracer ------------------------------------------------------
+# ---- what the sharding layer provides ---------------------------------------------------------
 
-def _binary(name, reverse=False):
-    def method(self, other):
-        if not _is_array_like(other):
-            return NotImplemented
-        fn = getattr(_jnp(), name)
-        return fn(other, self) if reverse else fn(self, other)
-    method.__name__ = name
-    return method
+class _ShardingLayer:
+    """The parts of ``functrans.sharding`` that arrays, ``jnp`` functions (``out_sharding=``)
+    and ``device_put`` use. That package builds on this module and on the API, so it
+    registers them (:func:`register_sharding_layer`) when it is imported, which
+    ``import functrans`` does."""
 
-
-def _is_array_like(x) -> bool:
-    return is_concrete_array(x) or \
-        isinstance(x, (core.Tracer, np.ndarray, np.generic, bool, int, float, complex)) \
-        or hasattr(x, "__jax_array__")
-
-
-def _unary(name):
-    def method(self):
-        return getattr(_jnp(), name)(self)
-    method.__name__ = name
-    return method
+    sharding_type: type | tuple = ()  # Sharding: a placement target of device_put
+    partitioned_array_type: type | tuple = ()  # PartitionedArray: an array split over devices
+    single_device_sharding: Callable  # SingleDeviceSharding(device)
+    shard: Callable  # Shard(device, index, replica_id, data)
+    put: Callable  # put(value, sharding): a concrete value placed by a sharding
+    put_traced: Callable  # put_traced(tracer, sharding): the same inside a transform
+    constrain: Callable  # with_sharding_constraint(x, shardings)
 
 
-def _forward(name):
-    def method(self, *args, **kwargs):
-        return getattr(_jnp(), name)(self, *args, **kwargs)
-    method.__name__ = name
-    return method
+sharding_layer = _ShardingLayer()
 
 
-def _reshape(self, *shape, order="C"):
-    if len(shape) == 1 and not isinstance(shape[0], int) and shape[0] is not None:
-        shape = shape[0]
-    return _jnp().reshape(self, shape, order=order)
-
-
-def _transpose(self, *axes):
-    if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], int)):
-        axes = axes[0]
-    return _jnp().transpose(self, axes or None)
-
-
-def _astype(self, dtype, copy=False):
-    return _jnp().astype(self, dtype)
-
-
-def _getitem(self, idx):
-    return _jnp()._indexing.getitem(self, idx)
-
-
-class _IndexUpdateHelper:
-    """``x.at[idx]``: the functional counterpart of ``x[idx] op= y``."""
-
-    __slots__ = ("array",)
-
-    def __init__(self, array):
-        self.array = array
-
-    def __getitem__(self, idx):
-        return _IndexUpdateRef(self.array, idx)
-
-    def __repr__(self):
-        return f"_IndexUpdateHelper({self.array!r})"
-
-
-class _IndexUpdateRef:
-    """``x.at[index]``: functional updates and reads. ``indices_are_sorted`` and
-    ``unique_indices`` are JAX's hints (promises about the indices that let XLA pick a faster
-    scatter); functrans's scatters are correct without them. ``out_sharding`` places the
-    result."""
-
-    __slots__ = ("array", "index")
-
-    def __init__(self, array, index):
-        self.array = array
-        self.index = index
-
-    @staticmethod
-    def _check(wrap_negative_indices):
-        if not wrap_negative_indices:
-            raise NotImplementedError("x.at[...]: wrap_negative_indices=False is not supported "
-                                      "(negative indices count from the end)")
-
-    def _placed(self, out, out_sharding):
-        if out_sharding is None:
-            return out
-        from functrans.sharding._constraints import with_sharding_constraint
-        return with_sharding_constraint(out, out_sharding)
-
-    def _update(self, op, values, mode=None, out_sharding=None, wrap_negative_indices=True,
-                indices_are_sorted=False, unique_indices=False):
-        self._check(wrap_negative_indices)
-        out = _jnp()._indexing.scatter_update(self.array, self.index, values, op, mode=mode)
-        return self._placed(out, out_sharding)
-
-    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None,
-            fill_value=None, out_sharding=None, wrap_negative_indices=True):
-        self._check(wrap_negative_indices)
-        out = _jnp()._indexing.getitem(self.array, self.index, mode=mode, fill_value=fill_value)
-        return self._placed(out, out_sharding)
-
-    def set(self, values, **kwargs):
-        return self._update("set", values, **kwargs)
-
-    def add(self, values, **kwargs):
-        return self._update("add", values, **kwargs)
-
-    def subtract(self, values, **kwargs):
-        return self._update("add", -_jnp().asarray(values), **kwargs)
-
-    def multiply(self, values, **kwargs):
-        return self._update("mul", values, **kwargs)
-
-    mul = multiply
-
-    def divide(self, values, **kwargs):
-        return self._update("mul", 1 / _jnp().asarray(values), **kwargs)
-
-    def power(self, values, **kwargs):
-        current = self.get(mode=kwargs.get("mode"))
-        return self.set(current ** values, **kwargs)
-
-    def min(self, values, **kwargs):
-        return self._update("min", values, **kwargs)
-
-    def max(self, values, **kwargs):
-        return self._update("max", values, **kwargs)
-
-    def apply(self, func, **kwargs):
-        return self.set(func(self.get(mode=kwargs.get("mode"))), **kwargs)
-
-
-_BINARY_OPS = {
-    "__add__": "add", "__sub__": "subtract", "__mul__": "multiply", "__truediv__": "true_divide",
-    "__floordiv__": "floor_divide", "__mod__": "remainder", "__pow__": "power",
-    "__matmul__": "matmul", "__and__": "bitwise_and", "__or__": "bitwise_or",
-    "__xor__": "bitwise_xor", "__lshift__": "left_shift", "__rshift__": "right_shift",
-    "__eq__": "equal", "__ne__": "not_equal", "__lt__": "less", "__le__": "less_equal",
-    "__gt__": "greater", "__ge__": "greater_equal", "__divmod__": "divmod",
-}
-_UNARY_OPS = {"__neg__": "negative", "__pos__": "positive", "__abs__": "abs",
-              "__invert__": "invert"}
-_FORWARDED_METHODS = [
-    "sum", "mean", "max", "min", "prod", "argmax", "argmin", "any", "all", "var", "std",
-    "cumsum", "cumprod", "ravel", "squeeze", "swapaxes", "clip", "round", "dot",
-    "conj", "conjugate", "take", "sort", "argsort", "repeat", "nonzero", "trace", "diagonal",
-    "ptp", "searchsorted", "choose", "nansum", "view",
-]
-
-
-def _install(cls):
-    for dunder, fname in _BINARY_OPS.items():
-        setattr(cls, dunder, _binary(fname))
-        if dunder not in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
-            setattr(cls, "__r" + dunder[2:], _binary(fname, reverse=True))
-    for dunder, fname in _UNARY_OPS.items():
-        setattr(cls, dunder, _unary(fname))
-    for name in _FORWARDED_METHODS:
-        setattr(cls, name, _forward(name))
-    cls.__round__ = lambda self, ndigits=None: _jnp().round(self, ndigits or 0)
-    cls.reshape = _reshape
-    cls.flatten = lambda self, order="C": _jnp().ravel(self, order)
-    # jnp.compress takes the condition first; the method takes it as its argument
-    cls.compress = lambda self, condition, axis=None, **kw: _jnp().compress(condition, self, axis, **kw)
-    cls.transpose = _transpose
-    cls.astype = _astype
-    cls.__getitem__ = _getitem
-    cls.T = property(lambda self: _jnp().transpose(self))
-    cls.mT = property(lambda self: _jnp().swapaxes(self, -1, -2))
-    cls.real = property(lambda self: _jnp().real(self))
-    cls.imag = property(lambda self: _jnp().imag(self))
-    cls.at = property(_IndexUpdateHelper)
-
-
-_install(Array)
-_install(core.Tracer)
-# jax.Array's copy() on a traced value: a copy in the program (values are immutable anyway)
-core.Tracer.copy = lambda self: _jnp().array(self, copy=True)
+def register_sharding_layer(*, sharding_type: type, partitioned_array_type: type,
+                            single_device_sharding: Callable, shard: Callable, put: Callable,
+                            put_traced: Callable, constrain: Callable) -> None:
+    """Register what :class:`_ShardingLayer` lists (called by ``functrans.sharding``)."""
+    sharding_layer.sharding_type = sharding_type
+    sharding_layer.partitioned_array_type = partitioned_array_type
+    sharding_layer.single_device_sharding = single_device_sharding
+    sharding_layer.shard = shard
+    sharding_layer.put = put
+    sharding_layer.put_traced = put_traced
+    sharding_layer.constrain = constrain

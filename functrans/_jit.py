@@ -21,7 +21,7 @@ import numpy as np
 from functrans import (_api, _array, _backends, _debug_checks, _debug_rerun, _transfer_guard,
                        core, profiler, tree_util)
 from functrans._api import ShapeDtypeStruct
-from functrans import _cost_analysis
+from functrans import _cost_analysis, _explain
 from functrans._array import Array, is_concrete_array
 from functrans._array import delete as _array_delete
 from functrans._caches import LRUCache, WeakKeyLRUCache, insert_plain
@@ -628,7 +628,6 @@ class JitWrapped:
         entry = self._cache.lookup(key)
         if entry is None:
             if config.explain_cache_misses and self._cache:
-                from functrans import _explain  # only with explain_cache_misses on
                 _explain.explain_cache_miss(self, key, self._cache.keys())
             closed, out_tree = self._trace(statics, dyn_args, dyn_kwargs, in_tree, avals)
             entry = _CacheEntry(closed, out_tree, backend)

@@ -15,6 +15,7 @@ import inspect
 
 from functrans.extend import linear_util as lu
 from functrans.extend.linear_util import DebugInfo
+from functrans.core import get_aval
 from functrans.tree_util import tree_flatten, tree_unflatten
 
 __all__ = ["debug_info", "flatten_fun", "flatten_fun_nokwargs", "fun_signature",
@@ -71,5 +72,4 @@ def debug_info(traced_for: str, fun, args, kwargs, *, static_argnums=(),
 
 def shaped_abstractify(x):
     """The abstract value (shape, dtype, weak type) of ``x``."""
-    from functrans.core import get_aval
     return get_aval(x)

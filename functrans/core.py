@@ -106,6 +106,27 @@ def register_aval_sharding(make: Callable) -> None:
     _aval_sharding = make
 
 
+# The abstract value classes of extended dtypes (typed PRNG keys' key<fry>), by the dtype's
+# kind: each is defined by the layer above that defines the dtype (functrans.random), which
+# registers it when it is imported.
+_extended_avals: dict = {}
+
+
+def register_extended_aval(kind: type, make: Callable) -> None:
+    """Register ``make(shape, dtype)``, the abstract value of an array of an extended dtype
+    of ``kind`` (a subclass of ``functrans.dtypes.extended``)."""
+    _extended_avals[kind] = make
+
+
+def extended_aval(shape, dtype) -> ShapedArray:
+    """The abstract value of an array of ``shape`` of the extended ``dtype``."""
+    kind = _dtypes.extended_kind(dtype)
+    make = _extended_avals.get(kind)
+    if make is None:
+        raise TypeError(f"no abstract value is registered for the extended dtype {dtype}")
+    return make(shape, dtype)
+
+
 def get_aval(x) -> ShapedArray:
     """The abstract value of a tracer, array, NumPy value or Python scalar."""
     if isinstance(x, Tracer):

@@ -21,6 +21,7 @@ def disable_x64():
 
 def cur_qdd(x):
     """See :func:`functrans.experimental.hijax.cur_qdd` (not supported)."""
+    # deferred: the submodules of functrans.experimental load on first use (start-up time)
     from functrans.experimental.hijax import cur_qdd as hijax_cur_qdd
     return hijax_cur_qdd(x)
 

@@ -29,7 +29,8 @@ import threading
 
 import numpy as np
 
-from functrans import core, tree_util
+import functrans.numpy as jnp
+from functrans import _dtypes, core, lax, tree_util
 from functrans.core import get_aval
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
 from functrans.primitives.checks import (DivisionByZeroError, FailedCheckError,  # noqa: F401
@@ -150,7 +151,6 @@ def _is_traced(values) -> bool:
 
 
 def _bind_check(pred, code, payload, messages):
-    import functrans.numpy as jnp  # deferred: numpy is a client of this layer's inputs
     pred = jnp.asarray(pred)
     if pred.ndim:
         pred = jnp.all(pred)
@@ -198,7 +198,6 @@ def check_error(error: Error) -> None:
     if not _is_traced(values):
         error.throw()
         return
-    import functrans.numpy as jnp
     failed = jnp.asarray(error._failed)
     code, payload = error._code, error._payload
     if failed.ndim:  # a batched error: the first failing example's
@@ -227,7 +226,6 @@ class _ErrorState:
 
     def add(self, pred, code, payload, messages):
         """Record a check: ``messages[code]`` failed unless ``pred``; the first failure wins."""
-        import functrans.numpy as jnp
         first_new = len(self.messages)
         self.messages.extend(messages)
         self.payload.extend(payload)
@@ -253,8 +251,6 @@ _ONE_ARG = tree_util.tree_structure(((0,), {}))
 
 
 def _automatic_checks(state: _ErrorState, eqn, invals, outvals):
-    import functrans.numpy as jnp
-    from functrans import _dtypes
     name = eqn.primitive.name
     if NaNError in state.errors:
         float_outs = [o for o in outvals if _dtypes.is_inexact(get_aval(o).dtype)]
@@ -276,7 +272,6 @@ def _automatic_checks(state: _ErrorState, eqn, invals, outvals):
 
 
 def _gather_bounds_check(state, eqn, invals):
-    import functrans.numpy as jnp
     operand, indices = invals[0], invals[1]
     dnums = eqn.params["dimension_numbers"]
     sizes = eqn.params["slice_sizes"]
@@ -294,7 +289,6 @@ def _gather_bounds_check(state, eqn, invals):
 
 
 def _dynamic_slice_bounds_check(state, eqn, invals):
-    import functrans.numpy as jnp
     operand = invals[0]
     shape = get_aval(operand).shape
     if eqn.primitive.name == "dynamic_slice":
@@ -380,14 +374,12 @@ def _loop_error_layout(body, fixed, loop_avals, state):
 
 
 def _no_loop_error(payload_avals):
-    import functrans.numpy as jnp
     return (jnp.asarray(False), jnp.asarray(0, jnp.int32),
             [jnp.zeros(a.shape, a.dtype) for a in payload_avals])
 
 
 def _merge_loop_error(error, local: _ErrorState):
     """The loop's error so far, updated with this iteration's: the first failure wins."""
-    import functrans.numpy as jnp
     failed, code, payload = error
     newly = jnp.logical_and(jnp.logical_not(failed), local.failed)
     code = jnp.where(newly, jnp.asarray(local.code, jnp.int32), code)
@@ -396,7 +388,6 @@ def _merge_loop_error(error, local: _ErrorState):
 
 
 def _eval_checked_scan(params, invals, state: _ErrorState) -> list:
-    from functrans import lax
     n_consts, n_carry = params["num_consts"], params["num_carry"]
     consts = invals[:n_consts]
     init, xs = invals[n_consts:n_consts + n_carry], invals[n_consts + n_carry:]
@@ -420,7 +411,6 @@ def _eval_checked_scan(params, invals, state: _ErrorState) -> list:
 
 
 def _eval_checked_while(params, invals, state: _ErrorState) -> list:
-    from functrans import lax
     cond_n, body_n = params["cond_nconsts"], params["body_nconsts"]
     cond_consts, body_consts = invals[:cond_n], invals[cond_n:cond_n + body_n]
     init = invals[cond_n + body_n:]
@@ -452,8 +442,6 @@ def _eval_checked_while(params, invals, state: _ErrorState) -> list:
 def _eval_checked_cond(branches, index, operands, state: _ErrorState) -> list:
     """Each branch checked on its own; the outer state gains every branch's messages, the
     taken branch's outcome selected with ``switch``."""
-    from functrans import lax
-    import functrans.numpy as jnp
     layouts = []
     for branch in branches:  # the messages (and payload avals) each branch would add
         probe = _ErrorState(state.errors)

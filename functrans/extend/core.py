@@ -24,6 +24,7 @@ import weakref
 import numpy as np
 
 from functrans import core as _core
+from functrans.numpy._promotion import asarray
 from functrans.core import (ClosedJaxpr, ConcretizationTypeError, DropVar, Jaxpr,  # noqa: F401
                             JaxprTypeError, Literal, ShapedArray, Trace, Tracer,
                             UnexpectedTracerError, Var, check_jaxpr, eval_jaxpr,
@@ -139,7 +140,6 @@ def get_opaque_trace_state(convention=None) -> _OpaqueTraceState:
 
 
 def _to_array(value):
-    from functrans.numpy import asarray  # deferred: the numpy layer builds on this one
     return value if isinstance(value, Tracer) else asarray(value)
 
 

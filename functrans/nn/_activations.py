@@ -17,6 +17,13 @@ from functrans import _dtypes, lax
 from functrans.primitives import elementwise as ew
 from functrans._custom_derivatives import custom_jvp
 from functrans.core import get_aval
+from functrans.numpy._log_sum_exp import full_like as _full_like
+from functrans.numpy._log_sum_exp import keep as _keep
+from functrans.numpy._log_sum_exp import logsumexp
+from functrans.numpy._log_sum_exp import mask_of as _mask
+from functrans.numpy._log_sum_exp import masked_max as _masked_max
+from functrans.numpy._log_sum_exp import masked_sum as _masked_sum
+from functrans.numpy._log_sum_exp import reduced_axes as _axes
 from functrans.numpy._promotion import broadcast_to_shape, promote_args_inexact, to_array
 
 __all__ = [
@@ -36,49 +43,8 @@ def _inexact(name: str, x):
     return x
 
 
-def _full_like(x, value):
-    # a constant takes x's weak type too, so relu(1.0) stays weakly typed as in JAX
-    aval = get_aval(x)
-    return lax.full(aval.shape, value, aval.dtype, weak_type=aval.weak_type)
-
-
 def _where(condition, x, y):
     return lax.select(condition, x, y)
-
-
-def _axes(axis, ndim: int) -> tuple:
-    if axis is None:
-        return tuple(range(ndim))
-    if isinstance(axis, (int, np.integer)):
-        axis = (axis,)
-    return tuple(sorted(int(a) % ndim for a in axis)) if ndim else ()
-
-
-def _keep(reduced, shape, axes):
-    """Broadcast a reduction back to ``shape`` (as if computed with keepdims)."""
-    kept = tuple(i for i in range(len(shape)) if i not in axes)
-    return lax.broadcast_in_dim(reduced, shape, kept)
-
-
-def _mask(where, shape):
-    if where is None:
-        return None
-    mask = to_array(where)
-    if get_aval(mask).dtype != _dtypes.bool_:
-        mask = ew.ne(mask, _full_like(mask, 0))
-    return broadcast_to_shape(mask, shape)
-
-
-def _masked_max(x, axes, mask):
-    if mask is not None:
-        x = _where(mask, x, _full_like(x, -np.inf))
-    return lax.reduce_max(x, axes)
-
-
-def _masked_sum(x, axes, mask):
-    if mask is not None:
-        x = _where(mask, x, _full_like(x, 0))
-    return lax.reduce_sum(x, axes)
 
 
 # =============================================================================================
@@ -422,47 +388,6 @@ def log_softmax(x, axis=-1, where=None):
     if mask is not None:
         out = _where(mask, out, _full_like(out, -np.inf))
     return out
-
-
-def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = False,
-              where=None):
-    """``log(sum(b * exp(a)))`` over ``axis``, stable for large ``a``.
-
-    With ``return_sign=True`` returns ``(log|s|, sign(s))`` so negative weights ``b`` work;
-    otherwise a negative sum gives NaN.
-
-        >>> import functrans.numpy as jnp
-        >>> logsumexp(jnp.array([1000.0, 1000.0]))
-        Array(1000.6932, dtype=float32)
-    """
-    if b is None:
-        a = _inexact("logsumexp", a)
-    else:
-        a, b = promote_args_inexact("logsumexp", a, b)
-    shape = get_aval(a).shape
-    axes = _axes(axis, len(shape))
-    mask = _mask(where, shape)
-    peak = _masked_max(a, axes, mask)
-    # an all -inf (or empty) slice would give inf - inf: shift by 0 there
-    peak = lax.stop_gradient(_where(jnp.isfinite(peak), peak, _full_like(peak, 0)))
-    terms = lax.exp(ew.sub(a, _keep(peak, shape, axes)))
-    if b is not None:
-        terms = ew.mul(terms, b)
-    total = _masked_sum(terms, axes, mask)
-    sign = lax.sign(total)
-    out = ew.add(lax.log(lax.abs(total)), peak)
-    if keepdims:
-        out = _keep_dims(out, shape, axes)
-        sign = _keep_dims(sign, shape, axes)
-    if return_sign:
-        return out, sign
-    if b is not None:
-        out = _where(ew.lt(sign, _full_like(sign, 0)), _full_like(out, np.nan), out)
-    return out
-
-
-def _keep_dims(x, shape, axes):
-    return lax.reshape(x, tuple(1 if i in axes else s for i, s in enumerate(shape)))
 
 
 def logmeanexp(x, axis=None, where=None, keepdims: bool = False):

@@ -7,6 +7,7 @@ import numpy as np
 
 from functrans import _dtypes
 import functrans.numpy as jnp
+from functrans.nn._activations import softmax
 
 __all__ = ["dot_product_attention"]
 
@@ -82,8 +83,7 @@ def _add_batch(x):
 
 
 def _softmax_last(x):
-    from functrans import nn  # deferred: nn -> nn._attention at import
-    return nn.softmax(x, axis=-1)
+    return softmax(x, axis=-1)
 
 
 def _combined_mask(mask, is_causal, q_lengths, kv_lengths, window, b, t, s):

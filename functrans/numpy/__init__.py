@@ -41,9 +41,9 @@ from functrans.numpy._polynomial import (  # noqa: F401
     roots, trapezoid, unwrap, vander)
 from functrans.numpy._reductions import (  # noqa: F401
     all, amax, amin, any, argmax, argmin, average, count_nonzero, cumprod, cumproduct, cumsum,
-    cumulative_prod, cumulative_sum, max, mean, median, min, nanargmax, nanargmin, nancumprod,
-    nancumsum, nanmax, nanmean, nanmedian, nanmin, nanpercentile, nanprod, nanquantile, nanstd,
-    nansum, nanvar, percentile, prod, ptp, quantile, std, sum, var)
+    cumulative_prod, cumulative_sum, max, mean, min, nanargmax, nanargmin, nancumprod,
+    nancumsum, nanmax, nanmean, nanmin, nanprod, nanstd,
+    nansum, nanvar, prod, ptp, std, sum, var)
 from functrans.numpy._scalar_types import (  # noqa: F401
     bfloat16, bool_, cdouble, character, complex64, complex128, complex_, complexfloating,
     csingle, double, dtype, flexible, float16, float32, float64, float_, floating, generic, half,
@@ -52,15 +52,15 @@ from functrans.numpy._scalar_types import (  # noqa: F401
 from functrans.numpy._shape import (  # noqa: F401
     append, array_split, atleast_1d, atleast_2d, atleast_3d, block, broadcast_arrays, broadcast_to,
     column_stack, concat, concatenate, delete, diagonal, dsplit, dstack, expand_dims,
-    flip, fliplr, flipud, hsplit, hstack, insert, matrix_transpose, moveaxis, pad, permute_dims,
-    ravel, repeat, reshape, resize, roll, rollaxis, rot90, row_stack, split, squeeze, stack,
-    swapaxes, take, take_along_axis, tile, trace, transpose, trim_zeros, unstack, vsplit, vstack)
+    flip, fliplr, flipud, hsplit, hstack, insert, matrix_transpose, moveaxis, permute_dims,
+    ravel, reshape, resize, roll, rollaxis, rot90, row_stack, split, squeeze, stack,
+    swapaxes, take, take_along_axis, tile, transpose, trim_zeros, unstack, vsplit, vstack)
 from functrans.numpy._sorting import (  # noqa: F401
     argpartition, argsort, argwhere, choose, compress, digitize, extract, flatnonzero,
     intersect1d, isin, lexsort, nonzero, partition, searchsorted, setdiff1d, setxor1d, sort,
     sort_complex, union1d, unique, unique_all, unique_counts, unique_inverse, unique_values)
 from functrans.numpy._ufuncs import (  # noqa: F401
-    abs, absolute, acos, acosh, add, allclose, angle, arccos, arccosh, arcsin, arcsinh, arctan,
+    abs, absolute, acos, acosh, add, angle, arccos, arccosh, arcsin, arcsinh, arctan,
     arctan2, arctanh, around, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_count,
     bitwise_invert, bitwise_left_shift, bitwise_not, bitwise_or, bitwise_right_shift,
     bitwise_xor, cbrt, ceil, clip, conj, conjugate, copysign, cos, cosh, deg2rad, degrees,
@@ -71,10 +71,15 @@ from functrans.numpy._ufuncs import (  # noqa: F401
     logical_or, logical_xor, maximum, minimum, mod, modf, multiply, nan_to_num, negative,
     nextafter, not_equal, positive, pow, power, rad2deg, radians, real, reciprocal, remainder,
     right_shift, rint, round, round_, select, sign, signbit, sin, sinc, sinh, spacing, sqrt, square,
-    subtract, tan, tanh, true_divide, trunc, where)
+    subtract, tan, tanh, true_divide, trunc)
+from functrans.numpy._order_statistics import (  # noqa: F401
+    median, nanmedian, nanpercentile, nanquantile, percentile, quantile)
+from functrans.numpy._padding import pad  # noqa: F401
+from functrans.numpy._reductions import allclose, trace  # noqa: F401
+from functrans.numpy._sorting import repeat, where  # noqa: F401
 from functrans.numpy._promotion import broadcast_shapes  # noqa: F401
 from functrans._dtypes import float0  # noqa: F401
-from functrans.numpy._array_methods import astype, view  # noqa: F401
+from functrans.numpy._array_methods import astype, install_array_methods, view  # noqa: F401
 from functrans.numpy._bit_packing import packbits, unpackbits  # noqa: F401
 from functrans.numpy._functional_writes import (  # noqa: F401
     fill_diagonal, place, put, put_along_axis)
@@ -127,6 +132,11 @@ class _ArrayMeta(type):
 
 class ndarray(metaclass=_ArrayMeta):  # noqa: N801 - NumPy's name
     """The array type for ``isinstance`` checks (matches Arrays and tracers)."""
+
+
+# arrays and tracers get their operators and methods from this namespace, as JAX's do
+install_array_methods(globals())
+del install_array_methods
 
 
 del annotations

@@ -13,7 +13,8 @@ import numpy as np
 from functrans import _dtypes
 from functrans.numpy._creation import asarray
 from functrans.numpy._reductions import sum as sum_
-from functrans.numpy._shape import moveaxis, pad, ravel, reshape
+from functrans.numpy._padding import pad
+from functrans.numpy._shape import moveaxis, ravel, reshape
 from functrans.numpy._ufuncs import left_shift, right_shift
 
 

@@ -12,6 +12,7 @@ import string
 import numpy as np
 
 from functrans import _dtypes
+from functrans._array import sharding_layer
 from functrans.core import get_aval
 from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axis,
                                         check_arraylike, lax_fn, promote_dtypes, to_array)
@@ -32,8 +33,7 @@ def _takes_out_sharding(fn):
         out = fn(*args, **kwargs)
         if out_sharding is None:
             return out
-        from functrans.sharding._constraints import with_sharding_constraint
-        return with_sharding_constraint(out, out_sharding)
+        return sharding_layer.constrain(out, out_sharding)
     return wrapped
 
 

@@ -4,123 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from functrans import _dtypes, core
-from functrans._array import Array, host_to_array, is_concrete_array
+from functrans import _dtypes
+from functrans._array import Array
 from functrans.core import ConcretizationTypeError, Tracer, canonicalize_shape, get_aval
-from functrans.numpy._promotion import (_static_int, broadcast_shapes, broadcast_to_shape,
-                                        canonicalize_axis, concrete_value, has_lax_fn,
-                                        is_arraylike, lax_fn, operator_index,
-                                        promote_dtypes_inexact, to_array)
+# asarray, array and iota are the lowest numpy module's, which every other one builds on
+from functrans.numpy._promotion import (_canonical, _static_int, array, asarray,  # noqa: F401
+                                        broadcast_shapes, broadcast_to_shape,
+                                        canonicalize_axis, concrete_value, iota,
+                                        operator_index, promote_dtypes_inexact, to_array)
 from functrans.primitives import elementwise, structural
 from functrans.numpy import _ufuncs as uf
-from functrans.numpy._shape import diagonal, moveaxis, pad, stack
+from functrans.numpy._padding import pad
+from functrans.numpy._shape import diagonal, moveaxis, stack
 from functrans.numpy._ufuncs import power
 from functrans.numpy._sorting import nonzero
-
-
-def _canonical(dtype, fname: str):
-    return None if dtype is None else _dtypes.check_user_dtype(dtype, fname)
-
-
-def asarray(a, dtype=None, order=None, copy=None):
-    """Convert ``a`` (array, scalar, nested lists) to an Array; no copy if already one.
-
-    Host data (NumPy arrays) is copied, in native byte order. A Python int must fit the
-    dtype it becomes (``OverflowError`` otherwise): its own default integer type, ``dtype``
-    when given, or in a list the dtype the list's elements promote to.
-
-        >>> asarray([1, 2])
-        Array([1, 2], dtype=int32)
-        >>> asarray(2 ** 31, dtype=np.uint32)
-        Array(2147483648, dtype=uint32)
-    """
-    dtype = _canonical(dtype, "asarray")
-    if a is None:
-        raise ValueError("None is not a valid value for jnp.array")
-    if is_concrete_array(a) or isinstance(a, Tracer):
-        return a if dtype is None else elementwise.convert_element_type(a, dtype, False)
-    if _dtypes.is_python_scalar(a):
-        if dtype is None:
-            return host_to_array(a)
-        return Array._from_buffer(_dtypes.python_scalar_to_numpy(a, dtype))
-    if hasattr(a, "__jax_array__"):
-        return asarray(a.__jax_array__(), dtype)
-    if isinstance(a, (list, tuple)):
-        return _sequence_to_array(a, dtype)
-    if isinstance(a, (np.ndarray, np.generic)):
-        # objects, strings, bytes and records are not array values (ml_dtypes' narrow
-        # types are kind "V" too, but without fields)
-        if a.dtype.kind in "OUS" or a.dtype.names is not None:
-            raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)")
-        return host_to_array(a) if dtype is None else \
-            Array._from_buffer(core.host_copy(np.asarray(a), dtype))
-    try:
-        value = np.asarray(a)
-    except Exception as err:  # noqa: BLE001
-        raise TypeError(f"cannot convert {type(a).__name__} to an array") from err
-    return asarray(value, dtype)
-
-
-def _sequence_to_array(a, dtype):
-    """A nested list or tuple as an Array of ``dtype``, by default the type its elements
-    promote to (Python scalars weakly, as in ``jnp.asarray([np.int8(1), 2])``: int8)."""
-    leaves = _nested_leaves(a)
-    if any(x is None for x in leaves):
-        raise ValueError("None is not a valid value for jnp.array")
-    if dtype is None:
-        dtype = _sequence_dtype(a, leaves)
-    if any(isinstance(x, Tracer) for x in leaves):
-        return stack([asarray(x, dtype) for x in a])
-    for x in leaves:
-        if type(x) is int:
-            _dtypes.check_python_int(x, dtype)
-    if any(is_concrete_array(x) for x in leaves):
-        a = _to_nested_numpy(a)
-    try:
-        value = np.array(a, dtype=dtype)
-    except ValueError as err:  # ragged nesting: NumPy's ValueError, as JAX raises it
-        raise ValueError(f"cannot convert {a!r} to an array: {err}") from err
-    except TypeError as err:
-        raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)") from err
-    return Array._from_buffer(value)
-
-
-def _sequence_dtype(a, leaves):
-    if not leaves:
-        return _dtypes.default_float_dtype()
-    if not all(is_arraylike(x) for x in leaves):
-        raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)")
-    try:
-        dtype, _ = _dtypes.result_type(*leaves, return_weak_type_flag=True)
-    except TypeError:
-        raise TypeError(f"cannot convert {a!r} to an array (ragged or non-numeric)") from None
-    return dtype
-
-
-def _nested_leaves(a):
-    out = []
-    for x in a:
-        if isinstance(x, (list, tuple)):
-            out.extend(_nested_leaves(x))
-        else:
-            out.append(x)
-    return out
-
-
-def _to_nested_numpy(a):
-    if isinstance(a, (list, tuple)):
-        return [_to_nested_numpy(x) for x in a]
-    return np.asarray(a)
-
-
-def array(object, dtype=None, copy=True, order=None, ndmin=0):  # noqa: A002
-    """Create an Array (as ``jnp.array``)."""
-    out = asarray(object, _canonical(dtype, "array"))
-    if is_concrete_array(out) and copy and out is object:
-        out = out.copy()
-    if ndmin > out.ndim:
-        out = structural.reshape(out, (1,) * (ndmin - out.ndim) + tuple(out.shape))
-    return out
 
 
 def full(shape, fill_value, dtype=None):
@@ -205,18 +102,6 @@ def copy(a, order=None):
 
 
 # ---- ranges ----------------------------------------------------------------------------------
-
-def iota(dtype, shape, dimension: int = 0):
-    """Indices along ``dimension`` broadcast to ``shape`` (``lax.broadcasted_iota``); a
-    constant when the build has no iota primitive."""
-    dtype = _dtypes.canonicalize_dtype(dtype)
-    shape = canonicalize_shape(shape)
-    if has_lax_fn("broadcasted_iota"):
-        return lax_fn("broadcasted_iota")(dtype, shape, dimension)
-    ramp = np.arange(shape[dimension], dtype=dtype).reshape(
-        [-1 if i == dimension else 1 for i in range(len(shape))])
-    return Array._from_buffer(np.ascontiguousarray(np.broadcast_to(ramp, shape)))
-
 
 def _static_scalar(x, fname: str, what: str):
     value = concrete_value(x)

@@ -28,7 +28,7 @@ from functrans import _dtypes
 from functrans._array import Array, is_concrete_array
 from functrans.core import Tracer, get_aval
 from functrans.errors import NonConcreteBooleanIndexError
-from functrans.numpy._promotion import broadcast_to_shape, to_array
+from functrans.numpy._promotion import asarray, broadcast_to_shape, to_array
 from functrans.primitives import elementwise, indexing, structural
 
 __all__: list = []
@@ -87,8 +87,7 @@ def _as_index_array(x):
     try:
         return np.asarray(x)
     except TypeError:
-        import functrans.numpy as jnp  # deferred: numpy -> numpy._indexing at import
-        return jnp.stack([_as_index_array(e) if isinstance(e, (list, tuple)) else e for e in x])
+        return asarray([_as_index_array(e) if isinstance(e, (list, tuple)) else e for e in x])
 
 
 def _classify(item):

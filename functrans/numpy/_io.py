@@ -11,6 +11,7 @@ import numpy as np
 
 from functrans import _dtypes
 from functrans._api import device_put
+from functrans._array import is_concrete_array
 from functrans.numpy._creation import asarray
 
 
@@ -105,7 +106,6 @@ def array_repr(arr, max_line_width=None, precision=None, suppress_small=None):
         >>> array_repr(jnp.array([1.0, 2.5]), precision=1)
         'Array([1. , 2.5], dtype=float32)'
     """
-    from functrans._array import Array, is_concrete_array
     if not is_concrete_array(arr):
         return np.array_repr(np.asarray(arr), max_line_width, precision, suppress_small)
     with np.printoptions(**{k: v for k, v in (("linewidth", max_line_width),

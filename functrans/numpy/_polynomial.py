@@ -14,11 +14,13 @@ from functrans.numpy import _ufuncs as uf
 from functrans.numpy._promotion import (_concrete, canonicalize_axis, concrete_or_error,
                                         concrete_value, has_lax_fn, lax_fn, operator_index,
                                         promote_dtypes, promote_dtypes_inexact, to_array)
-from functrans.numpy._shape import (atleast_2d, broadcast_to, concatenate, diagonal, flip, pad,
+from functrans.numpy._padding import pad
+from functrans.numpy._shape import (atleast_2d, broadcast_to, concatenate, diagonal, flip,
                                     ravel, slice_along_axis, stack, take)
 from functrans.numpy._ufuncs import _inexact
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
+from functrans.primitives.control_flow import fori_loop
 from functrans.numpy import _reductions as red
 from functrans.numpy import linalg
 from functrans.numpy._contractions import matmul
@@ -29,7 +31,8 @@ from functrans.numpy._sorting import argsort, searchsorted
 from functrans.numpy._array_info import result_type
 from functrans.numpy._creation import arange, array, asarray, eye, ones, zeros, zeros_like
 from functrans.numpy._reductions import all as all_, argmax, cumsum, max as max_
-from functrans.numpy._shape import atleast_1d, roll, trace
+from functrans.numpy._reductions import trace
+from functrans.numpy._shape import atleast_1d, roll
 from functrans.numpy._ufuncs import abs as abs_, mod, where
 
 
@@ -684,7 +687,6 @@ def _polynomial_roots(p):
     repulsion of the other estimates, so all roots are found at once (cubic convergence for
     simple roots). A fixed number of steps keeps it traceable; converged roots stop moving
     because their Newton step is 0."""
-    from functrans import lax
     n = p.shape[0] - 1
     complex_dtype = _complex_of(p.dtype)
     if n < 1:
@@ -713,7 +715,7 @@ def _polynomial_roots(p):
         denominator = 1 - newton * repulsion
         return z - newton / where(denominator == 0, 1, denominator)
 
-    return lax.fori_loop(0, _ROOT_ITERATIONS, step, start)
+    return fori_loop(0, _ROOT_ITERATIONS, step, start)
 
 
 def roots(p, *, strip_zeros: bool = True):

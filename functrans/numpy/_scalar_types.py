@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 
 from functrans import _dtypes
-from functrans.numpy._creation import asarray
+from functrans.numpy._promotion import asarray
 
 
 class _ScalarMeta(type):

@@ -1,10 +1,10 @@
-"""Shape manipulation: reshape, transpose, stacking, splitting, tiling, flipping, padding,
-and taking elements along an axis.
+"""Shape manipulation: reshape, transpose, stacking, splitting, tiling, flipping, and taking
+elements along an axis (``pad`` is ``_padding``'s, ``repeat`` ``_sorting``'s and ``trace``
+``_reductions``': each needs a layer above this one).
 
-Everything here has static output shapes. Selections with static positions (``pad``'s edge
-modes, ``repeat`` with known counts, ``delete``, ``insert``) are lowered to slices,
-reversals and concatenations rather than gathers, which keeps the IR small and every
-backend on its fast path.
+Everything here has static output shapes. Selections with static positions (``delete``,
+``insert``, ``tile``) are lowered to slices, reversals and concatenations rather than
+gathers, which keeps the IR small and every backend on its fast path.
 """
 from __future__ import annotations
 
@@ -13,17 +13,16 @@ import builtins
 import numpy as np
 
 from functrans import _dtypes
-from functrans.core import canonicalize_shape, ConcretizationTypeError, get_aval, Tracer
-from functrans.numpy._promotion import (broadcast_shapes, broadcast_to_shape, canonicalize_axes,
-                                        canonicalize_axis, check_arraylike, concrete_or_error,
-                                        concrete_value,
-                                        lax_fn, operator_index, promote_dtypes, to_array)
+from functrans._array import sharding_layer
+from functrans.core import canonicalize_shape, get_aval, Tracer
+from functrans.numpy._promotion import (asarray, broadcast_shapes, broadcast_to_shape,
+                                        canonicalize_axes, canonicalize_axis, check_arraylike,
+                                        concrete_or_error, concrete_value, iota, lax_fn,
+                                        operator_index, promote_dtypes, to_array)
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
 from functrans.numpy import _indexing
-from functrans.numpy._sorting import searchsorted
 from functrans.numpy._ufuncs import remainder
-from functrans.numpy._ufuncs import round as round_
 
 # ---- reshaping -------------------------------------------------------------------------------
 
@@ -68,8 +67,7 @@ def reshape(a, newshape=None, order="C", *, shape=None, copy=None, out_sharding=
     if out_sharding is None and isinstance(a, (np.ndarray, np.generic)):
         return a.reshape(newshape, order=order)
     if out_sharding is not None:
-        from functrans.sharding._constraints import with_sharding_constraint
-        return with_sharding_constraint(reshape(to_array(a), newshape, order), out_sharding)
+        return sharding_layer.constrain(reshape(to_array(a), newshape, order), out_sharding)
     a = to_array(a)
     aval = get_aval(a)
     new = _resolve_shape(newshape, aval.size)
@@ -505,58 +503,6 @@ def tile(A, reps):
     return structural.reshape(out, tuple(r * s for r, s in zip(reps, shape)))
 
 
-def repeat(a, repeats, axis=None, *, total_repeat_length=None):
-    """Repeat each element ``repeats`` times along ``axis`` (of the flattened array when
-    None). ``repeats`` must be static unless ``total_repeat_length`` is given.
-
-        >>> repeat(arange(3), 2)
-        Array([0, 0, 1, 1, 2, 2], dtype=int32)
-    """
-    a = to_array(a)
-    if axis is None:
-        a = ravel(a)
-        axis = 0
-    aval = get_aval(a)
-    axis = canonicalize_axis(axis, aval.ndim)
-    n = aval.shape[axis]
-    reps = concrete_value(repeats)
-    if reps is not None and np.ndim(reps) == 0:
-        r = int(reps)
-        if r < 0:
-            raise ValueError("repeat: repeats may not contain negative values")
-        # a new axis of length r right after `axis`, merged into it
-        shape = aval.shape[:axis + 1] + (r,) + aval.shape[axis + 1:]
-        dims = tuple(range(axis + 1)) + tuple(range(axis + 2, aval.ndim + 1))
-        out = structural.broadcast_in_dim(a, shape, dims)
-        out = structural.reshape(out, aval.shape[:axis] + (n * r,) + aval.shape[axis + 1:])
-        if total_repeat_length is not None and total_repeat_length != n * r:
-            raise ValueError(f"repeat: total_repeat_length={total_repeat_length} does not "
-                             f"match {n} * {r}")
-        return out
-    if reps is not None:
-        reps = np.broadcast_to(np.asarray(reps).astype(np.int64), (n,))
-        if (reps < 0).any():
-            raise ValueError("repeat: repeats may not contain negative values")
-        idx = np.repeat(np.arange(n), reps)
-        if total_repeat_length is not None and total_repeat_length != len(idx):
-            raise ValueError(f"repeat: total_repeat_length={total_repeat_length} does not "
-                             f"match the sum of repeats {len(idx)}")
-        return take_static(a, idx, axis)
-    if total_repeat_length is None:
-        raise ConcretizationTypeError(
-            "repeat: traced `repeats` make the output length data-dependent; pass "
-            "total_repeat_length= (a static int) as well")
-    # output position j takes the element whose cumulative repeat count first exceeds j
-    from functrans.numpy._creation import iota
-    # deferred: numpy._reductions -> numpy._shape at import
-    from functrans.numpy._reductions import cumsum
-    reps = broadcast_to_shape(to_array(repeats), (n,))
-    ends = cumsum(reps)
-    positions = iota(get_aval(ends).dtype, (int(total_repeat_length),))
-    idx = searchsorted(ends, positions, side="right")
-    return take(a, idx, axis=axis, mode="clip")
-
-
 def resize(a, new_shape):
     """A new array of ``new_shape`` filled with ``a``'s elements repeated in order."""
     a = ravel(to_array(a))
@@ -650,104 +596,6 @@ def roll(a, shift, axis=None):
     return a
 
 
-# ---- padding ---------------------------------------------------------------------------------
-
-
-def _pad_width(pad_width, ndim):
-    value = concrete_value(pad_width)
-    if value is None:
-        raise TypeError("pad: pad_width must be static")
-    widths = np.broadcast_to(np.asarray(value, dtype=np.int64), (ndim, 2))
-    if (widths < 0).any():
-        raise ValueError("pad: pad_width entries must be non-negative")
-    return [(int(lo), int(hi)) for lo, hi in widths]
-
-
-def _pad_source_indices(n, lo, hi, mode):
-    """For each output position along an axis, the input position it copies (NumPy's pad
-    applied to the positions themselves)."""
-    return np.pad(np.arange(n), (lo, hi), mode=mode)
-
-
-_INDEX_MODES = ("edge", "reflect", "symmetric", "wrap")
-
-
-def pad(array, pad_width, mode="constant", **kwargs):
-    """Pad an array (as ``np.pad``). Modes: ``constant`` (``constant_values``), ``edge``,
-    ``reflect``, ``symmetric``, ``wrap``, ``empty``, ``maximum``, ``minimum``, ``mean``.
-
-        >>> pad(arange(3), 1)
-        Array([0, 0, 1, 2, 0], dtype=int32)
-        >>> pad(arange(3), 2, mode="reflect")
-        Array([2, 1, 0, 1, 2, 1, 0], dtype=int32)
-    """
-    array = to_array(array)
-    aval = get_aval(array)
-    widths = _pad_width(pad_width, aval.ndim)
-    if callable(mode):
-        raise NotImplementedError("pad: a callable mode is not supported")
-    if mode in ("constant", "empty"):
-        values = kwargs.get("constant_values", 0) if mode == "constant" else 0
-        return _pad_constant(array, widths, values)
-    if mode in ("reflect", "symmetric") and kwargs.get("reflect_type", "even") != "even":
-        raise NotImplementedError("pad: reflect_type='odd' is not supported")
-    if mode in _INDEX_MODES:
-        for axis, (lo, hi) in enumerate(widths):
-            if lo == hi == 0:
-                continue
-            n = aval.shape[axis]
-            if n == 0:
-                raise ValueError(f"pad: can't extend empty axis {axis} using mode {mode!r}")
-            array = take_static(array, _pad_source_indices(n, lo, hi, mode), axis)
-        return array
-    if mode in ("maximum", "minimum", "mean"):
-        # deferred: numpy._reductions -> numpy._shape at import
-        from functrans.numpy import _reductions as red
-        stat = {"maximum": red.max, "minimum": red.min, "mean": red.mean}[mode]
-        if kwargs.get("stat_length") is not None:
-            raise NotImplementedError("pad: stat_length is not supported")
-        for axis, (lo, hi) in enumerate(widths):
-            if lo == hi == 0:
-                continue
-            value = stat(array, axis=axis, keepdims=True)
-            if mode == "mean" and _dtypes.is_integer(get_aval(array).dtype):
-                value = round_(value)
-            value = lax.convert_element_type(value, get_aval(array).dtype)
-            shape = list(get_aval(array).shape)
-            pieces = []
-            for width in (lo, hi):
-                shape[axis] = width
-                pieces.append(broadcast_to_shape(value, tuple(shape)))
-            array = _concat([pieces[0], array, pieces[1]], axis)
-        return array
-    raise NotImplementedError(f"pad: mode {mode!r} is not supported")
-
-
-def _pad_constant(array, widths, values):
-    aval = get_aval(array)
-    value = concrete_value(values)
-    if value is not None and np.ndim(value) == 0:
-        pad_value = structural.full((), value, aval.dtype)
-        config = tuple((lo, hi, 0) for lo, hi in widths)
-        return lax_fn("pad")(array, pad_value, config)
-    # per-axis (before, after) values: pad one axis at a time
-    per_axis = np.broadcast_to(np.asarray(value if value is not None else values),
-                               (aval.ndim, 2)) if value is not None else None
-    if per_axis is None:
-        scalar = lax.convert_element_type(structural.reshape(to_array(values), ()), aval.dtype)
-        config = tuple((lo, hi, 0) for lo, hi in widths)
-        return lax_fn("pad")(array, scalar, config)
-    for axis, (lo, hi) in enumerate(widths):
-        for side, width in ((0, lo), (1, hi)):
-            if width == 0:
-                continue
-            config = [(0, 0, 0)] * aval.ndim
-            config[axis] = (width, 0, 0) if side == 0 else (0, width, 0)
-            array = lax_fn("pad")(array, structural.full((), per_axis[axis, side], aval.dtype),
-                                  tuple(config))
-    return array
-
-
 # ---- taking ----------------------------------------------------------------------------------
 
 
@@ -785,8 +633,6 @@ def take_along_axis(arr, indices, axis, mode=None, fill_value=None):
         >>> take_along_axis(x, argsort(x, axis=1), axis=1)
         Array([[10, 20, 30]], dtype=int32)
     """
-    # deferred: numpy._creation -> numpy._shape at import
-    from functrans.numpy._creation import iota
     arr = to_array(arr)
     indices = to_array(indices)
     a_aval, i_aval = get_aval(arr), get_aval(indices)
@@ -838,13 +684,6 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
     # in the row-major flattening of an (n, m) matrix the diagonal is every (m+1)-th element
     flat = structural.reshape(a, lead + (n * m,))
     return slice_along_axis(flat, len(lead), start, start + (length - 1) * (m + 1) + 1, m + 1)
-
-
-def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    """Sum along a diagonal (see :func:`diagonal`)."""
-    # deferred: numpy._reductions -> numpy._shape at import
-    from functrans.numpy._reductions import sum as sum_
-    return sum_(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype, out=out)
 
 
 def _static_positions(obj, n, fname):
@@ -913,8 +752,6 @@ def trim_zeros(filt, trim="fb", axis=None):
         >>> trim_zeros(jnp.array([0, 0, 1, 2, 0, 3, 0]))
         Array([1, 2, 0, 3], dtype=int32)
     """
-    # deferred: numpy._creation -> numpy._shape at import
-    from functrans.numpy._creation import asarray
     arr = asarray(filt)
     value = concrete_or_error(arr, "jnp.trim_zeros",
                               "Call it outside jit, or slice with static bounds instead.")
@@ -954,9 +791,7 @@ def _block_depth(arrays, path=()):
             raise ValueError("jnp.block: list depths are mismatched; every block must be nested "
                              "in the same number of lists")
         return depths.pop() + 1, builtins.max(n for _, n in infos)
-    # deferred: numpy._array_info -> numpy._shape at import
-    from functrans.numpy._array_info import ndim
-    return 0, ndim(arrays)
+    return 0, len(arrays.shape) if hasattr(arrays, "shape") else get_aval(to_array(arrays)).ndim
 
 
 def block(arrays):
@@ -972,11 +807,8 @@ def block(arrays):
     """
     depth, leaf_ndim = _block_depth(arrays)
     ndim = builtins.max(depth, leaf_ndim)
-    # deferred: numpy._array_info -> numpy._shape, numpy._creation -> numpy._shape at import
-    from functrans.numpy._array_info import result_type
-    from functrans.numpy._creation import asarray
     # promote all leaves together, as concatenate would
-    dtype = result_type(*_block_leaves(arrays))
+    dtype = _dtypes.result_type(*_block_leaves(arrays))
 
     def assemble(node, level):
         if isinstance(node, list):

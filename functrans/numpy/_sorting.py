@@ -1,4 +1,5 @@
-"""Sorting, searching, and selections whose size depends on the data.
+"""Sorting, searching, and selections whose size depends on the data (``nonzero``,
+``where``'s one-argument form, ``unique``, set operations, ``repeat`` with traced counts).
 
 Functions such as :func:`nonzero` and :func:`unique` return as many elements as the data
 asks for. Eagerly that is fine (the values are known); inside ``jit``/``vmap``/``grad`` the
@@ -17,9 +18,14 @@ from functrans import _dtypes
 from functrans._array import Array
 from functrans.core import ConcretizationTypeError, get_aval
 from functrans.numpy import _ufuncs as uf
-from functrans.numpy._promotion import (canonicalize_axis, concrete_value,
-                                        lax_fn, operator_index, promote_dtypes,
+from functrans.numpy._promotion import (broadcast_to_shape, canonicalize_axis, concrete_value,
+                                        iota, lax_fn, operator_index, promote_dtypes,
                                         promote_shapes, to_array)
+from functrans.numpy._reductions import any as any_
+from functrans.numpy._reductions import cumsum
+from functrans.numpy._reductions import sum as sum_
+from functrans.numpy._shape import (concatenate, flip, moveaxis, ravel, slice_along_axis, stack,
+                                    take, take_along_axis, take_static)
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
 
@@ -47,8 +53,6 @@ def _needs_size(fname, x, size):
 # ---- sorting ---------------------------------------------------------------------------------
 
 def _iota_like(x, axis):
-    # deferred: numpy._creation -> numpy._shape -> numpy._sorting at import
-    from functrans.numpy._creation import iota
     return iota(_dtypes.default_int_dtype(), get_aval(x).shape, axis)
 
 
@@ -142,8 +146,6 @@ def sort_complex(a):
         if not _dtypes.is_complex(get_aval(a).dtype) else a
     a = structural.reshape(a, (get_aval(a).size,)) if get_aval(a).ndim != 1 else a
     perm = lexsort((uf.imag(a), uf.real(a)))
-    # deferred: numpy._shape -> numpy._sorting at import
-    from functrans.numpy._shape import take_along_axis
     return take_along_axis(a, perm, axis=0)
 
 
@@ -173,8 +175,6 @@ def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
     if get_aval(a).ndim != 1:
         raise ValueError(f"searchsorted: a must be 1-D, got shape {get_aval(a).shape}")
     if sorter is not None:
-        # deferred: numpy._shape -> numpy._sorting at import
-        from functrans.numpy._shape import take
         a = take(a, sorter, mode="clip")
     n = get_aval(a).shape[0]
     v_shape = get_aval(v).shape
@@ -193,12 +193,9 @@ def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
         big = v_shape + (n,)
         elems = structural.broadcast_in_dim(a, big, (nd,))
         vals = structural.broadcast_in_dim(v, big, tuple(range(nd)))
-        # deferred: numpy._reductions -> numpy._sorting at import
-        from functrans.numpy._reductions import sum as sum_
         return sum_(goes_after(elems, vals), axis=-1, dtype=out_dtype)
     if method not in ("scan", "sort", "scan_unrolled"):
         raise ValueError(f"searchsorted: unknown method {method!r}")
-    from functrans.numpy._shape import take  # deferred: numpy._shape -> numpy._sorting at import
     lo = structural.full(v_shape, 0, out_dtype)
     hi = structural.full(v_shape, n, out_dtype)
     for _ in range(int(math.ceil(math.log2(n + 1)))):
@@ -225,8 +222,6 @@ def digitize(x, bins, right=False):
     if n == 0:
         return structural.full(get_aval(x).shape, 0, _dtypes.default_int_dtype())
     side = "left" if right else "right"
-    # deferred: numpy._shape -> numpy._sorting at import
-    from functrans.numpy._shape import flip, slice_along_axis
     increasing = lax.ge(structural.reshape(slice_along_axis(bins, 0, n - 1, n), ()),
                         structural.reshape(slice_along_axis(bins, 0, 0, 1), ()))
     up = searchsorted(bins, x, side=side)
@@ -235,6 +230,23 @@ def digitize(x, bins, right=False):
 
 
 # ---- data-dependent selections ---------------------------------------------------------------
+
+def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
+    """``x`` where ``condition`` else ``y``, broadcasting all three. With only ``condition``,
+    the indices of its non-zero elements (as :func:`nonzero`, needing ``size=`` under a
+    transform).
+
+        >>> where(arange(4) > 1, 1.0, 0.0)
+        Array([0., 0., 1., 1.], dtype=float32, weak_type=True)
+    """
+    if x is None and y is None:
+        return nonzero(condition, size=size, fill_value=fill_value)
+    if x is None or y is None:
+        raise ValueError("where: either both or neither of x and y must be given")
+    if size is not None or fill_value is not None:
+        raise ValueError("where: size and fill_value apply only to the one-argument form")
+    return uf.where(condition, x, y)
+
 
 def nonzero(a, *, size=None, fill_value=None):
     """Indices of the non-zero elements, one index array per dimension.
@@ -253,10 +265,6 @@ def nonzero(a, *, size=None, fill_value=None):
     if value is not None:
         return tuple(_int_array(i) for i in np.nonzero(value))
     size = operator_index(size, "nonzero: size")
-    # deferred: numpy._reductions -> numpy._sorting at import
-    from functrans.numpy._reductions import cumsum
-    # deferred: numpy._creation -> numpy._shape -> numpy._sorting at import
-    from functrans.numpy._creation import iota
     flat = structural.reshape(uf._to_bool(a), (aval.size,))
     int_dtype = _dtypes.default_int_dtype()
     counts = cumsum(lax.convert_element_type(flat, int_dtype)) if aval.size else \
@@ -286,7 +294,6 @@ def nonzero(a, *, size=None, fill_value=None):
 
 def flatnonzero(a, *, size=None, fill_value=None):
     """Indices of the non-zero elements of the flattened array."""
-    from functrans.numpy._shape import ravel  # deferred: numpy._shape -> numpy._sorting at import
     return nonzero(ravel(a), size=size, fill_value=fill_value)[0]
 
 
@@ -301,14 +308,12 @@ def argwhere(a, *, size=None, fill_value=None):
     if get_aval(a).ndim == 0:
         idx = nonzero(structural.reshape(a, (1,)), size=size, fill_value=fill_value)[0]
         return structural.full((get_aval(idx).shape[0], 0), 0, _dtypes.default_int_dtype())
-    from functrans.numpy._shape import stack  # deferred: numpy._shape -> numpy._sorting at import
     return stack(nonzero(a, size=size, fill_value=fill_value), axis=-1)
 
 
 def _gather_valid(values, mask, size, fill_value):
     """The elements of 1-D ``values`` where ``mask`` holds, as a length-``size`` array padded
     with ``fill_value``."""
-    from functrans.numpy._shape import take  # deferred: numpy._shape -> numpy._sorting at import
     idx, = nonzero(mask, size=size, fill_value=get_aval(values).shape[0])
     out = take(values, idx, mode="fill",
                fill_value=0 if fill_value is None else fill_value)
@@ -317,8 +322,6 @@ def _gather_valid(values, mask, size, fill_value):
 
 def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
     """The slices of ``a`` along ``axis`` where the 1-D ``condition`` is true."""
-    # deferred: numpy._shape -> numpy._sorting at import
-    from functrans.numpy._shape import moveaxis, ravel, take
     if out is not None:
         raise ValueError("compress: the `out` argument is not supported")
     a = to_array(a)
@@ -331,13 +334,9 @@ def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
     value = _needs_size("compress", cond, size)
     if value is not None:
         keep = np.nonzero(np.asarray(value).ravel()[:n])[0]
-        # deferred: numpy._shape -> numpy._sorting at import
-        from functrans.numpy._shape import take_static
         return take_static(a, keep, canonicalize_axis(axis, get_aval(a).ndim))
     if cond_n > n:
         cond = structural.reshape(cond, (cond_n,))
-        # deferred: numpy._shape -> numpy._sorting at import
-        from functrans.numpy._shape import slice_along_axis
         cond = slice_along_axis(cond, 0, 0, n)
     idx, = nonzero(cond, size=size, fill_value=n)
     moved = moveaxis(a, axis, 0)
@@ -347,7 +346,6 @@ def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
 
 def extract(condition, arr, *, size=None, fill_value=0):
     """The elements of ``arr`` where ``condition`` is true, flattened."""
-    from functrans.numpy._shape import ravel  # deferred: numpy._shape -> numpy._sorting at import
     return compress(ravel(condition), ravel(arr), size=size, fill_value=fill_value)
 
 
@@ -380,12 +378,62 @@ def choose(a, choices, out=None, mode="raise"):
     return out_
 
 
+# ---- repeating --------------------------------------------------------------------------------
+# (traced repeat counts make the positions each element goes to data-dependent: a search)
+
+def repeat(a, repeats, axis=None, *, total_repeat_length=None):
+    """Repeat each element ``repeats`` times along ``axis`` (of the flattened array when
+    None). ``repeats`` must be static unless ``total_repeat_length`` is given.
+
+        >>> repeat(arange(3), 2)
+        Array([0, 0, 1, 1, 2, 2], dtype=int32)
+    """
+    a = to_array(a)
+    if axis is None:
+        a = ravel(a)
+        axis = 0
+    aval = get_aval(a)
+    axis = canonicalize_axis(axis, aval.ndim)
+    n = aval.shape[axis]
+    reps = concrete_value(repeats)
+    if reps is not None and np.ndim(reps) == 0:
+        r = int(reps)
+        if r < 0:
+            raise ValueError("repeat: repeats may not contain negative values")
+        # a new axis of length r right after `axis`, merged into it
+        shape = aval.shape[:axis + 1] + (r,) + aval.shape[axis + 1:]
+        dims = tuple(range(axis + 1)) + tuple(range(axis + 2, aval.ndim + 1))
+        out = structural.broadcast_in_dim(a, shape, dims)
+        out = structural.reshape(out, aval.shape[:axis] + (n * r,) + aval.shape[axis + 1:])
+        if total_repeat_length is not None and total_repeat_length != n * r:
+            raise ValueError(f"repeat: total_repeat_length={total_repeat_length} does not "
+                             f"match {n} * {r}")
+        return out
+    if reps is not None:
+        reps = np.broadcast_to(np.asarray(reps).astype(np.int64), (n,))
+        if (reps < 0).any():
+            raise ValueError("repeat: repeats may not contain negative values")
+        idx = np.repeat(np.arange(n), reps)
+        if total_repeat_length is not None and total_repeat_length != len(idx):
+            raise ValueError(f"repeat: total_repeat_length={total_repeat_length} does not "
+                             f"match the sum of repeats {len(idx)}")
+        return take_static(a, idx, axis)
+    if total_repeat_length is None:
+        raise ConcretizationTypeError(
+            "repeat: traced `repeats` make the output length data-dependent; pass "
+            "total_repeat_length= (a static int) as well")
+    # output position j takes the element whose cumulative repeat count first exceeds j
+    reps = broadcast_to_shape(to_array(repeats), (n,))
+    ends = cumsum(reps)
+    positions = iota(get_aval(ends).dtype, (int(total_repeat_length),))
+    idx = searchsorted(ends, positions, side="right")
+    return take(a, idx, axis=axis, mode="clip")
+
+
 # ---- unique and set operations ---------------------------------------------------------------
 
 def _not_equal_adjacent(x, equal_nan):
     """For sorted 1-D ``x``: True at 0 and wherever an element differs from the previous."""
-    # deferred: numpy._shape -> numpy._sorting at import
-    from functrans.numpy._shape import concatenate, slice_along_axis
     n = get_aval(x).shape[0]
     prev, cur = slice_along_axis(x, 0, 0, n - 1), slice_along_axis(x, 0, 1, n)
     differs = lax.ne(prev, cur)
@@ -431,8 +479,6 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
                                        is_stable=True, num_keys=1)
     starts_mask = _not_equal_adjacent(sorted_vals, equal_nan)
     starts, = nonzero(starts_mask, size=size, fill_value=n)
-    # deferred: numpy._shape -> numpy._sorting at import
-    from functrans.numpy._shape import concatenate, slice_along_axis, take
     valid = lax.lt(starts, lax._weak_full(n, get_aval(starts)))
     smallest = structural.reshape(slice_along_axis(sorted_vals, 0, 0, 1), ())
     fill = smallest if fill_value is None else fill_value
@@ -453,8 +499,6 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
 
 
 def _cumsum_bool(mask):
-    # deferred: numpy._reductions -> numpy._sorting at import
-    from functrans.numpy._reductions import cumsum
     return cumsum(lax.convert_element_type(mask, _dtypes.default_int_dtype()))
 
 
@@ -500,8 +544,6 @@ def isin(element, test_elements, assume_unique=False, invert=False, *, method="a
     big = shape + (m,)
     hits = lax.eq(structural.broadcast_in_dim(element, big, tuple(range(len(shape)))),
                   structural.broadcast_in_dim(tests, big, (len(shape),)))
-    # deferred: numpy._reductions -> numpy._sorting at import
-    from functrans.numpy._reductions import any as any_
     out = any_(hits, axis=-1)
     return lax.bitwise_not(out) if invert else out
 
@@ -520,8 +562,6 @@ def _set_result(fname, values, mask, size, fill_value):
 
 def union1d(ar1, ar2, *, size=None, fill_value=None):
     """Sorted distinct values in either array."""
-    # deferred: numpy._shape -> numpy._sorting at import
-    from functrans.numpy._shape import concatenate, ravel
     return unique(concatenate([ravel(ar1), ravel(ar2)]), size=size, fill_value=fill_value)
 
 
@@ -530,7 +570,6 @@ def intersect1d(ar1, ar2, assume_unique=False, return_indices=False, *, size=Non
     """Sorted distinct values present in both arrays."""
     if return_indices:
         raise NotImplementedError("intersect1d: return_indices is not supported")
-    from functrans.numpy._shape import ravel  # deferred: numpy._shape -> numpy._sorting at import
     ar1, ar2 = promote_dtypes(ravel(ar1), ravel(ar2))
     if size is None:
         a = unique(ar1)
@@ -543,7 +582,6 @@ def intersect1d(ar1, ar2, assume_unique=False, return_indices=False, *, size=Non
 
 def setdiff1d(ar1, ar2, assume_unique=False, *, size=None, fill_value=None):
     """Sorted distinct values of ``ar1`` that are not in ``ar2``."""
-    from functrans.numpy._shape import ravel  # deferred: numpy._shape -> numpy._sorting at import
     ar1, ar2 = promote_dtypes(ravel(ar1), ravel(ar2))
     if size is None:
         a = unique(ar1)
@@ -557,8 +595,6 @@ def setdiff1d(ar1, ar2, assume_unique=False, *, size=None, fill_value=None):
 
 def setxor1d(ar1, ar2, assume_unique=False, *, size=None, fill_value=None):
     """Sorted values in exactly one of the two arrays."""
-    # deferred: numpy._shape -> numpy._sorting at import
-    from functrans.numpy._shape import concatenate
     a1, a2 = unique(ar1), unique(ar2)
     both = concatenate([setdiff1d(a1, a2), setdiff1d(a2, a1)])
     return unique(both, size=size, fill_value=fill_value)

@@ -22,16 +22,15 @@ from typing import Any, Callable
 import numpy as np
 
 from functrans import _api, _dtypes
-from functrans import lax
 from functrans.core import get_aval
+from functrans.numpy import (_array_info, _creation, _promotion, _reductions, _shape, _sorting,
+                             _ufuncs)
+from functrans.numpy._log_sum_exp import logsumexp
+from functrans.primitives import elementwise, structural
+from functrans.primitives.control_flow import fori_loop, scan
+from functrans.primitives.windowed import reduce as lax_reduce
 
 __all__ = ["ufunc", "frompyfunc"]
-
-
-def _jnp():
-    # functrans.numpy imports this module; look the namespace up lazily to avoid a cycle.
-    import functrans.numpy as jnp
-    return jnp
 
 
 def _canonical_axis(axis: int, ndim: int, fname: str) -> int:
@@ -43,8 +42,7 @@ def _canonical_axis(axis: int, ndim: int, fname: str) -> int:
 
 def _result_dtype(func, arrays):
     """The dtype ``func`` gives for scalars of the arrays' dtypes (found by tracing, no compute)."""
-    jnp = _jnp()
-    ones = [jnp.ones((), get_aval(jnp.asarray(a)).dtype) for a in arrays]
+    ones = [_creation.ones((), get_aval(_promotion.asarray(a)).dtype) for a in arrays]
     return _api.eval_shape(func, *ones).dtype
 
 
@@ -114,7 +112,7 @@ class ufunc:
         call = self.__props["call"]
         if call is not None:
             return call(*args)
-        return _jnp().vectorize(self._func)(*args)
+        return _array_info.vectorize(self._func)(*args)
 
     def _check_binary(self, method: str):
         if self.nin != 2:
@@ -130,7 +128,6 @@ class ufunc:
 
         Example: ``jnp.add.reduce(jnp.arange(4))`` is ``Array(6, dtype=int32)``.
         """
-        jnp = _jnp()
         self._check_binary("reduce")
         if out is not None:
             raise NotImplementedError(f"out argument of {self.__name__}.reduce()")
@@ -138,23 +135,22 @@ class ufunc:
             if self.identity is None and initial is None:
                 raise ValueError(f"reduction operation {self.__name__!r} does not have an identity, "
                                  "so to use a where mask one has to specify 'initial'.")
-            if get_aval(jnp.asarray(where)).dtype != np.dtype(bool):
+            if get_aval(_promotion.asarray(where)).dtype != np.dtype(bool):
                 raise ValueError("where argument must have dtype=bool; got "
-                                 f"dtype={get_aval(jnp.asarray(where)).dtype}")
+                                 f"dtype={get_aval(_promotion.asarray(where)).dtype}")
         reduce = self.__props["reduce"] or self._reduce_via_loop
         return reduce(a, axis=axis, dtype=dtype, keepdims=keepdims, initial=initial, where=where)
 
     def _reduce_via_loop(self, arr, axis=0, dtype=None, keepdims=False, initial=None, where=None):
         # Generic path: a fori_loop folding one slice at a time, valid for any binary function
         # (associative or not), in NumPy's left-to-right order.
-        jnp = _jnp()
-        arr = jnp.asarray(arr)
+        arr = _promotion.asarray(arr)
         if initial is None:
             initial = self.identity
         if dtype is None:
             dtype = _result_dtype(self._func, [arr, arr])
         if where is not None:
-            where = jnp.broadcast_to(where, arr.shape)
+            where = _shape.broadcast_to(where, arr.shape)
         if isinstance(axis, tuple):
             raise NotImplementedError(f"{self.__name__}.reduce: tuple of axes for a generic ufunc")
         if axis is None:
@@ -165,25 +161,25 @@ class ufunc:
         else:
             axis = _canonical_axis(axis, arr.ndim, f"{self.__name__}.reduce")
             final_shape = arr.shape[:axis] + ((1,) if keepdims else ()) + arr.shape[axis + 1:]
-        arr = jnp.moveaxis(arr, axis, 0)
+        arr = _shape.moveaxis(arr, axis, 0)
         if where is not None:
-            where = jnp.moveaxis(where, axis, 0)
+            where = _shape.moveaxis(where, axis, 0)
         if arr.shape[0] == 0:
             if initial is None:
                 raise ValueError(f"zero-size array to reduction operation {self.__name__} "
                                  "which has no identity")
-            return jnp.full(final_shape, initial, dtype)
+            return _creation.full(final_shape, initial, dtype)
 
         def body(i, acc):
             new = self(acc, arr[i].astype(dtype))
-            return new if where is None else jnp.where(where[i], new, acc)
+            return new if where is None else _sorting.where(where[i], new, acc)
 
         if initial is None:
             start, init = 1, arr[0]
         else:
             start, init = 0, initial
-        init = jnp.broadcast_to(jnp.asarray(init).astype(dtype), arr.shape[1:])
-        result = lax.fori_loop(start, arr.shape[0], body, init)
+        init = _shape.broadcast_to(_promotion.asarray(init).astype(dtype), arr.shape[1:])
+        result = fori_loop(start, arr.shape[0], body, init)
         return result.reshape(final_shape)
 
     # ---- accumulate ---------------------------------------------------------------------------
@@ -201,24 +197,23 @@ class ufunc:
 
     def _accumulate_via_scan(self, arr, axis=0, dtype=None):
         # A sequential scan, not associative_scan: a user function need not be associative.
-        jnp = _jnp()
-        arr = jnp.asarray(arr)
+        arr = _promotion.asarray(arr)
         if dtype is None:
             dtype = _result_dtype(self._func, [arr, arr])
         if axis is None or isinstance(axis, tuple):
             raise ValueError("accumulate does not allow multiple axes")
         axis = _canonical_axis(axis, arr.ndim, f"{self.__name__}.accumulate")
         if arr.size == 0:
-            return jnp.zeros(arr.shape, dtype)
-        arr = jnp.moveaxis(arr, axis, 0).astype(dtype)
+            return _creation.zeros(arr.shape, dtype)
+        arr = _shape.moveaxis(arr, axis, 0).astype(dtype)
 
         def step(acc, x):
             new = self(acc, x).astype(dtype)
             return new, new
 
-        _, rest = lax.scan(step, arr[0], arr[1:])
-        result = jnp.concatenate([arr[:1], rest], axis=0)
-        return jnp.moveaxis(result, 0, axis)
+        _, rest = scan(step, arr[0], arr[1:])
+        result = _shape.concatenate([arr[:1], rest], axis=0)
+        return _shape.moveaxis(result, 0, axis)
 
     # ---- at -----------------------------------------------------------------------------------
 
@@ -239,10 +234,9 @@ class ufunc:
 
     def _at_via_scan(self, a, indices, *args):
         # One update per index, in order, so duplicates compound as in NumPy's unbuffered at.
-        jnp = _jnp()
         dtype = _result_dtype(self._func, [a, *args])
-        a = jnp.asarray(a).astype(dtype)
-        args = tuple(jnp.asarray(arg).astype(dtype) for arg in args)
+        a = _promotion.asarray(a).astype(dtype)
+        args = tuple(_promotion.asarray(arg).astype(dtype) for arg in args)
         if not isinstance(indices, tuple):
             indices = (indices,)
         if not indices:
@@ -253,16 +247,16 @@ class ufunc:
             return a.at[indices].set(self(a[indices], *args))
         n = math.prod(shape)
         if args:
-            arg = jnp.broadcast_to(args[0], (*shape, *args[0].shape[len(shape):]))
+            arg = _shape.broadcast_to(args[0], (*shape, *args[0].shape[len(shape):]))
             args = (arg.reshape(n, *args[0].shape[len(shape):]),)
-        indices = [i if isinstance(i, slice) else jnp.broadcast_to(jnp.asarray(i), shape).ravel()
+        indices = [i if isinstance(i, slice) else _shape.broadcast_to(_promotion.asarray(i), shape).ravel()
                    for i in indices]
 
         def step(carry, k):
             idx = tuple(i if isinstance(i, slice) else i[k] for i in indices)
             return carry.at[idx].set(self(carry[idx], *(arg[k] for arg in args))), None
 
-        out, _ = lax.scan(step, a, jnp.arange(n))
+        out, _ = scan(step, a, _creation.arange(n))
         return out
 
     # ---- reduceat -----------------------------------------------------------------------------
@@ -279,9 +273,8 @@ class ufunc:
         return reduceat(a, indices, axis=axis, dtype=dtype)
 
     def _reduceat_via_loop(self, a, indices, axis=0, dtype=None):
-        jnp = _jnp()
-        a = jnp.asarray(a)
-        indices = jnp.asarray(indices)
+        a = _promotion.asarray(a)
+        indices = _promotion.asarray(indices)
         if a.ndim == 0:
             raise ValueError(f"reduceat: a must have 1 or more dimension, got a.shape={a.shape}")
         if indices.ndim != 1:
@@ -292,20 +285,20 @@ class ufunc:
         if axis is None or isinstance(axis, (tuple, list)):
             raise ValueError("reduceat requires a single integer axis.")
         axis = _canonical_axis(axis, a.ndim, f"{self.__name__}.reduceat")
-        out = jnp.take(a, indices, axis=axis)
+        out = _shape.take(a, indices, axis=axis)
         # Segment i covers positions (start_i, end_i) after its first element; an empty or
         # backwards segment (end <= start) keeps just a[indices[i]], as NumPy specifies.
-        bounds = jnp.append(indices, a.shape[axis])
+        bounds = _shape.append(indices, a.shape[axis])
         other = [d for d in range(out.ndim) if d != axis]
-        bounds = jnp.expand_dims(bounds, other)
-        start = lax.slice_in_dim(bounds, 0, bounds.shape[axis] - 1, axis=axis)
-        end = lax.slice_in_dim(bounds, 1, bounds.shape[axis], axis=axis)
+        bounds = _shape.expand_dims(bounds, other)
+        start = structural.slice_in_dim(bounds, 0, bounds.shape[axis] - 1, axis=axis)
+        end = structural.slice_in_dim(bounds, 1, bounds.shape[axis], axis=axis)
 
         def body(i, acc):
-            piece = jnp.take(a, jnp.expand_dims(i, 0), axis=axis)
-            return jnp.where((i > start) & (i < end), self(acc, piece), acc)
+            piece = _shape.take(a, _shape.expand_dims(i, 0), axis=axis)
+            return _sorting.where((i > start) & (i < end), self(acc, piece), acc)
 
-        return lax.fori_loop(0, a.shape[axis], body, out).astype(dtype)
+        return fori_loop(0, a.shape[axis], body, out).astype(dtype)
 
     # ---- outer --------------------------------------------------------------------------------
 
@@ -314,9 +307,8 @@ class ufunc:
 
         Example: ``jnp.multiply.outer(jnp.arange(2), jnp.arange(3))`` has shape ``(2, 3)``.
         """
-        jnp = _jnp()
         self._check_binary("outer")
-        A, B = jnp.asarray(A), jnp.asarray(B)
+        A, B = _promotion.asarray(A), _promotion.asarray(B)
         flat = _api.vmap(_api.vmap(self, (None, 0)), (0, None))(A.ravel(), B.ravel())
         return flat.reshape(*A.shape, *B.shape)
 
@@ -335,49 +327,46 @@ def frompyfunc(func: Callable[..., Any], /, nin: int, nout: int, *, identity: An
 
 
 # ---- built-in ufunc objects ---------------------------------------------------------------------
-# Ufunc versions of jnp.add, jnp.maximum, ... whose methods use single reductions, cumulative
+# Ufunc versions of _ufuncs.add, _ufuncs.maximum, ... whose methods use single reductions, cumulative
 # ops and scatters. Exported through ``builtin_ufuncs()`` so the numpy namespace can opt in.
 
 def _moved_reduce(reduce_fn, identity, cast_bool=False):
     """``reduce(a, axis, dtype, keepdims, initial, where)`` from a jnp reduction over axes."""
     def reduce(a, axis=0, dtype=None, keepdims=False, initial=None, where=None):
-        jnp = _jnp()
-        a = jnp.asarray(a)
+        a = _promotion.asarray(a)
         if cast_bool:
             a = a.astype(bool)
         if dtype is not None:
             a = a.astype(dtype)
         if where is not None:
-            a = jnp.where(where, a, jnp.asarray(identity).astype(a.dtype))
+            a = _sorting.where(where, a, _promotion.asarray(identity).astype(a.dtype))
         out = reduce_fn(a, axis, keepdims)
         if initial is not None:
-            out = reduce_fn(jnp.stack([out, jnp.broadcast_to(
-                jnp.asarray(initial).astype(out.dtype), out.shape)]), 0, False)
+            out = reduce_fn(_shape.stack([out, _shape.broadcast_to(
+                _promotion.asarray(initial).astype(out.dtype), out.shape)]), 0, False)
         return out
     return reduce
 
 
 def _lax_reduce(op, identity, cast_bool=False):
     def fn(a, axis, keepdims):
-        jnp = _jnp()
         axes = tuple(range(a.ndim)) if axis is None else (
             tuple(axis) if isinstance(axis, tuple) else (axis,))
         axes = tuple(_canonical_axis(ax, a.ndim, "reduce") for ax in axes)
-        init = jnp.asarray(identity).astype(a.dtype)
-        out = lax.reduce(a, init, op, axes)
-        return jnp.expand_dims(out, axes) if keepdims else out
+        init = _promotion.asarray(identity).astype(a.dtype)
+        out = lax_reduce(a, init, op, axes)
+        return _shape.expand_dims(out, axes) if keepdims else out
     return _moved_reduce(fn, identity, cast_bool)
 
 
 def _parity(a, axis, keepdims):
     """xor over bools: true where an odd number of entries are true."""
-    jnp = _jnp()
-    return (jnp.sum(a.astype(np.int32), axis=axis, keepdims=keepdims) % 2).astype(bool)
+    return (_reductions.sum(a.astype(np.int32), axis=axis, keepdims=keepdims) % 2).astype(bool)
 
 
 def _with_dtype_cast(fn):
     def reduce(a, axis=0, dtype=None, keepdims=False, initial=None, where=None):
-        a = _jnp().asarray(a)
+        a = _promotion.asarray(a)
         if dtype is not None:
             a = a.astype(dtype)
         return fn(a, axis=axis, keepdims=keepdims, initial=initial, where=where)
@@ -392,27 +381,23 @@ def _cum(fn):
 
 def _logsumexp_reduce(base2: bool):
     def reduce(a, axis=0, dtype=None, keepdims=False, initial=None, where=None):
-        jnp = _jnp()
-        # upward: scipy.special is in the libraries, above this layer
-        from functrans.scipy.special import logsumexp
-        a = jnp.asarray(a)
-        a = a.astype(dtype) if dtype is not None else a.astype(jnp.result_type(a, jnp.float32)
-                                                               if not _dtypes.is_inexact(a.dtype)
-                                                               else a.dtype)
+        a = _promotion.asarray(a)
+        a = a.astype(dtype) if dtype is not None else a.astype(
+            _array_info.result_type(a, _dtypes.float32) if not _dtypes.is_inexact(a.dtype)
+            else a.dtype)
         scale = np.log(2) if base2 else 1.0
         out = logsumexp(a * scale, axis=axis, keepdims=keepdims, where=where) / scale
         if initial is not None:
-            out = (jnp.logaddexp2 if base2 else jnp.logaddexp)(out, initial)
+            out = (_ufuncs.logaddexp2 if base2 else _ufuncs.logaddexp)(out, initial)
         return out
     return reduce
 
 
 def _scatter_at(method):
     def at(a, indices, b):
-        jnp = _jnp()
-        a = jnp.asarray(a)
+        a = _promotion.asarray(a)
         if a.dtype == np.dtype(bool):
-            b = jnp.asarray(b).astype(bool).astype(np.int32)
+            b = _promotion.asarray(b).astype(bool).astype(np.int32)
             return getattr(a.astype(np.int32).at[indices], method)(b).astype(bool)
         return getattr(a.at[indices], method)(b)
     return at
@@ -420,25 +405,27 @@ def _scatter_at(method):
 
 def builtin_ufuncs() -> dict[str, ufunc]:
     """The ufunc objects for jnp's binary/unary ufuncs, keyed by name (wrapping existing functions)."""
-    jnp = _jnp()
     table = {
-        "add": dict(identity=0, reduce=jnp.sum, accumulate=_cum(jnp.cumsum), at=_scatter_at("add")),
-        "multiply": dict(identity=1, reduce=jnp.prod, accumulate=_cum(jnp.cumprod),
+        "add": dict(identity=0, reduce=_reductions.sum, accumulate=_cum(_reductions.cumsum),
+                    at=_scatter_at("add")),
+        "multiply": dict(identity=1, reduce=_reductions.prod, accumulate=_cum(_reductions.cumprod),
                          at=_scatter_at("multiply")),
-        "subtract": dict(identity=None, at=lambda a, i, b: _jnp().asarray(a).at[i].subtract(b)),
-        "maximum": dict(identity=None, reduce=_with_dtype_cast(jnp.max)),
-        "minimum": dict(identity=None, reduce=_with_dtype_cast(jnp.min)),
-        "bitwise_and": dict(identity=-1, reduce=_lax_reduce(lax.bitwise_and, -1)),
-        "bitwise_or": dict(identity=0, reduce=_lax_reduce(lax.bitwise_or, 0)),
+        "subtract": dict(identity=None, at=lambda a, i, b: _promotion.asarray(a).at[i].subtract(b)),
+        "maximum": dict(identity=None, reduce=_with_dtype_cast(_reductions.max)),
+        "minimum": dict(identity=None, reduce=_with_dtype_cast(_reductions.min)),
+        "bitwise_and": dict(identity=-1, reduce=_lax_reduce(elementwise.bitwise_and, -1)),
+        "bitwise_or": dict(identity=0, reduce=_lax_reduce(elementwise.bitwise_or, 0)),
         # lax.reduce has no xor monoid; integer xor folds with the generic loop.
         "bitwise_xor": dict(identity=0),
-        "logical_and": dict(identity=True, reduce=_lax_reduce(lax.bitwise_and, True, True)),
-        "logical_or": dict(identity=False, reduce=_lax_reduce(lax.bitwise_or, False, True)),
+        "logical_and": dict(identity=True,
+                            reduce=_lax_reduce(elementwise.bitwise_and, True, True)),
+        "logical_or": dict(identity=False,
+                           reduce=_lax_reduce(elementwise.bitwise_or, False, True)),
         "logical_xor": dict(identity=False, reduce=_moved_reduce(_parity, False, True)),
         "logaddexp": dict(identity=-np.inf, reduce=_logsumexp_reduce(False)),
         "logaddexp2": dict(identity=-np.inf, reduce=_logsumexp_reduce(True)),
     }
-    out = {name: ufunc(getattr(jnp, name), 2, 1, name=name, call=getattr(jnp, name), **kw)
+    out = {name: ufunc(getattr(_ufuncs, name), 2, 1, name=name, call=getattr(_ufuncs, name), **kw)
            for name, kw in table.items()}
-    out["negative"] = ufunc(jnp.negative, 1, 1, name="negative", call=jnp.negative)
+    out["negative"] = ufunc(_ufuncs.negative, 1, 1, name="negative", call=_ufuncs.negative)
     return out

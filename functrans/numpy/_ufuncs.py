@@ -14,9 +14,9 @@ import numpy as np
 
 from functrans import _dtypes
 from functrans.core import get_aval
-from functrans.numpy._promotion import (check_arraylike, has_lax_fn, lax_fn, promote_args,
-                                        promote_args_inexact, promote_args_numeric,
-                                        promote_shapes, to_array)
+from functrans.numpy._promotion import (array, asarray, check_arraylike, has_lax_fn, lax_fn,
+                                        promote_args, promote_args_inexact,
+                                        promote_args_numeric, promote_shapes, to_array)
 from functrans.primitives import elementwise as lax
 from functrans.primitives import structural
 
@@ -795,13 +795,6 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     return out
 
 
-def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    """Whether every element of ``a`` and ``b`` is close (see :func:`isclose`)."""
-    # deferred: numpy._reductions -> numpy._ufuncs at import
-    from functrans.numpy._reductions import all as all_
-    return all_(isclose(a, b, rtol, atol, equal_nan))
-
-
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """Replace NaN with ``nan`` and infinities with ``posinf``/``neginf`` (by default the
     largest finite values of the dtype)."""
@@ -888,22 +881,13 @@ def isreal(x, /):
 # ---- selection -------------------------------------------------------------------------------
 
 
-def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
-    """``x`` where ``condition`` else ``y``, broadcasting all three. With only ``condition``,
-    the indices of its non-zero elements (as :func:`nonzero`, needing ``size=`` under a
-    transform).
+def where(condition, x, y, /):
+    """``x`` where ``condition`` else ``y``, broadcasting all three (the three-argument form
+    of ``jnp.where``, which ``_sorting`` completes with the one-argument form).
 
         >>> where(arange(4) > 1, 1.0, 0.0)
         Array([0., 0., 1., 1.], dtype=float32, weak_type=True)
     """
-    if x is None and y is None:
-        # deferred: numpy._sorting -> numpy._ufuncs at import
-        from functrans.numpy._sorting import nonzero
-        return nonzero(condition, size=size, fill_value=fill_value)
-    if x is None or y is None:
-        raise ValueError("where: either both or neither of x and y must be given")
-    if size is not None or fill_value is not None:
-        raise ValueError("where: size and fill_value apply only to the one-argument form")
     check_arraylike("where", condition, x, y)
     x, y = promote_args("where", x, y)
     condition = _to_bool(condition)
@@ -930,8 +914,6 @@ def select(condlist, choicelist, default=0):
 
 def _inexact(x):
     """``x`` as an array, promoted to the default float type when it is not inexact."""
-    # deferred: numpy._creation -> numpy._ufuncs at import
-    from functrans.numpy._creation import asarray
     x = asarray(x)
     if not _dtypes.is_inexact(x.dtype):
         x = x.astype(_dtypes.default_float_dtype())
@@ -964,18 +946,16 @@ def i0(x):
     xs = where(small, x, 0)
     xl = where(small, _I0_SWITCH, ax)
 
-    # deferred: numpy._creation -> numpy._ufuncs at import
-    from functrans.numpy._creation import ones_like
     quarter_square = xs * xs / 4
-    term = ones_like(xs)
-    series = ones_like(xs)
+    term = _const(xs, 1)
+    series = _const(xs, 1)
     for k in range(1, _I0_SERIES_TERMS):
         term = term * quarter_square / (k * k)
         series = series + term
 
     inv_8x = 1 / (8 * xl)
-    term = ones_like(xl)
-    tail = ones_like(xl)
+    term = _const(xl, 1)
+    tail = _const(xl, 1)
     for k in range(1, _I0_ASYMPTOTIC_TERMS):
         term = term * ((2 * k - 1) ** 2 / k) * inv_8x
         tail = tail + term
@@ -996,8 +976,6 @@ def spacing(x):
     x = _inexact(x)
     if _dtypes.is_complex(x.dtype):
         raise TypeError("jnp.spacing does not accept complex input")
-    # deferred: numpy._creation -> numpy._ufuncs at import
-    from functrans.numpy._creation import array
     away = where(signbit(x), array(-np.inf, x.dtype), array(np.inf, x.dtype))
     gap = nextafter(x, away) - x
     # a gap below the smallest normal float is subnormal, and computes as 0 when subnormals

@@ -250,15 +250,88 @@ def _quadmin(a, fa, fpa, b, fb):
     return a - fpa / (2.0 * B)
 
 
+def _on_line(value_and_grad_fn, params, stepsize, updates, fn_kwargs):
+    """The objective, its gradient and the slope along ``updates`` at ``stepsize``."""
+    step = tree_add_scale(params, stepsize, updates)
+    value, grad = value_and_grad_fn(step, **fn_kwargs)
+    slope = tree_real(tree_vdot(tree_conj(grad), updates))
+    return value, grad, slope
+
+
+def _print_failure_diagnostic(state):
+    """Why the zoom search found no step size, printed (the search has failed)."""
+    debug.print(FLAG_NO_STEPSIZE_FOUND, ordered=True)
+    is_descent = state.slope_init < 0.0
+    _cond_print(~is_descent, FLAG_NOT_A_DESCENT_DIRECTION
+                + "The slope (={slope_init}) at stepsize=0 should be negative",
+                slope_init=state.slope_init)
+    _cond_print(is_descent, "Consider augmenting the maximal number of linesearch "
+                "iterations.")
+    eps = jnp.finfo(jnp.float32).eps
+    _cond_print((state.stepsize < eps) & is_descent,
+                "Computed stepsize (={stepsize}) is below machine precision (={eps}), "
+                "consider passing to higher precision (x64).", stepsize=state.stepsize,
+                eps=eps)
+    abs_slope = jnp.abs(state.slope_init)
+    _cond_print((abs_slope > 1e16) & is_descent,
+                "Very large absolute slope at stepsize=0. (|slope|={abs_slope_init}). The "
+                "objective is badly conditioned. Consider reparameterizing objective (e.g., "
+                "normalizing parameters) or finding a better guess for the initial "
+                "parameters for the solver.", abs_slope_init=abs_slope)
+    outside_domain = jnp.isinf(state.decrease_error)
+    _cond_print(outside_domain, "Cannot even make a step without getting Inf or Nan. The "
+                "linesearch won't make a step and the optimizer is stuck.")
+    _cond_print(~outside_domain, "Making an unsafe step, not decreasing enough the "
+                "objective. Convergence of the solver is compromised as it does not reduce "
+                "values.")
+
+
+def _print_unsafe_step(state, interval_threshold):
+    """The state of a failed search, and why, printed before it falls back to a safe step."""
+    debug.print("INFO: optim.scale_by_zoom_linesearch:\nValue at current params: "
+                "{value_init}\nSlope along update direction: {slope_init}\nStepsize "
+                "reached: {stepsize}\nDecrease Error: {decrease_error}\nCurvature "
+                "Error: {curvature_error}", value_init=state.value_init,
+                slope_init=state.slope_init, stepsize=state.stepsize,
+                decrease_error=state.decrease_error,
+                curvature_error=state.curvature_error, ordered=True)
+    interval_length = jnp.abs(state.low - state.high)
+    _cond_print(interval_length <= interval_threshold,
+                FLAG_INTERVAL_TOO_SMALL + " Interval length: {interval_length}.",
+                interval_length=interval_length)
+    lax.cond(state.safe_stepsize > 0.0,
+             lambda s: debug.print(FLAG_CURVATURE_COND_NOT_SATISFIED + " Stepsize "
+                                   "ensuring sufficient decrease: {safe_stepsize}.",
+                                   safe_stepsize=s.safe_stepsize),
+             _print_failure_diagnostic, state)
+
+
+def _zoom_init(updates, params, *, value, grad, prev_stepsize=1.0, initial_guess_strategy="one"):
+    """The zoom search's state before its first step, at ``params`` along ``updates``."""
+    if initial_guess_strategy == "one":
+        stepsize_guess = jnp.asarray(1.0)
+    elif initial_guess_strategy == "keep":
+        stepsize_guess = prev_stepsize
+    else:
+        raise ValueError(f"Unknown initial guess strategy: {initial_guess_strategy}")
+    dtype = _value_dtype(params)
+    slope = tree_real(tree_vdot(updates, grad))
+    return _ZoomState(
+        count=jnp.asarray(0), params=params, updates=updates,
+        stepsize_guess=stepsize_guess, stepsize=jnp.asarray(0.0, dtype=dtype),
+        value=jnp.array(value, dtype=dtype), grad=grad, slope=slope, value_init=value,
+        slope_init=slope, decrease_error=jnp.asarray(jnp.inf),
+        curvature_error=jnp.asarray(jnp.inf), error=jnp.asarray(jnp.inf),
+        interval_found=jnp.asarray(False), done=jnp.asarray(False),
+        failed=jnp.asarray(False), low=jnp.asarray(0.0), value_low=value,
+        slope_low=slope, high=jnp.asarray(0.0), value_high=value, slope_high=slope,
+        cubic_ref=jnp.asarray(0.0), value_cubic_ref=value, safe_stepsize=jnp.asarray(0.0),
+        safe_value=value, safe_grad=grad)
+
+
 def _zoom_linesearch(max_linesearch_steps, max_stepsize, tol, increase_factor, slope_rtol,
                      curv_rtol, approx_dec_rtol, interval_threshold, verbose):
     """The zoom search as ``(init, step, cond)`` for a ``lax.while_loop``."""
-
-    def on_line(value_and_grad_fn, params, stepsize, updates, fn_kwargs):
-        step = tree_add_scale(params, stepsize, updates)
-        value, grad = value_and_grad_fn(step, **fn_kwargs)
-        slope = tree_real(tree_vdot(tree_conj(grad), updates))
-        return value, grad, slope
 
     def decrease_error_of(stepsize, value, slope, value_init, slope_init):
         error = value - value_init - slope_rtol * stepsize * slope_init
@@ -275,32 +348,6 @@ def _zoom_linesearch(max_linesearch_steps, max_stepsize, tol, increase_factor, s
         error = jnp.maximum(jnp.abs(slope) - curv_rtol * jnp.abs(slope_init), 0.0)
         return jnp.where(jnp.isnan(error), jnp.inf, error)
 
-    def failure_diagnostic(state):
-        debug.print(FLAG_NO_STEPSIZE_FOUND, ordered=True)
-        is_descent = state.slope_init < 0.0
-        _cond_print(~is_descent, FLAG_NOT_A_DESCENT_DIRECTION
-                    + "The slope (={slope_init}) at stepsize=0 should be negative",
-                    slope_init=state.slope_init)
-        _cond_print(is_descent, "Consider augmenting the maximal number of linesearch "
-                    "iterations.")
-        eps = jnp.finfo(jnp.float32).eps
-        _cond_print((state.stepsize < eps) & is_descent,
-                    "Computed stepsize (={stepsize}) is below machine precision (={eps}), "
-                    "consider passing to higher precision (x64).", stepsize=state.stepsize,
-                    eps=eps)
-        abs_slope = jnp.abs(state.slope_init)
-        _cond_print((abs_slope > 1e16) & is_descent,
-                    "Very large absolute slope at stepsize=0. (|slope|={abs_slope_init}). The "
-                    "objective is badly conditioned. Consider reparameterizing objective (e.g., "
-                    "normalizing parameters) or finding a better guess for the initial "
-                    "parameters for the solver.", abs_slope_init=abs_slope)
-        outside_domain = jnp.isinf(state.decrease_error)
-        _cond_print(outside_domain, "Cannot even make a step without getting Inf or Nan. The "
-                    "linesearch won't make a step and the optimizer is stuck.")
-        _cond_print(~outside_domain, "Making an unsafe step, not decreasing enough the "
-                    "objective. Convergence of the solver is compromised as it does not reduce "
-                    "values.")
-
     def try_safe_step(state):
         # fall back to the best step with sufficient decrease, or to the last one tried
         outside_domain = jnp.isinf(state.decrease_error)
@@ -309,22 +356,7 @@ def _zoom_linesearch(max_linesearch_steps, max_stepsize, tol, increase_factor, s
             [state.safe_stepsize, state.safe_value, state.safe_grad],
             [state.stepsize, state.value, state.grad])
         if verbose:
-            debug.print("INFO: optim.scale_by_zoom_linesearch:\nValue at current params: "
-                        "{value_init}\nSlope along update direction: {slope_init}\nStepsize "
-                        "reached: {stepsize}\nDecrease Error: {decrease_error}\nCurvature "
-                        "Error: {curvature_error}", value_init=state.value_init,
-                        slope_init=state.slope_init, stepsize=state.stepsize,
-                        decrease_error=state.decrease_error,
-                        curvature_error=state.curvature_error, ordered=True)
-            interval_length = jnp.abs(state.low - state.high)
-            _cond_print(interval_length <= interval_threshold,
-                        FLAG_INTERVAL_TOO_SMALL + " Interval length: {interval_length}.",
-                        interval_length=interval_length)
-            lax.cond(state.safe_stepsize > 0.0,
-                     lambda s: debug.print(FLAG_CURVATURE_COND_NOT_SATISFIED + " Stepsize "
-                                           "ensuring sufficient decrease: {safe_stepsize}.",
-                                           safe_stepsize=s.safe_stepsize),
-                     failure_diagnostic, state)
+            _print_unsafe_step(state, interval_threshold)
         new_state = state._replace(stepsize=stepsize, grad=grad, value=value)
         return tree_cast_like(new_state, state)
 
@@ -338,7 +370,7 @@ def _zoom_linesearch(max_linesearch_steps, max_stepsize, tol, increase_factor, s
             new_stepsize = jnp.minimum(new_stepsize, max_stepsize)
         else:
             max_stepsize_reached = jnp.asarray(False)
-        value, grad, slope = on_line(value_and_grad_fn, state.params, new_stepsize,
+        value, grad, slope = _on_line(value_and_grad_fn, state.params, new_stepsize,
                                      state.updates, fn_kwargs)
         decrease_error = decrease_error_of(new_stepsize, value, slope, state.value_init,
                                            state.slope_init)
@@ -393,7 +425,7 @@ def _zoom_linesearch(max_linesearch_steps, max_stepsize, tol, increase_factor, s
         middle = jnp.where(use_cubic, middle_cubic, state.cubic_ref)
         middle = jnp.where(use_quad, middle_quad, middle)
         middle = jnp.where(use_bisection, (low + high) / 2.0, middle)
-        value, grad, slope = on_line(value_and_grad_fn, state.params, middle, state.updates,
+        value, grad, slope = _on_line(value_and_grad_fn, state.params, middle, state.updates,
                                      fn_kwargs)
         decrease_error = decrease_error_of(middle, value, slope, state.value_init,
                                            state.slope_init)
@@ -428,27 +460,6 @@ def _zoom_linesearch(max_linesearch_steps, max_stepsize, tol, increase_factor, s
             safe_value=safe_value, safe_grad=safe_grad)
         return tree_cast_like(new_state, state)
 
-    def init(updates, params, *, value, grad, prev_stepsize=1.0, initial_guess_strategy="one"):
-        if initial_guess_strategy == "one":
-            stepsize_guess = jnp.asarray(1.0)
-        elif initial_guess_strategy == "keep":
-            stepsize_guess = prev_stepsize
-        else:
-            raise ValueError(f"Unknown initial guess strategy: {initial_guess_strategy}")
-        dtype = _value_dtype(params)
-        slope = tree_real(tree_vdot(updates, grad))
-        return _ZoomState(
-            count=jnp.asarray(0), params=params, updates=updates,
-            stepsize_guess=stepsize_guess, stepsize=jnp.asarray(0.0, dtype=dtype),
-            value=jnp.array(value, dtype=dtype), grad=grad, slope=slope, value_init=value,
-            slope_init=slope, decrease_error=jnp.asarray(jnp.inf),
-            curvature_error=jnp.asarray(jnp.inf), error=jnp.asarray(jnp.inf),
-            interval_found=jnp.asarray(False), done=jnp.asarray(False),
-            failed=jnp.asarray(False), low=jnp.asarray(0.0), value_low=value,
-            slope_low=slope, high=jnp.asarray(0.0), value_high=value, slope_high=slope,
-            cubic_ref=jnp.asarray(0.0), value_cubic_ref=value, safe_stepsize=jnp.asarray(0.0),
-            safe_value=value, safe_grad=grad)
-
     def step(state, *, value_and_grad_fn, fn_kwargs):
         kwargs = dict(value_and_grad_fn=value_and_grad_fn, fn_kwargs=fn_kwargs)
         new_state = lax.cond(state.interval_found,
@@ -460,7 +471,7 @@ def _zoom_linesearch(max_linesearch_steps, max_stepsize, tol, increase_factor, s
     def cond(state):
         return ~(state.done | state.failed)
 
-    return init, step, cond
+    return _zoom_init, step, cond
 
 
 class ZoomLinesearchInfo(NamedTuple):

@@ -14,7 +14,7 @@ import numpy as np
 import functrans.numpy as jnp
 from functrans import _dtypes, lax
 from functrans._array import register_array_value_type
-from functrans.core import ShapedArray, Tracer, get_aval
+from functrans.core import ShapedArray, Tracer, get_aval, register_extended_aval
 from functrans.random._arguments import asarray
 from functrans.tree_util import SequenceKey, register_pytree_with_keys
 
@@ -296,6 +296,9 @@ class KeyShapedArray(ShapedArray):
         return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
 
     __str__ = str_short
+
+
+register_extended_aval(_dtypes.prng_key, KeyShapedArray)
 
 
 def key_aval(keys: PRNGKeyArray) -> KeyShapedArray:

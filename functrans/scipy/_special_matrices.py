@@ -22,6 +22,7 @@ from functrans import _lax_linalg as lax_linalg
 from functrans import numpy as jnp
 from functrans.core import get_aval
 from functrans.numpy._promotion import promote_dtypes_inexact
+from functrans.scipy._matrix_exponential import expm_frechet  # noqa: F401
 
 __all__ = [
     "toeplitz", "hankel", "circulant", "companion", "convolution_matrix", "dft", "hadamard",
@@ -423,36 +424,6 @@ def polar(a, side: str = "right", *, method: str = "qdwh", eps: float | None = N
     else:
         p = (w * s[..., None, :]) @ jnp.conj(jnp.swapaxes(w, -1, -2))
     return u, p
-
-
-def expm_frechet(A, E, *, method: str | None = None, compute_expm: bool = True):
-    """The Frechet derivative of ``expm`` at ``A`` in the direction ``E``,
-    ``L = d/dt expm(A + t E)`` at ``t = 0``; with ``compute_expm`` also ``expm(A)``, as
-    ``(expm(A), L)``. Uses the identity ``expm([[A, E], [0, A]]) = [[expm(A), L],
-    [0, expm(A)]]``, for every ``method`` (``None``, ``'SPS'`` or ``'blockEnlarge'``).
-    Leading axes are batch axes.
-
-        >>> expm_frechet(jnp.zeros((1, 1)), jnp.ones((1, 1)), compute_expm=False)
-        Array([[1.]], dtype=float32)
-    """
-    if method not in (None, "SPS", "blockEnlarge"):
-        raise ValueError(f"expm_frechet: method must be None, 'SPS' or 'blockEnlarge', got "
-                         f"{method!r}")
-    A, E = promote_dtypes_inexact(A, E)
-    shape_a, shape_e = jnp.shape(A), jnp.shape(E)
-    if len(shape_a) < 2 or shape_a[-1] != shape_a[-2] or shape_a != shape_e:
-        raise ValueError(f"expm_frechet: A and E must be square matrices of the same shape, "
-                         f"got {shape_a} and {shape_e}")
-    n = shape_a[-1]
-    top = jnp.concatenate([A, E], axis=-1)
-    bottom = jnp.concatenate([jnp.zeros_like(A), A], axis=-1)
-    # deferred: scipy.linalg -> scipy._special_matrices at import
-    from functrans.scipy.linalg import expm
-    big = expm(jnp.concatenate([top, bottom], axis=-2))
-    derivative = big[..., :n, n:]
-    if compute_expm:
-        return big[..., :n, :n], derivative
-    return derivative
 
 
 def solve_sylvester(A, B, C, *, method: str = "schur", tol: float = 1e-8):

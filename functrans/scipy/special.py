@@ -27,7 +27,7 @@ from functrans.random._gamma_derivative import log_gamma_sample_derivative
 __all__ = [
     "logsumexp", "softmax", "log_softmax", "erf", "erfc", "erfinv", "expit", "logit",
     "gammaln", "digamma", "polygamma", "gamma", "factorial", "betaln", "multigammaln",
-    "xlogy", "xlog1py", "entr", "rel_entr", "kl_div", "ndtr", "ndtri", "log_ndtr",
+    "xlogy", "xlog1py", "entr", "rel_entr", "kl_div", "ndtri", "log_ndtr",
     "i0e", "i1e", "i0", "i1", "gammainc", "gammaincc", "betainc",
 ]
 
@@ -316,19 +316,6 @@ def kl_div(x, y):
 
 _SQRT_HALF = math.sqrt(0.5)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-
-
-def ndtr(x):
-    """The standard normal CDF ``(1 + erf(x / sqrt(2))) / 2``, accurate in both tails.
-
-        >>> ndtr(jnp.float32(0.0))
-        Array(0.5, dtype=float32)
-    """
-    (x,) = _inexact("ndtr", x)
-    # erfc keeps relative accuracy in the lower tail, where 1 + erf would cancel
-    lower = 0.5 * lax.erfc(-x * _SQRT_HALF)
-    upper = 1.0 - 0.5 * lax.erfc(x * _SQRT_HALF)
-    return jnp.where(x < 0, lower, upper)
 
 
 def log_ndtr(x):

@@ -27,7 +27,9 @@ from functrans.sharding._arrays import (PartitionedArray, Shard,  # noqa: F401
 from functrans.sharding._shard_map import shard_map  # noqa: F401
 from functrans.sharding._visualize import visualize_array_sharding, visualize_sharding  # noqa: F401
 from functrans.sharding._constraints import auto_axes, explicit_axes, reshard  # noqa: F401
+from functrans import _array
 from functrans import core as _core
+from functrans.sharding import _arrays, _constraints
 from functrans.sharding import _partitioned
 
 _partitioned.install()  # jit partitions calls over split arrays and with in/out_shardings
@@ -46,3 +48,7 @@ def _replicated_over_current_mesh(aval):
 
 
 _core.register_aval_sharding(_replicated_over_current_mesh)
+_array.register_sharding_layer(
+    sharding_type=Sharding, partitioned_array_type=PartitionedArray,
+    single_device_sharding=SingleDeviceSharding, shard=Shard, put=_arrays.put,
+    put_traced=_arrays.put_traced, constrain=_constraints.with_sharding_constraint)

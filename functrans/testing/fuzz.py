@@ -40,6 +40,7 @@ import numpy as np
 import functrans
 from functrans import _backends
 from functrans._config import config
+from functrans.sharding import NamedSharding, PartitionSpec
 from functrans.testing.programs import Program, programs
 
 CHECKS = ("jit", "vmap", "grad", "sharded", "targets")
@@ -237,7 +238,6 @@ def check_grad(program: Program, seed: int) -> None:
 def check_sharded(program: Program, seed: int) -> None:
     """``jit(f)`` with every argument whose first dimension four divides split over four CPU
     devices (the others replicated), against the reference interpreter."""
-    from functrans.sharding import NamedSharding, PartitionSpec
     args = program.arguments(seed, np.float32)
     split = [a.ndim >= 1 and a.shape[0] % DEVICES == 0 and a.shape[0] > 0 for a in args]
     if not any(split):

@@ -38,6 +38,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from hypothesis import strategies as st
 
+import functrans
+import functrans.numpy as jnp
+from functrans import lax, nn
+
 # values are kept within this magnitude (see the module docstring)
 MAX_BOUND = 1e4
 # elements of any value, but in a program drawn with a large dimension
@@ -77,9 +81,6 @@ class Program:
 
     def function(self, float_dtype):
         """``f``, with ``F`` meaning ``float_dtype``."""
-        import functrans
-        from functrans import lax, nn
-        import functrans.numpy as jnp
         namespace = {"jnp": jnp, "lax": lax, "nn": nn, "functrans": functrans,
                      "F": float_dtype}
         exec(compile(self.source, "<fuzzed program>", "exec"), namespace)

@@ -9,7 +9,7 @@ import numpy as np
 from functrans import lax
 from functrans import numpy as jnp
 from functrans.core import get_aval
-from functrans.numpy._promotion import promote_args_inexact
+from functrans.numpy._promotion import concrete_or_error, promote_args_inexact
 
 __all__ = ["sph_harm_y"]
 
@@ -34,7 +34,6 @@ def sph_harm_y(n, m, theta, phi, diff_n=None, n_max=None):
         >>> abs(complex(sph_harm_y(jnp.array(0), jnp.array(0), 0.3, 0.1)) - 0.2820948) < 1e-6
         True
     """
-    from functrans.numpy._promotion import concrete_or_error
     if diff_n is not None:
         raise NotImplementedError("sph_harm_y: diff_n (derivatives) is not supported")
     if n_max is None:

@@ -59,6 +59,46 @@ def _zoom_trial(a_lo, phi_lo, dphi_lo, a_hi, phi_hi, dphi_hi):
     return jnp.where(safe, cubic, 0.5 * (a_lo + a_hi))
 
 
+def _pick(*cases, default):
+    """``default``, replaced by the value of each ``(condition, value)`` case that holds (a
+    later case wins over an earlier one)."""
+    out = default
+    for cond, value in cases:
+        out = jnp.where(cond, value, out)
+    return out
+
+
+def _moved_bracket(s, a, phi, dphi, g, *, enter_after, enter_before, zoom_hi, zoom_lo,
+                   zoom_flip, expand):
+    """The search state ``s`` with the bracket and the last bracketing step moved for the
+    trial step ``a`` (value ``phi``, gradient ``g``, slope ``dphi``). In the bracketing phase
+    the new bracket is [prev, a] (``enter_after``) or [a, prev] (``enter_before``), or the
+    step grows (``expand``); in the zoom phase ``a`` replaces hi, or replaces lo, the old lo
+    moving to hi on a flip."""
+    new = dict(s)
+    new["a_lo"] = _pick((enter_after, s["a_prev"]), (enter_before, a), (zoom_lo, a),
+                        default=s["a_lo"])
+    new["phi_lo"] = _pick((enter_after, s["phi_prev"]), (enter_before, phi),
+                          (zoom_lo, phi), default=s["phi_lo"])
+    new["dphi_lo"] = _pick((enter_after, s["dphi_prev"]), (enter_before, dphi),
+                           (zoom_lo, dphi), default=s["dphi_lo"])
+    new["g_lo"] = _pick((enter_after, s["g_prev"]), (enter_before, g), (zoom_lo, g),
+                        default=s["g_lo"])
+    new["a_hi"] = _pick((enter_after, a), (enter_before, s["a_prev"]), (zoom_hi, a),
+                        (zoom_flip, s["a_lo"]), default=s["a_hi"])
+    new["phi_hi"] = _pick((enter_after, phi), (enter_before, s["phi_prev"]),
+                          (zoom_hi, phi), (zoom_flip, s["phi_lo"]), default=s["phi_hi"])
+    new["dphi_hi"] = _pick((enter_after, dphi), (enter_before, s["dphi_prev"]),
+                           (zoom_hi, dphi), (zoom_flip, s["dphi_lo"]),
+                           default=s["dphi_hi"])
+    new["a_prev"] = jnp.where(expand, a, s["a_prev"])
+    new["phi_prev"] = jnp.where(expand, phi, s["phi_prev"])
+    new["dphi_prev"] = jnp.where(expand, dphi, s["dphi_prev"])
+    new["g_prev"] = jnp.where(expand, g, s["g_prev"])
+    new["next_a"] = jnp.where(expand, 2.0 * a, s["next_a"])
+    return new
+
+
 def line_search(f, xk, pk, old_fval=None, old_old_fval=None, gfk=None, c1=1e-4, c2=0.9,
                 maxiter=20):
     """Find a step ``a`` along ``pk`` from ``xk`` satisfying the strong Wolfe conditions
@@ -147,12 +187,6 @@ def line_search(f, xk, pk, old_fval=None, old_old_fval=None, gfk=None, c1=1e-4, 
         bracketing = ~zooming
         accept = jnp.where(zooming, z_accept, b_accept)
 
-        def pick(*cases, default):
-            out = default
-            for cond, value in cases:
-                out = jnp.where(cond, value, out)
-            return out
-
         # the new bracket: in the bracketing phase it is [prev, a] or [a, prev]; in the
         # zoom phase a replaces hi, or replaces lo (the old lo moving to hi on a flip)
         enter_after = bracketing & b_zoom_after
@@ -160,28 +194,10 @@ def line_search(f, xk, pk, old_fval=None, old_old_fval=None, gfk=None, c1=1e-4, 
         zoom_hi = zooming & z_new_hi
         zoom_lo = zooming & z_new_lo
         zoom_flip = zooming & z_flip
-        new = dict(s)
-        new["a_lo"] = pick((enter_after, s["a_prev"]), (enter_before, a), (zoom_lo, a),
-                           default=s["a_lo"])
-        new["phi_lo"] = pick((enter_after, s["phi_prev"]), (enter_before, phi),
-                             (zoom_lo, phi), default=s["phi_lo"])
-        new["dphi_lo"] = pick((enter_after, s["dphi_prev"]), (enter_before, dphi),
-                              (zoom_lo, dphi), default=s["dphi_lo"])
-        new["g_lo"] = pick((enter_after, s["g_prev"]), (enter_before, g), (zoom_lo, g),
-                           default=s["g_lo"])
-        new["a_hi"] = pick((enter_after, a), (enter_before, s["a_prev"]), (zoom_hi, a),
-                           (zoom_flip, s["a_lo"]), default=s["a_hi"])
-        new["phi_hi"] = pick((enter_after, phi), (enter_before, s["phi_prev"]),
-                             (zoom_hi, phi), (zoom_flip, s["phi_lo"]), default=s["phi_hi"])
-        new["dphi_hi"] = pick((enter_after, dphi), (enter_before, s["dphi_prev"]),
-                              (zoom_hi, dphi), (zoom_flip, s["dphi_lo"]),
-                              default=s["dphi_hi"])
         expand = bracketing & b_expand
-        new["a_prev"] = jnp.where(expand, a, s["a_prev"])
-        new["phi_prev"] = jnp.where(expand, phi, s["phi_prev"])
-        new["dphi_prev"] = jnp.where(expand, dphi, s["dphi_prev"])
-        new["g_prev"] = jnp.where(expand, g, s["g_prev"])
-        new["next_a"] = jnp.where(expand, 2.0 * a, s["next_a"])
+        new = _moved_bracket(s, a, phi, dphi, g, enter_after=enter_after,
+                             enter_before=enter_before, zoom_hi=zoom_hi, zoom_lo=zoom_lo,
+                             zoom_flip=zoom_flip, expand=expand)
         new["zooming"] = zooming | enter_after | enter_before
 
         # a bracket narrower than rounding can resolve will never yield a Wolfe point
@@ -202,8 +218,8 @@ def line_search(f, xk, pk, old_fval=None, old_old_fval=None, gfk=None, c1=1e-4, 
         new["i"] = i
         new["done"] = accept | failed
         new["failed"] = failed
-        new["status"] = pick((collapsed, _ZOOM_FAILED), (out_of_iterations, _MAX_ITERATIONS),
-                             default=s["status"]).astype(jnp.int32)
+        new["status"] = _pick((collapsed, _ZOOM_FAILED), (out_of_iterations, _MAX_ITERATIONS),
+                              default=s["status"]).astype(jnp.int32)
         return new
 
     s = lax.while_loop(keep_going, step, state)

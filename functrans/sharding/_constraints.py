@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 from functrans import tree_util
+from functrans._array import sharding_layer
 from functrans.core import Tracer, get_aval
 from functrans.interpreters import ad
 from functrans.primitives import dot as _dot
@@ -29,9 +30,9 @@ def _constraint_abstract_eval(x, *, sharding):
 
 @sharding_constraint_p.def_impl
 def _constraint_impl(x, *, sharding):
-    # deferred: sharding._arrays -> sharding._constraints at import
-    from functrans.sharding._arrays import put
-    return put(x, sharding)
+    # placing a concrete array belongs to sharding._arrays, above this module; it reaches
+    # the constraint through the sharding layer it registers with _array
+    return sharding_layer.put(x, sharding)
 
 
 def _constraint_batch(vals, dims, *, sharding):
@@ -82,9 +83,7 @@ def with_sharding_constraint(x, shardings):
             return leaf
         if not isinstance(s, NamedSharding):
             if isinstance(s, Sharding) and not isinstance(leaf, Tracer):
-                # deferred: sharding._arrays -> sharding._constraints at import
-                from functrans.sharding._arrays import put
-                return put(leaf, s)
+                return sharding_layer.put(leaf, s)
             return leaf
         if s.mesh.empty:  # a sharding over no mesh (an abstract value's): nothing to place
             return leaf

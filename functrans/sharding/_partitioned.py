@@ -17,6 +17,7 @@ import hashlib
 import logging
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -32,7 +33,8 @@ from functrans.interpreters.inline import inline_calls
 from functrans.sharding._constraints import sharding_constraint_p
 from functrans.sharding._partition_spec import PartitionSpec
 from functrans.sharding._runtime import mesh_program
-from functrans.sharding._shard_map import shard_map_p
+from functrans.sharding import _propagation
+from functrans.sharding._shard_map import global_aval, one_equation, shard_map_p
 
 logger = logging.getLogger("functrans")
 
@@ -106,7 +108,6 @@ class PartitionedExecutable:
         return plan
 
     def _build(self, in_layouts) -> _Plan:
-        from functrans.sharding import _propagation  # loaded by the first partitioned call
         mesh = self.mesh
         start = time.perf_counter()
         partitioned = _propagation.partition(self._program, mesh, in_layouts,
@@ -237,7 +238,6 @@ class JitPartitioner:
     constraints) to it."""
 
     def __init__(self):
-        import weakref
         self._executables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     @staticmethod
@@ -325,6 +325,25 @@ def recorded_fallbacks() -> list:
                 if executable is not None:
                     out.extend(executable.fallbacks())
     return out
+
+
+_shard_map_programs: "weakref.WeakKeyDictionary[ClosedJaxpr, PartitionedExecutable]" = \
+    weakref.WeakKeyDictionary()
+
+
+@shard_map_p.def_impl
+def _shard_map_impl(*args, jaxpr, mesh, in_specs, out_specs, axis_names, check_vma):
+    # An eager shard_map runs as a one-equation program through this runtime, which places
+    # (and reshards) the arguments and runs the per-device program on the mesh.
+    executable = _shard_map_programs.get(jaxpr)
+    if executable is None:
+        params = dict(jaxpr=jaxpr, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                      axis_names=axis_names, check_vma=check_vma)
+        in_avals = [global_aval(a, layout, mesh) for a, layout in zip(jaxpr.in_avals, in_specs)]
+        closed = one_equation(shard_map_p, params, in_avals)
+        executable = _shard_map_programs[jaxpr] = PartitionedExecutable(
+            closed, mesh, preferred_in_layouts=in_specs)
+    return executable.call_arrays(list(args))
 
 
 def install() -> None:

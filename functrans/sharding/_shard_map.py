@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import math
-import weakref
 from typing import Callable
 
 import numpy as np
@@ -52,6 +51,8 @@ class RegionPrimitive(Primitive):
         return super().bind(*args, **params)
 
 
+# Its eager implementation (place the arguments, run the per-device program on the mesh) is
+# the partitioned runtime's, above this module: sharding._partitioned registers it.
 shard_map_p = RegionPrimitive("shard_map", multiple_results=True)
 
 
@@ -103,26 +104,7 @@ def _shard_map_abstract_eval(*avals, jaxpr, mesh, in_specs, out_specs, axis_name
     return [global_aval(a, layout, mesh) for a, layout in zip(jaxpr.out_avals, out_specs)]
 
 
-_programs: "weakref.WeakKeyDictionary[ClosedJaxpr, object]" = weakref.WeakKeyDictionary()
-
-
-@shard_map_p.def_impl
-def _shard_map_impl(*args, jaxpr, mesh, in_specs, out_specs, axis_names, check_vma):
-    # Run as a one-equation program through the partitioned runtime, which places (and
-    # reshards) the arguments and runs the per-device program on the mesh.
-    from functrans.sharding import _partitioned
-    executable = _programs.get(jaxpr)
-    if executable is None:
-        params = dict(jaxpr=jaxpr, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                      axis_names=axis_names, check_vma=check_vma)
-        in_avals = [global_aval(a, layout, mesh) for a, layout in zip(jaxpr.in_avals, in_specs)]
-        closed = _one_equation(shard_map_p, params, in_avals)
-        executable = _programs[jaxpr] = _partitioned.PartitionedExecutable(
-            closed, mesh, preferred_in_layouts=in_specs)
-    return executable.call_arrays(list(args))
-
-
-def _one_equation(primitive, params, in_avals) -> ClosedJaxpr:
+def one_equation(primitive, params, in_avals) -> ClosedJaxpr:
     invars = [core.Var(a) for a in in_avals]
     outvars = [core.Var(a) for a in primitive.abstract_eval_many(in_avals, params)]
     return ClosedJaxpr(Jaxpr([], invars, outvars, [core.Eqn(primitive, invars, outvars,

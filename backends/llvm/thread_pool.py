@@ -55,7 +55,7 @@ import time
 import llvmlite.ir as ir
 
 from functrans.backends.compiler import passes
-from functrans.backends.llvm import float_mode, interrupts, linker
+from functrans.backends.llvm import float_mode, interrupts, linker, machine_code
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
@@ -647,7 +647,7 @@ def _add_blas_hold(m: ir.Module, lock, unlock, mutex_init, global_) -> None:
 
 def _add_serial_helpers(m: ir.Module) -> None:
     """``ft_serial_for``: ``ft_parallel_for`` as a plain loop on the calling thread, for
-    products whose BLAS threads cannot be held (see ``codegen.register_gemm_symbols``)."""
+    products whose BLAS threads cannot be held (see ``blas.register_gemm_symbols``)."""
     _serial_loop(m, SERIAL_SYMBOL)
 
 
@@ -702,9 +702,8 @@ def ensure_started() -> None:
         except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
             logger.warning("functrans: %s; compiled loops run on one thread", err)
             build = _build_serial_module
-        from functrans.backends.llvm import codegen  # here: codegen imports this module
         interrupts.ensure_loaded()  # the pool's claiming loop reads the SIGINT counter
-        loaded = linker.load(codegen.support_object("functrans-thread-pool", build))
+        loaded = linker.load(machine_code.support_object("functrans-thread-pool", build))
         # The workers run this code until the process exits: it must never be freed (not
         # even by interpreter shutdown).
         loaded.keep()

@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from functrans import _dtypes
+from functrans.backends.compiler.scalar_tables import call_emitter, table_supports
 from functrans.primitives import elementwise as ew
 
 BFLOAT16 = _dtypes.bfloat16
@@ -468,7 +469,7 @@ _FLOAT_ONLY = set(_FLOAT_MATH) | {ew.round_p, ew.is_finite_p, ew.rsqrt_p, ew.log
                                   ew.digamma_p, ew.pow_p, ew.atan2_p, ew.nextafter_p, ew.real_p,
                                   ew.imag_p, ew.conj_p}
 # nextafter steps to the neighbouring float32, not float16/bfloat16: those fall back.
-_NOT_LOW_PRECISION = {ew.nextafter_p}
+_DTYPE_LIMITS = {ew.nextafter_p: lambda dtype: not is_low_precision(dtype)}
 # Results already exact in the operand's precision: no rounding step needed.
 _EXACT = {ew.neg_p, ew.abs_p, ew.sign_p, ew.floor_p, ew.ceil_p, ew.round_p, ew.real_p,
           ew.conj_p, ew.imag_p, ew.max_p, ew.min_p, ew.select_n_p, ew.clamp_p,
@@ -476,18 +477,9 @@ _EXACT = {ew.neg_p, ew.abs_p, ew.sign_p, ew.floor_p, ew.ceil_p, ew.round_p, ew.r
           ew.is_finite_p}
 
 
-def supports(primitive, params: dict, in_dtypes, out_dtype) -> bool:
-    """Whether ``primitive`` on these dtypes has CUDA code here."""
-    if primitive not in EMITTERS:
-        return False
-    dtypes = [np.dtype(d) for d in in_dtypes] + [np.dtype(out_dtype)]
-    if any(d not in SUPPORTED_DTYPES for d in dtypes):
-        return False
-    if primitive in _FLOAT_ONLY and not all(is_float(d) for d in dtypes if d != np.bool_):
-        return False
-    if primitive in _NOT_LOW_PRECISION and any(is_low_precision(d) for d in dtypes):
-        return False
-    return True
+# supports(primitive, params, in_dtypes, out_dtype): whether ``primitive`` on these dtypes
+# has CUDA code here
+supports = table_supports(EMITTERS, SUPPORTED_DTYPES, _FLOAT_ONLY, is_float, _DTYPE_LIMITS)
 
 
 class _NoStatements:
@@ -502,10 +494,8 @@ def emit(ctx, primitive, params: dict, args, in_dtypes, out_dtype) -> str:
 
     ``ctx.bind(dtype, expr)`` (``ctx`` may be None) binds an intermediate to a local and
     returns its name; rows with several steps (``integer_pow``, ``clamp``) use it."""
-    in_dtypes = [np.dtype(d) for d in in_dtypes]
-    out_dtype = np.dtype(out_dtype)
-    expr = EMITTERS[primitive](ctx or _NoStatements(), list(args), in_dtypes, out_dtype,
-                               dict(params))
+    expr = call_emitter(EMITTERS, ctx or _NoStatements(), primitive, params, args, in_dtypes,
+                        out_dtype)
     if is_low_precision(out_dtype) and primitive not in _EXACT:
-        expr = round_to(out_dtype, expr)
+        expr = round_to(np.dtype(out_dtype), expr)
     return expr

@@ -20,6 +20,7 @@ BACKENDS = ("llvm", "cuda")
 
 def all_primitives() -> list:
     """Every ``Primitive`` object a functrans module defines, sorted by name."""
+    # deferred: start-up time (the table is built on request, from every module)
     import functrans
     from functrans.core import Primitive
     for info in pkgutil.walk_packages(functrans.__path__, "functrans."):
@@ -37,6 +38,7 @@ def all_primitives() -> list:
 def lowering_tables() -> dict:
     """Each backend's lowering module (its ``native_kind`` and its ``HOST`` table of
     primitives left to NumPy, with the reasons), by backend name."""
+    # deferred: optional dependencies (the llvm backend's tables need llvmlite)
     from functrans.backends.cuda import lowering as cuda_lowering
     from functrans.backends.llvm import lowering as llvm_lowering
     return {"llvm": llvm_lowering, "cuda": cuda_lowering}

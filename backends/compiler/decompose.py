@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from functrans.core import ClosedJaxpr, Jaxpr
+from functrans.core import ClosedJaxpr, Jaxpr, ShapedArray, get_aval
 from functrans import lax
 from functrans._jit import jit_p
 from functrans.interpreters.staging import trace_to_jaxpr_dynamic
@@ -211,9 +211,6 @@ def _conv_as_direct(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dila
     """The padding and input dilation applied to the input (in its own layout); the kernel
     and output moved to features-last layouts with whole vectors of features per group
     where they are not already."""
-    from functrans import lax
-    from functrans.core import get_aval
-    from functrans.primitives.linalg import ConvDimensionNumbers, conv_general_dilated_p
     lhs_spec, rhs_spec, out_spec = (tuple(s) for s in dimension_numbers)
     nsp = len(window_strides)
     config = [(0, 0, 0)] * (nsp + 2)
@@ -229,7 +226,8 @@ def _conv_as_direct(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dila
     out_aval = _conv_out_aval(lhs, rhs, dimension_numbers, window_strides, padding,
                               lhs_dilation, rhs_dilation, batch_group_count)
     if _features_innermost(get_aval(rhs), out_aval, {**params, "dimension_numbers": dimension_numbers}):
-        return conv_general_dilated_p.bind(x, rhs, dimension_numbers=dimension_numbers, **params)
+        return linalg.conv_general_dilated_p.bind(x, rhs, dimension_numbers=dimension_numbers,
+                                                  **params)
     groups = max(feature_group_count, batch_group_count)
     w = lax.transpose(rhs, tuple(rhs_spec[2:]) + (rhs_spec[1], rhs_spec[0]))
     out_features = w.shape[-1]
@@ -242,8 +240,8 @@ def _conv_as_direct(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dila
                     [(0, 0, 0)] * (w.ndim - 1) + [(0, padded - per_group, 0)])
         w = lax.reshape(w, w.shape[:-2] + (groups * padded,))
     spec = (0, nsp + 1) + tuple(range(1, nsp + 1))
-    out = conv_general_dilated_p.bind(
-        x, w, dimension_numbers=ConvDimensionNumbers(
+    out = linalg.conv_general_dilated_p.bind(
+        x, w, dimension_numbers=linalg.ConvDimensionNumbers(
             lhs_spec, (nsp + 1, nsp) + tuple(range(nsp)), spec), **params)
     if padded != per_group:
         out = lax.reshape(out, out.shape[:-1] + (groups, padded))
@@ -260,7 +258,6 @@ def _conv_as_direct(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dila
 def _conv_out_aval(lhs, rhs, dimension_numbers, window_strides, padding, lhs_dilation,
                    rhs_dilation, batch_group_count):
     """The abstract output of the convolution (its shape tells the output's layout)."""
-    from functrans.core import ShapedArray, get_aval
     lhs_aval, rhs_aval = get_aval(lhs), get_aval(rhs)
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     spatial = []

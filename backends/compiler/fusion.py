@@ -111,12 +111,21 @@ class Buffer:
 
 class Step:
     prims: tuple = ()
+    # a native step that replaced a fallback step (see native_steps) and hands the
+    # equation's results over as arrays of its own, as the fallback did
+    hands_over_results = False
 
     def reads(self) -> list:
         raise NotImplementedError
 
     def writes(self) -> list:
         raise NotImplementedError
+
+    def results(self) -> list:
+        """Where a native step that replaced a fallback step writes the equation's results:
+        the list of its output buffers (None for a dropped result), which the lowering pass
+        may fill in (see :mod:`native_steps`)."""
+        return [self.out]
 
 
 class LoopKernel(Step):
@@ -265,6 +274,12 @@ class Program:
         self.outputs = outputs  # per jaxpr outvar: a Buffer, or a NumPy array for a literal
         self.steps = steps
         self.buffers = buffers
+
+    def new_buffer(self, shape, dtype, kind: str, value=None) -> Buffer:
+        """A new buffer of this program (a ``const`` one holds ``value``)."""
+        buffer = Buffer(len(self.buffers), shape, dtype, kind, value)
+        self.buffers.append(buffer)
+        return buffer
 
     def describe(self) -> str:
         lines = [f"inputs {self.inputs}", f"consts {self.consts}"]

@@ -22,13 +22,13 @@ __all__ = ["CudaExecutable", "compile_jaxpr", "gpu_count", "is_available", "gpu_
 
 # The code generator and runtime are imported on first use: on a machine without CuPy this
 # package only registers an unavailable backend, and jit's start-up should not pay for more.
+# (Every import of this package's modules below is deferred for that reason.)
 _LAZY = {"CudaExecutable", "cupy_module", "gpu_count"}
 
 
 def __getattr__(name):
     if name in _LAZY:
-        # deferred: backends.cuda.runtime -> backends.cuda at import
-        from functrans.backends.cuda import runtime
+        from functrans.backends.cuda import runtime  # deferred: start-up time (see above)
         return getattr(runtime, name)
     raise AttributeError(name)
 
@@ -44,14 +44,13 @@ def is_available() -> bool:
     """Whether CuPy is installed and sees a GPU."""
     if not _cupy_installed():
         return False
-    # deferred: backends.cuda.runtime -> backends.cuda at import
-    from functrans.backends.cuda.runtime import is_available as runtime_available
-    return runtime_available()
+    from functrans.backends.cuda.driver import gpu_count  # deferred: start-up time
+    return gpu_count() > 0
 
 
 def compile_jaxpr(closed, devices=None, **options):
     """Compile ``closed`` to CUDA kernels (see :func:`runtime.compile_jaxpr`)."""
-    # deferred: backends.cuda.runtime -> backends.cuda at import
+    # deferred: start-up time (the code generator and runtime)
     from functrans.backends.cuda.runtime import compile_jaxpr as compile_cuda
     return compile_cuda(closed, devices, **options)
 
@@ -59,11 +58,10 @@ def compile_jaxpr(closed, devices=None, **options):
 def gpu_devices() -> list:
     """One :class:`Device` per visible GPU of every process (``process_count()`` processes,
     each seeing the same number of GPUs; process ``p`` owns ids ``p * n .. p * n + n - 1``)."""
+    # deferred: start-up time (GPU arrays, and the processes' count asked only here)
     from functrans import distributed
-    # deferred: backends.cuda.arrays -> backends.cuda at import
     from functrans.backends.cuda.arrays import GpuDevice
-    # deferred: backends.cuda.runtime -> backends.cuda at import
-    from functrans.backends.cuda.runtime import gpu_count
+    from functrans.backends.cuda.driver import gpu_count
     count = gpu_count()
     if count == 0:
         raise RuntimeError("no CUDA GPU is visible to this process (check CUDA_VISIBLE_DEVICES "
@@ -79,7 +77,8 @@ def _compile_for_jit(closed, devices=None):
 
 
 def _optional_passes() -> list:
-    from functrans.backends.cuda.runtime import optional_passes  # deferred: needs CuPy's modules
+    # deferred: start-up time (the code generator and runtime)
+    from functrans.backends.cuda.runtime import optional_passes
     return optional_passes()
 
 

@@ -17,6 +17,11 @@ coalesced whenever the axis is not the last one.
 from __future__ import annotations
 
 from functrans.backends.cuda import scalar_ops
+from functrans.backends.cuda.kernel_source import (BLOCK_SIZE, KernelLaunch, accumulator_dtype,
+                                                   buffer_name, combine_expr, grid_stride,
+                                                   host_args, identity_literal, kernel_args,
+                                                   kernel_params, load_expr, store_statement,
+                                                   writes)
 from functrans.backends.compiler.fusion import AxisStep, Buffer, FallbackStep
 from functrans.primitives import reductions
 
@@ -27,7 +32,8 @@ CUMULATIVE = {reductions.cumsum_p: "add", reductions.cumprod_p: "mul",
 ARG = {reductions.argmax_p: ">", reductions.argmin_p: "<"}
 
 
-def lower_along_axis(step: FallbackStep) -> AxisStep | None:
+def lower_along_axis(step: FallbackStep, program=None, target=None,
+                     in_body: bool = False) -> AxisStep | None:
     """An :class:`AxisStep` for a cumulative or arg-extremum fallback step, or None."""
     eqn = step.eqn
     primitive = eqn.primitive
@@ -46,11 +52,11 @@ def lower_along_axis(step: FallbackStep) -> AxisStep | None:
                     bool(eqn.params["reverse"]))
 
 
+@writes(AxisStep)
 class AxisWriter:
     """CUDA C for one :class:`AxisStep`."""
 
     def __init__(self, name: str, step: AxisStep):
-        from functrans.backends.cuda.codegen import KernelLaunch
         self.name, self.step = name, step
         self.buffers = [step.out, step.operand]
         empty = step.lines == 0 or step.n == 0
@@ -58,8 +64,6 @@ class AxisWriter:
 
     def _walk(self) -> list:
         """Statements of the body after ``base`` (the line's first element) is defined."""
-        from functrans.backends.cuda.codegen import (accumulator_dtype, buffer_name, combine_expr,
-                                                     identity_literal, load_expr, store_statement)
         step = self.step
         n, inner = step.n, step.inner
         dtype = step.operand.dtype
@@ -96,11 +100,10 @@ class AxisWriter:
                 f"  {buffer_name(step.out)}[line] = ({out_t})where;"]
 
     def device_source(self) -> str:
-        from functrans.backends.cuda.codegen import BLOCK_SIZE, _args, _grid_stride, _params
         step = self.step
         if not self.launches:
             return f"// {self.name}: {step.name} of an empty array: nothing to do\n"
-        params = _params(self.buffers, [step.out])
+        params = kernel_params(self.buffers, [step.out])
         return "\n".join([
             f"// {self.name}: {step.describe()}, {step.lines} lines of {step.n}",
             f"__host__ __device__ inline void {self.name}_body(long long line, {params}) {{",
@@ -108,13 +111,12 @@ class AxisWriter:
             f"line % {step.inner}LL;",
             *self._walk(), "}",
             f'extern "C" __global__ void __launch_bounds__({BLOCK_SIZE}) {self.name}({params}) {{',
-            _grid_stride("line", step.lines, f"    {self.name}_body(line, {_args(self.buffers)});"),
+            grid_stride("line", step.lines, f"    {self.name}_body(line, {kernel_args(self.buffers)});"),
             "}", ""])
 
     def host_source(self) -> str:
-        from functrans.backends.cuda.codegen import _host_args
         if not self.launches:
             return ""
         return (f'extern "C" void host_{self.name}(void** p) {{\n'
                 f"  for (long long line = 0; line < {self.step.lines}LL; ++line)\n"
-                f"    {self.name}_body(line, {_host_args(self.buffers, [self.step.out])});\n}}\n")
+                f"    {self.name}_body(line, {host_args(self.buffers, [self.step.out])});\n}}\n")

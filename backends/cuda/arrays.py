@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from functrans import _array, core
+from functrans import _array, _devices, core, distributed
 from functrans._array import Array, is_concrete_array
 from functrans._devices import Device
-from functrans.backends.cuda.runtime import cupy_module
+from functrans.backends.cuda.driver import cupy_module
 from functrans.backends.cuda.scalar_ops import BFLOAT16, storage_dtype
 
 
@@ -162,18 +162,12 @@ def device_of(buffer) -> GpuDevice:
     ordinal = int(buffer.device.id)
     device = _devices_by_ordinal.get(ordinal)
     if device is None:
-        # deferred: backends.cuda imports this module
-        from functrans.backends.cuda import gpu_devices
-        for d in gpu_devices():
-            if d.process_index == _process():
+        # the GPU platform's devices, as the backend registered them
+        for d in _devices.devices("gpu"):
+            if d.process_index == distributed.process_index():
                 _devices_by_ordinal.setdefault(d.local_id, d)
         device = _devices_by_ordinal[ordinal]
     return device
-
-
-def _process() -> int:
-    from functrans import distributed
-    return distributed.process_index()
 
 
 def wrap_outputs(buffers, avals) -> list:

@@ -1,8 +1,8 @@
 """Control flow on the GPU: ``while``, ``scan`` and ``cond`` driven from the host around
-compiled bodies, and the pass that replaces fallback steps with native ones.
+compiled bodies.
 
 Each sub-jaxpr (loop condition, loop body, branch) is planned and generated like a whole
-program (:func:`codegen.plan`), with its kernels in the enclosing program's translation
+program (the fusion and ``lower_native_steps`` passes), with its kernels in the enclosing program's translation
 unit (one NVRTC module, one host-emulation library). At run time the host calls the body's
 schedule once per iteration with :meth:`~runtime.CudaExecutable.run_schedule` on the same
 :class:`~runtime.ArrayBackend`, so the carries stay where the arrays live (the GPU, or NumPy
@@ -12,43 +12,18 @@ is static), slices ``xs`` and writes ``ys`` in place on the device. Bodies never
 (``unroll`` is ignored), nested control flow nests the same way, and a body may itself hold
 fallback steps.
 
-:func:`replace_fallbacks` is the pass: control flow becomes a :class:`ControlStep`,
-scatters an :class:`~indexing.ScatterStep` and cumulative ops and ``argmax``/``argmin`` an
-:class:`~along_axis.AxisStep`; anything else stays a fallback.
-
-    >>> program = replace_fallbacks(program, CudaTarget())        # doctest: +SKIP
+    >>> step = lower_control(fallback_step, program, CudaTarget())        # doctest: +SKIP
 """
 from __future__ import annotations
 
 import numpy as np
 
+from functrans.backends.compiler.fusion import (Buffer, FallbackStep, Program, Step,
+                                                flat_program, normalize, plan_program)
+from functrans.backends.compiler.native_steps import lower_native_steps, outputs_in_buffers
 from functrans.backends.cuda.scalar_ops import storage_dtype
-from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program, Step, flat_program
 from functrans.core import ShapedArray, to_numpy
 from functrans.primitives import control_flow as control_prims
-
-
-
-# =============================================================================================
-# The pass
-# =============================================================================================
-
-
-def replace_fallbacks(program: Program, target) -> Program:
-    """Replace the fallback steps of ``program`` that have CUDA code, by the lowering table
-    (:data:`lowering.STEPS`), in place; returns ``program``."""
-    from functrans.backends.cuda.lowering import STEPS
-    output_ids = {b.id for b in program.outputs if isinstance(b, Buffer)}
-    for index, step in enumerate(program.steps):
-        if not isinstance(step, FallbackStep) or step.eqn.primitive not in STEPS:
-            continue
-        native = STEPS[step.eqn.primitive](step, program, target)
-        if native is not None and not isinstance(native, ControlStep):
-            # the kernels write this buffer: the runtime allocates it, as for a kernel
-            native.out.kind = "output" if native.out.id in output_ids else "temp"
-        if native is not None:
-            program.steps[index] = native
-    return program
 
 
 # =============================================================================================
@@ -63,6 +38,9 @@ class ControlStep(Step):
     ``outputs`` are buffers of kind ``fallback`` (arrays the step hands over, as a fallback
     does) or None for dropped results; ``bodies`` the compiled sub-programs: the condition
     and the body of a ``while``, the body of a ``scan``, the branches of a ``cond``."""
+
+    # the runtime hands its results over as a fallback step's, arrays of the step's own
+    hands_over_results = True
 
     def __init__(self, primitive, inputs, outputs, bodies, params: dict):
         self.prims = (primitive.name,)
@@ -88,26 +66,21 @@ class ControlStep(Step):
         return f"{self.name} {self.inputs} -> {self.outputs} {self.params}\n{bodies}"
 
 
-def compile_body(closed) -> Program | None:
-    """``closed`` planned for CUDA, every output a buffer; None when it cannot be."""
-    from functrans.backends.cuda import codegen
+def compile_body(closed, target) -> Program | None:
+    """``closed`` planned for ``target`` (CUDA), every output a buffer; None when it cannot
+    be."""
     jaxpr, consts = flat_program(closed)
     consts = [to_numpy(c) for c in consts]
     if not all(isinstance(v.aval, ShapedArray) for v in list(jaxpr.invars) + list(jaxpr.outvars)):
         return None
-    program = codegen.plan(jaxpr, consts)
+    program = lower_native_steps(normalize(plan_program(jaxpr, target, consts)), target,
+                                 in_body=True)
     # a literal output becomes a constant, so every body result is an array on the device
-    for k, out in enumerate(program.outputs):
-        if not isinstance(out, Buffer):
-            value = np.asarray(out, order="C")
-            b = Buffer(len(program.buffers), value.shape, value.dtype, "const", value)
-            program.buffers.append(b)
-            program.consts.append(b)
-            program.outputs[k] = b
-    return program
+    return outputs_in_buffers(program)
 
 
-def lower_control(step: FallbackStep, target) -> ControlStep | None:
+def lower_control(step: FallbackStep, program, target,
+                  in_body: bool = False) -> ControlStep | None:
     """A :class:`ControlStep` for a ``while``/``scan``/``cond`` fallback step, or None."""
     eqn = step.eqn
     avals = [v.aval for v in list(eqn.invars) + list(eqn.outvars)]
@@ -127,7 +100,7 @@ def lower_control(step: FallbackStep, target) -> ControlStep | None:
         closed = list(p["branches"])
         params = {}
     try:
-        bodies = [compile_body(c) for c in closed]
+        bodies = [compile_body(c, target) for c in closed]
     except NotImplementedError:
         return None
     if any(b is None for b in bodies):
@@ -152,16 +125,17 @@ class ControlLaunch:
     def __repr__(self):
         return f"ControlLaunch({self.step.name}, {len(self.modules)} bodies)"
 
-    def executables(self) -> list:
+    def executables(self, executable_type) -> list:
+        """The bodies' executables (``executable_type(module)``: the runtime's), made on
+        first use."""
         if self._executables is None:
-            # deferred: backends.cuda.runtime -> backends.cuda.control_flow at import
-            from functrans.backends.cuda.runtime import CudaExecutable
-            self._executables = [CudaExecutable(m) for m in self.modules]
+            self._executables = [executable_type(m) for m in self.modules]
         return self._executables
 
-    def run(self, backend, array_of, arrays, key) -> None:
+    def run(self, backend, array_of, arrays, key, executable_type) -> None:
         """Run the step on ``backend``: read the inputs with ``array_of``, put the results in
-        ``arrays`` (buffer id -> array), as a fallback step does."""
+        ``arrays`` (buffer id -> array), as a fallback step does; the bodies run as
+        ``executable_type``s (the runtime's executable)."""
         inputs = []
         for x in self.step.inputs:
             if isinstance(x, Buffer):
@@ -169,7 +143,7 @@ class ControlLaunch:
             else:  # a literal operand
                 value = np.ascontiguousarray(np.asarray(x))
                 inputs.append(backend.from_host(value.view(storage_dtype(value.dtype))))
-        runner = _Runner(backend, self.executables(), key)
+        runner = _Runner(backend, self.executables(executable_type), key)
         results = _RUNS[self.step.primitive](runner, inputs, self.step.params)
         for buf, value in zip(self.step.outputs, results):
             if buf is not None:

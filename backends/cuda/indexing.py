@@ -30,6 +30,10 @@ from __future__ import annotations
 import numpy as np
 
 from functrans.backends.cuda import scalar_ops
+from functrans.backends.cuda.kernel_source import (BLOCK_SIZE, ExpressionWriter, KernelLaunch,
+                                                   buffer_name, grid_stride, host_args,
+                                                   index_type, kernel_args, split_index,
+                                                   store_statement, writes)
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.fusion import FallbackStep, unique_buffers
 from functrans.backends.compiler.indexing import ScatterStep, gather_rule, scatter_operands
@@ -41,7 +45,8 @@ _ATOMIC_ADD_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.int32, np
                                              np.int64, np.uint64)}
 
 
-def lower_scatter(step: FallbackStep, program=None, target=None) -> ScatterStep | None:
+def lower_scatter(step: FallbackStep, program=None, target=None,
+                  in_body: bool = False) -> ScatterStep | None:
     """A :class:`ScatterStep` for a scatter fallback step, or None (complex numbers, a
     scalar operand, a dropped result)."""
     eqn = step.eqn
@@ -65,11 +70,11 @@ def update_kind(step: ScatterStep) -> str:
     return "cas"
 
 
+@writes(ScatterStep)
 class ScatterWriter:
     """CUDA C for one :class:`ScatterStep`: a copy kernel and a scatter kernel."""
 
     def __init__(self, name: str, step: ScatterStep):
-        from functrans.backends.cuda.codegen import KernelLaunch
         self.name, self.step = name, step
         self.copy_name = name + "_copy"
         with E.lock:
@@ -89,7 +94,6 @@ class ScatterWriter:
     # ---- the copy --------------------------------------------------------------------------
 
     def _copy_source(self) -> str:
-        from functrans.backends.cuda.codegen import BLOCK_SIZE, _grid_stride, buffer_name
         out, operand = self.step.out, self.step.operand
         mt = scalar_ops.mem_type(out.dtype)
         return "\n".join([
@@ -99,7 +103,7 @@ class ScatterWriter:
             f"  {buffer_name(out)}[flat] = {buffer_name(operand)}[flat];", "}",
             f'extern "C" __global__ void __launch_bounds__({BLOCK_SIZE}) {self.copy_name}({mt}* '
             f"__restrict__ {buffer_name(out)}, const {mt}* __restrict__ {buffer_name(operand)}) {{",
-            _grid_stride("flat", self.size,
+            grid_stride("flat", self.size,
                          f"    {self.copy_name}_body(flat, {buffer_name(out)}, {buffer_name(operand)});"),
             "}", ""])
 
@@ -108,7 +112,6 @@ class ScatterWriter:
     def _params(self) -> str:
         """Pointer parameters; the output is not ``__restrict__``: threads update it
         through atomics, and its elements may be hit by several of them."""
-        from functrans.backends.cuda.codegen import buffer_name
         parts = []
         for b in self.buffers:
             mt = scalar_ops.mem_type(b.dtype)
@@ -123,7 +126,7 @@ class ScatterWriter:
         dtype = self.step.out.dtype
         rt, mt = scalar_ops.reg_type(dtype), scalar_ops.mem_type(dtype)
         old = {scalar_ops.FLOAT16: "ft_h2f(old)", scalar_ops.BFLOAT16: "ft_bf2f(old)"}.get(dtype, "old")
-        combined = scalar_ops.emit(scalar_ops.MONOID_OPS[self.step.combine], {},
+        combined = scalar_ops.emit(None, scalar_ops.MONOID_OPS[self.step.combine], {},
                                    ["current", "value"], [dtype, dtype], dtype)
         if dtype == scalar_ops.FLOAT16:
             back = f"ft_f2h({combined})"
@@ -141,7 +144,6 @@ class ScatterWriter:
                 "  }", "};"]
 
     def _combine_statement(self, offset: str, value: str) -> str:
-        from functrans.backends.cuda.codegen import buffer_name, store_statement
         out = self.step.out
         target = f"&{buffer_name(out)}[{offset}]"
         if self.kind == "store":
@@ -151,13 +153,11 @@ class ScatterWriter:
         return f"    ft_atomic_update({target}, {self.name}_update{{{value}}});"
 
     def _scatter_source(self) -> str:
-        from functrans.backends.cuda.codegen import (BLOCK_SIZE, _Body, _args, _grid_stride,
-                                                     _split_index, index_type)
         it = index_type([self.offset, self.update, self.valid], [self.count, self.size])
         self.index_t = it
-        lines, ivars = _split_index("flat", self.extents, range(len(self.extents)), it)
+        lines, ivars = split_index("flat", self.extents, range(len(self.extents)), it)
         with E.lock:
-            body = _Body(it, ivars)
+            body = ExpressionWriter(it, ivars)
             offset, value, valid = (body.value(self.offset), body.value(self.update),
                                     body.value(self.valid))
         params = self._params()
@@ -173,7 +173,7 @@ class ScatterWriter:
             self._combine_statement(offset, value),
             "  }", "}",
             f'extern "C" __global__ void __launch_bounds__({BLOCK_SIZE}) {self.name}({params}) {{',
-            _grid_stride("flat", self.count, f"    {self.name}_body(({it})flat, {_args(self.buffers)});"),
+            grid_stride("flat", self.count, f"    {self.name}_body(({it})flat, {kernel_args(self.buffers)});"),
             "}", ""])
 
     def device_source(self) -> str:
@@ -185,15 +185,14 @@ class ScatterWriter:
         return "\n".join(parts)
 
     def host_source(self) -> str:
-        from functrans.backends.cuda.codegen import _host_args
         out = []
         for launch in self.launches:
             written = [self.step.out]
             if launch.name == self.copy_name:
-                call = f"{self.copy_name}_body(flat, {_host_args(launch.buffers, written)})"
+                call = f"{self.copy_name}_body(flat, {host_args(launch.buffers, written)})"
                 count = self.size
             else:
-                call = f"{self.name}_body(({self.index_t})flat, {_host_args(launch.buffers, written)})"
+                call = f"{self.name}_body(({self.index_t})flat, {host_args(launch.buffers, written)})"
                 count = self.count
             out.append(f'extern "C" void host_{launch.name}(void** p) {{\n'
                        f"  for (long long flat = 0; flat < {count}LL; ++flat)\n"

@@ -22,28 +22,17 @@ from functrans.primitives import linalg, linalg_schur, reductions
 from functrans.primitives.sorting import sort_p
 
 
-def _control(step, program, target):
-    return control_flow.lower_control(step, target)
-
-
-def _along_axis(step, program, target):
-    return along_axis.lower_along_axis(step)
-
-
-def _scatter(step, program, target):
-    return indexing.lower_scatter(step, program, target)
-
-
-# primitive -> lowering(fallback_step, program, target) -> native step or None
+# primitive -> lowering(fallback_step, program, target, in_body) -> native step or None
+# (read by the lower_native_steps pass: see functrans.backends.compiler.native_steps)
 STEPS = {
-    control_prims.while_p: _control, control_prims.scan_p: _control,
-    control_prims.cond_p: _control,
-    reductions.cumsum_p: _along_axis, reductions.cumprod_p: _along_axis,
-    reductions.cummax_p: _along_axis, reductions.cummin_p: _along_axis,
-    reductions.argmax_p: _along_axis, reductions.argmin_p: _along_axis,
-    indexing_prims.scatter_p: _scatter, indexing_prims.scatter_add_p: _scatter,
-    indexing_prims.scatter_mul_p: _scatter, indexing_prims.scatter_min_p: _scatter,
-    indexing_prims.scatter_max_p: _scatter,
+    **dict.fromkeys((control_prims.while_p, control_prims.scan_p, control_prims.cond_p),
+                    control_flow.lower_control),
+    **dict.fromkeys((reductions.cumsum_p, reductions.cumprod_p, reductions.cummax_p,
+                     reductions.cummin_p, reductions.argmax_p, reductions.argmin_p),
+                    along_axis.lower_along_axis),
+    **dict.fromkeys((indexing_prims.scatter_p, indexing_prims.scatter_add_p,
+                     indexing_prims.scatter_mul_p, indexing_prims.scatter_min_p,
+                     indexing_prims.scatter_max_p), indexing.lower_scatter),
 }
 
 # primitives fused by rules of this backend's own (the shared table lacks them)

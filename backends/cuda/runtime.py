@@ -21,7 +21,6 @@ The same schedule runs on the CPU with the kernels compiled as host code (see
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import threading
 
@@ -29,45 +28,22 @@ import numpy as np
 
 from functrans._caches import LRUCache
 from functrans._config import config
-from functrans.backends.cuda import codegen
-from functrans.backends.cuda.codegen import BLOCK_SIZE, KernelLaunch
-from functrans.backends.cuda.control_flow import ControlLaunch
-from functrans.backends.cuda.scalar_ops import BFLOAT16, storage_dtype
+from functrans.backends.compiler import fusion, native_steps
 from functrans.backends.compiler.buffers import ALIGNMENT, plan_buffers
-from functrans.backends.compiler import fusion
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.compiler.fusion import Buffer, DotKernel, FallbackStep
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.compiler.verify import verify_plan
+from functrans.backends.cuda import codegen
+from functrans.backends.cuda.arrays import wrap_outputs as wrap_device_outputs
+from functrans.backends.cuda.control_flow import ControlLaunch
+# the rest of the backend (and pmap's support) finds CuPy through here
+from functrans.backends.cuda.driver import cupy_module, gpu_count, is_available  # noqa: F401
+from functrans.backends.cuda.kernel_source import BLOCK_SIZE, KernelLaunch
+from functrans.backends.cuda.scalar_ops import BFLOAT16, storage_dtype
 from functrans.core import ClosedJaxpr, to_numpy
 
 NVRTC_OPTIONS = ("--std=c++14",)
-
-
-@functools.lru_cache(maxsize=None)
-def cupy_module():
-    """CuPy, or None when it is not installed (or fails to load its CUDA libraries)."""
-    try:
-        import cupy
-        return cupy
-    except Exception:  # ImportError, or a CUDA library CuPy was built against is missing
-        return None
-
-
-@functools.lru_cache(maxsize=None)
-def gpu_count() -> int:
-    """How many CUDA devices this process sees (0 without CuPy or a driver)."""
-    cp = cupy_module()
-    if cp is None:
-        return 0
-    try:
-        return int(cp.cuda.runtime.getDeviceCount())
-    except Exception:  # no driver, or no device
-        return 0
-
-
-def is_available() -> bool:
-    return gpu_count() > 0
 
 
 # =============================================================================================
@@ -201,9 +177,7 @@ class CudaExecutable:
     @staticmethod
     def wrap_outputs(buffers, avals) -> list:
         """functrans arrays of a call's results (GpuArray for device buffers)."""
-        # deferred: backends.cuda.arrays -> backends.cuda.runtime at import
-        from functrans.backends.cuda.arrays import wrap_outputs
-        return wrap_outputs(buffers, avals)
+        return wrap_device_outputs(buffers, avals)
 
     # ---- calling -----------------------------------------------------------------------------
 
@@ -328,7 +302,7 @@ class CudaExecutable:
             elif isinstance(item, FallbackStep):
                 self._run_fallback(backend, item, array_of, arrays)
             elif isinstance(item, ControlLaunch):
-                item.run(backend, array_of, arrays, const_key)
+                item.run(backend, array_of, arrays, const_key, CudaExecutable)
             else:
                 raise NotImplementedError(f"cuda backend: schedule item {item!r}")
 
@@ -465,7 +439,7 @@ def passes(fuse: bool = True) -> list[Pass]:
         Pass("inline", fusion.flat_closed, required=True),
         Pass("consts_to_host", _consts_to_host, required=True),
         Pass("fuse", _fuse(fuse), off=_fuse(False)),
-        Pass("lower_native_steps", codegen.lower_native_steps),
+        native_steps.lowering_pass(codegen.TARGET),
         Pass("generate", codegen.generate, required=True),
     ]
 

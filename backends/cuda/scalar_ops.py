@@ -18,7 +18,7 @@ no half-precision headers.
 
     >>> supports(ew.exp_p, {}, [np.dtype("float32")], np.dtype("float32"))
     True
-    >>> emit(ew.add_p, {}, ["a", "b"], [np.dtype("int32")] * 2, np.dtype("int32"))
+    >>> emit(None, ew.add_p, {}, ["a", "b"], [np.dtype("int32")] * 2, np.dtype("int32"))
     '((int)((unsigned int)a + (unsigned int)b))'
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from functrans import _dtypes
+from functrans.backends.compiler.scalar_tables import call_emitter, table_supports
 from functrans.primitives import elementwise as ew
 
 BFLOAT16 = _dtypes.bfloat16
@@ -189,13 +190,13 @@ def _math_name(fname: str, dtype) -> str:
 
 
 def _float_math(fname):
-    def emit(args, in_dtypes, out_dtype, params, ctx):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
         return f"{_math_name(fname, in_dtypes[0])}({args[0]})"
     return emit
 
 
 def _float_binary(fname):
-    def emit(args, in_dtypes, out_dtype, params, ctx):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
         return f"{_math_name(fname, in_dtypes[0])}({args[0]}, {args[1]})"
     return emit
 
@@ -204,7 +205,7 @@ def _one(dtype) -> str:
     return literal(1, dtype)
 
 
-def _neg(args, in_dtypes, out_dtype, params, ctx):
+def _neg(ctx, args, in_dtypes, out_dtype, params):
     x, = args
     d = in_dtypes[0]
     if is_float(d):
@@ -212,7 +213,7 @@ def _neg(args, in_dtypes, out_dtype, params, ctx):
     return f"(({reg_type(d)})(0u - ({_wide_unsigned(d)}){x}))"
 
 
-def _sign(args, in_dtypes, out_dtype, params, ctx):
+def _sign(ctx, args, in_dtypes, out_dtype, params):
     x, = args
     d = in_dtypes[0]
     rt = reg_type(d)
@@ -224,54 +225,54 @@ def _sign(args, in_dtypes, out_dtype, params, ctx):
     return f"(({rt})({x} > 0))"
 
 
-def _round(args, in_dtypes, out_dtype, params, ctx):
+def _round(ctx, args, in_dtypes, out_dtype, params):
     # rounding_method 0: half away from zero (roundf); 1: half to even (rintf)
     fname = "roundf" if params.get("rounding_method", 0) == 0 else "rintf"
     return f"{_math_name(fname, in_dtypes[0])}({args[0]})"
 
 
-def _is_finite(args, in_dtypes, out_dtype, params, ctx):
+def _is_finite(ctx, args, in_dtypes, out_dtype, params):
     x, = args
     d = in_dtypes[0]
     inf = literal(np.inf, np.float64 if d == np.float64 else np.float32)
     return f"({_math_name('fabsf', d)}({x}) < {inf})"
 
 
-def _rsqrt(args, in_dtypes, out_dtype, params, ctx):
+def _rsqrt(ctx, args, in_dtypes, out_dtype, params):
     x, = args
     d = in_dtypes[0]
     return f"({_one(d)} / {_math_name('sqrtf', d)}({x}))"
 
 
-def _logistic(args, in_dtypes, out_dtype, params, ctx):
+def _logistic(ctx, args, in_dtypes, out_dtype, params):
     x, = args
     d = in_dtypes[0]
     return f"({_one(d)} / ({_one(d)} + {_math_name('expf', d)}(-{x})))"
 
 
-def _digamma(args, in_dtypes, out_dtype, params, ctx):
+def _digamma(ctx, args, in_dtypes, out_dtype, params):
     x, = args
     if in_dtypes[0] == np.float64:
         return f"ft_digamma({x})"
     return f"((float)ft_digamma((double){x}))"
 
 
-def _abs(args, in_dtypes, out_dtype, params, ctx):
+def _abs(ctx, args, in_dtypes, out_dtype, params):
     x, = args
     d = in_dtypes[0]
     if is_float(d):
         return f"{_math_name('fabsf', d)}({x})"
     if is_signed(d):
-        return f"({x} < 0 ? {_neg([x], in_dtypes, out_dtype, params, ctx)} : {x})"
+        return f"({x} < 0 ? {_neg(ctx, [x], in_dtypes, out_dtype, params)} : {x})"
     return x
 
 
-def _square(args, in_dtypes, out_dtype, params, ctx):
+def _square(ctx, args, in_dtypes, out_dtype, params):
     x, = args
-    return _arith("*")([x, x], in_dtypes * 2, out_dtype, params, ctx)
+    return _arith("*")(ctx, [x, x], in_dtypes * 2, out_dtype, params)
 
 
-def _not(args, in_dtypes, out_dtype, params, ctx):
+def _not(ctx, args, in_dtypes, out_dtype, params):
     x, = args
     d = in_dtypes[0]
     if d == np.bool_:
@@ -279,7 +280,7 @@ def _not(args, in_dtypes, out_dtype, params, ctx):
     return f"(({reg_type(d)})~{x})"
 
 
-def _popcount(args, in_dtypes, out_dtype, params, ctx):
+def _popcount(ctx, args, in_dtypes, out_dtype, params):
     x, = args
     d = in_dtypes[0]
     u = _same_width(d, signed=False)
@@ -287,7 +288,7 @@ def _popcount(args, in_dtypes, out_dtype, params, ctx):
     return f"(({reg_type(d)}){fn}(({u}){x}))"
 
 
-def _clz(args, in_dtypes, out_dtype, params, ctx):
+def _clz(ctx, args, in_dtypes, out_dtype, params):
     x, = args
     d = in_dtypes[0]
     u = _same_width(d, signed=False)
@@ -296,15 +297,15 @@ def _clz(args, in_dtypes, out_dtype, params, ctx):
     return f"(({reg_type(d)})(ft_clz32(({u}){x}) - {32 - _bits(d)}))"
 
 
-def _identity(args, in_dtypes, out_dtype, params, ctx):
+def _identity(ctx, args, in_dtypes, out_dtype, params):
     return args[0]
 
 
-def _imag(args, in_dtypes, out_dtype, params, ctx):
+def _imag(ctx, args, in_dtypes, out_dtype, params):
     return literal(0, out_dtype)
 
 
-def _integer_pow(args, in_dtypes, out_dtype, params, ctx):
+def _integer_pow(ctx, args, in_dtypes, out_dtype, params):
     """Square-and-multiply, one statement per product (exponents are small constants)."""
     x, = args
     y = int(params["y"])
@@ -315,17 +316,17 @@ def _integer_pow(args, in_dtypes, out_dtype, params, ctx):
     acc, base, n = None, x, abs(y)
     while n:
         if n & 1:
-            acc = base if acc is None else ctx.bind(d, mul([acc, base], [d, d], d, {}, ctx))
+            acc = base if acc is None else ctx.bind(d, mul(ctx, [acc, base], [d, d], d, {}))
         n >>= 1
         if n:
-            base = ctx.bind(d, mul([base, base], [d, d], d, {}, ctx))
+            base = ctx.bind(d, mul(ctx, [base, base], [d, d], d, {}))
     if y < 0:
         return f"({_one(d)} / {acc})"
     return acc
 
 
 def _arith(op):
-    def emit(args, in_dtypes, out_dtype, params, ctx):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
         x, y = args
         d = in_dtypes[0]
         if is_float(d):
@@ -335,7 +336,7 @@ def _arith(op):
     return emit
 
 
-def _div(args, in_dtypes, out_dtype, params, ctx):
+def _div(ctx, args, in_dtypes, out_dtype, params):
     x, y = args
     d = in_dtypes[0]
     if is_float(d):
@@ -343,12 +344,12 @@ def _div(args, in_dtypes, out_dtype, params, ctx):
     rt = reg_type(d)
     if is_signed(d):
         # y == -1 would trap on INT_MIN / -1: negate (wrapping) instead
-        neg = _neg([x], [d], d, {}, ctx)
+        neg = _neg(ctx, [x], [d], d, {})
         return f"({y} == 0 ? ({rt})-1 : {y} == ({rt})-1 ? {neg} : ({rt})({x} / {y}))"
     return f"({y} == 0 ? ({rt})-1 : ({rt})({x} / {y}))"
 
 
-def _rem(args, in_dtypes, out_dtype, params, ctx):
+def _rem(ctx, args, in_dtypes, out_dtype, params):
     x, y = args
     d = in_dtypes[0]
     if is_float(d):
@@ -360,7 +361,7 @@ def _rem(args, in_dtypes, out_dtype, params, ctx):
 
 
 def _extremum(which):
-    def emit(args, in_dtypes, out_dtype, params, ctx):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
         x, y = args
         d = in_dtypes[0]
         if is_float(d):
@@ -372,7 +373,7 @@ def _extremum(which):
 
 
 def _bitwise(op, bool_op):
-    def emit(args, in_dtypes, out_dtype, params, ctx):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
         x, y = args
         d = in_dtypes[0]
         if d == np.bool_:
@@ -387,14 +388,14 @@ def _in_range_shift(y: str, d) -> str:
     return f"({low}{y} < {_bits(d)})"
 
 
-def _shift_left(args, in_dtypes, out_dtype, params, ctx):
+def _shift_left(ctx, args, in_dtypes, out_dtype, params):
     x, y = args
     d = in_dtypes[0]
     rt = reg_type(d)
     return f"({_in_range_shift(y, d)} ? ({rt})(({_wide_unsigned(d)}){x} << {y}) : ({rt})0)"
 
 
-def _shift_right_logical(args, in_dtypes, out_dtype, params, ctx):
+def _shift_right_logical(ctx, args, in_dtypes, out_dtype, params):
     x, y = args
     d = in_dtypes[0]
     rt = reg_type(d)
@@ -402,7 +403,7 @@ def _shift_right_logical(args, in_dtypes, out_dtype, params, ctx):
     return f"({_in_range_shift(y, d)} ? ({rt})(({u}){x} >> {y}) : ({rt})0)"
 
 
-def _shift_right_arithmetic(args, in_dtypes, out_dtype, params, ctx):
+def _shift_right_arithmetic(ctx, args, in_dtypes, out_dtype, params):
     x, y = args
     d = in_dtypes[0]
     s = _same_width(d, signed=True)
@@ -410,16 +411,16 @@ def _shift_right_arithmetic(args, in_dtypes, out_dtype, params, ctx):
 
 
 def _compare(op):
-    def emit(args, in_dtypes, out_dtype, params, ctx):
+    def emit(ctx, args, in_dtypes, out_dtype, params):
         return f"({args[0]} {op} {args[1]})"
     return emit
 
 
-def _convert(args, in_dtypes, out_dtype, params, ctx):
+def _convert(ctx, args, in_dtypes, out_dtype, params):
     return convert(args[0], in_dtypes[0], out_dtype)
 
 
-def _select_n(args, in_dtypes, out_dtype, params, ctx):
+def _select_n(ctx, args, in_dtypes, out_dtype, params):
     which, *cases = args
     if len(cases) == 1:
         return cases[0]
@@ -432,12 +433,12 @@ def _select_n(args, in_dtypes, out_dtype, params, ctx):
     return expr
 
 
-def _clamp(args, in_dtypes, out_dtype, params, ctx):
+def _clamp(ctx, args, in_dtypes, out_dtype, params):
     lo, x, hi = args
     d = in_dtypes[1]
     mx, mn = _extremum("max"), _extremum("min")
-    inner = ctx.bind(d, mx([x, lo], [d, d], d, {}, ctx))
-    return mn([inner, hi], [d, d], d, {}, ctx)
+    inner = ctx.bind(d, mx(ctx, [x, lo], [d, d], d, {}))
+    return mn(ctx, [inner, hi], [d, d], d, {})
 
 
 EMITTERS = {
@@ -468,7 +469,7 @@ _FLOAT_ONLY = set(_FLOAT_MATH) | {ew.round_p, ew.is_finite_p, ew.rsqrt_p, ew.log
                                   ew.digamma_p, ew.pow_p, ew.atan2_p, ew.nextafter_p, ew.real_p,
                                   ew.imag_p, ew.conj_p}
 # nextafter steps to the neighbouring float32, not float16/bfloat16: those fall back.
-_NOT_LOW_PRECISION = {ew.nextafter_p}
+_DTYPE_LIMITS = {ew.nextafter_p: lambda dtype: not is_low_precision(dtype)}
 # Results already exact in the operand's precision: no rounding step needed.
 _EXACT = {ew.neg_p, ew.abs_p, ew.sign_p, ew.floor_p, ew.ceil_p, ew.round_p, ew.real_p,
           ew.conj_p, ew.imag_p, ew.max_p, ew.min_p, ew.select_n_p, ew.clamp_p,
@@ -476,18 +477,9 @@ _EXACT = {ew.neg_p, ew.abs_p, ew.sign_p, ew.floor_p, ew.ceil_p, ew.round_p, ew.r
           ew.is_finite_p}
 
 
-def supports(primitive, params: dict, in_dtypes, out_dtype) -> bool:
-    """Whether ``primitive`` on these dtypes has CUDA code here."""
-    if primitive not in EMITTERS:
-        return False
-    dtypes = [np.dtype(d) for d in in_dtypes] + [np.dtype(out_dtype)]
-    if any(d not in SUPPORTED_DTYPES for d in dtypes):
-        return False
-    if primitive in _FLOAT_ONLY and not all(is_float(d) for d in dtypes if d != np.bool_):
-        return False
-    if primitive in _NOT_LOW_PRECISION and any(is_low_precision(d) for d in dtypes):
-        return False
-    return True
+# supports(primitive, params, in_dtypes, out_dtype): whether ``primitive`` on these dtypes
+# has CUDA code here
+supports = table_supports(EMITTERS, SUPPORTED_DTYPES, _FLOAT_ONLY, is_float, _DTYPE_LIMITS)
 
 
 class _NoStatements:
@@ -497,15 +489,13 @@ class _NoStatements:
         return expr
 
 
-def emit(primitive, params: dict, args, in_dtypes, out_dtype, ctx=None) -> str:
+def emit(ctx, primitive, params: dict, args, in_dtypes, out_dtype) -> str:
     """The C expression of ``primitive`` on operand expressions ``args``.
 
-    ``ctx.bind(dtype, expr)`` (if given) binds an intermediate to a local and returns its
-    name; rows with several steps (``integer_pow``, ``clamp``) use it."""
-    in_dtypes = [np.dtype(d) for d in in_dtypes]
-    out_dtype = np.dtype(out_dtype)
-    expr = EMITTERS[primitive](list(args), in_dtypes, out_dtype, dict(params),
-                               ctx or _NoStatements())
+    ``ctx.bind(dtype, expr)`` (``ctx`` may be None) binds an intermediate to a local and
+    returns its name; rows with several steps (``integer_pow``, ``clamp``) use it."""
+    expr = call_emitter(EMITTERS, ctx or _NoStatements(), primitive, params, args, in_dtypes,
+                        out_dtype)
     if is_low_precision(out_dtype) and primitive not in _EXACT:
-        expr = round_to(out_dtype, expr)
+        expr = round_to(np.dtype(out_dtype), expr)
     return expr

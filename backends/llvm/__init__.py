@@ -54,7 +54,7 @@ def compile_jaxpr(closed, devices=None, *, target_cpu=None):
     see :func:`pipeline.compile_jaxpr`)."""
     if _IMPORT_ERROR is not None:
         raise RuntimeError(f"the llvm backend needs llvmlite and scipy: {_IMPORT_ERROR}")
-    # deferred: backends.llvm.pipeline -> backends.llvm at import
+    # deferred: start-up time (the compiler; see _missing_dependency)
     from functrans.backends.llvm.pipeline import compile_jaxpr as compile_native
     return compile_native(closed, devices, target_cpu=target_cpu)
 
@@ -63,9 +63,9 @@ def compile_jaxpr(closed, devices=None, *, target_cpu=None):
 def _devices_in_parallel(num_devices: int):
     """While ``num_devices`` pmap threads run at once, each runs its loops on its own thread
     and BLAS gets its share of the cores, so they do not oversubscribe the machine."""
-    # deferred: backends.llvm.codegen -> backends.llvm at import
-    from functrans.backends.llvm import codegen, thread_pool
-    with thread_pool.reserved(), codegen.blas_threads(max(1, thread_pool.num_threads() // num_devices)):
+    # deferred: start-up time (the thread pool and BLAS)
+    from functrans.backends.llvm import blas, thread_pool
+    with thread_pool.reserved(), blas.blas_threads(max(1, thread_pool.num_threads() // num_devices)):
         yield
 
 
@@ -74,7 +74,7 @@ def build_shared_library(entries, prefix: str, library: str, target_cpu=None):
     ``target_cpu`` (default ``config.llvm_cpu``; see :mod:`standalone`)."""
     if _IMPORT_ERROR is not None:
         raise RuntimeError(f"the llvm backend needs llvmlite and scipy: {_IMPORT_ERROR}")
-    # deferred: backends.llvm.standalone -> backends.llvm at import
+    # deferred: start-up time (the compiler and the C toolchain's driver)
     from functrans.backends.llvm import standalone
     return standalone.build_shared_library(
         [standalone.Entry(**e) for e in entries], prefix, library, target_cpu=target_cpu)
@@ -83,7 +83,7 @@ def build_shared_library(entries, prefix: str, library: str, target_cpu=None):
 __all__ = ["compile_jaxpr", "build_shared_library"]
 
 def _optional_passes() -> list:
-    # deferred: backends.llvm.pipeline -> backends.llvm at import
+    # deferred: start-up time (the compiler; see _missing_dependency)
     from functrans.backends.llvm.pipeline import optional_passes
     return optional_passes()
 

@@ -9,7 +9,7 @@ axis, never reassociated), which gives its float results exactly.
 Types are the ones the backend computes natively (not float16/bfloat16, whose reference
 accumulates in float32), and ``cumlogsumexp`` stays in NumPy.
 
-    >>> step = lower_cumulative(fallback_step)       # doctest: +SKIP
+    >>> step = lower_cumulative(fallback_step, program, target)       # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import scalar_ops
+from functrans.backends.llvm.expressions import combine
+from functrans.backends.llvm.ir_builder import I64, emits
 from functrans.backends.compiler.fusion import AxisStep, Buffer, FallbackStep
 from functrans.primitives import reductions
 
 # cumulative primitive -> the monoid its loop combines with
 CUMULATIVE = {reductions.cumsum_p: "add", reductions.cumprod_p: "mul",
               reductions.cummax_p: "max", reductions.cummin_p: "min"}
-I64 = ir.IntType(64)
 
 
 class CumulativeStep(AxisStep):
@@ -64,15 +65,17 @@ class CumulativeStep(AxisStep):
             mb.loop_nest(b, [self.outer, n - 1, inner], rest)
 
     def combine(self, mb, b, acc, value):
-        # deferred: backends.llvm.codegen -> backends.llvm.along_axis at import
-        from functrans.backends.llvm.codegen import _combine
         if self.out.dtype.kind == "f" and self.monoid in ("add", "mul"):
             # one IEEE operation per element, as the reference does (no reassociation)
             return b.fadd(acc, value) if self.monoid == "add" else b.fmul(acc, value)
-        return _combine(mb, b, self.monoid, self.out.dtype, acc, value)
+        return combine(mb, b, self.monoid, self.out.dtype, acc, value)
 
 
-def lower_cumulative(step: FallbackStep, target) -> CumulativeStep | None:
+emits(CumulativeStep)(CumulativeStep.emit)
+
+
+def lower_cumulative(step: FallbackStep, program, target,
+                     in_body: bool = False) -> CumulativeStep | None:
     """A :class:`CumulativeStep` for a cumulative fallback step, or None."""
     eqn = step.eqn
     if eqn.primitive not in CUMULATIVE or step.outputs[0] is None:

@@ -21,7 +21,7 @@ through the same buffer, and no copy is made per iteration.
 The step's scratch (both carry copies, the condition's result, the bodies' arenas) is one
 ``temp`` buffer of the enclosing program, placed by the ordinary buffer plan.
 
-    >>> program = lower_control_flow(program, target)      # doctest: +SKIP
+    >>> step = lower_control(fallback_step, program, target)      # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -32,16 +32,16 @@ import numpy as np
 
 from functrans.backends.compiler import buffers as buffer_planning
 from functrans.backends.compiler import fusion, passes
+from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel,
+                                                Program, Step, unique_buffers)
+from functrans.backends.compiler.native_steps import (NAME as LOWER_NATIVE_STEPS,
+                                                      lower_native_steps, outputs_in_buffers)
 from functrans.backends.llvm import donation
-from functrans.backends.compiler.fusion import (Buffer, DotKernel, FallbackStep, LoopKernel, Program,
-                                            Step, unique_buffers)
-from functrans.core import ClosedJaxpr, ShapedArray
+from functrans.backends.llvm.ir_builder import I1, I8, I8P, I32, I64, emits
 from functrans.backends.llvm.scalar_ops import mem_type
-from functrans.backends.llvm.sorting import SortStep
+from functrans.core import ClosedJaxpr, ShapedArray
 from functrans.primitives import control_flow as control_prims
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-I8P = I8.as_pointer()
 ALIGNMENT = buffer_planning.ALIGNMENT
 
 
@@ -76,16 +76,11 @@ def compile_body(closed: ClosedJaxpr, target) -> Body | None:
                                                    fuse="fuse" not in disabled))
     if "fuse_dot_epilogues" not in disabled:
         program = fusion.fuse_dot_epilogues(program)
-    if "lower_native_steps" not in disabled:
-        lower_control_flow(program, target, in_body=True)
+    if LOWER_NATIVE_STEPS not in disabled:
+        lower_native_steps(program, target, in_body=True)
     if any(isinstance(s, FallbackStep) for s in program.steps):
         return None
-    # literal outputs become constants, so every output is a buffer the body copies from
-    for k, out in enumerate(program.outputs):
-        if not isinstance(out, Buffer):
-            program.outputs[k] = _new_buffer(program, np.shape(out), np.asarray(out).dtype,
-                                             "const", np.asarray(out, order="C"))
-            program.consts.append(program.outputs[k])
+    outputs_in_buffers(program)  # every output a buffer the body copies from
     return Body(program, buffer_planning.plan_buffers(program))
 
 
@@ -141,12 +136,6 @@ def _loads_itself(output) -> bool:
     return value.kind == "load" and value.args[0] is buffer and value.args[1] is offset
 
 
-def _new_buffer(program: Program, shape, dtype, kind, value=None) -> Buffer:
-    b = Buffer(len(program.buffers), shape, dtype, kind, value)
-    program.buffers.append(b)
-    return b
-
-
 # =============================================================================================
 # The steps
 # =============================================================================================
@@ -180,6 +169,9 @@ class ControlStep(Step):
 
     def writes(self):
         return unique_buffers(list(self.outputs) + [self.scratch])
+
+    def results(self):
+        return self.outputs
 
     def describe(self):
         bodies = "\n  ".join(b.describe().replace("\n", "\n  ") for b in self.bodies)
@@ -242,12 +234,12 @@ class WhileStep(ControlStep):
         parity.add_incoming(ir.Constant(I1, 0), pre)
         current, following = self.carry_pointers(b, scratch, parity)
         _fill(b, cond_io, [pointer(x, I8) for x in cond_consts] + current + [pred])
-        mb.call_body(b, self.cond, table, _first(b, cond_io), arena)
+        call_body(mb, b, self.cond, table, _first(b, cond_io), arena)
         go_on = b.icmp_unsigned("!=", b.load(pred), ir.Constant(I8, 0))
         b.cbranch(b.and_(go_on, b.not_(mb.interrupted(b))), step, done)
         b.position_at_end(step)
         _fill(b, body_io, [pointer(x, I8) for x in body_consts] + current + following)
-        mb.call_body(b, self.body, table, _first(b, body_io), arena)
+        call_body(mb, b, self.body, table, _first(b, body_io), arena)
         parity.add_incoming(b.not_(parity), b.block)
         b.branch(head)
         b.position_at_end(done)
@@ -296,7 +288,7 @@ class ScanStep(ControlStep):
                 return [b.gep(p, [b.mul(i, ir.Constant(I64, size))], inbounds=True)
                         for p, size in ptrs]
             _fill(b, io, const_ptrs + current + sliced(xs_ptrs) + following + sliced(ys_ptrs))
-            mb.call_body(b, self.body, table, _first(b, io), arena)
+            call_body(mb, b, self.body, table, _first(b, io), arena)
             k_next = b.add(k, ir.Constant(I64, 1))
             flipped = b.not_(parity)
             k.add_incoming(k_next, b.block)
@@ -338,9 +330,67 @@ class CondStep(ControlStep):
             switch.add_case(ir.Constant(I64, k), blocks[k])
         for block, body in zip(blocks, self.branches):
             b.position_at_end(block)
-            mb.call_body(b, body, table, _first(b, io), arena)
+            call_body(mb, b, body, table, _first(b, io), arena)
             b.branch(done)
         b.position_at_end(done)
+
+
+# each control step emits its own loop or branch around calls of its bodies
+for _step_type in (WhileStep, ScanStep, CondStep):
+    emits(_step_type)(_step_type.emit)
+
+
+def call_body(mb, b: ir.IRBuilder, body: Body, table, io, arena):
+    """Call ``body``'s function, with the segment's SIGINT baseline when it polls."""
+    fn = body_function(mb, body)
+    start = mb.baseline(b) if fn.name in mb.baselines else ir.Constant(I64, 0)
+    b.call(fn, [table, io, arena, start])
+
+
+def body_function(mb, body: Body) -> ir.Function:
+    """``void body(i8** table, i8** io, i8* arena, i64 baseline)``: a control-flow body,
+    built once (``baseline``: see :meth:`ir_builder.ModuleIR.baseline`)."""
+    fn = mb.bodies.get(id(body))
+    if fn is not None:
+        return fn
+    mb.kernel_count += 1
+    name = f"body{mb.kernel_count}"
+    mb.names[name] = "a control-flow body"
+    fn = ir.Function(mb.module, ir.FunctionType(ir.VoidType(), [I8P.as_pointer(),
+                                                                I8P.as_pointer(), I8P, I64]),
+                     name=name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    mb.bodies[id(body)] = fn
+    table, io, arena, _ = fn.args
+    prologue, b = mb.prologue_and_body(fn)
+    mb.baseline_sources[name] = lambda: fn.args[3]
+    program = body.program
+    position = {}
+    for k, buf in enumerate(program.inputs):
+        position.setdefault(buf.id, k)
+    for k, buf in enumerate(program.outputs):
+        if buf.kind == "output":
+            position.setdefault(buf.id, body.n_in + k)
+
+    def io_pointer(k):
+        return prologue.load(prologue.gep(io, [ir.Constant(I64, k)], inbounds=True))
+
+    def external(buf):
+        if buf.id in position:
+            return io_pointer(position[buf.id])
+        return mb.array_data(prologue, table, body.const_slots[buf.id])
+
+    pointer = mb.pointer_resolver(prologue, external, arena, body.plan)
+    mb.emit_steps(b, program.steps, pointer, table)
+    # outputs no kernel wrote in place: inputs passed through, constants, repeats (a
+    # carry updated in its input's buffer is already where the loop reads it)
+    for k, buf in enumerate(program.outputs):
+        if position.get(buf.id) != body.n_in + k and k not in body.in_place:
+            mb.memcpy(b, io_pointer(body.n_in + k), pointer(buf, I8), buf.nbytes)
+    b.ret_void()
+    prologue.branch(fn.basic_blocks[1])
+    return fn
 
 
 def _fill(b, array, pointers):
@@ -354,34 +404,8 @@ def _first(b, array):
 
 
 # =============================================================================================
-# The pass
+# Lowering
 # =============================================================================================
-
-
-def lower_control_flow(program: Program, target, in_body: bool = False) -> Program:
-    """Replace fallback steps of ``program`` by native ones where possible (in place; returns
-    ``program``), by the lowering table (:data:`lowering.STEPS`): control flow whose bodies
-    compile natively, scatters, cumulative reductions, direct convolutions, cholesky and
-    triangular solves, and sorts (``in_body``: inside a loop or branch body)."""
-    from functrans.backends.llvm.lowering import STEPS  # deferred: lowering -> control_flow
-    output_ids = {b.id for b in program.outputs if isinstance(b, Buffer)}
-    for index, step in enumerate(program.steps):
-        if not isinstance(step, FallbackStep) or step.eqn.primitive not in STEPS:
-            continue
-        native = STEPS[step.eqn.primitive](step, program, target, in_body)
-        if native is None:
-            continue
-        outputs = native.outputs if isinstance(native, (ControlStep, SortStep)) else [native.out]
-        for k, out in enumerate(outputs):
-            if out is None:  # a dropped result still needs memory to be written to
-                aval = step.eqn.outvars[k].aval
-                outputs[k] = _new_buffer(program, aval.shape, aval.dtype, "temp")
-            elif out.kind == "fallback":
-                out.kind = "output" if out.id in output_ids else "temp"
-        if isinstance(native, ControlStep):
-            native.scratch = _new_buffer(program, (native.scratch_size,), np.uint8, "temp")
-        program.steps[index] = native
-    return program
 
 
 def _operand_buffers(step: FallbackStep, program: Program):
@@ -393,13 +417,13 @@ def _operand_buffers(step: FallbackStep, program: Program):
             inputs.append(x)
         else:  # a literal operand: a constant of the program
             value = np.asarray(x, order="C")
-            c = _new_buffer(program, value.shape, value.dtype, "const", value)
+            c = program.new_buffer(value.shape, value.dtype, "const", value)
             program.consts.append(c)
             inputs.append(c)
     return inputs
 
 
-def lower_control(step: FallbackStep, program: Program, target):
+def lower_control(step: FallbackStep, program: Program, target, in_body: bool = False):
     """A :class:`ControlStep` for a ``while``, ``scan`` or ``cond`` fallback step whose
     bodies compile natively, or None."""
     eqn = step.eqn
@@ -421,11 +445,14 @@ def lower_control(step: FallbackStep, program: Program, target):
     outputs = list(step.outputs)
     avals = [v.aval for v in eqn.outvars]
     if primitive is control_prims.while_p:
-        return WhileStep(inputs, outputs, avals, *bodies, p["cond_nconsts"], p["body_nconsts"])
-    if primitive is control_prims.scan_p:
-        return ScanStep(inputs, outputs, avals[:p["num_carry"]], *bodies, p["num_consts"],
-                        p["num_carry"], int(p["length"]), bool(p["reverse"]))
-    return CondStep(inputs, outputs, bodies)
+        native = WhileStep(inputs, outputs, avals, *bodies, p["cond_nconsts"], p["body_nconsts"])
+    elif primitive is control_prims.scan_p:
+        native = ScanStep(inputs, outputs, avals[:p["num_carry"]], *bodies, p["num_consts"],
+                          p["num_carry"], int(p["length"]), bool(p["reverse"]))
+    else:
+        native = CondStep(inputs, outputs, bodies)
+    native.scratch = program.new_buffer((native.scratch_size,), np.uint8, "temp")
+    return native
 
 
 def nested_programs(program: Program):

@@ -37,9 +37,9 @@ import numpy as np
 from functrans.backends.llvm import thread_pool
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, unique_buffers
 from functrans.backends.compiler.decompose import VECTOR_BYTES, is_direct_convolution
+from functrans.backends.llvm.ir_builder import I8P, I32, I64, emits
+from functrans.backends.llvm.scalar_ops import mem_type
 
-I32, I64 = ir.IntType(32), ir.IntType(64)
-I8P = ir.IntType(8).as_pointer()
 MAX_VECTORS = 2            # output-feature vectors per tile (2 x 6 beat 4 x 3 measured)
 MAX_ACCUMULATORS = 12      # of 16 vector registers: the rest hold weights and a broadcast
 CHUNK_FLOPS = 4_000_000    # below this a convolution runs on the calling thread
@@ -158,7 +158,6 @@ class ConvolutionStep(Step):
 
     def _kernel_function(self, mb) -> ir.Function:
         """``void conv(x*, w*, out*, i64 start, i64 end)``: output rows [start, end)."""
-        from functrans.backends.llvm.scalar_ops import mem_type
         ty = mem_type(self.out.dtype)
         mb.kernel_count += 1
         name = f"conv{mb.kernel_count}"
@@ -177,6 +176,9 @@ class ConvolutionStep(Step):
         _Tiles(self, mb, b, ty, entry, x, w, out).rows(start, end)
         b.ret_void()
         return fn
+
+
+emits(ConvolutionStep)(ConvolutionStep.emit)
 
 
 def _row_major_strides(shape) -> list:
@@ -308,7 +310,8 @@ class _Tiles:
         b.store(value, ptr, align=self.align)
 
 
-def lower_convolution(step: FallbackStep) -> ConvolutionStep | None:
+def lower_convolution(step: FallbackStep, program=None, target=None,
+                      in_body: bool = False) -> ConvolutionStep | None:
     """A native step for a ``conv_general_dilated`` fallback step already in the direct form,
     or None (the step then runs the NumPy implementation)."""
     eqn = step.eqn

@@ -9,7 +9,7 @@ segments around its NumPy steps, like any program) and the loop runs in Python a
 executables: per iteration, one compiled call. Nested control flow inside a body gets the
 same treatment, recursively, by the ordinary pipeline.
 
-    >>> step.driver = driver_for(step.eqn)       # doctest: +SKIP
+    >>> step.driver = driver_for(step.eqn, compile_jaxpr)       # doctest: +SKIP
     >>> outs = step.driver(*numpy_inputs)        # doctest: +SKIP
 """
 from __future__ import annotations
@@ -20,24 +20,19 @@ from functrans.core import ShapedArray
 from functrans.primitives import control_flow as control_prims
 
 
-def driver_for(eqn):
+def driver_for(eqn, compile_jaxpr):
     """A callable running ``eqn`` (a ``while``/``scan``/``cond``) on NumPy arrays with
-    compiled sub-jaxprs, or None when the equation has non-array operands (tokens)."""
+    sub-jaxprs compiled by ``compile_jaxpr`` (the pipeline's), or None when the equation
+    has non-array operands (tokens)."""
     avals = [v.aval for v in list(eqn.invars) + list(eqn.outvars)]
     if not all(isinstance(a, ShapedArray) for a in avals):
         return None
-    return DRIVERS[eqn.primitive](**eqn.params)
-
-
-def _compile(closed):
-    # deferred: backends.llvm.pipeline -> backends.llvm.host_loops at import
-    from functrans.backends.llvm.pipeline import compile_jaxpr
-    return compile_jaxpr(closed)
+    return DRIVERS[eqn.primitive](compile_jaxpr, **eqn.params)
 
 
 class _Scan:
-    def __init__(self, jaxpr, num_consts, num_carry, length, reverse, **_):
-        self.body = _compile(jaxpr)
+    def __init__(self, compile_jaxpr, jaxpr, num_consts, num_carry, length, reverse, **_):
+        self.body = compile_jaxpr(jaxpr)
         self.num_consts, self.num_carry = num_consts, num_carry
         self.length, self.reverse = length, reverse
         self.y_avals = jaxpr.out_avals[num_carry:]
@@ -58,8 +53,8 @@ class _Scan:
 
 
 class _While:
-    def __init__(self, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, **_):
-        self.cond, self.body = _compile(cond_jaxpr), _compile(body_jaxpr)
+    def __init__(self, compile_jaxpr, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, **_):
+        self.cond, self.body = compile_jaxpr(cond_jaxpr), compile_jaxpr(body_jaxpr)
         self.cond_nconsts, self.body_nconsts = cond_nconsts, body_nconsts
 
     def __call__(self, *args):
@@ -72,8 +67,8 @@ class _While:
 
 
 class _Cond:
-    def __init__(self, branches, **_):
-        self.branches = [_compile(b) for b in branches]
+    def __init__(self, compile_jaxpr, branches, **_):
+        self.branches = [compile_jaxpr(b) for b in branches]
 
     def __call__(self, index, *operands):
         i = int(np.clip(np.asarray(index), 0, len(self.branches) - 1))

@@ -15,6 +15,8 @@ import numpy as np
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.fusion import FallbackStep, Program
 from functrans.backends.compiler.indexing import ScatterStep, scatter_operands
+from functrans.backends.llvm.expressions import Evaluator, combine
+from functrans.backends.llvm.ir_builder import emits
 from functrans.primitives import indexing as indexing_prims
 
 # scatters whose combine has no boolean code here: on booleans NumPy runs them
@@ -26,8 +28,6 @@ class ScatterLoop(ScatterStep):
     """A :class:`ScatterStep` emitted as one serial loop over the updates."""
 
     def emit(self, mb, b: ir.IRBuilder, pointer, table):
-        # deferred: backends.llvm.codegen -> backends.llvm.indexing at import
-        from functrans.backends.llvm.codegen import _combine, _Evaluator
         if self.out.id != self.operand.id:
             mb.memcpy(b, pointer(self.out), pointer(self.operand), self.out.nbytes)
         with E.lock:
@@ -37,16 +37,19 @@ class ScatterLoop(ScatterStep):
         ptrs = {buf.id: pointer(buf) for buf in (self.out, self.indices, self.updates)}
 
         def body(indices):
-            ev = _Evaluator(mb, b, indices, ptrs)
+            ev = Evaluator(mb, b, indices, ptrs)
             off, value, ok = ev.index(offset), ev.scalar(update), ev.scalar(valid)
             old = ev.load(self.out, off)
-            new = value if self.combine is None else _combine(mb, b, self.combine,
-                                                              self.out.dtype, old, value)
+            new = value if self.combine is None else combine(mb, b, self.combine,
+                                                             self.out.dtype, old, value)
             ev.store(self.out, off, b.select(ok, new, old))
         mb.loop_nest(b, extents, body)
 
 
-def lower_scatter(step: FallbackStep, program: Program, target):
+emits(ScatterLoop)(ScatterLoop.emit)
+
+
+def lower_scatter(step: FallbackStep, program: Program, target, in_body: bool = False):
     """A :class:`ScatterLoop` for a scatter fallback step, or None."""
     eqn = step.eqn
     operands = scatter_operands(step)

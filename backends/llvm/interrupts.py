@@ -46,7 +46,7 @@ import threading
 
 import llvmlite.ir as ir
 
-from functrans.backends.llvm import linker
+from functrans.backends.llvm import linker, machine_code
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
@@ -132,9 +132,7 @@ def ensure_loaded() -> None:
     with _lock:
         if _state:
             return
-        # deferred: backends.llvm.codegen -> backends.llvm.interrupts at import
-        from functrans.backends.llvm import codegen
-        loaded = linker.load(codegen.support_object("functrans-interrupts", _build_module))
+        loaded = linker.load(machine_code.support_object("functrans-interrupts", _build_module))
         loaded.keep()  # the handler stays installed until the process exits
         address = ctypes.CFUNCTYPE(ctypes.c_void_p)(loaded.address(_ADDRESS_SYMBOL))()
         linker.register_symbol(STATE_SYMBOL, address)

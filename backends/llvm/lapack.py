@@ -23,10 +23,10 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, unique_buffers
+from functrans.backends.llvm.ir_builder import I8, I8P, I32, I64, emits
 from functrans.primitives import linalg
 
-I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-I8P, I32P = I8.as_pointer(), I32.as_pointer()
+I32P = I32.as_pointer()
 F32, F64 = ir.FloatType(), ir.DoubleType()
 PRIMITIVES = (linalg.cholesky_p, linalg.triangular_solve_p)
 
@@ -137,7 +137,12 @@ class TriangularSolveStep(_MatrixStep):
         mb.loop(b, self.batch, matrix, name="matrix")
 
 
-def lower_linalg(step: FallbackStep):
+for _step_type in (CholeskyStep, TriangularSolveStep):
+    emits(_step_type)(_step_type.emit)
+
+
+def lower_linalg(step: FallbackStep, program=None, target=None,
+                 in_body: bool = False):
     """A native step for a ``cholesky`` or ``triangular_solve`` fallback step, or None."""
     eqn = step.eqn
     if eqn.primitive not in PRIMITIVES or step.outputs[0] is None:

@@ -27,6 +27,8 @@ import struct
 import sys
 import threading
 
+from functrans.backends.llvm import machine_code
+
 # Symbols generated code calls by name (name -> address), shared with LLVM's JIT linker
 # when that is used instead (see :func:`publish_to_llvm`).
 _symbols: dict[str, int] = {}
@@ -375,11 +377,9 @@ def load(data: bytes):
         reason = err
     import llvmlite.binding as llvm
 
-    # deferred: backends.llvm.codegen -> backends.llvm.linker at import
-    from functrans.backends.llvm import codegen
     publish_to_llvm()
-    with codegen._llvm_lock:
-        tm = codegen.create_target_machine()
+    with machine_code._llvm_lock:
+        tm = machine_code.create_target_machine()
         backing = llvm.parse_assembly("")
         backing.triple = tm.triple
         engine = llvm.create_mcjit_compiler(backing, tm)

@@ -24,44 +24,19 @@ from functrans.primitives import linalg, linalg_schur, reductions
 from functrans.primitives.sorting import sort_p
 
 
-def _control(step, program, target, in_body):
-    return control_flow.lower_control(step, program, target)
-
-
-def _cumulative(step, program, target, in_body):
-    return along_axis.lower_cumulative(step, target)
-
-
-def _sort(step, program, target, in_body):
-    # short lines sort natively only inside a loop or branch body, where that keeps the
-    # whole loop native: at the top level NumPy sorts them as fast
-    return sorting.lower_sort(step, program, target, short_lines=in_body)
-
-
-def _linalg(step, program, target, in_body):
-    return lapack.lower_linalg(step)
-
-
-def _convolution(step, program, target, in_body):
-    return convolution.lower_convolution(step)
-
-
-def _scatter(step, program, target, in_body):
-    return indexing.lower_scatter(step, program, target)
-
-
 # primitive -> lowering(fallback_step, program, target, in_body) -> native step or None
+# (read by the lower_native_steps pass: see functrans.backends.compiler.native_steps)
 STEPS = {
-    control_prims.while_p: _control, control_prims.scan_p: _control,
-    control_prims.cond_p: _control,
-    reductions.cumsum_p: _cumulative, reductions.cumprod_p: _cumulative,
-    reductions.cummax_p: _cumulative, reductions.cummin_p: _cumulative,
-    sort_p: _sort,
-    linalg.cholesky_p: _linalg, linalg.triangular_solve_p: _linalg,
-    linalg.conv_general_dilated_p: _convolution,
-    indexing_prims.scatter_p: _scatter, indexing_prims.scatter_add_p: _scatter,
-    indexing_prims.scatter_mul_p: _scatter, indexing_prims.scatter_min_p: _scatter,
-    indexing_prims.scatter_max_p: _scatter,
+    **dict.fromkeys((control_prims.while_p, control_prims.scan_p, control_prims.cond_p),
+                    control_flow.lower_control),
+    **dict.fromkeys((reductions.cumsum_p, reductions.cumprod_p, reductions.cummax_p,
+                     reductions.cummin_p), along_axis.lower_cumulative),
+    sort_p: sorting.lower_sort,
+    linalg.cholesky_p: lapack.lower_linalg, linalg.triangular_solve_p: lapack.lower_linalg,
+    linalg.conv_general_dilated_p: convolution.lower_convolution,
+    **dict.fromkeys((indexing_prims.scatter_p, indexing_prims.scatter_add_p,
+                     indexing_prims.scatter_mul_p, indexing_prims.scatter_min_p,
+                     indexing_prims.scatter_max_p), indexing.lower_scatter),
 }
 
 # primitives fused by rules of this backend's own (the shared table lacks them)

@@ -16,15 +16,14 @@ import threading
 
 import numpy as np
 
-from functrans.backends.llvm import thread_pool
 from functrans._config import config
-from functrans.backends.compiler import buffers, fusion, scan_sums, verify
-from functrans.backends.compiler.indexing import gather_rule
+from functrans.backends.compiler import buffers, fusion, native_steps, scan_sums, verify
 from functrans.backends.compiler import passes as compiler_passes
+from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (cache, codegen, control_flow, donation, float_mode,
-                                     host_loops, interrupts, linker, row_fusion, scalar_ops, targets,
-                                     vector_math)
+                                     host_loops, interrupts, linker, lowering, row_fusion,
+                                     scalar_ops, targets, thread_pool, vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -42,6 +41,7 @@ class LLVMTarget(fusion.ScalarTableTarget):
     """What the generated code supports: the fusion pass sends everything else to NumPy."""
 
     scalar_ops = scalar_ops
+    native_steps = lowering.STEPS
 
     def dot_supported(self, lhs_dtype, rhs_dtype, out_dtype) -> bool:
         dtypes = {np.dtype(lhs_dtype), np.dtype(rhs_dtype), np.dtype(out_dtype)}
@@ -113,7 +113,7 @@ def _run_loops_on_host(program: fusion.Program) -> fusion.Program:
     for step in program.steps:
         if isinstance(step, fusion.FallbackStep) and \
                 step.eqn.primitive in host_loops.DRIVERS:
-            step.driver = host_loops.driver_for(step.eqn)
+            step.driver = host_loops.driver_for(step.eqn, compile_jaxpr)
     return program
 
 
@@ -142,8 +142,7 @@ def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
         Pass("fuse", _fuse(fuse), off=_fuse(False)),
         *([Pass("fuse_dot_epilogues", fusion.fuse_dot_epilogues),
            Pass("fuse_rows", row_fusion.fuse_rows)] if fuse else []),
-        Pass("lower_native_steps", lambda program: control_flow.lower_control_flow(program,
-                                                                                   TARGET)),
+        native_steps.lowering_pass(TARGET),
         Pass("run_loops_on_host", _run_loops_on_host),
         Pass("plan_buffers", _plan(closed), required=True),
     ]

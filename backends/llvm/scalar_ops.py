@@ -21,6 +21,7 @@ import numpy as np
 
 from functrans.backends.llvm.vector_math import F32, F64, MathLibrary
 from functrans.backends.compiler import exprs as E
+from functrans.backends.compiler.scalar_tables import call_emitter, table_supports
 from functrans.primitives import elementwise as ew
 
 SUPPORTED_DTYPES = {np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64,
@@ -433,21 +434,14 @@ _FLOAT_ONLY = set(_FLOAT_MATH) | {ew.floor_p, ew.ceil_p, ew.round_p, ew.is_finit
                                   ew.imag_p, ew.conj_p, ew.erf_inv_p}
 
 
-def supports(primitive, params: dict, in_dtypes, out_dtype) -> bool:
-    """Whether ``primitive`` on these dtypes has scalar code here."""
-    if primitive not in EMITTERS:
-        return False
-    dtypes = [np.dtype(d) for d in in_dtypes] + [np.dtype(out_dtype)]
-    if any(d not in SUPPORTED_DTYPES for d in dtypes):
-        return False
-    if primitive in _FLOAT_ONLY and not all(_is_float(d) for d in dtypes if d != np.bool_):
-        return False
-    if primitive is ew.erf_inv_p and any(d != np.float32 for d in dtypes):
-        return False  # float64 has no inline code and libm has no erfinv: NumPy runs it
-    return True
+# float64 erf_inv has no inline code and libm has no erfinv: NumPy runs it
+_DTYPE_LIMITS = {ew.erf_inv_p: lambda dtype: dtype == np.float32}
+
+# supports(primitive, params, in_dtypes, out_dtype): whether ``primitive`` on these dtypes
+# has scalar code here
+supports = table_supports(EMITTERS, SUPPORTED_DTYPES, _FLOAT_ONLY, _is_float, _DTYPE_LIMITS)
 
 
 def emit(ctx: ScalarContext, primitive, params: dict, args, in_dtypes, out_dtype):
     """Emit ``primitive`` on register values ``args``; returns the result value."""
-    return EMITTERS[primitive](ctx, list(args), [np.dtype(d) for d in in_dtypes],
-                               np.dtype(out_dtype), dict(params))
+    return call_emitter(EMITTERS, ctx, primitive, params, args, in_dtypes, out_dtype)

@@ -26,10 +26,10 @@ import llvmlite.ir as ir
 import numpy as np
 
 from functrans.backends.llvm import scalar_ops
+from functrans.backends.llvm.ir_builder import I1, I64, emits
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program, Step, unique_buffers
 from functrans.primitives.sorting import sort_p
 
-I1, I64 = ir.IntType(1), ir.IntType(64)
 RADIX = 256  # one byte per counting pass
 RADIX_MIN_LENGTH = 256  # shorter lines merge-sort: a pass's 256 counters would dominate
 
@@ -56,6 +56,9 @@ class SortStep(Step):
 
     def writes(self):
         return list(self.outputs) + [self.scratch]
+
+    def results(self):
+        return self.outputs
 
     def describe(self):
         return (f"sort[dim {self.dimension}, {self.num_keys} key(s)] {self.operands} -> "
@@ -221,6 +224,9 @@ class SortStep(Step):
         b.position_at_end(done)
 
 
+emits(SortStep)(SortStep.emit)
+
+
 def _unsigned_image(b, dtype, x, widen: bool = True):
     """``x`` as an integer whose unsigned order is the sort's order of ``dtype`` (floats: the
     total order with every NaN largest): an i64 (the radix passes' digits), or with
@@ -246,11 +252,11 @@ def _min(b, x, y):
 
 
 def lower_sort(step: FallbackStep, program: Program, target,
-               short_lines: bool = True) -> SortStep | None:
+               in_body: bool = False) -> SortStep | None:
     """A :class:`SortStep` for a ``sort`` fallback step, or None (also for lines shorter
-    than ``RADIX_MIN_LENGTH`` unless ``short_lines``)."""
-    # deferred: backends.llvm.control_flow -> backends.llvm.sorting at import
-    from functrans.backends.llvm.control_flow import _new_buffer
+    than ``RADIX_MIN_LENGTH`` outside a loop or branch body: at the top level NumPy sorts
+    them as fast, while in a body a native sort keeps the whole loop native)."""
+    short_lines = in_body
     eqn = step.eqn
     if eqn.primitive is not sort_p:
         return None
@@ -267,9 +273,9 @@ def lower_sort(step: FallbackStep, program: Program, target,
     for k, out in enumerate(step.outputs):
         if out is None:  # a dropped result still needs memory to be written to
             aval = eqn.outvars[k].aval
-            out = _new_buffer(program, aval.shape, aval.dtype, "temp")
+            out = program.new_buffer(aval.shape, aval.dtype, "temp")
         outputs.append(out)
     n = operands[0].shape[dimension]
     # two permutations, two key images, the radix counters
-    scratch = _new_buffer(program, (4 * max(n, 1) + RADIX,), np.int64, "temp")
+    scratch = program.new_buffer((4 * max(n, 1) + RADIX,), np.int64, "temp")
     return SortStep(operands, outputs, dimension, num_keys, scratch)

@@ -55,7 +55,7 @@ import time
 import llvmlite.ir as ir
 
 from functrans.backends.compiler import passes
-from functrans.backends.llvm import float_mode, interrupts, linker
+from functrans.backends.llvm import float_mode, interrupts, linker, machine_code
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
@@ -155,62 +155,114 @@ def _libc_symbol(name: str) -> int:
     raise RuntimeError(f"llvm backend: cannot find {name} for the thread pool")
 
 
-def _build_module(triple: str) -> str:
-    """The pool's IR: globals, ``ft_parallel_for``, the worker loop, start and reset."""
-    m = ir.Module(name="functrans_thread_pool")
-    m.triple = triple
+class _PoolModule:
+    """The pool's module while it is built: its globals, the C functions it calls, the
+    functions built so far (see :func:`_build_module`), and small IR helpers."""
 
-    def global_(name, ty, align=64):
-        g = ir.GlobalVariable(m, ty, name)
+    def __init__(self, triple: str):
+        m = ir.Module(name="functrans_thread_pool")
+        m.triple = triple
+        self.m = m
+        global_ = self.global_
+        self.counter = global_("counter", I64)
+        self.done = global_("done", I64)
+        self.job_fn = global_("job_fn", I8P)
+        self.job_ctx = global_("job_ctx", I8P)
+        self.job_n = global_("job_n", I64)
+        self.generation = global_("generation", I32)
+        # the SIGINT counter when the job was published
+        self.job_epoch = global_("job_epoch", I64)
+        # the caller's MXCSR (subnormals flushed or not): its chunks run in that mode on any
+        # thread (see float_mode.py); x86 only
+        self.has_mode = float_mode.supported(triple)
+        self.job_mode = global_("job_mode", I32) if self.has_mode else None
+        self.interrupt_state = ir.GlobalVariable(m, interrupts.STATE_TYPE,
+                                                 interrupts.STATE_SYMBOL)
+        self.busy = global_("busy", I32)
+        self.workers = global_("workers", I32)
+        # CLOCK_MONOTONIC ns; see _BACKOFF_MIN_NS
+        self.serial_until = global_("serial_until", I64)
+        self.backoff = global_("backoff", I64)
+        # the end of the last pause, or the last halving
+        self.calm_since = global_("calm_since", I64)
+        # jobs run by the pool, and jobs run on the caller alone because a worker was starved
+        self.pooled_jobs = global_("pooled_jobs", I64)
+        self.contended_jobs = global_("contended_jobs", I64)
+        self.starved_count = global_("starved_count", I64)  # times a worker found itself starved
+        # room for a pthread_mutex_t / pthread_cond_t on any platform; ft_pool_start initializes
+        self.storage = ir.ArrayType(I64, 16)
+        self.mutex, self.job_cv, self.done_cv = (global_(n, self.storage)
+                                                 for n in ("mutex", "job_cv", "done_cv"))
+        self.lock = self.declare("ft_pthread_mutex_lock", I32, [I8P])
+        self.unlock = self.declare("ft_pthread_mutex_unlock", I32, [I8P])
+        self.wait = self.declare("ft_pthread_cond_wait", I32, [I8P, I8P])
+        self.broadcast = self.declare("ft_pthread_cond_broadcast", I32, [I8P])
+        self.create = self.declare("ft_pthread_create", I32, [I64.as_pointer(), I8P, I8P, I8P])
+        self.mutex_init = self.declare("ft_pthread_mutex_init", I32, [I8P, I8P])
+        self.cond_init = self.declare("ft_pthread_cond_init", I32, [I8P, I8P])
+        self.clock = self.declare("ft_clock_gettime", I32, [I32, I64.as_pointer()])
+        self.pause = (self.declare("llvm.x86.sse2.pause", VOID, [])
+                      if triple.startswith(("x86_64", "i686")) else None)
+        self.ticks = self.declare("llvm.readcyclecounter", I64, [])
+
+    def global_(self, name, ty, align=64):
+        g = ir.GlobalVariable(self.m, ty, name)
         g.linkage = "internal"
         g.initializer = ir.Constant(ty, None)
         g.align = align
         return g
 
-    counter = global_("counter", I64)
-    done = global_("done", I64)
-    job_fn = global_("job_fn", I8P)
-    job_ctx = global_("job_ctx", I8P)
-    job_n = global_("job_n", I64)
-    generation = global_("generation", I32)
-    job_epoch = global_("job_epoch", I64)  # the SIGINT counter when the job was published
-    # the caller's MXCSR (subnormals flushed or not): its chunks run in that mode on any
-    # thread (see float_mode.py); x86 only
-    has_mode = float_mode.supported(triple)
-    job_mode = global_("job_mode", I32) if has_mode else None
-    interrupt_state = ir.GlobalVariable(m, interrupts.STATE_TYPE, interrupts.STATE_SYMBOL)
-    busy = global_("busy", I32)
-    workers = global_("workers", I32)
-    serial_until = global_("serial_until", I64)  # CLOCK_MONOTONIC ns; see _BACKOFF_MIN_NS
-    backoff = global_("backoff", I64)
-    calm_since = global_("calm_since", I64)  # the end of the last pause, or the last halving
-    # jobs run by the pool, and jobs run on the caller alone because a worker was starved
-    pooled_jobs = global_("pooled_jobs", I64)
-    contended_jobs = global_("contended_jobs", I64)
-    starved_count = global_("starved_count", I64)  # times a worker found itself starved
-    # room for a pthread_mutex_t / pthread_cond_t on any platform; ft_pool_start initializes
-    storage = ir.ArrayType(I64, 16)
-    mutex, job_cv, done_cv = (global_(n, storage) for n in ("mutex", "job_cv", "done_cv"))
+    def declare(self, name, ret, args):
+        return ir.Function(self.m, ir.FunctionType(ret, args), name=name)
 
-    def declare(name, ret, args):
-        return ir.Function(m, ir.FunctionType(ret, args), name=name)
-
-    lock = declare("ft_pthread_mutex_lock", I32, [I8P])
-    unlock = declare("ft_pthread_mutex_unlock", I32, [I8P])
-    wait = declare("ft_pthread_cond_wait", I32, [I8P, I8P])
-    broadcast = declare("ft_pthread_cond_broadcast", I32, [I8P])
-    create = declare("ft_pthread_create", I32, [I64.as_pointer(), I8P, I8P, I8P])
-    mutex_init = declare("ft_pthread_mutex_init", I32, [I8P, I8P])
-    cond_init = declare("ft_pthread_cond_init", I32, [I8P, I8P])
-    clock = declare("ft_clock_gettime", I32, [I32, I64.as_pointer()])
-    pause = declare("llvm.x86.sse2.pause", VOID, []) if triple.startswith(("x86_64", "i686")) \
-        else None
-    ticks = declare("llvm.readcyclecounter", I64, [])
-
+    @staticmethod
     def ptr(b, g):
         return b.bitcast(g, I8P)
 
-    # ---- now_ns(clock id): clock_gettime in nanoseconds ---------------------------------------
+    def sigint_count(self, b):
+        """The SIGINT counter (defined in interrupts.py)."""
+        word = b.gep(self.interrupt_state,
+                     [ir.Constant(I32, 0), ir.Constant(I32, interrupts.EPOCH)], inbounds=True)
+        return b.load_atomic(word, "monotonic", 8)
+
+    def relax(self, b):
+        if self.pause is not None:
+            b.call(self.pause, [])
+
+    @staticmethod
+    def counted_loop(b, fn, extent, body, name):
+        """for i in range(extent): body(i) (extent an i64 value)."""
+        pre = b.block
+        head = fn.append_basic_block(f"{name}.head")
+        loop = fn.append_basic_block(f"{name}.body")
+        out = fn.append_basic_block(f"{name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        b.cbranch(b.icmp_signed("<", i, extent), loop, out)
+        b.position_at_end(loop)
+        body(i)
+        i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
+        b.branch(head)
+        b.position_at_end(out)
+
+
+def _build_module(triple: str) -> str:
+    """The pool's IR: globals, ``ft_parallel_for``, the worker loop, start and reset."""
+    pool = _PoolModule(triple)
+    for add in (_add_clock, _add_backoff, _add_run_chunks, _add_worker, _add_parallel_for,
+                _add_start, _add_reserve):
+        add(pool)
+    _add_stats(pool.m, (pool.pooled_jobs, pool.contended_jobs, pool.backoff, pool.starved_count))
+    _add_blas_hold(pool.m, pool.lock, pool.unlock, pool.mutex_init, pool.global_)
+    _add_serial_helpers(pool.m)
+    return str(pool.m)
+
+
+def _add_clock(pool: _PoolModule) -> None:
+    """``now_ns(clock id)``: ``clock_gettime`` in nanoseconds."""
+    m, clock = pool.m, pool.clock
     now_ns = ir.Function(m, ir.FunctionType(I64, [I32]), name="now_ns")
     now_ns.linkage = "internal"
     b = ir.IRBuilder(now_ns.append_basic_block("entry"))
@@ -219,8 +271,15 @@ def _build_module(triple: str) -> str:
     b.call(clock, [now_ns.args[0], ts64])
     b.ret(b.add(b.mul(b.load(ts64), ir.Constant(I64, 1_000_000_000)),
                 b.load(b.gep(ts64, [ir.Constant(I32, 1)]))))
+    pool.now_ns = now_ns
 
-    # ---- note_starved(): a worker lost its core; run the next jobs on the caller alone -------
+
+def _add_backoff(pool: _PoolModule) -> None:
+    """``note_starved()``: a worker lost its core, so the next jobs run on the caller alone
+    (for a pause that doubles each time); ``note_with_core()``: a worker ran a job on its own
+    core, so after a calm a quarter as long as the pause, the pause is halved."""
+    m, serial_until, backoff = pool.m, pool.serial_until, pool.backoff
+    calm_since, starved_count, now_ns = pool.calm_since, pool.starved_count, pool.now_ns
     note_starved = ir.Function(m, ir.FunctionType(VOID, []), name="note_starved")
     note_starved.linkage = "internal"
     b = ir.IRBuilder(note_starved.append_basic_block("entry"))
@@ -258,35 +317,16 @@ def _build_module(triple: str) -> str:
     b.branch(out_block)
     b.position_at_end(out_block)
     b.ret_void()
+    pool.note_starved = note_starved
+    pool.note_with_core = note_with_core
 
-    def sigint_count(b):
-        """The SIGINT counter (defined in interrupts.py)."""
-        word = b.gep(interrupt_state, [ir.Constant(I32, 0), ir.Constant(I32, interrupts.EPOCH)],
-                     inbounds=True)
-        return b.load_atomic(word, "monotonic", 8)
 
-    def relax(b):
-        if pause is not None:
-            b.call(pause, [])
-
-    def counted_loop(b, fn, extent, body, name):
-        """for i in range(extent): body(i) (extent an i64 value)."""
-        pre = b.block
-        head = fn.append_basic_block(f"{name}.head")
-        loop = fn.append_basic_block(f"{name}.body")
-        out = fn.append_basic_block(f"{name}.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64)
-        i.add_incoming(ir.Constant(I64, 0), pre)
-        b.cbranch(b.icmp_signed("<", i, extent), loop, out)
-        b.position_at_end(loop)
-        body(i)
-        i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
-        b.branch(head)
-        b.position_at_end(out)
-
-    # ---- run_chunks(generation): claim and run chunks of that job until none is left -------
+def _add_run_chunks(pool: _PoolModule) -> None:
+    """``run_chunks(generation)``: claim and run chunks of that job until none is left."""
+    m, counter, done, job_fn = pool.m, pool.counter, pool.done, pool.job_fn
+    job_ctx, job_n, job_epoch = pool.job_ctx, pool.job_n, pool.job_epoch
+    has_mode, job_mode, mutex = pool.has_mode, pool.job_mode, pool.mutex
+    done_cv, lock, unlock, broadcast = pool.done_cv, pool.lock, pool.unlock, pool.broadcast
     run = ir.Function(m, ir.FunctionType(VOID, [I32]), name="run_chunks")
     run.linkage = "internal"
     b = ir.IRBuilder(run.append_basic_block("entry"))
@@ -309,7 +349,7 @@ def _build_module(triple: str) -> str:
     swap, drop, dropped = (run.append_basic_block(name) for name in ("swap", "drop", "dropped"))
     b.cbranch(has_chunk, check, out)
     b.position_at_end(check)
-    interrupted = b.icmp_unsigned("!=", sigint_count(b), b.load_atomic(job_epoch, "monotonic", 8))
+    interrupted = b.icmp_unsigned("!=", pool.sigint_count(b), b.load_atomic(job_epoch, "monotonic", 8))
     b.cbranch(interrupted, drop, swap)
     b.position_at_end(drop)  # claim chunks c..n-1 at once, and count them as finished
     remaining = b.sub(n, c)
@@ -329,14 +369,21 @@ def _build_module(triple: str) -> str:
                            ir.Constant(I64, 1))
     b.cbranch(b.icmp_unsigned("==", finished_count, n), finished, head)
     b.position_at_end(finished)  # the last chunk: wake the caller if it went to sleep
-    b.call(lock, [ptr(b, mutex)])
-    b.call(broadcast, [ptr(b, done_cv)])
-    b.call(unlock, [ptr(b, mutex)])
+    b.call(lock, [pool.ptr(b, mutex)])
+    b.call(broadcast, [pool.ptr(b, done_cv)])
+    b.call(unlock, [pool.ptr(b, mutex)])
     b.branch(head)
     b.position_at_end(out)
     b.ret_void()
+    pool.run = run
 
-    # ---- worker(arg): wait for a new generation, run its chunks, repeat ---------------------
+
+def _add_worker(pool: _PoolModule) -> None:
+    """``worker(arg)``: wait for a new generation, run its chunks, repeat."""
+    m, generation, mutex, job_cv = pool.m, pool.generation, pool.mutex, pool.job_cv
+    lock, unlock, wait, ticks = pool.lock, pool.unlock, pool.wait, pool.ticks
+    now_ns, note_starved, note_with_core = pool.now_ns, pool.note_starved, pool.note_with_core
+    run = pool.run
     worker = ir.Function(m, ir.FunctionType(I8P, [I8P]), name="worker")
     worker.linkage = "internal"
     b = ir.IRBuilder(worker.append_basic_block("entry"))
@@ -373,7 +420,7 @@ def _build_module(triple: str) -> str:
     new = b.icmp_unsigned("!=", b.load_atomic(generation, "acquire", 4), b.load(seen_slot))
     b.cbranch(new, work, spin_next)
     b.position_at_end(spin_next)
-    relax(b)
+    pool.relax(b)
     elapsed = b.sub(b.call(ticks, []), started)
     spins = b.add(b.load(spins_slot), ir.Constant(I64, 1))
     b.store(spins, spins_slot)
@@ -396,7 +443,7 @@ def _build_module(triple: str) -> str:
     b.call(note_starved, [])
     b.branch(sleep)
     b.position_at_end(sleep)
-    b.call(lock, [ptr(b, mutex)])
+    b.call(lock, [pool.ptr(b, mutex)])
     b.branch(sleep_check)
     b.position_at_end(sleep_check)
     still = b.icmp_unsigned("==", b.load_atomic(generation, "acquire", 4), b.load(seen_slot))
@@ -404,10 +451,10 @@ def _build_module(triple: str) -> str:
     woke = worker.append_basic_block("woke")
     b.cbranch(still, wait_block, woke)
     b.position_at_end(wait_block)
-    b.call(wait, [ptr(b, job_cv), ptr(b, mutex)])
+    b.call(wait, [pool.ptr(b, job_cv), pool.ptr(b, mutex)])
     b.branch(sleep_check)
     b.position_at_end(woke)
-    b.call(unlock, [ptr(b, mutex)])
+    b.call(unlock, [pool.ptr(b, mutex)])
     b.branch(work)
     b.position_at_end(work)
     g = b.load_atomic(generation, "acquire", 4)
@@ -423,14 +470,26 @@ def _build_module(triple: str) -> str:
     b.position_at_end(with_core)
     b.call(note_with_core, [])
     b.branch(top)
+    pool.worker = worker
 
-    # ---- ft_parallel_for(fn, ctx, n) ----------------------------------------------------------
+
+def _add_parallel_for(pool: _PoolModule) -> None:
+    """``ft_parallel_for(fn, ctx, n)``: run ``fn(ctx, c)`` for every chunk ``c < n``, on the
+    pool or, when it is busy, paused or has no workers, on the calling thread."""
+    m, counter, done, job_fn = pool.m, pool.counter, pool.done, pool.job_fn
+    job_ctx, job_n, generation = pool.job_ctx, pool.job_n, pool.generation
+    job_epoch, has_mode, job_mode = pool.job_epoch, pool.has_mode, pool.job_mode
+    busy, workers, serial_until = pool.busy, pool.workers, pool.serial_until
+    pooled_jobs, contended_jobs, mutex = pool.pooled_jobs, pool.contended_jobs, pool.mutex
+    job_cv, done_cv, lock, unlock = pool.job_cv, pool.done_cv, pool.lock, pool.unlock
+    wait, broadcast, ticks, now_ns = pool.wait, pool.broadcast, pool.ticks, pool.now_ns
+    run = pool.run
     pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=SYMBOL)
     fn_arg, ctx_arg, n_arg = pf.args
     b = ir.IRBuilder(pf.append_basic_block("entry"))
     caller_mode_slot = b.alloca(I32) if has_mode else None
     serial, parallel = pf.append_basic_block("serial"), pf.append_basic_block("parallel")
-    start_epoch = sigint_count(b)  # a SIGINT from here on drops the chunks not yet started
+    start_epoch = pool.sigint_count(b)  # a SIGINT from here on drops the chunks not yet started
     chunk = b.bitcast(fn_arg, CHUNK_FN.as_pointer())
     no_workers = b.icmp_unsigned("==", b.load_atomic(workers, "acquire", 4), ir.Constant(I32, 0))
     tiny = b.icmp_signed("<=", n_arg, ir.Constant(I64, 1))
@@ -477,7 +536,7 @@ def _build_module(triple: str) -> str:
     c = b.phi(I64)
     c.add_incoming(serial_first, serial)
     more = b.icmp_signed("<", c, n_arg)
-    calm = b.icmp_unsigned("==", sigint_count(b), start_epoch)
+    calm = b.icmp_unsigned("==", pool.sigint_count(b), start_epoch)
     b.cbranch(b.and_(more, calm), loop_body, loop_end)
     b.position_at_end(loop_body)
     b.call(chunk, [ctx_arg, c])
@@ -498,10 +557,10 @@ def _build_module(triple: str) -> str:
     if has_mode:
         b.store_atomic(float_mode.read(b, caller_mode_slot), job_mode, "monotonic", 4)
     b.store_atomic(b.or_(gen_high, first), counter, "seq_cst", 8)  # claimable from here
-    b.call(lock, [ptr(b, mutex)])
+    b.call(lock, [pool.ptr(b, mutex)])
     b.store_atomic(gen, generation, "seq_cst", 4)
-    b.call(broadcast, [ptr(b, job_cv)])
-    b.call(unlock, [ptr(b, mutex)])
+    b.call(broadcast, [pool.ptr(b, job_cv)])
+    b.call(unlock, [pool.ptr(b, mutex)])
     b.call(run, [gen])
     # every chunk is claimed; wait until the last one has finished
     spin, spin_next, sleep, sleep_check, wait_block, release = (
@@ -513,27 +572,33 @@ def _build_module(triple: str) -> str:
     all_done = b.icmp_unsigned(">=", b.load_atomic(done, "acquire", 8), n_arg)
     b.cbranch(all_done, release, spin_next)
     b.position_at_end(spin_next)
-    relax(b)
+    pool.relax(b)
     waited = b.sub(b.call(ticks, []), waited_from)
     b.cbranch(b.icmp_unsigned("<", waited, ir.Constant(I64, _CALLER_SPIN_TICKS)), spin, sleep)
     b.position_at_end(sleep)
-    b.call(lock, [ptr(b, mutex)])
+    b.call(lock, [pool.ptr(b, mutex)])
     b.branch(sleep_check)
     b.position_at_end(sleep_check)
     pending = b.icmp_unsigned("<", b.load_atomic(done, "acquire", 8), n_arg)
     woke = pf.append_basic_block("woke")
     b.cbranch(pending, wait_block, woke)
     b.position_at_end(wait_block)
-    b.call(wait, [ptr(b, done_cv), ptr(b, mutex)])
+    b.call(wait, [pool.ptr(b, done_cv), pool.ptr(b, mutex)])
     b.branch(sleep_check)
     b.position_at_end(woke)
-    b.call(unlock, [ptr(b, mutex)])
+    b.call(unlock, [pool.ptr(b, mutex)])
     b.branch(release)
     b.position_at_end(release)
     b.store_atomic(ir.Constant(I32, 0), busy, "release", 4)
     b.ret_void()
 
-    # ---- ft_pool_start(count): create the workers ---------------------------------------------
+
+def _add_start(pool: _PoolModule) -> None:
+    """``ft_pool_start(count)``: create the workers."""
+    m, busy, workers, serial_until = pool.m, pool.busy, pool.workers, pool.serial_until
+    backoff, calm_since, storage = pool.backoff, pool.calm_since, pool.storage
+    mutex, job_cv, done_cv, create = pool.mutex, pool.job_cv, pool.done_cv, pool.create
+    mutex_init, cond_init, worker = pool.mutex_init, pool.cond_init, pool.worker
     start_fn = ir.Function(m, ir.FunctionType(I32, [I32]), name="ft_pool_start")
     b = ir.IRBuilder(start_fn.append_basic_block("entry"))
     b.store_atomic(ir.Constant(I32, 0), workers, "seq_cst", 4)
@@ -542,9 +607,9 @@ def _build_module(triple: str) -> str:
         b.store_atomic(ir.Constant(I64, 0), g_, "seq_cst", 8)
     for g_ in (mutex, job_cv, done_cv):
         b.store(ir.Constant(storage, None), g_)
-    b.call(mutex_init, [ptr(b, mutex), ir.Constant(I8P, None)])
-    b.call(cond_init, [ptr(b, job_cv), ir.Constant(I8P, None)])
-    b.call(cond_init, [ptr(b, done_cv), ir.Constant(I8P, None)])
+    b.call(mutex_init, [pool.ptr(b, mutex), ir.Constant(I8P, None)])
+    b.call(cond_init, [pool.ptr(b, job_cv), ir.Constant(I8P, None)])
+    b.call(cond_init, [pool.ptr(b, done_cv), ir.Constant(I8P, None)])
     tid = b.alloca(I64)
     created = b.alloca(I32)
     b.store(ir.Constant(I32, 0), created)
@@ -554,12 +619,16 @@ def _build_module(triple: str) -> str:
                              ir.Constant(I8P, None)])
         ok = b.icmp_signed("==", rc, ir.Constant(I32, 0))
         b.store(b.add(b.load(created), b.zext(ok, I32)), created)
-    counted_loop(b, start_fn, b.zext(start_fn.args[0], I64), spawn, "spawn")
+    pool.counted_loop(b, start_fn, b.zext(start_fn.args[0], I64), spawn, "spawn")
     count = b.load(created)
     b.store_atomic(count, workers, "seq_cst", 4)
     b.ret(count)
 
-    # ---- ft_pool_reserve(on): hold the pool (1) so parallel loops run serially, or free it (0)
+
+def _add_reserve(pool: _PoolModule) -> None:
+    """``ft_pool_reserve(on)``: hold the pool (1) so parallel loops run serially, or free
+    it (0)."""
+    m, busy = pool.m, pool.busy
     reserve = ir.Function(m, ir.FunctionType(I32, [I32]), name=RESERVE_SYMBOL)
     b = ir.IRBuilder(reserve.append_basic_block("entry"))
     take, give = reserve.append_basic_block("take"), reserve.append_basic_block("give")
@@ -571,11 +640,6 @@ def _build_module(triple: str) -> str:
     b.position_at_end(give)
     b.store_atomic(ir.Constant(I32, 0), busy, "release", 4)
     b.ret(ir.Constant(I32, 1))
-
-    _add_stats(m, (pooled_jobs, contended_jobs, backoff, starved_count))
-    _add_blas_hold(m, lock, unlock, mutex_init, global_)
-    _add_serial_helpers(m)
-    return str(m)
 
 
 STATS_FIELDS = ("pooled_jobs", "contended_jobs", "pause_ns", "starved")
@@ -647,7 +711,7 @@ def _add_blas_hold(m: ir.Module, lock, unlock, mutex_init, global_) -> None:
 
 def _add_serial_helpers(m: ir.Module) -> None:
     """``ft_serial_for``: ``ft_parallel_for`` as a plain loop on the calling thread, for
-    products whose BLAS threads cannot be held (see ``codegen.register_gemm_symbols``)."""
+    products whose BLAS threads cannot be held (see ``blas.register_gemm_symbols``)."""
     _serial_loop(m, SERIAL_SYMBOL)
 
 
@@ -702,9 +766,8 @@ def ensure_started() -> None:
         except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
             logger.warning("functrans: %s; compiled loops run on one thread", err)
             build = _build_serial_module
-        from functrans.backends.llvm import codegen  # here: codegen imports this module
         interrupts.ensure_loaded()  # the pool's claiming loop reads the SIGINT counter
-        loaded = linker.load(codegen.support_object("functrans-thread-pool", build))
+        loaded = linker.load(machine_code.support_object("functrans-thread-pool", build))
         # The workers run this code until the process exits: it must never be freed (not
         # even by interpreter shutdown).
         loaded.keep()

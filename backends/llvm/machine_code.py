@@ -1,0 +1,149 @@
+"""LLVM itself: its one-time setup, the target machines, and IR -> optimized machine code.
+
+Everything here runs LLVM through ``llvmlite.binding``, imported inside the functions that
+need it: a process whose programs all come from the on-disk cache never loads LLVM (see
+:mod:`cache`). One process-wide lock serializes LLVM's work, which is not thread-safe.
+
+    >>> obj, optimized_ir = optimize_and_emit(ir_text, names)    # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import threading
+
+from functrans.backends.llvm import cache, targets
+
+
+class LLVMCompileError(RuntimeError):
+    """LLVM rejected the code generated for a program (a bug in this backend). The message
+    names the primitives of the failing kernel and where the IR was written."""
+
+
+# =============================================================================================
+# LLVM setup (once per process)
+# =============================================================================================
+
+_llvm_lock = threading.RLock()
+_initialized = False
+
+
+def initialize() -> None:
+    """Set LLVM up for the host (once per process)."""
+    global _initialized
+    with _llvm_lock:
+        if not _initialized:
+            import llvmlite.binding as llvm
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialized = True
+
+
+def create_target_machine(opt: int = 3, target=None):
+    """A new target machine for ``target`` (default: the CPU being compiled for, see
+    :mod:`targets`): its CPU name and features decide the instructions and the vector
+    width. (A JIT engine takes ownership of the target machine it is given, so each engine
+    gets its own.) ``opt`` is the code generator's optimization level."""
+    import llvmlite.binding as llvm
+    initialize()
+    target = targets.resolve(target)
+    return llvm.Target.from_triple(target.triple).create_target_machine(
+        cpu=target.cpu, features=target.features, opt=opt, reloc="pic", codemodel="default")
+
+
+_target_machines: dict = {}  # target name -> the machine that optimizes and emits its code
+
+
+def target_machine(target=None):
+    """The process-wide target machine of ``target`` (default: the CPU being compiled for)."""
+    target = targets.resolve(target)
+    with _llvm_lock:
+        machine = _target_machines.get(target.name)
+        if machine is None:
+            machine = _target_machines[target.name] = create_target_machine(target=target)
+        return machine
+
+
+def support_object(label: str, build) -> bytes:
+    """The machine code of a runtime support module (the thread pool, the SIGINT handler)
+    whose IR is ``build(triple)``: from the on-disk compilation cache when an earlier
+    process compiled it (the module's text is then not even built: this backend's source,
+    in the key, determines it). It runs in this process only: compiled for this CPU,
+    whatever target the programs that call it are compiled for (its code depends on the
+    host CPU alone: not on the thread count or the array layout that programs bake in)."""
+    host = targets.host()
+    key = cache.Key({"kind": "support", "label": label, "build": build.__name__,
+                     "target": host.description, "source": cache.source_digest(),
+                     "abi": cache.CODE_ABI})
+    entry = cache.load(key)
+    if entry is not None:
+        return entry[0]["object"]
+    import llvmlite.binding as llvm
+    with _llvm_lock:
+        # straight-line waiting and claiming code: the unoptimizing code generator emits it
+        # in a quarter of the time (a first compile waits for this)
+        tm = create_target_machine(opt=0, target=host)
+        mod = llvm.parse_assembly(build(tm.triple))
+        mod.verify()
+        obj = tm.emit_object(mod)
+    cache.store(key, {"object": obj}, {})
+    return obj
+
+
+def optimize_and_emit(ir_text: str, names: dict, target=None) -> tuple[bytes, str]:
+    """Parse, verify, optimize (O2, loop and SLP vectorization) and compile ``ir_text`` to
+    an object file for ``target`` (default: the CPU being compiled for). Returns (object
+    bytes, optimized IR)."""
+    import llvmlite.binding as llvm
+    tm = target_machine(target)
+    with _llvm_lock:
+        try:
+            mod = llvm.parse_assembly(ir_text)
+            mod.verify()
+        except RuntimeError as err:
+            raise _compile_error(ir_text, str(err), names) from None
+        mod.triple = tm.triple
+        mod.data_layout = str(tm.target_data)
+        pto = llvm.create_pipeline_tuning_options(speed_level=2)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = False
+        pb = llvm.create_pass_builder(tm, pto)
+        pipeline = pb.getModulePassManager()
+        try:
+            pipeline.run(mod, pb)
+        finally:
+            _free_pass_manager(pipeline)
+        return tm.emit_object(mod), str(mod)
+
+
+def _free_pass_manager(manager) -> None:
+    """Free a pass pipeline of llvmlite's. Its ``ModulePassManager`` lists ``ObjectRef``
+    before ``NewPassManager`` among its bases, so the no-op ``ObjectRef._dispose`` hides the
+    one that frees the pipeline: every compile kept its O2 pipeline (about 100 KB, with what
+    the passes allocated while running) for the life of the process."""
+    from llvmlite.binding import ffi, newpassmanagers
+    if type(manager)._dispose is ffi.ObjectRef._dispose:
+        newpassmanagers.NewPassManager._dispose(manager)
+        manager.detach()
+    else:  # an llvmlite whose pass managers free themselves
+        manager.close()
+
+
+def _compile_error(ir_text: str, message: str, names: dict) -> LLVMCompileError:
+    fd, path = tempfile.mkstemp(prefix="functrans-llvm-", suffix=".ll")
+    with os.fdopen(fd, "w") as f:
+        f.write(ir_text)
+    culprit = "the program"
+    m = re.search(r":(\d+):\d+:", message)
+    if m:
+        line_no = int(m.group(1))
+        for line in reversed(ir_text.splitlines()[:line_no]):
+            d = re.match(r'define .*@"?([\w.]+)"?\(', line)
+            if d:
+                culprit = names.get(d.group(1), d.group(1))
+                break
+    return LLVMCompileError(f"llvm backend: LLVM rejected the code for {culprit}: "
+                            f"{message.strip()}\nThe IR was written to {path}")
+

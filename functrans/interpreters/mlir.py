@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
+from functrans import core
+
 __all__ = ["register_lowering", "lower_fun", "LoweringRuleContext", "ir", "hlo"]
 
 # primitive -> {platform or None: lowering rule}
@@ -59,8 +63,6 @@ def register_lowering(primitive, rule, platform: str | None = None, **kwargs) ->
 
 
 def _run_on_buffers(fun, multiple_results, args, params):
-    import numpy as np
-    from functrans import core
     arrays = [core.wrap_array(core.host_copy(np.asarray(a)), core.get_aval(np.asarray(a)))
               for a in args]
     out = fun(*arrays, **params)

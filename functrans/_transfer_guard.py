@@ -24,6 +24,7 @@ import contextlib
 import logging
 import threading
 
+from functrans import core
 from functrans._config import check_enum, config
 
 DIRECTIONS = ("host_to_device", "device_to_host", "device_to_device")
@@ -93,6 +94,17 @@ def describe_host_to_device(aval, device) -> str:
     from functrans import _devices
     device = device if device is not None else _devices.default_device()
     return f"aval={aval!r}, dst_sharding=SingleDeviceSharding(device={device!r})"
+
+
+def _check_implicit_host_to_device(aval) -> None:
+    """The guard on host data that the layers below this one (the primitives' lax-level
+    functions) turn into an Array: registered in the core. While a program is being staged
+    the data becomes a constant of the program instead, as in JAX."""
+    if switch.on and not core.is_staging():
+        check("host_to_device", False, lambda: describe_host_to_device(aval, None))
+
+
+core.register_implicit_transfer_check(_check_implicit_host_to_device)
 
 
 @contextlib.contextmanager

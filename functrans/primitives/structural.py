@@ -58,13 +58,13 @@ ad.deflinear2(broadcast_in_dim_p, _broadcast_in_dim_transpose)
 def as_array(x):
     """``x`` as ``jnp.asarray(x)`` gives it, for operands of the lax-level functions: tracers
     and Arrays as they are, host data (a NumPy value, a Python scalar) as an Array of its
-    canonical type, holding a private copy of it."""
+    canonical type, holding a private copy of it. Like ``jnp.asarray``, turning host data
+    into an Array is an implicit transfer, which a transfer guard may log or refuse."""
     if isinstance(x, Tracer) or getattr(x, "_value", None) is not None:
         return x
     if hasattr(x, "__jax_array__"):
         return as_array(x.__jax_array__())
-    aval = get_aval(x)
-    return core.wrap_array(core.to_numpy(x, aval), aval)
+    return core.implicit_host_to_array(x, get_aval(x))
 
 
 # =============================================================================================

@@ -24,8 +24,9 @@ import contextlib
 import logging
 import threading
 
-from functrans import core
+from functrans import _devices, core
 from functrans._config import check_enum, config
+from functrans.errors import JaxRuntimeError
 
 DIRECTIONS = ("host_to_device", "device_to_host", "device_to_device")
 _OPTIONS = ("transfer_guard",) + tuple(f"transfer_guard_{d}" for d in DIRECTIONS)
@@ -86,12 +87,10 @@ def check(direction: str, explicit: bool, describe) -> None:
     if mode.startswith("log"):
         logger.warning(what)
         return
-    from functrans.errors import JaxRuntimeError
     raise JaxRuntimeError(f"INVALID_ARGUMENT: Disallowed {what}")
 
 
 def describe_host_to_device(aval, device) -> str:
-    from functrans import _devices
     device = device if device is not None else _devices.default_device()
     return f"aval={aval!r}, dst_sharding=SingleDeviceSharding(device={device!r})"
 

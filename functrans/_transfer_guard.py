@@ -24,7 +24,7 @@ import contextlib
 import logging
 import threading
 
-from functrans import _devices
+from functrans import _devices, core
 from functrans._config import check_enum, config
 from functrans.errors import JaxRuntimeError
 
@@ -93,6 +93,17 @@ def check(direction: str, explicit: bool, describe) -> None:
 def describe_host_to_device(aval, device) -> str:
     device = device if device is not None else _devices.default_device()
     return f"aval={aval!r}, dst_sharding=SingleDeviceSharding(device={device!r})"
+
+
+def _check_implicit_host_to_device(aval) -> None:
+    """The guard on host data that the layers below this one (the primitives' lax-level
+    functions) turn into an Array: registered in the core. While a program is being staged
+    the data becomes a constant of the program instead, as in JAX."""
+    if switch.on and not core.is_staging():
+        check("host_to_device", False, lambda: describe_host_to_device(aval, None))
+
+
+core.register_implicit_transfer_check(_check_implicit_host_to_device)
 
 
 @contextlib.contextmanager

@@ -953,6 +953,27 @@ def wrap_array(value, aval):
     return _array_type._from_buffer(value, aval.weak_type)
 
 
+# Logs or refuses an implicit host-to-device transfer as the transfer guard in force says;
+# registered by functrans._transfer_guard, which sits above the core and the primitives.
+_implicit_transfer_check: Callable | None = None
+
+
+def register_implicit_transfer_check(check: Callable) -> None:
+    """Register ``check(aval)``, called before host data of ``aval`` becomes an Array that the
+    program did not ask for (an implicit host-to-device transfer)."""
+    global _implicit_transfer_check
+    _implicit_transfer_check = check
+
+
+def implicit_host_to_array(x, aval):
+    """Host data ``x`` (a NumPy value, a Python scalar) as an Array of ``aval`` holding a
+    private copy, as ``jnp.asarray`` makes one: an implicit transfer, which the registered
+    transfer guard may log or refuse."""
+    if _implicit_transfer_check is not None:
+        _implicit_transfer_check(aval)
+    return wrap_array(to_numpy(x, aval), aval)
+
+
 # =============================================================================================
 # Evaluating a jaxpr (by binding, so evaluation under a transform transforms it)
 # =============================================================================================

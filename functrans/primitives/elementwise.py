@@ -22,11 +22,14 @@ import operator
 
 import numpy as np
 
-from functrans import _dtypes, core
+from functrans import _dtypes
 from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
-from functrans.primitives import structural
+from functrans.primitives.conversions import broadcast_in_dim, convert_element_type, full
+# convert_element_type is declared in conversions, the bottom family, and is exported here
+# too: the compiled backends fuse it with the elementwise ops and find it in this module
+from functrans.primitives.conversions import convert_element_type_p  # noqa: F401
 from functrans.tree_util import tree_map
 
 # ---- dtype classes ---------------------------------------------------------------------------
@@ -243,29 +246,6 @@ def _clz_impl(x):
     return count.astype(x.dtype)
 
 
-def _convert_impl(x, *, new_dtype, weak_type=False):
-    new_dtype = np.dtype(new_dtype)
-    if new_dtype == x.dtype:
-        return x
-    if new_dtype == _dtypes.bool_:
-        return x != 0
-    if _dtypes.is_complex(x.dtype) and not _dtypes.is_complex(new_dtype):
-        x = x.real
-    if _dtypes.is_inexact(x.dtype) and _dtypes.is_integer(new_dtype):
-        info = np.iinfo(new_dtype)
-        with np.errstate(invalid="ignore"):
-            xf = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0)
-            out = np.clip(xf, float(info.min), float(info.max))
-            # values at the float boundary of int64 round past the max (NumPy warns of the
-            # invalid cast): saturated explicitly below
-            result = out.astype(new_dtype)
-        result = np.where(xf >= float(info.max), info.max, result)
-        return np.where(xf <= float(info.min), info.min, result).astype(new_dtype)
-    # a float too large for a narrower float becomes inf, an integer wraps, as in XLA: quietly
-    with np.errstate(over="ignore", invalid="ignore"):
-        return x.astype(new_dtype)
-
-
 def _select_n_impl(which, *cases):
     if which.dtype == np.bool_:
         return np.where(which, cases[1], cases[0]) if len(cases) > 1 else cases[0]
@@ -345,7 +325,7 @@ def _bilinear(lhs_transpose, rhs_transpose):
 def _const(x, value):
     """A scalar of ``x``'s dtype broadcast to its shape."""
     aval = get_aval(x)
-    return structural.full(aval.shape, value, aval.dtype, weak_type=aval.weak_type)
+    return full(aval.shape, value, aval.dtype, weak_type=aval.weak_type)
 
 
 def _abs_jvp(g, ans, x):
@@ -543,7 +523,7 @@ def _coerce_pair(x, y):
 
 
 def _weak_full(value, like_aval):
-    return structural.full(like_aval.shape, value, like_aval.dtype, weak_type=like_aval.weak_type)
+    return full(like_aval.shape, value, like_aval.dtype, weak_type=like_aval.weak_type)
 
 
 def _unary_fn(p):
@@ -571,7 +551,7 @@ def _broadcast_pair(x, y):
     def to_target(v, shape):
         if shape == target:
             return v
-        return structural.broadcast_in_dim(v, target, tuple(range(len(shape))) if shape else ())
+        return broadcast_in_dim(v, target, tuple(range(len(shape))) if shape else ())
     return to_target(x, xs), to_target(y, ys)
 
 
@@ -682,7 +662,7 @@ def integer_pow(x, y: int):
 
 
 # =============================================================================================
-# select_n, clamp, convert_element_type
+# select_n, clamp
 # =============================================================================================
 
 select_n_p = Primitive("select_n")
@@ -749,7 +729,7 @@ def _select_n_batch(vals, dims):
         case_shape = next(get_aval(c).shape if d is None else
                           tuple(s for i, s in enumerate(get_aval(c).shape) if i != d)
                           for c, d in zip(cases, cdims))
-        which = structural.broadcast_in_dim(which, (size,) + case_shape, (0,))
+        which = broadcast_in_dim(which, (size,) + case_shape, (0,))
         wdim = 0
     cases = [batching.bdim_at_front(c, d, size) for c, d in zip(cases, cdims)]
     if wdim is None and get_aval(which).ndim == 0:
@@ -805,7 +785,7 @@ def _clamp_batch(vals, dims):
             return batching.bdim_at_front(b, None, size)
         b = batching.moveaxis(b, d, 0)
         if get_aval(b).ndim == 1:
-            return structural.broadcast_in_dim(b, shape, (0,))
+            return broadcast_in_dim(b, shape, (0,))
         return b
 
     return clamp_p.bind(fix(lo, ld), x, fix(hi, hd)), 0
@@ -821,7 +801,7 @@ def _clamp_jvp(primals, tangents):
         aval = get_aval(b)
         if aval.shape == get_aval(x).shape:
             return b
-        return structural.broadcast_in_dim(b, get_aval(x).shape, ())
+        return broadcast_in_dim(b, get_aval(x).shape, ())
 
     zeros = _const(x, 0)
     if not isinstance(gx, Zero):
@@ -848,51 +828,6 @@ def clamp(min, x, max):  # noqa: A002
         if _dtypes.is_python_scalar(max):
             max = np.asarray(max, x_aval.dtype)[()]  # noqa: A001
     return clamp_p.bind(min, x, max)
-
-
-convert_element_type_p = Primitive("convert_element_type")
-convert_element_type_p.def_impl(_convert_impl)
-
-
-@convert_element_type_p.def_abstract_eval
-def _convert_rule(x, *, new_dtype, weak_type=False):
-    return ShapedArray(x.shape, new_dtype, weak_type)
-
-
-def _convert_jvp(primals, tangents, *, new_dtype, weak_type=False):
-    (x,), (t,) = primals, tangents
-    out = convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=weak_type)
-    if isinstance(t, Zero) or not _dtypes.is_inexact(new_dtype) or not _dtypes.is_inexact(get_aval(x).dtype):
-        return out, Zero.from_value(out)
-    return out, convert_element_type_p.bind(t, new_dtype=new_dtype, weak_type=weak_type)
-
-
-def _convert_transpose(ct, x, *, new_dtype, weak_type=False):
-    aval = x.aval
-    if isinstance(ct, Zero):
-        return [Zero(aval)]
-    return [convert_element_type_p.bind(ct, new_dtype=aval.dtype, weak_type=aval.weak_type)]
-
-
-convert_element_type_p.jvp = _convert_jvp
-convert_element_type_p.transpose = _convert_transpose
-batching.defvectorized(convert_element_type_p)
-
-
-def convert_element_type(x, new_dtype, weak_type: bool = False):
-    """Cast ``x`` to ``new_dtype`` (float to int truncates toward zero and saturates; NaN
-    becomes 0)."""
-    new_dtype = _dtypes.canonicalize_dtype(new_dtype)
-    if type(x) is int and new_dtype != _dtypes.float0:
-        # a Python int converts straight to new_dtype, as NumPy converts it (as in JAX): it
-        # need not fit int32 first (convert_element_type(2 ** 40, float32) is exact)
-        return core.wrap_array(np.asarray(x).astype(new_dtype),
-                               ShapedArray((), new_dtype, bool(weak_type)))
-    aval = get_aval(x)
-    if aval.dtype == new_dtype and aval.weak_type == weak_type and not _dtypes.is_python_scalar(x) \
-            and not isinstance(x, (np.ndarray, np.generic)):  # host data becomes an Array
-        return x
-    return convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
 
 
 # =============================================================================================
@@ -970,7 +905,7 @@ def broadcast_operands(name: str, args) -> list:
                             f"{', '.join(str(s) for s in shapes)}")
         shape.append(sizes.pop() if sizes else 1)
     shape = tuple(shape)
-    return [a if get_aval(a).shape == shape else structural.broadcast_in_dim(
+    return [a if get_aval(a).shape == shape else broadcast_in_dim(
         a, shape, tuple(range(rank)) if get_aval(a).ndim else ()) for a in out]
 
 

@@ -709,6 +709,75 @@ for _p in (scatter_p, scatter_add_p, scatter_mul_p, scatter_min_p, scatter_max_p
                 scatter_batch_rule(prim, vals, dims, **params))(_p)
 
 
+# =============================================================================================
+# dynamic_slice and dynamic_update_slice under vmap
+# =============================================================================================
+# The two primitives are declared in structural (below this module) with their other rules.
+# Batched start indices make a dynamic slice a gather and an update a scatter, so their
+# batching rules are attached here, where gather's and scatter's rules are.
+
+def _start_index_vector(indices, dims, size):
+    """Stack scalar start indices (some batched) into a batched index vector ``[size, n]``."""
+    dtype = _common_index_dtype([get_aval(i).dtype for i in indices])
+    columns = []
+    for i, d in zip(indices, dims):
+        i = ew.convert_element_type(i, dtype)
+        i = batching.bdim_at_front(i, d, size)
+        columns.append(structural.reshape(i, (size, 1)))
+    return structural.concatenate(columns, 1)
+
+
+def _common_index_dtype(dtypes) -> np.dtype:
+    return _dtypes.int64 if any(np.dtype(d).itemsize == 8 for d in dtypes) \
+        and _dtypes.x64_enabled() else _dtypes.int32
+
+
+def _dynamic_slice_batch(vals, dims, *, slice_sizes):
+    operand, *indices = vals
+    operand_dim, *index_dims = dims
+    if all(d is None for d in index_dims):
+        # only the operand is batched: take the whole batch axis
+        indices = list(indices)
+        indices.insert(operand_dim, np.zeros((), _dtypes.int32))
+        sizes = list(slice_sizes)
+        sizes.insert(operand_dim, get_aval(operand).shape[operand_dim])
+        return structural.dynamic_slice_p.bind(operand, *indices, slice_sizes=tuple(sizes)), operand_dim
+    size = batching.batch_size_of(vals, dims)
+    index_vector = _start_index_vector(indices, index_dims, size)
+    rank = len(slice_sizes)
+    dnums = GatherDimensionNumbers(offset_dims=tuple(range(rank)),
+                                            collapsed_slice_dims=(),
+                                            start_index_map=tuple(range(rank)))
+    return gather_batch_rule(
+        [operand, index_vector], [operand_dim, 0], dimension_numbers=dnums,
+        slice_sizes=tuple(slice_sizes), indices_are_sorted=False, unique_indices=False,
+        mode=GatherScatterMode.CLIP, fill_value=None)
+
+
+def _dynamic_update_slice_batch(vals, dims):
+    operand, update, *indices = vals
+    operand_dim, update_dim, *index_dims = dims
+    size = batching.batch_size_of(vals, dims)
+    operand = batching.bdim_at_front(operand, operand_dim, size)
+    if all(d is None for d in index_dims):
+        update = batching.bdim_at_front(update, update_dim, size)
+        zero = np.zeros((), _dtypes.int32)
+        return structural.dynamic_update_slice_p.bind(operand, update, zero, *indices), 0
+    index_vector = _start_index_vector(indices, index_dims, size)
+    rank = len(indices)
+    dnums = ScatterDimensionNumbers(update_window_dims=tuple(range(rank)),
+                                             inserted_window_dims=(),
+                                             scatter_dims_to_operand_dims=tuple(range(rank)))
+    return scatter_batch_rule(
+        scatter_p, [operand, index_vector, update], [0, 0, update_dim],
+        dimension_numbers=dnums, indices_are_sorted=True, unique_indices=True,
+        mode=GatherScatterMode.CLIP)
+
+
+structural.dynamic_slice_p.batch = _dynamic_slice_batch
+structural.dynamic_update_slice_p.batch = _dynamic_update_slice_batch
+
+
 def _scatter_fn(primitive, doc):
     def fn(operand, scatter_indices, updates, dimension_numbers: ScatterDimensionNumbers, *,
            indices_are_sorted: bool = False, unique_indices: bool = False, mode=None):

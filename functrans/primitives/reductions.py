@@ -15,7 +15,7 @@ from functrans.core import Primitive, ShapedArray, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
 from functrans.primitives import elementwise as ew
-from functrans.primitives import structural
+from functrans.primitives.conversions import broadcast_in_dim, full
 
 # =============================================================================================
 # Shared rules
@@ -64,7 +64,7 @@ def _kept_dims(shape, axes) -> tuple:
 
 def _broadcast_back(reduced, shape, axes):
     """Broadcast a result of reducing ``axes`` back to the operand's ``shape``."""
-    return structural.broadcast_in_dim(reduced, shape, _kept_dims(shape, axes))
+    return broadcast_in_dim(reduced, shape, _kept_dims(shape, axes))
 
 
 def _lowest(dtype):
@@ -241,7 +241,7 @@ def reduce_prod(operand, axes):
 
 def _full_like(x, value):
     aval = get_aval(x)
-    return structural.full(aval.shape, value, aval.dtype)
+    return full(aval.shape, value, aval.dtype)
 
 
 # =============================================================================================

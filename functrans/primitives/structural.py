@@ -1,10 +1,15 @@
-"""Shape primitives: broadcast_in_dim, reshape, transpose, squeeze, rev, pad, concatenate,
-slice, iota, dynamic_slice and dynamic_update_slice (and the lax functions built on them:
-full, expand_dims, broadcast, slice_in_dim, index_in_dim, iota, broadcasted_iota and the
-``dynamic_*_in_dim`` helpers).
+"""Shape primitives: reshape, transpose, squeeze, rev, pad, concatenate, slice, iota,
+dynamic_slice and dynamic_update_slice (and the lax functions built on them: expand_dims,
+slice_in_dim, index_in_dim, iota, broadcasted_iota and the ``dynamic_*_in_dim`` helpers).
+``broadcast_in_dim``, ``broadcast`` and ``full`` are exported here too: they are declared in
+``conversions``, the bottom family, as the families between it and this one (elementwise,
+reductions) build their operands and constants with them; ``broadcast_in_dim``'s transpose
+is declared here.
 
 Each primitive's shape rule, reference implementation, JVP/transpose and batching rules are
-declared together below it.
+declared together below it, except the batching rules of ``dynamic_slice`` and
+``dynamic_update_slice`` with batched start indices, which are a gather and a scatter and
+are attached in ``indexing`` (a family above this one) next to those.
 """
 from __future__ import annotations
 
@@ -20,41 +25,18 @@ from functrans import core
 from functrans.core import Primitive, ShapedArray, Tracer, canonicalize_shape, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters.ad import Zero, is_undefined_primal
+from functrans.primitives import elementwise, reductions
+from functrans.primitives.conversions import broadcast, broadcast_in_dim, broadcast_in_dim_p, full
+from functrans.primitives.elementwise import elementwise_operands
 
 # The lax function ``slice`` below shadows the builtin inside this module.
 _py_slice = builtins.slice
 
 # =============================================================================================
-# broadcast_in_dim
+# broadcast_in_dim's transpose
 # =============================================================================================
-
-broadcast_in_dim_p = Primitive("broadcast_in_dim")
-
-
-@broadcast_in_dim_p.def_abstract_eval
-def _broadcast_in_dim_rule(operand, *, shape, broadcast_dimensions):
-    dims = broadcast_dimensions
-    if len(dims) != operand.ndim:
-        raise TypeError(f"broadcast_in_dim: operand {operand.str_short()} has {operand.ndim} "
-                        f"dimensions but broadcast_dimensions={dims} has {len(dims)}")
-    if any(d < 0 or d >= len(shape) for d in dims) or list(dims) != sorted(set(dims)):
-        raise TypeError(f"broadcast_in_dim: broadcast_dimensions={dims} must be strictly "
-                        f"increasing and within the result rank {len(shape)}")
-    for i, d in enumerate(dims):
-        if operand.shape[i] not in (1, shape[d]):
-            raise TypeError(f"broadcast_in_dim: operand {operand.str_short()} dimension {i} "
-                            f"(size {operand.shape[i]}) cannot broadcast to size {shape[d]} "
-                            f"of result shape {tuple(shape)}")
-    return ShapedArray(shape, operand.dtype, operand.weak_type)
-
-
-@broadcast_in_dim_p.def_impl
-def _broadcast_in_dim_impl(operand, *, shape, broadcast_dimensions):
-    expanded = [1] * len(shape)
-    for i, d in enumerate(broadcast_dimensions):
-        expanded[d] = operand.shape[i]
-    return np.broadcast_to(operand.reshape(expanded), shape)
-
+# broadcast_in_dim is declared with its other rules in conversions, the bottom family; its
+# transpose sums (reductions) and reshapes, so it is attached here, above both.
 
 def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions):
     in_shape = operand.aval.shape
@@ -62,83 +44,27 @@ def _broadcast_in_dim_transpose(ct, operand, *, shape, broadcast_dimensions):
     # axes where the operand had size 1 but the result is larger were broadcast too
     stretched = tuple(d for i, d in enumerate(broadcast_dimensions)
                       if in_shape[i] == 1 and shape[d] != 1)
-    # deferred: primitives.reductions -> primitives.structural at import
-    from functrans.primitives import reductions
     summed = reductions.reduce_sum(ct, tuple(sorted(new_axes + stretched)))
     return [reshape(summed, in_shape)]
 
 
-def _broadcast_in_dim_batch(vals, dims, *, shape, broadcast_dimensions):
-    (x,), (d,) = vals, dims
-    x = batching.moveaxis(x, d, 0)
-    size = get_aval(x).shape[0]
-    new_dims = (0,) + tuple(b + 1 for b in broadcast_dimensions)
-    return broadcast_in_dim_p.bind(x, shape=(size,) + tuple(shape),
-                                   broadcast_dimensions=new_dims), 0
-
-
 ad.deflinear2(broadcast_in_dim_p, _broadcast_in_dim_transpose)
-broadcast_in_dim_p.batch = _broadcast_in_dim_batch
 
 
-def broadcast_in_dim(operand, shape, broadcast_dimensions):
-    """Broadcast ``operand`` to ``shape``; its axis ``i`` becomes result axis
-    ``broadcast_dimensions[i]``."""
-    shape = canonicalize_shape(shape)
-    broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
-    aval = get_aval(operand)
-    if aval.shape == shape and broadcast_dimensions == tuple(range(len(shape))) \
-            and not _dtypes.is_python_scalar(operand) and not isinstance(operand, (np.ndarray, np.generic)):
-        return operand
-    return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=broadcast_dimensions)
-
-
-def broadcast(operand, sizes):
-    """Add leading dimensions of the given ``sizes``."""
-    aval = get_aval(operand)
-    sizes = tuple(sizes)
-    dims = tuple(range(len(sizes), len(sizes) + aval.ndim))
-    return broadcast_in_dim(operand, sizes + aval.shape, dims)
-
-
-def full(shape, fill_value, dtype=None, weak_type: bool = False):
-    """An array of ``shape`` filled with ``fill_value``."""
-    # deferred: primitives.elementwise -> primitives.structural at import
-    from functrans.primitives import elementwise
-    shape = tuple(int(s) for s in shape)
-    if dtype is None:
-        dtype, weak_type = _dtypes.dtype_and_weak(fill_value)
-    dtype = _dtypes.canonicalize_dtype(dtype)
-    if not _dtypes.is_python_scalar(fill_value) and get_aval(fill_value).ndim != 0:
-        raise TypeError(f"full: fill_value must be a scalar, got shape {get_aval(fill_value).shape}")
-    if isinstance(fill_value, (int, float, bool, complex, np.generic, np.ndarray)):
-        scalar = np.asarray(fill_value).astype(dtype)[()]
-        if weak_type:
-            py = scalar.item()
-            if _dtypes.is_python_scalar(py) and _dtypes.python_scalar_dtype(py) == dtype:
-                scalar = py  # a weak literal of the default dtype
-            else:
-                scalar = elementwise.convert_element_type(scalar, dtype, weak_type=True)
-    else:
-        scalar = elementwise.convert_element_type(fill_value, dtype, weak_type=weak_type)
-    if shape == () and not isinstance(scalar, Tracer):
-        # a concrete scalar: an Array now, an inline literal when staged
-        aval = get_aval(scalar)
-        return core.wrap_array(np.asarray(core.to_numpy(scalar, aval)).astype(dtype),
-                               ShapedArray((), dtype, aval.weak_type))
-    return broadcast_in_dim_p.bind(scalar, shape=shape, broadcast_dimensions=())
-
+# =============================================================================================
+# host data as operands
+# =============================================================================================
 
 def as_array(x):
     """``x`` as ``jnp.asarray(x)`` gives it, for operands of the lax-level functions: tracers
     and Arrays as they are, host data (a NumPy value, a Python scalar) as an Array of its
-    canonical type, holding a private copy of it."""
+    canonical type, holding a private copy of it. Like ``jnp.asarray``, turning host data
+    into an Array is an implicit transfer, which a transfer guard may log or refuse."""
     if isinstance(x, Tracer) or getattr(x, "_value", None) is not None:
         return x
     if hasattr(x, "__jax_array__"):
         return as_array(x.__jax_array__())
-    aval = get_aval(x)
-    return core.wrap_array(core.to_numpy(x, aval), aval)
+    return core.implicit_host_to_array(x, get_aval(x))
 
 
 # =============================================================================================
@@ -394,8 +320,6 @@ def _pad_transpose(ct, operand, padding_value, *, padding_config):
                       tuple(it + 1 for _, _, it in padding_config))
     cts = [t_operand if is_undefined_primal(operand) else None, None]
     if is_undefined_primal(padding_value):
-        # deferred: primitives.elementwise -> primitives.structural at import
-        from functrans.primitives import elementwise, reductions
         all_axes = tuple(range(len(shape)))
         cts[1] = elementwise.sub(reductions.reduce_sum(ct, all_axes),
                                  reductions.reduce_sum(t_operand, all_axes))
@@ -409,7 +333,6 @@ def _pad_batch(vals, dims, *, padding_config):
         config.insert(xd, (0, 0, 0))
         return pad_p.bind(x, value, padding_config=tuple(config)), xd
     # A batched padding value: pad with zeros, then select the padding positions by a mask.
-    from functrans.primitives import elementwise
     size = get_aval(value).shape[vd]
     x = batching.bdim_at_front(x, xd, size)
     value = batching.moveaxis(value, vd, 0)
@@ -733,51 +656,10 @@ def _dynamic_slice_transpose(ct, operand, *indices, slice_sizes):
     return [dynamic_update_slice_p.bind(zeros, ct, *indices)] + nones
 
 
-def _start_index_vector(indices, dims, size):
-    """Stack scalar start indices (some batched) into a batched index vector ``[size, n]``."""
-    # deferred: primitives.elementwise -> primitives.structural at import
-    from functrans.primitives import elementwise
-    dtype = _common_index_dtype([get_aval(i).dtype for i in indices])
-    columns = []
-    for i, d in zip(indices, dims):
-        i = elementwise.convert_element_type(i, dtype)
-        i = batching.bdim_at_front(i, d, size)
-        columns.append(reshape(i, (size, 1)))
-    return concatenate(columns, 1)
-
-
-def _common_index_dtype(dtypes) -> np.dtype:
-    return _dtypes.int64 if any(np.dtype(d).itemsize == 8 for d in dtypes) \
-        and _dtypes.x64_enabled() else _dtypes.int32
-
-
-def _dynamic_slice_batch(vals, dims, *, slice_sizes):
-    operand, *indices = vals
-    operand_dim, *index_dims = dims
-    if all(d is None for d in index_dims):
-        # only the operand is batched: take the whole batch axis
-        indices = list(indices)
-        indices.insert(operand_dim, np.zeros((), _dtypes.int32))
-        sizes = list(slice_sizes)
-        sizes.insert(operand_dim, get_aval(operand).shape[operand_dim])
-        return dynamic_slice_p.bind(operand, *indices, slice_sizes=tuple(sizes)), operand_dim
-    # deferred: primitives.indexing -> primitives.structural at import
-    from functrans.primitives import indexing
-    size = batching.batch_size_of(vals, dims)
-    index_vector = _start_index_vector(indices, index_dims, size)
-    rank = len(slice_sizes)
-    dnums = indexing.GatherDimensionNumbers(offset_dims=tuple(range(rank)),
-                                            collapsed_slice_dims=(),
-                                            start_index_map=tuple(range(rank)))
-    return indexing.gather_batch_rule(
-        [operand, index_vector], [operand_dim, 0], dimension_numbers=dnums,
-        slice_sizes=tuple(slice_sizes), indices_are_sorted=False, unique_indices=False,
-        mode=indexing.GatherScatterMode.CLIP, fill_value=None)
-
-
 dynamic_slice_p.jvp = _dynamic_slice_jvp
 dynamic_slice_p.transpose = _dynamic_slice_transpose
-dynamic_slice_p.batch = _dynamic_slice_batch
+# dynamic_slice_p.batch is attached in indexing.py: with batched start indices the slice is a
+# gather, batched by gather's own rule
 
 
 dynamic_update_slice_p = Primitive("dynamic_update_slice")
@@ -829,37 +711,14 @@ def _dynamic_update_slice_transpose(ct, operand, update, *indices):
     return [t_operand, t_update] + nones
 
 
-def _dynamic_update_slice_batch(vals, dims):
-    operand, update, *indices = vals
-    operand_dim, update_dim, *index_dims = dims
-    size = batching.batch_size_of(vals, dims)
-    operand = batching.bdim_at_front(operand, operand_dim, size)
-    if all(d is None for d in index_dims):
-        update = batching.bdim_at_front(update, update_dim, size)
-        zero = np.zeros((), _dtypes.int32)
-        return dynamic_update_slice_p.bind(operand, update, zero, *indices), 0
-    # deferred: primitives.indexing -> primitives.structural at import
-    from functrans.primitives import indexing
-    index_vector = _start_index_vector(indices, index_dims, size)
-    rank = len(indices)
-    dnums = indexing.ScatterDimensionNumbers(update_window_dims=tuple(range(rank)),
-                                             inserted_window_dims=(),
-                                             scatter_dims_to_operand_dims=tuple(range(rank)))
-    return indexing.scatter_batch_rule(
-        indexing.scatter_p, [operand, index_vector, update], [0, 0, update_dim],
-        dimension_numbers=dnums, indices_are_sorted=True, unique_indices=True,
-        mode=indexing.GatherScatterMode.CLIP)
-
-
 dynamic_update_slice_p.jvp = _dynamic_update_slice_jvp
 dynamic_update_slice_p.transpose = _dynamic_update_slice_transpose
-dynamic_update_slice_p.batch = _dynamic_update_slice_batch
+# dynamic_update_slice_p.batch is attached in indexing.py: with batched start indices the
+# update is a scatter, batched by scatter's own rule
 
 
 def _normalize_start(index, size: int, allow_negative: bool):
     """Wrap a negative start index (Python int or traced scalar) around ``size``."""
-    # deferred: primitives.elementwise -> primitives.structural at import
-    from functrans.primitives import elementwise
     if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
         index = int(index)
         return index + size if allow_negative and index < 0 else index
@@ -1067,7 +926,6 @@ def stack(operands, axis: int = 0):
         Array([[1., 0.],
                [1., 0.]], dtype=float32)
     """
-    from functrans.primitives.elementwise import elementwise_operands
     operands = elementwise_operands("stack", tuple(operands), kind="any")
     ndim = get_aval(operands[0]).ndim
     axis = _axis(axis, ndim + 1, "stack")

@@ -3,6 +3,8 @@ in function bodies included), one ``lower_native_steps`` pass shared by both, an
 emitters found by the step's class."""
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -12,14 +14,14 @@ from functrans import lax
 from functrans.backends.compiler import native_steps
 from functrans.backends.cuda import codegen as cuda_codegen
 from functrans.backends.cuda import runtime as cuda_runtime
-from test_layers import _cycles, _import_graph
+from module_graph import Graph, cycles
 
 
 def test_no_import_cycle_inside_the_backends_even_through_function_bodies():
-    graph = _import_graph(top_level_only=False)
+    graph = Graph(pathlib.Path(__file__).resolve().parents[1]).edges
     backends = {m: {i for i in imported if i.startswith("functrans.backends")}
                 for m, imported in graph.items() if m.startswith("functrans.backends")}
-    assert _cycles(backends) == []
+    assert cycles(backends) == []
 
 
 def _program_with_native_steps(x):

@@ -3,7 +3,6 @@ registrations of the eager array type and of device evaluation, the reference ev
 and the import contracts that keep every import pointing down."""
 from __future__ import annotations
 
-import ast
 import os
 import pathlib
 import shutil
@@ -18,6 +17,7 @@ import functrans.numpy as jnp
 from functrans import core, lax
 from functrans._array import Array
 from functrans.primitives import collectives, control_flow
+from module_graph import Graph, cycles
 
 
 def test_primitive_declares_the_fields_transforms_read():
@@ -118,98 +118,11 @@ def test_import_contracts_catch_an_upward_import(tmp_path):
     assert "functrans.core -> functrans.numpy._creation" in run.stdout
 
 
-def _modules() -> dict[str, pathlib.Path]:
-    """Every module of functrans, the backends (at backends/) included, by dotted name."""
-    found = {}
-    for folder, package in ((ROOT / "functrans", "functrans"),
-                            (ROOT / "backends", "functrans.backends")):
-        for path in folder.rglob("*.py"):
-            parts = list(path.relative_to(folder).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            found[".".join([package] + parts)] = path
-    return found
-
-
-def _imported(module: str, path: pathlib.Path, node, modules) -> list[str]:
-    """The functrans modules an import statement of ``module`` names."""
-    if isinstance(node, ast.Import):
-        names = [a.name for a in node.names]
-    else:
-        base = node.module or ""
-        if node.level:
-            package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-            for _ in range(node.level - 1):
-                package = package.rpartition(".")[0]
-            base = f"{package}.{base}" if base else package
-        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
-                 for a in node.names]
-    out = []
-    for name in names:
-        while name and name not in modules:
-            name = name.rpartition(".")[0]
-        if name and name != module:
-            out.append(name)
-    return out
-
-
 def _import_graph(top_level_only: bool) -> dict[str, set[str]]:
     """Module -> the functrans modules it imports (at import time only, or anywhere),
     leaving out imports under ``if TYPE_CHECKING:``."""
-    modules = _modules()
-    graph = {m: set() for m in modules}
-    for module, path in modules.items():
-        def visit(node, in_function):
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                    for stmt in child.orelse:
-                        visit(stmt, in_function)
-                elif isinstance(child, (ast.Import, ast.ImportFrom)):
-                    if not (top_level_only and in_function):
-                        graph[module].update(_imported(module, path, child, modules))
-                else:
-                    visit(child, in_function or isinstance(
-                        child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
-        visit(ast.parse(path.read_text()), False)
-    return graph
-
-
-def _cycles(graph) -> list[set[str]]:
-    """The strongly connected components of more than one module (Tarjan, iteratively)."""
-    index, low, on_stack, stack, found = {}, {}, set(), [], []
-    for start in sorted(graph):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = set()
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.add(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(component)
-    return found
+    graph = Graph(ROOT)
+    return graph.top_level if top_level_only else graph.edges
 
 
 # Import cycles left in the package: the test fails when a cycle appears that is not one of
@@ -219,14 +132,14 @@ KNOWN_CYCLES = []
 
 def test_cycle_finder_finds_cycles():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
-    assert _cycles(graph) == [{"a", "b", "c"}]
+    assert cycles(graph) == [{"a", "b", "c"}]
 
 
 def test_no_import_cycles_between_modules():
-    cycles = _cycles(_import_graph(top_level_only=True))
-    unexpected = [sorted(c) for c in cycles if c not in KNOWN_CYCLES]
+    found = cycles(_import_graph(top_level_only=True))
+    unexpected = [sorted(c) for c in found if c not in KNOWN_CYCLES]
     assert not unexpected, f"import cycles: {unexpected}"
-    assert sorted(map(sorted, cycles)) == sorted(map(sorted, KNOWN_CYCLES))
+    assert sorted(map(sorted, found)) == sorted(map(sorted, KNOWN_CYCLES))
 
 
 # What a backend may import from the front end: the core layer (the IR, dtypes,

@@ -11,16 +11,20 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 from functrans import numpy as jnp
-from functrans.optim._base import EmptyState  # noqa: F401 (the docstring examples use it)
-from functrans.optim._base import NO_PARAMS_MSG, GradientTransformation, \
+from functrans.optim._base import NO_PARAMS_MSG, EmptyState, GradientTransformation, \
     identity, init_empty_state
 from functrans.optim._numerics import safe_increment, safe_norm, safe_root_mean_squares
 from functrans.optim._tree_math import tree_norm
 from functrans.tree_util import tree_map
 
-__all__ = ["ScaleByScheduleState", "scale", "scale_by_schedule", "scale_by_learning_rate",
-           "scale_by_param_block_norm", "scale_by_param_block_rms", "scale_by_trust_ratio",
-           "normalize_by_update_norm", "centralize"]
+__all__ = ["ScaleState", "ScaleByScheduleState", "ScaleByTrustRatioState", "scale",
+           "scale_by_schedule", "scale_by_learning_rate", "scale_by_param_block_norm",
+           "scale_by_param_block_rms", "scale_by_trust_ratio", "normalize_by_update_norm",
+           "centralize"]
+
+# optax's names for the (empty) states of scale and scale_by_trust_ratio
+ScaleState = EmptyState
+ScaleByTrustRatioState = EmptyState
 
 
 # =============================================================================================

@@ -24,9 +24,13 @@ from functrans.optim._numerics import *  # noqa: F401,F403
 from functrans.optim._update import *  # noqa: F401,F403
 from functrans.optim._combining import *  # noqa: F401,F403
 from functrans.optim._masking import *  # noqa: F401,F403
-from functrans.optim._transforms import *  # noqa: F401,F403
-from functrans.optim._rescaling import *  # noqa: F401,F403
+from functrans.optim._scaling import *  # noqa: F401,F403
+from functrans.optim._adaptive_moments import *  # noqa: F401,F403
+from functrans.optim._second_moments import *  # noqa: F401,F403
 from functrans.optim._factorized import *  # noqa: F401,F403
+from functrans.optim._sign_steps import *  # noqa: F401,F403
+from functrans.optim._step_sizes import *  # noqa: F401,F403
+from functrans.optim._momentum import *  # noqa: F401,F403
 from functrans.optim._accumulation import *  # noqa: F401,F403
 from functrans.optim._adding import *  # noqa: F401,F403
 from functrans.optim._clipping import *  # noqa: F401,F403

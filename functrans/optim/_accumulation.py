@@ -1,6 +1,9 @@
-"""Accumulating updates over steps: momentum (:func:`trace`), moving averages
-(:func:`ema`), and gradient accumulation over micro-batches (:func:`apply_every`,
-:class:`MultiSteps`, with :func:`skip_not_finite` / :func:`skip_large_updates`).
+"""Accumulating gradients over micro-batches: sum them and apply every ``k`` steps
+(:func:`apply_every`), or average them inside the optimizer state (:class:`MultiSteps`,
+which can drop a step by :func:`skip_not_finite` / :func:`skip_large_updates`).
+
+Momentum and moving averages, which carry updates across every step, are in
+:mod:`functrans.optim._momentum`.
 """
 from __future__ import annotations
 
@@ -15,79 +18,12 @@ from functrans.core import Tracer
 from functrans.optim._base import GradientTransformation, canonicalize_dtype, \
     with_extra_args_support
 from functrans.optim._numerics import safe_increment
-from functrans.optim._tree_casting import tree_cast, tree_cast_like
-from functrans.optim._tree_math import tree_bias_correction, tree_update_moment, \
-    tree_zeros_like
+from functrans.optim._tree_casting import tree_cast_like
+from functrans.optim._tree_math import tree_zeros_like
 from functrans.tree_util import tree_leaves, tree_map
 
-__all__ = ["TraceState", "trace", "EmaState", "ema", "ApplyEvery", "apply_every",
-           "ShouldSkipUpdateFunction", "skip_not_finite", "skip_large_updates",
-           "MultiStepsState", "MultiSteps"]
-
-
-class TraceState(NamedTuple):
-    """The state of :func:`trace`: the momentum buffer."""
-    trace: Any
-
-
-def trace(decay, nesterov: bool = False, accumulator_dtype=None) -> GradientTransformation:
-    """Momentum: ``t = g + decay * t``; the update is ``t``, or ``g + decay * t`` with
-    ``nesterov=True`` (Sutskever et al., 2013).
-
-        >>> import functrans.numpy as jnp
-        >>> opt = trace(0.9)
-        >>> opt.update(jnp.ones(1), opt.init(jnp.zeros(1)))[0]
-        Array([1.], dtype=float32)
-    """
-    accumulator_dtype = canonicalize_dtype(accumulator_dtype)
-
-    def init(params):
-        return TraceState(tree_zeros_like(params, dtype=accumulator_dtype))
-
-    def update(updates, state, params=None):
-        del params
-
-        def momentum(g, t):
-            return g + decay * t
-
-        new_trace = tree_map(lambda g, t: None if g is None else momentum(g, t), updates,
-                             state.trace, is_leaf=lambda g: g is None)
-        updates = tree_map(momentum, updates, new_trace) if nesterov else new_trace
-        return updates, TraceState(tree_cast(new_trace, accumulator_dtype))
-
-    return GradientTransformation(init, update)
-
-
-class EmaState(NamedTuple):
-    """The state of :func:`ema`: the step count and the average."""
-    count: Any
-    ema: Any
-
-
-def ema(decay, debias: bool = True, accumulator_dtype=None) -> GradientTransformation:
-    """Exponential moving average of the updates: ``e = decay e + (1 - decay) g``; the
-    update is ``e``, or ``e / (1 - decay^t)`` with ``debias``.
-
-        >>> import functrans.numpy as jnp
-        >>> opt = ema(0.5)
-        >>> opt.update(jnp.array([4.0]), opt.init(jnp.zeros(1)))[0]
-        Array([4.], dtype=float32)
-    """
-    accumulator_dtype = canonicalize_dtype(accumulator_dtype)
-
-    def init(params):
-        return EmaState(jnp.zeros([], jnp.int32),
-                        tree_zeros_like(params, dtype=accumulator_dtype))
-
-    def update(updates, state, params=None):
-        del params
-        updates = new_ema = tree_update_moment(updates, state.ema, decay, order=1)
-        count = safe_increment(state.count)
-        if debias:
-            updates = tree_bias_correction(new_ema, decay, count)
-        return updates, EmaState(count, tree_cast(new_ema, accumulator_dtype))
-
-    return GradientTransformation(init, update)
+__all__ = ["ApplyEvery", "apply_every", "ShouldSkipUpdateFunction", "skip_not_finite",
+           "skip_large_updates", "MultiStepsState", "MultiSteps"]
 
 
 class ApplyEvery(NamedTuple):

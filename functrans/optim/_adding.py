@@ -14,7 +14,11 @@ from functrans.optim._tree_math import tree_add_scale
 from functrans.optim._tree_random import tree_random_like
 from functrans.tree_util import tree_map
 
-__all__ = ["WeightDecaySchedule", "add_decayed_weights", "AddNoiseState", "add_noise"]
+__all__ = ["AddDecayedWeightsState", "WeightDecaySchedule", "add_decayed_weights",
+           "AddNoiseState", "add_noise"]
+
+# optax's name for the (empty) state of add_decayed_weights with a fixed rate
+AddDecayedWeightsState = EmptyState
 
 
 class WeightDecaySchedule(NamedTuple):

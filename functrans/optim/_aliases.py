@@ -18,21 +18,22 @@ import warnings
 from typing import Any, Callable, Optional, Union
 
 from functrans import numpy as jnp
-from functrans.optim._accumulation import ema, trace
+from functrans.optim._adaptive_moments import (scale_by_adam, scale_by_adamax, scale_by_adan,
+                                               scale_by_amsgrad, scale_by_belief,
+                                               scale_by_novograd, scale_by_radam, scale_by_yogi)
 from functrans.optim._adding import add_decayed_weights, add_noise
 from functrans.optim._base import GradientTransformationExtraArgs, identity
 from functrans.optim._clipping import clip_by_block_rms
 from functrans.optim._combining import chain
-from functrans.optim._factorized import scale_by_factored_rms
+from functrans.optim._factorized import scale_by_factored_rms, scale_by_sm3
 from functrans.optim._masking import masked
-from functrans.optim._rescaling import (scale_by_adadelta, scale_by_adamax, scale_by_adan,
-                                        scale_by_amsgrad, scale_by_belief, scale_by_novograd,
-                                        scale_by_optimistic_gradient, scale_by_param_block_rms,
-                                        scale_by_polyak, scale_by_radam, scale_by_rprop,
-                                        scale_by_sm3, scale_by_yogi)
-from functrans.optim._transforms import (scale, scale_by_adam, scale_by_learning_rate,
-                                         scale_by_lion, scale_by_rms, scale_by_rss,
-                                         scale_by_sign, scale_by_stddev, scale_by_trust_ratio)
+from functrans.optim._momentum import ema, scale_by_optimistic_gradient, trace
+from functrans.optim._scaling import (scale, scale_by_learning_rate, scale_by_param_block_rms,
+                                      scale_by_trust_ratio)
+from functrans.optim._second_moments import (scale_by_adadelta, scale_by_rms, scale_by_rss,
+                                             scale_by_stddev)
+from functrans.optim._sign_steps import scale_by_lion, scale_by_rprop, scale_by_sign
+from functrans.optim._step_sizes import scale_by_polyak
 from functrans.optim._update import apply_updates  # noqa: F401 (the docstring example uses it)
 
 __all__ = ["MaskOrFn", "sgd", "momentum", "nesterov", "adam", "nadam", "adamw", "nadamw",

@@ -22,9 +22,7 @@ __all__ = ["GradientTransformation", "GradientTransformationExtraArgs", "EmptySt
            "TransformInitFn", "TransformUpdateFn", "TransformUpdateExtraArgsFn",
            "OptState", "Params", "Updates", "Schedule", "ScalarOrSchedule",
            "identity", "set_to_zero", "stateless", "stateless_with_tree_map",
-           "init_empty_state", "with_extra_args_support",
-           "AdaptiveGradClipState", "AddDecayedWeightsState", "ClipByGlobalNormState",
-           "ClipState", "ScaleByTrustRatioState", "ScaleState"]
+           "init_empty_state", "with_extra_args_support"]
 
 NO_PARAMS_MSG = ("You are using a transformation that requires the current value of "
                  "parameters, but you are not passing `params` when calling `update`.")
@@ -101,15 +99,6 @@ class GradientTransformationExtraArgs(GradientTransformation):
 
 class EmptyState(NamedTuple):
     """The state of a stateless transformation."""
-
-
-# optax names the empty state of each stateless transformation
-AdaptiveGradClipState = EmptyState
-AddDecayedWeightsState = EmptyState
-ClipByGlobalNormState = EmptyState
-ClipState = EmptyState
-ScaleByTrustRatioState = EmptyState
-ScaleState = EmptyState
 
 
 def init_empty_state(params) -> EmptyState:

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 from functrans import _api
 from functrans import numpy as jnp
-from functrans.optim._base import EmptyState  # noqa: F401 (the docstring examples use it)
-from functrans.optim._base import NO_PARAMS_MSG, GradientTransformation, init_empty_state
+from functrans.optim._base import NO_PARAMS_MSG, EmptyState, GradientTransformation, \
+    init_empty_state
 from functrans.optim._numerics import abs_sq
 from functrans.optim._tree_math import tree_clip, tree_norm
 from functrans.tree_util import tree_leaves, tree_map, tree_structure, tree_transpose
 
 __all__ = ["clip", "clip_by_global_norm", "clip_by_block_rms", "adaptive_grad_clip",
            "unitwise_norm", "unitwise_clip", "per_example_global_norm_clip",
-           "per_example_layer_norm_clip"]
+           "per_example_layer_norm_clip", "ClipState", "ClipByGlobalNormState",
+           "AdaptiveGradClipState"]
+
+# optax names the (empty) state of each stateless clipping
+ClipState = EmptyState
+ClipByGlobalNormState = EmptyState
+AdaptiveGradClipState = EmptyState
 
 
 def clip(max_delta) -> GradientTransformation:

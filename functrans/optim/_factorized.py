@@ -1,17 +1,21 @@
-"""Adafactor's rescaling: a running RMS of the gradient whose second moment is factored
-into row and column statistics for matrices."""
+"""Second moments kept per axis rather than per element, so a matrix costs its rows plus its
+columns instead of their product: Adafactor's factored RMS (:func:`scale_by_factored_rms`,
+row and column statistics) and SM3 (:func:`scale_by_sm3`, one cover vector per axis)."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from functrans import lax
 from functrans import numpy as jnp
 from functrans.optim._base import NO_PARAMS_MSG, GradientTransformation
 from functrans.optim._numerics import abs_sq, safe_increment
+from functrans.optim._tree_math import tree_update_moment, tree_zeros_like
 from functrans.tree_util import tree_map
 
-__all__ = ["FactoredState", "scale_by_factored_rms"]
+__all__ = ["FactoredState", "scale_by_factored_rms", "ScaleBySM3State", "scale_by_sm3"]
 
 
 class FactoredState(NamedTuple):
@@ -108,5 +112,65 @@ def scale_by_factored_rms(factored: bool = True, decay_rate=0.8, step_offset=0,
         # each result is a 4-tuple; pull the four trees apart along the updates' structure
         pick = [tree_map(lambda _, r: r[i], updates, results) for i in range(4)]
         return pick[0], FactoredState(safe_increment(state.count), pick[1], pick[2], pick[3])
+
+    return GradientTransformation(init, update)
+
+
+class ScaleBySM3State(NamedTuple):
+    """The state of :func:`scale_by_sm3`: per leaf, one accumulator vector per axis, and
+    the momentum."""
+    mu: Any
+    nu: Any
+
+
+def scale_by_sm3(b1=0.9, b2=1.0, eps=1e-8) -> GradientTransformation:
+    """SM3's direction (Anil et al., 2019): Adagrad whose accumulator is covered by one
+    vector per axis (memory ``sum(shape)`` instead of ``prod(shape)``)::
+
+        a = c g^2 + b2 * min_i(mu_i broadcast)    (c = 1 if b2 == 1 else 1 - b2)
+        mu_i = max of a over all axes but i;   u = g / sqrt(a + eps) (0 where a = 0)
+        update = nu = b1 nu + (1 - b1) u
+
+    For a 1-D leaf ``mu`` is the full accumulator. ``mu`` holds a list of vectors per leaf.
+
+        >>> import functrans.numpy as jnp
+        >>> opt = scale_by_sm3(b1=0.0, eps=0.0)
+        >>> opt.update(jnp.array([-2.0, 0.0]), opt.init(jnp.zeros(2)))[0]
+        Array([-1.,  0.], dtype=float32)
+    """
+    def covers(p):
+        p = jnp.asarray(p)
+        if p.ndim == 0:
+            raise NotImplementedError("scale_by_sm3: 0-d parameters have no axis to cover "
+                                      "(reshape them to shape (1,))")
+        if jnp.iscomplexobj(p):
+            raise ValueError("scale_by_sm3 does not support complex parameters")
+        return [jnp.zeros((size,), p.dtype) for size in p.shape]
+
+    def init(params):
+        return ScaleBySM3State(tree_map(covers, params), tree_zeros_like(params))
+
+    def accumulate(g, vectors):
+        # the paper's plain sum when b2 == 1, an exponential average otherwise
+        c = 1.0 - b2 if b2 != 1.0 else 1.0
+        if g.ndim < 2:
+            return c * g ** 2 + b2 * vectors[0]
+        expanded = [jnp.reshape(v, [1] * i + [g.shape[i]] + [1] * (g.ndim - i - 1))
+                    for i, v in enumerate(vectors)]
+        return c * g ** 2 + b2 * functools.reduce(jnp.minimum, expanded)
+
+    def new_covers(a):
+        if a.ndim < 2:
+            return [a]
+        return [jnp.max(a, axis=[j for j in range(a.ndim) if j != i]) for i in range(a.ndim)]
+
+    def update(updates, state, params=None):
+        del params
+        # state.mu extends the updates' structure by a list per leaf; tree_map hands it whole
+        accums = tree_map(accumulate, updates, state.mu)
+        inverse = tree_map(lambda t: jnp.where(t > 0, lax.rsqrt(t + eps), 0.0), accums)
+        directions = tree_map(lambda g, a: g * a, updates, inverse)
+        nu = tree_update_moment(directions, state.nu, b1, 1)
+        return nu, ScaleBySM3State(tree_map(new_covers, accums), nu)
 
     return GradientTransformation(init, update)

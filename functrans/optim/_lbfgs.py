@@ -27,7 +27,7 @@ from functrans.optim._base import NO_PARAMS_MSG, GradientTransformation, \
 from functrans.optim._combining import chain
 from functrans.optim._linesearch import scale_by_zoom_linesearch
 from functrans.optim._numerics import safe_increment
-from functrans.optim._transforms import scale, scale_by_learning_rate
+from functrans.optim._scaling import scale, scale_by_learning_rate
 from functrans.optim._tree_casting import tree_cast_like
 from functrans.optim._tree_math import (tree_add_scale, tree_norm, tree_real, tree_scale,
                                         tree_sub, tree_vdot, tree_zeros_like)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-from functrans.optim._accumulation import ema
 from functrans.optim._base import GradientTransformation, GradientTransformationExtraArgs, \
     stateless, with_extra_args_support
 from functrans.optim._combining import chain
+from functrans.optim._momentum import ema
 
 __all__ = ["SnapshotState", "snapshot", "MonitorState", "monitor", "measure_with_ema"]
 

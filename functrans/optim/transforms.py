@@ -9,9 +9,8 @@
 """
 from __future__ import annotations
 
-from functrans.optim._accumulation import (EmaState, MultiSteps, MultiStepsState,
-                                           ShouldSkipUpdateFunction, TraceState, ema,
-                                           skip_large_updates, skip_not_finite, trace)
+from functrans.optim._accumulation import (MultiSteps, MultiStepsState, ShouldSkipUpdateFunction,
+                                           skip_large_updates, skip_not_finite)
 from functrans.optim._adding import AddNoiseState, add_decayed_weights, add_noise
 from functrans.optim._clipping import (adaptive_grad_clip, clip, clip_by_block_rms,
                                        clip_by_global_norm, per_example_global_norm_clip,
@@ -27,6 +26,7 @@ from functrans.optim._constraining import (NonNegativeParamsState, ZeroNansState
 from functrans.optim._freezing import freeze, selective_transform
 from functrans.optim._layouts import flatten
 from functrans.optim._masking import MaskedNode, MaskedState, masked
+from functrans.optim._momentum import EmaState, TraceState, ema, trace
 from functrans.optim._monitoring import (MonitorState, SnapshotState, measure_with_ema,
                                          monitor, snapshot)
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from functrans import numpy as jnp
+from functrans.optim._adaptive_moments import ScaleByBeliefState
 from functrans.optim._adding import add_decayed_weights
 from functrans.optim._base import GradientTransformation, GradientTransformationExtraArgs
 from functrans.optim._combining import chain
 from functrans.optim._numerics import safe_increment
-from functrans.optim._rescaling import ScaleByBeliefState
-from functrans.optim._transforms import scale_by_learning_rate
+from functrans.optim._scaling import scale_by_learning_rate
 from functrans.optim._tree_math import (tree_bias_correction, tree_update_moment,
                                         tree_update_moment_per_elem_norm, tree_zeros_like)
 from functrans.tree_util import tree_map

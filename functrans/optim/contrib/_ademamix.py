@@ -9,7 +9,7 @@ from functrans.optim._base import GradientTransformation, GradientTransformation
     canonicalize_dtype
 from functrans.optim._combining import chain
 from functrans.optim._numerics import safe_increment
-from functrans.optim._transforms import scale_by_learning_rate
+from functrans.optim._scaling import scale_by_learning_rate
 from functrans.optim._tree_math import (tree_add_scale, tree_bias_correction, tree_div,
                                         tree_mul, tree_sub, tree_update_moment,
                                         tree_update_moment_per_elem_norm, tree_zeros_like)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Callable
 
 from functrans import numpy as jnp
+from functrans.optim._adaptive_moments import ScaleByAdamState
 from functrans.optim._base import GradientTransformation, GradientTransformationExtraArgs, \
     canonicalize_dtype
 from functrans.optim._combining import chain
 from functrans.optim._numerics import safe_increment
-from functrans.optim._transforms import ScaleByAdamState, scale_by_learning_rate
+from functrans.optim._scaling import scale_by_learning_rate
 from functrans.optim._tree_casting import tree_cast
 from functrans.optim._tree_math import tree_update_moment, tree_update_moment_per_elem_norm, \
     tree_zeros_like

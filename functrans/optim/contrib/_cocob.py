@@ -7,7 +7,7 @@ from functrans import numpy as jnp
 from functrans.optim._adding import add_decayed_weights
 from functrans.optim._base import GradientTransformation, GradientTransformationExtraArgs
 from functrans.optim._combining import chain
-from functrans.optim._transforms import scale_by_learning_rate
+from functrans.optim._scaling import scale_by_learning_rate
 from functrans.optim._tree_math import tree_ones_like, tree_scale, tree_zeros_like
 from functrans.tree_util import tree_map
 

@@ -9,7 +9,7 @@ from functrans.optim._adding import add_decayed_weights
 from functrans.optim._base import GradientTransformation, GradientTransformationExtraArgs, \
     identity
 from functrans.optim._combining import chain
-from functrans.optim._transforms import scale_by_learning_rate
+from functrans.optim._scaling import scale_by_learning_rate
 from functrans.optim._tree_casting import tree_dtype
 from functrans.optim._tree_math import tree_norm, tree_scale, tree_sub
 

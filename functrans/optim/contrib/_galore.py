@@ -8,11 +8,12 @@ from typing import Any, NamedTuple, Sequence
 
 from functrans import lax
 from functrans import numpy as jnp
+from functrans.optim._adaptive_moments import scale_by_adam
 from functrans.optim._adding import add_decayed_weights
 from functrans.optim._base import GradientTransformation, GradientTransformationExtraArgs
 from functrans.optim._combining import chain
 from functrans.optim._numerics import safe_increment
-from functrans.optim._transforms import scale_by_adam, scale_by_learning_rate
+from functrans.optim._scaling import scale_by_learning_rate
 from functrans.tree_util import tree_leaves, tree_map, tree_structure, tree_transpose
 
 __all__ = ["GaLoreDimensionNumbers", "GaLoreState", "scale_by_galore", "galore"]

@@ -20,7 +20,7 @@ from functrans.optim._base import GradientTransformation, GradientTransformation
 from functrans.optim._combining import chain, partition
 from functrans.optim._masking import MaskedNode
 from functrans.optim._numerics import safe_increment
-from functrans.optim._transforms import scale_by_learning_rate
+from functrans.optim._scaling import scale_by_learning_rate
 from functrans.optim._tree_casting import tree_cast
 from functrans.optim._tree_math import tree_bias_correction, tree_update_moment, \
     tree_zeros_like

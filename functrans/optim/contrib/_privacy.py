@@ -8,12 +8,12 @@ import numpy as np
 
 from functrans import numpy as jnp
 from functrans import random
-from functrans.optim._accumulation import trace
 from functrans.optim._base import GradientTransformation, GradientTransformationExtraArgs, \
     identity
 from functrans.optim._clipping import per_example_global_norm_clip
 from functrans.optim._combining import chain
-from functrans.optim._transforms import scale_by_learning_rate
+from functrans.optim._momentum import trace
+from functrans.optim._scaling import scale_by_learning_rate
 from functrans.tree_util import tree_flatten, tree_unflatten
 
 __all__ = ["DifferentiallyPrivateAggregateState", "differentially_private_aggregate", "dpsgd"]

@@ -13,7 +13,8 @@ from functrans.optim._base import GradientTransformation, GradientTransformation
 from functrans.optim._combining import chain
 from functrans.optim._numerics import safe_increment
 from functrans.optim._schedules import warmup_constant_schedule
-from functrans.optim._transforms import scale_by_learning_rate, scale_by_rms
+from functrans.optim._scaling import scale_by_learning_rate
+from functrans.optim._second_moments import scale_by_rms
 from functrans.optim._tree_casting import tree_cast, tree_dtype
 from functrans.tree_util import tree_map
 

@@ -12,7 +12,7 @@ from functrans.optim._base import GradientTransformationExtraArgs, canonicalize_
     with_extra_args_support
 from functrans.optim._combining import chain
 from functrans.optim._numerics import safe_increment
-from functrans.optim._transforms import scale_by_learning_rate
+from functrans.optim._scaling import scale_by_learning_rate
 from functrans.optim._tree_casting import tree_cast, tree_dtype
 from functrans.optim._tree_math import (tree_bias_correction, tree_size, tree_update_moment,
                                         tree_zeros_like)

@@ -19,9 +19,9 @@ parallel loop (default: the CPUs this process may use).
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
+
+import contextlib
 
 from functrans import _caches
 from functrans._backends import (register_backend, register_device_parallel_hook,
@@ -54,31 +54,9 @@ def compile_jaxpr(closed, devices=None, *, target_cpu=None):
     see :func:`pipeline.compile_jaxpr`)."""
     if _IMPORT_ERROR is not None:
         raise RuntimeError(f"the llvm backend needs llvmlite and scipy: {_IMPORT_ERROR}")
-    with _collector_paused():
-        # deferred: start-up time (the compiler; see _missing_dependency)
-        from functrans.backends.llvm.pipeline import compile_jaxpr as compile_native
-        return compile_native(closed, devices, target_cpu=target_cpu)
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    """Python's cyclic garbage collector off while a program compiles (and while the
-    compiler's modules are first imported). A compile allocates tens of thousands of
-    objects (IR values, expressions, llvmlite's wrappers), which start collections of the
-    young generations and then a full one that scans the whole heap: about 10 ms of CPU time
-    in the MLP step's first compile, measured with ``gc.callbacks``. The objects that die
-    in cycles wait for the next collection after the compile; those are few (a few
-    thousand), and that collection is one of the full ones the process would have run
-    anyway. Nested compiles (loops on the host compile their bodies) and a collector turned
-    off by the application are left as they are."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+    # deferred: start-up time (the compiler; see _missing_dependency)
+    from functrans.backends.llvm.pipeline import compile_jaxpr as compile_native
+    return compile_native(closed, devices, target_cpu=target_cpu)
 
 
 @contextlib.contextmanager

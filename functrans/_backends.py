@@ -15,6 +15,7 @@ import pkgutil
 import threading
 from typing import Callable
 
+from functrans import _collector
 from functrans._config import config
 
 _registry: dict[str, "Backend"] = {}
@@ -48,7 +49,8 @@ class Backend:
                      if self.compiler_options else "it takes none")
             raise ValueError(f"compiler_options: the {self.name} backend has no option "
                              f"{', '.join(map(repr, unknown))} ({takes})")
-        return self._compile(closed, devices, **options)
+        with _collector.paused():  # see functrans._collector
+            return self._compile(closed, devices, **options)
 
     def __repr__(self):
         return f"Backend({self.name}, platform={self.platform})"

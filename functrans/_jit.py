@@ -21,7 +21,7 @@ import numpy as np
 from functrans import (_api, _array, _backends, _debug_checks, _debug_rerun, _transfer_guard,
                        core, profiler, tree_util)
 from functrans._api import ShapeDtypeStruct
-from functrans import _cost_analysis, _explain
+from functrans import _collector, _cost_analysis, _explain
 from functrans._array import Array, is_concrete_array
 from functrans._array import delete as _array_delete
 from functrans._caches import LRUCache, WeakKeyLRUCache, insert_plain
@@ -599,7 +599,8 @@ class JitWrapped:
             return leaves
 
         start = time.perf_counter()
-        jaxpr, consts = trace_to_jaxpr_dynamic(flat_fun, avals)
+        with _collector.paused():  # see functrans._collector
+            jaxpr, consts = trace_to_jaxpr_dynamic(flat_fun, avals)
         profiler.record(f"trace {getattr(self._fun, '__name__', 'fun')}", "tracing",
                         int(start * 1e9), time.perf_counter_ns())
         if config.log_compiles:

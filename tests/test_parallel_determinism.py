@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 from functrans.backends.compiler import fusion
-from functrans.backends.llvm import codegen, matrix_products
+from functrans.backends.llvm import codegen
 
 # Run in a process of its own: the pool's thread count is fixed when it starts.
 SCRIPT = textwrap.dedent("""
@@ -111,21 +111,3 @@ def test_a_product_cut_finer_than_the_threads_keeps_long_chunks():
     # a batch re-packs nothing: its chunks stay fine
     heads = fusion.DotKernel(None, None, None, 64, 256, 256, 64, False, False)
     assert codegen.gemm_split(heads, threads=2) == ("batch", 8)
-
-
-def test_a_batch_one_dense_layer_is_split_by_its_matrix():
-    """A matrix-vector product is bound by the memory it streams, so it is split by the
-    elements of its matrix, not by its flops: the batch-1 layers of an MLP 784-512-512-10
-    (under GEMM_SPLIT_MIN_FLOPS each) run as one column band per thread, its 512x10 output
-    layer as one BLAS call, and a batch of such products as before."""
-    for k in (784, 512):
-        layer = fusion.DotKernel(None, None, None, 1, 1, 512, k, False, False)
-        assert 2 * k * 512 < matrix_products.GEMM_SPLIT_MIN_FLOPS
-        assert codegen.gemm_split(layer, threads=2) == ("n", 2)
-        assert codegen.gemm_split(layer, threads=1) == (None, 1)
-        by_rows = fusion.DotKernel(None, None, None, 1, 512, 1, k, False, True)  # w @ x
-        assert codegen.gemm_split(by_rows, threads=2) == ("m", 2)
-    head = fusion.DotKernel(None, None, None, 1, 1, 10, 512, False, False)
-    assert codegen.gemm_split(head, threads=2) == (None, 1)
-    batched = fusion.DotKernel(None, None, None, 4, 1, 512, 512, False, False)
-    assert codegen.gemm_split(batched, threads=2) == ("batch", 2)

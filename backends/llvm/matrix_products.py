@@ -52,15 +52,6 @@ BLAS_SERIAL_MNK = 65536 * 4
 # ... and a matrix-vector product whose matrix has fewer elements than this (2304 *
 # GEMM_MULTITHREAD_THRESHOLD in its interface/gemv.c)
 BLAS_SERIAL_GEMV_ELEMENTS = 2304 * 4
-# A matrix-vector product reads each element of its matrix once for two flops: it is bound by
-# the memory it streams, not by arithmetic, so it is split from far fewer flops than a matrix
-# product (nothing is re-packed per chunk either). From GEMV_SPLIT_MIN_ELEMENTS matrix
-# elements it is split into chunks of at least GEMV_CHUNK_ELEMENTS (256 KB of float32, about
-# 8 us from the L3 cache): each core then streams its own part, and a batch-1 network whose
-# weights exceed one core's L2 cache (the MLP 784-512-512-10: 2.6 MB against 2 MB) keeps
-# each core's half there from call to call (measured: docs/performance.md).
-GEMV_SPLIT_MIN_ELEMENTS = 1 << 17
-GEMV_CHUNK_ELEMENTS = 1 << 16
 
 
 def matrix_vector(step: DotKernel) -> str | None:
@@ -86,13 +77,10 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     columns; an 8192x512 by 512x512 one: ``("m", 8)``, eight chunks of 1024 rows."""
     threads = thread_pool.compiled_threads() if threads is None else threads
     flops = 2 * step.batch * step.m * step.n * step.k
-    # a matrix-vector product: by the elements of its matrix (see GEMV_SPLIT_MIN_ELEMENTS)
-    elements = step.m * step.n * step.k if step.batch == 1 and matrix_vector(step) else 0
-    if threads < 2 or (flops < GEMM_SPLIT_MIN_FLOPS and elements < GEMV_SPLIT_MIN_ELEMENTS):
+    if threads < 2 or flops < GEMM_SPLIT_MIN_FLOPS:
         return None, 1
     per_thread = GEMM_CHUNKS_PER_THREAD if flops >= GEMM_FINE_SPLIT_FLOPS else 1
-    wanted = min(max(flops // GEMM_CHUNK_FLOPS, elements // GEMV_CHUNK_ELEMENTS),
-                 threads * per_thread, GEMM_MAX_CHUNKS)
+    wanted = min(flops // GEMM_CHUNK_FLOPS, threads * per_thread, GEMM_MAX_CHUNKS)
     if step.batch > 1:
         chunks = min(step.batch, wanted)
     else:

@@ -6,12 +6,22 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 from functrans._flag_contexts import enable_x64  # noqa: F401
 from functrans._callbacks import io_callback  # noqa: F401
+from functrans.experimental import _device_mesh, _process_exchange
 
-_SUBMODULES = ("checkify", "shard_map", "mesh_utils", "pjit", "ode", "multihost_utils",
-               "layout", "hijax")
+_SUBMODULES = ("checkify", "shard_map", "pjit", "ode", "layout", "hijax")
+
+# JAX's names for two modules named here by what they hold: ``mesh_utils`` lays devices out
+# into a mesh, ``multihost_utils`` exchanges host values between processes. Registered under
+# both names, so ``import functrans.experimental.mesh_utils`` (and, through install_as_jax,
+# ``import jax.experimental.mesh_utils``) finds them.
+mesh_utils = _device_mesh
+multihost_utils = _process_exchange
+sys.modules[f"{__name__}.mesh_utils"] = mesh_utils
+sys.modules[f"{__name__}.multihost_utils"] = multihost_utils
 
 
 def disable_x64():

@@ -1,5 +1,6 @@
-"""``jax.experimental.multihost_utils``: exchanging host values between the processes of a
-multi-process run (``functrans.distributed``, over MPI). In a single process each is the
+"""Host values exchanged between the processes of a multi-process run: the module JAX
+names ``jax.experimental.multihost_utils`` (``functrans.experimental.multihost_utils``),
+for a run (``functrans.distributed``, over MPI). In a single process each is the
 identity on its one participant."""
 from __future__ import annotations
 

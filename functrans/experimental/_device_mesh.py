@@ -1,4 +1,5 @@
-"""``jax.experimental.mesh_utils``: arrange devices into the array a ``Mesh`` is built from.
+"""Devices arranged into the array a ``Mesh`` is built from: the module JAX names
+``jax.experimental.mesh_utils`` (``functrans.experimental.mesh_utils``).
 
 functrans's devices have no physical topology (no torus or slice to follow), so devices are
 laid out in their order: process by process, then device by device.

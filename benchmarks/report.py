@@ -25,6 +25,35 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The x86-64 vector extensions the code generators can use, in the order they appeared, as
+# /proc/cpuinfo spells them; the table names the ones the CPU has.
+VECTOR_EXTENSIONS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq",
+                     "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni",
+                     "amx_tile")
+
+
+def vector_extensions() -> list[str]:
+    """The CPU's vector extensions from :data:`VECTOR_EXTENSIONS` (empty where
+    /proc/cpuinfo cannot be read or lists no flags)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return [e for e in VECTOR_EXTENSIONS if e in flags]
+    except OSError:
+        pass
+    return []
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages: other processes on the cores move every time."""
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "?"
+
+
 def blas_info() -> list[str]:
     """The BLAS libraries loaded (NumPy's; SciPy's, which functrans's llvm backend calls),
     with the kernel OpenBLAS picked for this CPU and the thread count."""
@@ -48,7 +77,8 @@ def blas_info() -> list[str]:
 def machine() -> dict:
     env = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS",
                                        "OPENBLAS_NUM_THREADS") if k in os.environ}
-    return {"cpu": cpu_model(), "cores": os.cpu_count(),
+    return {"cpu": cpu_model(), "vector_extensions": vector_extensions(),
+            "cores": os.cpu_count(), "load_average": load_average(),
             "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
             "python": platform.python_version(), "versions": frameworks.versions(),
             "blas": blas_info(), "environment": env}
@@ -73,6 +103,8 @@ def format_table(rows: list[Row], info: dict) -> str:
     lines = [
         f"functrans benchmarks, {info['date']}: {info['cpu']}, {info['cores']} cores, "
         f"Python {info['python']}",
+        "vector extensions: " + (" ".join(info.get("vector_extensions") or []) or "unknown")
+        + f"; load average at the start: {info.get('load_average', '?')}",
         "versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()),
         "BLAS: " + "; ".join(info["blas"]) + f"; threads: {info.get('threads', '?')}",
     ]

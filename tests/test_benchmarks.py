@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+from benchmarks import report
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -29,6 +31,9 @@ def test_quick_run_prints_table_and_agrees_with_numpy(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("workload"))
+    # the CPU's vector extensions are named: the numbers depend on them
+    assert any(line.startswith("vector extensions: ") for line in lines)
+    assert results["machine"]["vector_extensions"] == report.vector_extensions()
     assert "functrans" in header and "numpy" in header and "ft/numpy" in header
     for title in ("dispatch: cached jitted call", "8-op elementwise chain"):
         row = next(line for line in lines if line.startswith(title))

@@ -11,6 +11,7 @@ import time
 # variables before NumPy, SciPy, JAX or PyTorch load their thread pools.
 WORKLOADS = {
     "mlp": "mlp:mlp_train_step",
+    "mlp_processes": "mlp_processes:mlp_in_processes",
     "per_example": "mlp:per_example_gradients",
     "cnn": "cnn:cnn_train_step",
     "resnet": "resnet:resnet_train_step",

@@ -14,7 +14,7 @@ import json
 import sys
 import tempfile
 
-from benchmarks.compile_time import _write_bytecode, failures, median_total, run_worker, \
+from benchmarks.compile_time import write_bytecode, failures, median_total, run_worker, \
     time_compile
 from benchmarks.harness import Options, Row
 
@@ -50,7 +50,7 @@ def _cold(impl: str, layers: int) -> dict:
 def compile_scaling(options: Options) -> list[Row]:
     runs = 1 if options.quick else max(1, options.rounds)
     impls = ["functrans"] + (["jax"] if "jax" in options.available else [])
-    _write_bytecode()
+    write_bytecode()
     rows, previous = [], {}
     for layers in depths_for(options):
         results = {impl: [] for impl in impls}

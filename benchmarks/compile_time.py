@@ -93,7 +93,7 @@ def median_total(results: list[dict]):
     return float(np.median(good)) if good else None
 
 
-def _write_bytecode() -> None:
+def write_bytecode() -> None:
     """Compile functrans's and the benchmarks' sources to bytecode once, before timing."""
     import compileall
     for folder in ("functrans", "backends", "benchmarks"):
@@ -103,7 +103,7 @@ def _write_bytecode() -> None:
 def compile_times(options: Options) -> list[Row]:
     runs = 1 if options.quick else 3
     cold, warm, jax_cold = [], [], []
-    _write_bytecode()
+    write_bytecode()
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="functrans-bench-cache-") as cache_dir:
             env = {"FUNCTRANS_CACHE_DIR": cache_dir}

@@ -179,3 +179,14 @@ def test_compile_memory_runs_each_setting_in_a_fresh_process():
     header, row = proc.stdout.strip().splitlines()
     assert "after clear_caches MB" in header
     assert row.split()[:2] == ["capped", "10"]
+
+
+def test_mlp_in_fresh_processes_times_first_calls_and_steady_state(tmp_path):
+    proc, results = run_suite("--quick", "--only", "mlp_processes", "--impls",
+                              "functrans,numpy", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steady, first = results["rows"]
+    for row in (steady, first):
+        assert row["checks"]["functrans"] == "ok" and row["times"]["functrans"] > 0
+    (run,) = first["extra"]["functrans"]
+    assert len(run["first_s"]) == 10 and run["ok"]

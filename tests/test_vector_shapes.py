@@ -1,6 +1,7 @@
-"""Vector widths and interleave counts the llvm backend chooses from the target CPU's
-features (backends/llvm/vector_loops.py): what each target gets, and that every choice
-computes the same numbers as the plain code and the reference interpreter."""
+"""Vector widths, interleave counts and convolution register tiles the llvm backend
+chooses from the target CPU's features (backends/llvm/vector_loops.py,
+backends/llvm/convolution.py): what each target gets, and that every choice computes the
+same numbers as the plain code and the reference interpreter."""
 from __future__ import annotations
 
 import re
@@ -10,7 +11,8 @@ import pytest
 
 import functrans
 import functrans.numpy as jnp
-from functrans.backends.llvm import pipeline, streaming_stores, targets, vector_loops
+from functrans import lax
+from functrans.backends.llvm import convolution, pipeline, streaming_stores, targets, vector_loops
 
 LONG = vector_loops.LONG_CHAIN_MIN_ELEMENTS
 TARGETS = ["x86-64-v3", "x86-64-v4", "native"]
@@ -73,3 +75,54 @@ def test_a_streamed_long_chain_gives_the_plain_loops_bits():
     plain = compiled(chain, x)
     assert "!nontemporal" in streamed.ir_text and "!nontemporal" not in plain.ir_text
     np.testing.assert_array_equal(streamed(x)[0].view(np.uint32), plain(x)[0].view(np.uint32))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_register_tile_follows_the_vector_registers(target):
+    if not runnable(target):
+        pytest.skip(f"the host cannot run {target} code")
+    with targets.compiling_for(target) as resolved:
+        registers = resolved.vector_registers
+        assert convolution.max_accumulators() == 3 * registers // 4
+        assert convolution.max_vectors() == registers // 8
+        assert convolution.vector_bytes(32, np.float32) == (64 if resolved.has_avx512 else 32)
+        assert convolution.vector_bytes(24, np.float32) == 32  # not whole 64-byte vectors
+        assert convolution.vector_bytes(8, np.float64) == (64 if resolved.has_avx512 else 32)
+
+
+# output features: one narrow vector, one wide, a tile's worth, one vector past a tile (it
+# joins the tile), and several tiles; float64 vectors hold half as many
+@pytest.mark.parametrize("features,dtype", [(8, np.float32), (16, np.float32), (40, np.float32),
+                                            (72, np.float32), (80, np.float32),
+                                            (12, np.float64), (20, np.float64),
+                                            (40, np.float64)])
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_tile_shape_matches_the_reference(target, features, dtype):
+    if not runnable(target):
+        pytest.skip(f"the host cannot run {target} code")
+    rng = np.random.default_rng(features)
+    x = rng.standard_normal((3, 9, 29, 5)).astype(dtype)   # 29 outputs: full tiles and a tail
+    w = rng.standard_normal((3, 3, 5, features)).astype(dtype)
+
+    def f(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    ct = rng.standard_normal((3, 9, 29, features)).astype(dtype)
+
+    def grads(x, w):
+        out, pullback = functrans.vjp(f, x, w)
+        return (out,) + tuple(pullback(ct))
+
+    before = functrans.config.jax_enable_x64
+    functrans.config.update("jax_enable_x64", dtype == np.float64)
+    try:
+        program = functrans.jit(grads, compiler_options={"target_cpu": target})
+        assert "conv[direct" in program.lower(x, w).compile()._executable.program.describe()
+        got = program(x, w)
+        want = functrans.jit(grads, backend="reference")(x, w)
+    finally:
+        functrans.config.update("jax_enable_x64", before)
+    tol = 2e-4 if dtype == np.float32 else 1e-10
+    for a, b in zip(got, want):
+        a, b = np.asarray(a), np.asarray(b)
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, float(np.max(np.abs(b)))))

@@ -118,7 +118,7 @@ class ModuleBuilder(ModuleIR):
             for item in self.schedule:
                 if isinstance(item, Segment):
                     self.build_segment(item)
-        text = str(self.module)
+        text = self.with_function_attributes(str(self.module))
         return float_mode.mark_functions(text) if self.flush else text
 
     def build_segment(self, segment: Segment):

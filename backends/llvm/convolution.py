@@ -17,7 +17,10 @@ with its R x V accumulators in registers::
         for r: acc[r][v] += x[position(r) + offset(t), c] * wv[v]  (a broadcast, V FMAs)
 
 so each loaded weight vector feeds R multiply-adds and each input element V: the loop is
-bound by the FMA units, not by memory. The tile runs along the last spatial axis of the
+bound by the FMA units, not by memory. R, V and the vectors' width W follow the target CPU
+(:func:`max_accumulators`, :func:`max_vectors`, :func:`vector_bytes`): 32-byte vectors in
+tiles of up to 2 x 6 with AVX2's 16 registers; with AVX-512's 32, up to 4 x 6, and 64-byte
+vectors where a group's features fill them. The tile runs along the last spatial axis of the
 output; when the input's batch axis is innermost in memory (a kernel gradient, whose "batch"
 is the forward input's feature axis) it runs along the batch axis instead, so the R inputs
 of a step are adjacent. The reduction loops go from the largest input stride to the
@@ -34,16 +37,41 @@ from __future__ import annotations
 import llvmlite.ir as ir
 import numpy as np
 
-from functrans.backends.llvm import thread_pool
+from functrans.backends.llvm import targets, thread_pool
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, unique_buffers
 from functrans.backends.compiler.decompose import VECTOR_BYTES, is_direct_convolution
 from functrans.backends.llvm.ir_builder import I8P, I32, I64, emits
 from functrans.backends.llvm.scalar_ops import mem_type
 
-MAX_VECTORS = 2            # output-feature vectors per tile (2 x 6 beat 4 x 3 measured)
-MAX_ACCUMULATORS = 12      # of 16 vector registers: the rest hold weights and a broadcast
+# The register tile, from the target's vector registers: accumulators in three quarters of
+# them (the rest hold the tile's weight vectors and a broadcast input), in at most a sixth
+# of that many output-feature vectors: 12 in up to 2 x 6 with AVX2's 16 registers (2 x 6
+# beat 4 x 3), 24 in up to 4 x 6 with AVX-512's 32 (see docs/performance.md).
+ACCUMULATOR_SHARE = 3 / 4
+OUTPUTS_PER_VECTOR = 6
 CHUNK_FLOPS = 4_000_000    # below this a convolution runs on the calling thread
 BLOCK_BYTES = 96 * 1024    # a reduction block's slice of the kernel operand (L2-resident)
+WIDE_VECTOR_BYTES = 64     # AVX-512's vectors: twice the multiply-adds per instruction
+
+
+def max_accumulators() -> int:
+    """Accumulators a tile may keep in registers on the target CPU."""
+    return int(targets.current().vector_registers * ACCUMULATOR_SHARE)
+
+
+def max_vectors() -> int:
+    """Output-feature vectors a tile may span on the target CPU."""
+    return max(1, max_accumulators() // OUTPUTS_PER_VECTOR)
+
+
+def vector_bytes(group_features: int, dtype) -> int:
+    """The width of the kernel's vectors: AVX-512's 64 bytes on targets that have it, when a
+    group's output features fill such vectors (the direct form pads them to VECTOR_BYTES
+    only, so that narrow layers are not padded twice as far), else VECTOR_BYTES."""
+    lanes = WIDE_VECTOR_BYTES // np.dtype(dtype).itemsize
+    if targets.current().has_avx512 and group_features % lanes == 0:
+        return WIDE_VECTOR_BYTES
+    return VECTOR_BYTES
 
 
 def _c(value: int):
@@ -67,7 +95,7 @@ class ConvolutionStep(Step):
         self.in_features = rhs.shape[rhs_spec[1]]
         self.out_features = rhs.shape[rhs_spec[0]]
         self.group_features = self.out_features // self.groups
-        self.width = VECTOR_BYTES // out.dtype.itemsize
+        self.width = vector_bytes(self.group_features, out.dtype) // out.dtype.itemsize
         self.batch = out.shape[out_spec[0]]
         self.out_spatial = tuple(out.shape[a] for a in out_spec[2:])
         # element strides: x (batch, feature, spatial...), w (in-feature, taps...), out
@@ -231,15 +259,16 @@ class _Tiles:
             x_base = b.add(x_base, _c(g * step.in_features * step.x_feature))
         width, vectors = step.width, step.group_features // step.width
         feature = g * step.group_features
+        most_vectors, most_accumulators = max_vectors(), max_accumulators()
         blocks = []
         while vectors > 0:  # one more vector than a tile joins it, rather than go alone
-            take = vectors if vectors == MAX_VECTORS + 1 else min(vectors, MAX_VECTORS)
+            take = vectors if vectors == most_vectors + 1 else min(vectors, most_vectors)
             blocks.append((feature, take))
             feature += take * width
             vectors -= take
         extent, x_step, o_step = step.tile_axis
         for f0, v in blocks:
-            r = max(1, min(extent, MAX_ACCUMULATORS // v))
+            r = max(1, min(extent, most_accumulators // v))
             full, tail = divmod(extent, r)
 
             def tiles(t, f0=f0, v=v, r=r):

@@ -17,6 +17,7 @@ table of the segment.
 from __future__ import annotations
 
 import ctypes
+import re
 
 import llvmlite.ir as ir
 import numpy as np
@@ -27,6 +28,9 @@ from functrans.backends.llvm import interrupts
 from functrans.backends.llvm.machine_code import LLVMCompileError
 from functrans.backends.llvm.scalar_ops import mem_type
 from functrans.backends.llvm.vector_math import MathLibrary
+
+# a function's definition as llvmlite prints it: one line, its name quoted
+_DEFINE = re.compile(r'^define [^\n]*?@"([^"]+)"\([^\n]*$', re.MULTILINE)
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
@@ -104,6 +108,8 @@ class ModuleIR:
         # kernels.POOLED_MIN_ELEMENTS)
         self.pool_in_use = False
         self._single_vector_loop = None  # see single_vector_loop
+        self._interleaved_loops: dict = {}  # see interleaved_loop
+        self.function_attributes: dict = {}  # function name -> its string attribute
 
     def shared(self, fn: ir.Function) -> ir.Function:
         """``fn``, or an identical function built earlier (then ``fn`` is dropped): kernels
@@ -273,7 +279,8 @@ class ModuleIR:
         ``[0, extent]``); leaves ``b`` after the loop and returns the loop's back edge (the
         branch that carries ``llvm.loop`` hints), or None: extents are static, so an empty
         loop is simply not emitted. ``interleave=False`` asks LLVM to vectorize the loop
-        without interleaving its vector iterations (see :meth:`single_vector_loop`)."""
+        without interleaving its vector iterations (see :meth:`single_vector_loop`), a
+        number ``n`` for ``n`` vectors per iteration (see :mod:`vector_loops`)."""
         if extent <= 0:
             return
         fn = b.function
@@ -293,8 +300,10 @@ class ModuleIR:
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nuw", "nsw"])
         i.add_incoming(nxt, b.block)
         latch = b.cbranch(b.icmp_signed("<", nxt, end), head, done)
-        if not interleave:
-            latch.set_metadata("llvm.loop", self.single_vector_loop())
+        if interleave is not True:
+            count = 1 if interleave is False else interleave
+            latch.set_metadata("llvm.loop", self.single_vector_loop() if count == 1
+                               else self.interleaved_loop(count))
         b.position_at_end(done)
         return latch
 
@@ -312,6 +321,29 @@ class ModuleIR:
         if self._single_vector_loop is None:
             self._single_vector_loop = self.loop_id({"llvm.loop.interleave.count": 1})
         return self._single_vector_loop
+
+    def interleaved_loop(self, count: int):
+        """The loop ID of loops computing ``count`` vectors per iteration (one node per
+        count, shared as :meth:`single_vector_loop`'s is)."""
+        loop_id = self._interleaved_loops.get(count)
+        if loop_id is None:
+            loop_id = self._interleaved_loops[count] = self.loop_id(
+                {"llvm.loop.interleave.count": count})
+        return loop_id
+
+    def prefer_vector_width(self, fn: ir.Function, bits: int) -> None:
+        """Ask LLVM to vectorize ``fn``'s loops with ``bits``-wide vectors (the function
+        attribute ``prefer-vector-width``, which llvmlite's function attributes cannot
+        spell: :meth:`with_function_attributes` writes it into the module's text)."""
+        self.function_attributes[fn.name] = f'"prefer-vector-width"="{bits}"'
+
+    def with_function_attributes(self, text: str) -> str:
+        """``text``, this module's IR as llvmlite prints it (a function's attributes end its
+        ``define`` line), with the attributes of :meth:`prefer_vector_width` added."""
+        if not self.function_attributes:
+            return text
+        return _DEFINE.sub(lambda m: f"{m.group(0)} {self.function_attributes[m.group(1)]}"
+                           if m.group(1) in self.function_attributes else m.group(0), text)
 
     def loop_id(self, hints: dict):
         """A new loop ID (``!llvm.loop``) carrying ``hints`` (name -> i32 value), for the

@@ -20,7 +20,7 @@ import numpy as np
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import Buffer, LoopKernel, ReduceKernel, unique_buffers
-from functrans.backends.llvm import scalar_ops, streaming_stores, thread_pool
+from functrans.backends.llvm import scalar_ops, streaming_stores, thread_pool, vector_loops
 from functrans.backends.llvm.expressions import Evaluator, combine, monoid_identity
 from functrans.backends.llvm.ir_builder import (I1, I8P, I64, calls_only_function, emits,
                                                 kernel_alloca)
@@ -69,6 +69,9 @@ def build_kernel(mb, step):
     fn.attributes.add("noinline")
     for arg in fn.args[:len(buffers)]:
         arg.add_attribute("noalias")
+    width = vector_loops.vector_width(step)
+    if width:
+        mb.prefer_vector_width(fn, width)
     ptrs = {buf.id: arg for buf, arg in zip(buffers, fn.args)}
     bounds = tuple(fn.args[len(buffers):])
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -162,7 +165,8 @@ def emit_loop_kernel(mb, b, step: LoopKernel, ptrs, bounds, flag=None, exact=Fal
         streaming_stores.emit_streamed_loops(mb, b, step, ptrs[streamed.id], value_at,
                                              bounds)
     elif step.shape:
-        mb.loop_nest(b, list(step.shape), body, bounds=bounds, interleave=False)
+        mb.loop_nest(b, list(step.shape), body, bounds=bounds,
+                     interleave=vector_loops.interleave_count(step))
     else:
         body([])
 

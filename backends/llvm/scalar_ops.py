@@ -129,6 +129,14 @@ def needs_guard(nodes) -> bool:
                and n.dtype == np.float32 for n in E.postorder(nodes))
 
 
+def calls_inline_math(nodes) -> bool:
+    """Whether expression ``nodes`` call a float32 function of the math library that is
+    inline code (not a C library call): a long chain of vector arithmetic per element."""
+    return any(isinstance(n, E.ScalarExpr) and n.kind == "op" and n.args[0] in _FLOAT_MATH
+               and n.dtype == np.float32 and n.args[0].name in MathLibrary.INLINE_F32
+               for n in E.postorder(nodes))
+
+
 def _float_binary_libm(name):
     def emit(ctx, args, in_dtypes, out_dtype, params):
         return ctx.math.libm(ctx.b, name, in_dtypes[0], *args)

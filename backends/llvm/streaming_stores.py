@@ -27,6 +27,7 @@ import numpy as np
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import LoopKernel, unique_buffers
+from functrans.backends.llvm import vector_loops
 from functrans.backends.llvm.scalar_ops import mem_type
 from functrans.backends.llvm.vector_math import target_has_avx512
 
@@ -104,15 +105,17 @@ def emit_streamed_loops(mb, b: ir.IRBuilder, step, out_ptr, compute, bounds):
     out = step.outputs[0][0]
     lanes = STORE_BYTES // out.dtype.itemsize
     elem = mem_type(out.dtype)
-    # a block holds INTERLEAVE vectors of the widest width LLVM may choose for the target CPU
-    # (only the interleave count is a hint: a forced width makes LLVM print a remark for
-    # every loop it cannot vectorize, such as float64 math, which calls the C library)
-    block_lanes = (64 if target_has_avx512() else 32) * INTERLEAVE // out.dtype.itemsize
+    # a block holds INTERLEAVE vectors (a long chain's count, if more: see vector_loops) of
+    # the widest width LLVM may choose for the target CPU (only the interleave count is a
+    # hint: a forced width makes LLVM print a remark for every loop it cannot vectorize,
+    # such as float64 math, which calls the C library)
+    count = max(INTERLEAVE, vector_loops.interleave_count(step))
+    block_lanes = (64 if target_has_avx512() else 32) * count // out.dtype.itemsize
     line = _entry_alloca(b, ir.ArrayType(elem, block_lanes))
     line.align = STORE_BYTES
     strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
     hint = mb.module.add_metadata([ir.Constant(I32, 1)])
-    interleave = mb.loop_id({"llvm.loop.interleave.count": INTERLEAVE})
+    interleave = mb.interleaved_loop(count)
 
     def row(prefix, lo, hi):
         base = ir.Constant(I64, 0)

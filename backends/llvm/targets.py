@@ -57,6 +57,12 @@ class TargetCPU:
         return "avx512f" in LEVEL_FEATURES[self.name]
 
     @property
+    def vector_registers(self) -> int:
+        """How many vector registers the code may use: 32 with AVX-512 (zmm0-31, which
+        AVX-512VL also gives 128- and 256-bit code), else 16 (x86-64's xmm/ymm0-15)."""
+        return 32 if self.has_avx512 else 16
+
+    @property
     def description(self) -> str:
         """What identifies the machine code: part of the compilation cache key."""
         return f"{self.triple}|{self.cpu}|{self.features}"

@@ -159,3 +159,21 @@ def test_the_pass_can_be_disabled(small_blocks):
     finally:
         functrans.config.update("disable_passes", "")
     assert not any(isinstance(s, AttentionStep) for s in program.steps)
+
+
+def test_a_product_with_a_large_shared_operand_stays_whole(small_blocks):
+    # A dense layer's softmax (x @ w, w 256 x 640: 640 KiB read again by every block) is no
+    # attention: blocking would re-read and re-pack w once per block of rows.
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    w = (rng.standard_normal((256, 640)) / 16).astype(np.float32)
+    u = rng.standard_normal((640, 8)).astype(np.float32)
+
+    def fn(x, w, u):
+        return nn.softmax(x @ w, axis=-1) @ u
+    program = planned(fn, x, w, u)
+    assert not any(isinstance(s, AttentionStep) for s in program.steps), program.describe()
+    agree(fn, (x, w, u), np.float32)
+    narrow = planned(fn, x, w[:, :96], u[:96])  # w of 96 KiB: blocked
+    assert any(isinstance(s, AttentionStep) for s in narrow.steps)
+    agree(fn, (x, w[:, :96], u[:96]), np.float32)

@@ -191,6 +191,14 @@ def _float_product(dot) -> bool:
         dot.out.dtype in (np.float32, np.float64)
 
 
+def _shared_bytes(dot, consumer: bool = False) -> int:
+    """Bytes of what every block of a batch element reads again: the right operand (of a
+    producer, or of a consumer whose left operand is as it is), or the output a transposed
+    consumer adds each block to."""
+    per_batch = dot.m * dot.n if consumer and dot.lhs_transposed else dot.k * dot.n
+    return per_batch * dot.out.dtype.itemsize
+
+
 def _members(steps, g: int, readers: dict, writers: dict, results: set):
     """``(producers, consumers, batch)`` of the row group ``steps[g]``: producers as
     ``(index, DotKernel)``, consumers as ``(index, DotKernel, row buffer)``, all of one
@@ -211,6 +219,8 @@ def _members(steps, g: int, readers: dict, writers: dict, results: set):
         dot = steps[p]
         if p < g and _float_product(dot) and not dot.accumulate and dot.n == width \
                 and dot.batch * dot.m == rows:
+            if _shared_bytes(dot) > SHARED_OPERAND_BYTES:
+                return None  # the product stays whole, and the group reads its result
             producers.append((p, dot))
     consumers = []
     for bid, buf in row_buffers.items():
@@ -223,7 +233,7 @@ def _members(steps, g: int, readers: dict, writers: dict, results: set):
                 fits = dot.m == width and dot.batch * dot.k == rows
             else:
                 fits = dot.k == width and dot.batch * dot.m == rows
-            if fits:
+            if fits and _shared_bytes(dot, consumer=True) <= SHARED_OPERAND_BYTES:
                 consumers.append((c, dot, buf))
     if not producers and not consumers:
         return None
@@ -286,8 +296,8 @@ def _first_conflict(steps, members: dict):
 def _build(program: Program, g: int, producers: list, consumers: list, batch: int,
            readers: dict, results: set):
     """The :class:`AttentionStep` of these members, or None when blocking them would not
-    pay: the rows are few enough to stay in cache, an operand every block reads again is
-    too large, or there is too little work to share among the threads."""
+    pay: the rows are few enough to stay in cache, or there is too little work to share
+    among the threads."""
     steps = program.steps
     group = steps[g]
     rows, width = group.shape
@@ -297,16 +307,6 @@ def _build(program: Program, g: int, producers: list, consumers: list, batch: in
     if rows * width * itemsize < MIN_ROWS_BYTES:
         return None
 
-    def shared_bytes(dot, transposed_consumer=False):
-        per_batch = (dot.m * dot.n if transposed_consumer else dot.k * dot.n)
-        return per_batch * dot.out.dtype.itemsize
-
-    if any(shared_bytes(dot) > SHARED_OPERAND_BYTES for _, dot in producers):
-        return None
-    consumers = [(c, dot, rows_buf) for c, dot, rows_buf in consumers
-                 if shared_bytes(dot, dot.lhs_transposed) <= SHARED_OPERAND_BYTES]
-    if not producers and not consumers:
-        return None
     member_ids = {c for c, _, _ in consumers} | {g}
     tiled = {dot.out.id: dot.out for _, dot in producers}
     for buf in group.writes():

@@ -177,3 +177,19 @@ def test_a_product_with_a_large_shared_operand_stays_whole(small_blocks):
     narrow = planned(fn, x, w[:, :96], u[:96])  # w of 96 KiB: blocked
     assert any(isinstance(s, AttentionStep) for s in narrow.steps)
     agree(fn, (x, w[:, :96], u[:96]), np.float32)
+
+
+def test_attention_inside_a_scan_body(small_blocks):
+    # Loop bodies are compiled without row fusion, so without blocks (docs/performance.md):
+    # a scan over attention layers, and its gradient, agree with the reference.
+    q, k, v, g = arrays((3, 2, 2, 23, 4), np.float32, seed=6)
+    attend = make_attention("causal")
+
+    def layers(q, k, v):
+        def body(x, kv):
+            y = attend(x, *kv)
+            return x + y, jnp.sum(y)
+        return functrans.lax.scan(body, q[0], (k, v))
+    agree(layers, (q, k, v), np.float32)
+    agree(functrans.grad(lambda q, k, v: jnp.sum(layers(q, k, v)[0] * g[0]), argnums=(0, 1, 2)),
+          (q, k, v), np.float32)

@@ -4,12 +4,15 @@ and without, float32 and float64, at sizes that are not multiples of a block, un
 and vmap, and where skipping masked columns would change an inf into a finite number."""
 from __future__ import annotations
 
+import ctypes
+import shutil
+
 import numpy as np
 import pytest
 
 import functrans
 import functrans.numpy as jnp
-from functrans import nn
+from functrans import export, nn
 
 pytest.importorskip("llvmlite")
 
@@ -193,3 +196,16 @@ def test_attention_inside_a_scan_body(small_blocks):
     agree(layers, (q, k, v), np.float32)
     agree(functrans.grad(lambda q, k, v: jnp.sum(layers(q, k, v)[0] * g[0]), argnums=(0, 1, 2)),
           (q, k, v), np.float32)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to link a library with")
+def test_an_exported_library_runs_the_blocks(small_blocks, tmp_path):
+    # the library's runtime has the pool, BLAS's hold and memset the blocked step calls
+    q, k, v, _ = arrays((2, 3, 23, 4), np.float32, seed=7)
+    jitted = functrans.jit(make_attention("causal"))
+    exp = export.export(jitted)(q, k, v)
+    library = ctypes.CDLL(export.to_shared_library(exp, str(tmp_path / "attend")).library)
+    out = np.empty_like(q)
+    assert library.attend(*(ctypes.c_void_p(x.ctypes.data) for x in (q, k, v, out)), None,
+                          ctypes.c_size_t(0)) == 0
+    np.testing.assert_array_equal(out, np.asarray(jitted(q, k, v)))

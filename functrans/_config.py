@@ -11,8 +11,9 @@ Memory kept between calls is bounded by the options below (sizes in bytes; -1: n
   executables kept by the caches shared by all functions.
 - ``arena_cache_threshold`` (1 MiB, ``FUNCTRANS_ARENA_CACHE_THRESHOLD``): a compiled
   program's scratch arena up to this size stays with it between calls; a larger one is lent
-  per call from a pool that keeps at most ``arena_pool_max_size`` (64 MiB,
-  ``FUNCTRANS_ARENA_POOL_MAX_SIZE``) bytes between calls.
+  per call from a pool that keeps at most ``arena_pool_max_size`` (a sixteenth of the
+  machine's physical memory, at least 64 MiB; ``FUNCTRANS_ARENA_POOL_MAX_SIZE``) bytes
+  between calls.
 - ``compilation_cache_max_size`` (1 GiB, ``FUNCTRANS_COMPILATION_CACHE_MAX_SIZE``): the on-disk
   cache of compiled code, least recently used entries evicted (0 turns it off, as does
   ``enable_compilation_cache=False`` or ``FUNCTRANS_DISABLE_COMPILATION_CACHE=1``); it lives
@@ -43,6 +44,24 @@ def _env_int(name: str, default: int) -> int:
     if value is None or not value.strip():
         return default
     return int(value)
+
+
+def _physical_memory() -> int | None:
+    """Bytes of physical memory of this machine, or None where the platform does not say."""
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * page_size if pages > 0 and page_size > 0 else None
+
+
+def _default_arena_pool_size() -> int:
+    """The pooled scratch arenas kept between calls: a sixteenth of physical memory, at least
+    64 MiB. A program whose arena the pool cannot keep maps a fresh one for every call, and
+    the kernel zeroes each page on first touch: the d512 transformer's 675 MB arena cost
+    160 ms of system time per 2 s step (docs/performance.md)."""
+    memory = _physical_memory()
+    return max(64 << 20, memory // 16) if memory else 64 << 20
 
 
 # JAX's names for options that exist here under another name
@@ -183,7 +202,8 @@ class Config:
             "executable_cache_max_entries": _env_int("FUNCTRANS_EXECUTABLE_CACHE_MAX_ENTRIES",
                                                      1024),
             "arena_cache_threshold": _env_int("FUNCTRANS_ARENA_CACHE_THRESHOLD", 1 << 20),
-            "arena_pool_max_size": _env_int("FUNCTRANS_ARENA_POOL_MAX_SIZE", 64 << 20),
+            "arena_pool_max_size": _env_int("FUNCTRANS_ARENA_POOL_MAX_SIZE",
+                                           _default_arena_pool_size()),
             # look for leaked tracers at the end of every trace (slow: a garbage collection
             # per trace); JAX's variable name is honoured too
             "check_tracer_leaks": _env_bool("FUNCTRANS_CHECK_TRACER_LEAKS",

@@ -284,6 +284,33 @@ def test_threads_borrow_arenas_of_their_own():
     assert not errors and len(results) == 80 and all(results)
 
 
+def test_the_default_pool_keeps_a_large_programs_arena_between_calls(tmp_path):
+    # The default bound is a sixteenth of physical memory: a program in a loop whose arena
+    # is larger than the old fixed 64 MiB reuses it, where a fresh mapping per call cost the
+    # kernel's zeroing of every page (see docs/performance.md).
+    out = _run_script("""
+        import numpy as np
+        import functrans, functrans.numpy as jnp
+        from functrans import _config
+        from functrans.backends.llvm import arenas
+        print(functrans.config.arena_pool_max_size, _config._physical_memory() or 0)
+        mapped = []
+        original = arenas._map
+        arenas._map = lambda size: mapped.append(size) or original(size)
+        rows = 80 << 10   # tanh(x) of 80 Ki rows of 256 floats: an 80 MiB arena
+        f = functrans.jit(lambda x, w: jnp.tanh(x) @ w)
+        x, w = np.ones((rows, 256), np.float32), np.ones((256, 4), np.float32)
+        for _ in range(3):
+            f(x, w).block_until_ready()
+        print(len(mapped), min(mapped, default=0) >> 20)
+    """, tmp_path)
+    (limit, memory), (maps, arena_mb) = [map(int, line.split()) for line in out.split("\n")[:2]]
+    assert limit == (max(64 << 20, memory // 16) if memory else 64 << 20)
+    if limit < 128 << 20:
+        pytest.skip(f"a machine with {memory >> 20} MiB keeps only {limit >> 20} MiB of arenas")
+    assert arena_mb >= 80 and maps == 1, f"{maps} arenas of {arena_mb} MiB mapped for 3 calls"
+
+
 @needs_proc
 def test_scratch_memory_of_a_large_program_is_returned(tmp_path):
     # Two 2048×2048 products through materialized intermediates: about 48 MB of scratch,

@@ -35,8 +35,10 @@ from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.compiler.fusion import (DotKernel, FallbackStep, LoopKernel, Program,
                                                 ReduceKernel)
 from functrans.backends.llvm import float_mode, machine_code, streaming_stores, targets, thread_pool
-# the modules of the lowering table's native steps register their emitters on import
-from functrans.backends.llvm import lowering  # noqa: F401
+# the modules of the lowering table's native steps register their emitters on import, as
+# does that of blocked attention
+from functrans.backends.llvm import attention_code, lowering  # noqa: F401
+from functrans.backends.llvm.attention import AttentionStep
 from functrans.backends.llvm.ir_builder import I8P, I32, ModuleIR, calls_only_function
 from functrans.backends.llvm.row_fusion import RowGroup
 from functrans.backends.llvm.vector_math import register_libm_symbols
@@ -158,4 +160,4 @@ def calls_only(step) -> bool:
     :func:`kernels.call_kernel`) or a floating-point product (BLAS)."""
     if isinstance(step, DotKernel):
         return step.k > 0 and step.out.dtype in (np.float32, np.float64)
-    return isinstance(step, (LoopKernel, ReduceKernel, RowGroup))
+    return isinstance(step, (LoopKernel, ReduceKernel, RowGroup, AttentionStep))

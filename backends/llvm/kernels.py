@@ -179,8 +179,13 @@ def emit_row_group(mb, b, step: RowGroup, ptrs, bounds, flag=None, exact=False):
     for buf in step.internal:
         slot = kernel_alloca(b, ir.ArrayType(mem_type(buf.dtype), step.row_slots(buf)))
         ptrs[buf.id] = b.gep(slot, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
+    tiles = {buf.id: ptrs[buf.id] for buf in step.tiled}
 
     def row(r):
+        if tiles:  # this row of each tile: r - start rows after its pointer
+            offset = b.mul(b.sub(r, bounds[0]), ir.Constant(I64, width), flags=["nsw"])
+            for buf_id, tile in tiles.items():
+                ptrs[buf_id] = b.gep(tile, [offset], inbounds=True)
         for part in step.parts:
             if isinstance(part, LoopKernel):
                 def element(j, part=part):
@@ -280,6 +285,7 @@ def kernel_structure(step, buffers) -> tuple:
     position = {b.id: k for k, b in enumerate(buffers)}
     if isinstance(step, RowGroup):
         position.update((b.id, ("row", k)) for k, b in enumerate(step.internal))
+        position.update((b.id, ("tile", position[b.id])) for b in step.tiled)
     ids: dict = {}
     nodes = []
 

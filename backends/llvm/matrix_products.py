@@ -16,6 +16,7 @@ import numpy as np
 from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import DotKernel, Program
 from functrans.backends.llvm import thread_pool
+from functrans.backends.llvm.attention import AttentionStep
 from functrans.backends.llvm.blas import GEMM_FOR_SYMBOL
 from functrans.backends.llvm.control_flow import nested_programs
 from functrans.backends.llvm.convolution import ConvolutionStep
@@ -96,11 +97,13 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
 
 
 def splits_products(program: Program) -> bool:
-    """Whether ``program`` (or a loop body in it) runs a matrix product or a convolution on
-    the thread pool (its other products then keep BLAS to one thread)."""
+    """Whether ``program`` (or a loop body in it) runs a matrix product, a convolution or
+    blocked attention on the thread pool (its other products then keep BLAS to one
+    thread)."""
     programs = [program] + [body.program for body in nested_programs(program)]
     return any((isinstance(s, DotKernel) and s.out.dtype in (np.float32, np.float64)
                 and gemm_split(s)[1] > 1) or (isinstance(s, ConvolutionStep) and s.chunks() > 1)
+               or (isinstance(s, AttentionStep) and s.chunks > 1)
                for p in programs for s in p.steps)
 
 

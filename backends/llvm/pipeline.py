@@ -21,9 +21,9 @@ from functrans.backends.compiler import buffers, fusion, native_steps, scan_sums
 from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
-from functrans.backends.llvm import (cache, codegen, control_flow, donation, float_mode,
-                                     host_loops, interrupts, linker, lowering, row_fusion,
-                                     scalar_ops, targets, thread_pool, vector_math)
+from functrans.backends.llvm import (attention, cache, codegen, control_flow, donation,
+                                     float_mode, host_loops, interrupts, linker, lowering,
+                                     row_fusion, scalar_ops, targets, thread_pool, vector_math)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -141,7 +141,9 @@ def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
         # disabled, every elementwise op is a loop of its own
         Pass("fuse", _fuse(fuse), off=_fuse(False)),
         *([Pass("fuse_dot_epilogues", fusion.fuse_dot_epilogues),
-           Pass("fuse_rows", row_fusion.fuse_rows)] if fuse else []),
+           Pass("fuse_rows", row_fusion.fuse_rows),
+           # the products around a row group block by block (see attention.py)
+           Pass("block_attention", attention.block_attention)] if fuse else []),
         native_steps.lowering_pass(TARGET),
         Pass("run_loops_on_host", _run_loops_on_host),
         Pass("plan_buffers", _plan(closed), required=True),

@@ -39,12 +39,16 @@ class RowGroup(Step):
 
     ``parts`` are the kernels in that two-dimensional view (index 0 the row, 1 the column);
     ``internal`` are the buffers only they use, addressed within the row (``j`` for a
-    row-sized buffer, 0 for a reduction's result): code generation gives each a stack slot."""
+    row-sized buffer, 0 for a reduction's result): code generation gives each a stack slot.
+    ``tiled`` are buffers of whole rows addressed within the row too (``j``), whose row
+    ``r`` lies ``r - start`` rows after the pointer the kernel is given, ``start`` being
+    the first row it runs: the tiles of a block of rows (see :mod:`attention`)."""
 
-    def __init__(self, rows: int, width: int, parts: list, internal: list):
+    def __init__(self, rows: int, width: int, parts: list, internal: list, tiled=()):
         self.shape = (rows, width)
         self.parts = parts
         self.internal = internal
+        self.tiled = list(tiled)
         self.prims = tuple(p for part in parts for p in part.prims)
 
     def _external(self, buffers):
@@ -69,7 +73,8 @@ class RowGroup(Step):
     def describe(self):
         outs = " ".join(repr(b) for b in self.writes())
         inner = " ".join(f"%{b.id}" for b in self.internal)
-        return (f"rows{list(self.shape)} -> {outs} (internal {inner})  "
+        tiles = f" (tiles {' '.join(f'%{b.id}' for b in self.tiled)})" if self.tiled else ""
+        return (f"rows{list(self.shape)} -> {outs} (internal {inner}){tiles}  "
                 f"[{'; '.join(p.describe() for p in self.parts)}]")
 
 

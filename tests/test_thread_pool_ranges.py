@@ -30,6 +30,31 @@ def _run(entry, body, n: int) -> None:
     entry(ctypes.cast(body, ctypes.c_void_p), None, n)
 
 
+@RANGE_FN
+def _nothing(ctx, first, end):
+    pass
+
+
+def _with_workers_awake(entry, job, calls: list, attempts: int = 20) -> bool:
+    """Run ``job()`` (which records ``(first, end, thread)`` in ``calls``) until a pool
+    worker ran a chunk of it: each time after a pause (a chunk that sleeps, as these do,
+    looks to the pool like a worker starved of its core, which pauses the pool) and a job
+    of nothing that wakes the workers (a ranged job finding them all asleep runs alone).
+    Every run must cover its chunks: one by one, or as one call."""
+    for _ in range(attempts):
+        time.sleep(0.05)
+        _run(entry, _nothing, 2)
+        time.sleep(0.001)  # the workers get up, and spin
+        calls.clear()
+        job()
+        ranges = sorted(call[:2] for call in calls)
+        end = ranges[-1][1]
+        assert ranges in ([(0, end)], [(c, c + 1) for c in range(end)]), ranges
+        if len({call[2] for call in calls}) > 1:
+            return True
+    return False
+
+
 def test_a_ranged_job_runs_chunk_by_chunk_on_the_pool():
     """On the pool every chunk is a call of its own, ``fn(ctx, c, c + 1)``, whichever thread
     claims it."""
@@ -41,17 +66,12 @@ def test_a_ranged_job_runs_chunk_by_chunk_on_the_pool():
     @RANGE_FN
     def body(ctx, first, end):
         calls.append((first, end, threading.get_ident()))
-        time.sleep(0.002)  # lets a worker claim chunks too
+        time.sleep(0.0005)  # lets a worker claim chunks too
 
-    for _ in range(20):  # until a worker took part (a busy machine may pause the pool)
-        calls.clear()
-        _run(parallel_for_range, body, 6)
-        if sorted(call[:2] for call in calls) != [(0, 6)]:
-            assert sorted(call[:2] for call in calls) == [(c, c + 1) for c in range(6)]
-        if len({thread for *_, thread in calls}) > 1:
-            break
-    else:
+    if not _with_workers_awake(parallel_for_range, lambda: _run(parallel_for_range, body, 6),
+                               calls):
         pytest.skip("no pool worker ran a chunk (the machine is busy)")
+    assert sorted(call[:2] for call in calls) == [(c, c + 1) for c in range(6)]
 
 
 def test_a_ranged_job_run_alone_is_one_call():
@@ -77,6 +97,31 @@ def test_a_ranged_job_run_alone_is_one_call():
         calls.clear()
         _run(entry, body, n)
         assert calls == expected, (n, calls)
+
+
+def test_a_ranged_job_wakes_sleeping_workers_and_runs_alone():
+    """With every worker asleep (after its spin), a ranged job is one call on the calling
+    thread (a worker would get up later than a short job lasts) and wakes the workers, so
+    that the jobs right after it can go to the pool."""
+    parallel_for_range = _entry(thread_pool.RANGE_SYMBOL)
+    if thread_pool.workers() == 0:
+        pytest.skip("one CPU: the pool runs jobs on the calling thread")
+    calls = []
+
+    @RANGE_FN
+    def body(ctx, first, end):
+        calls.append((first, end))
+
+    for _ in range(20):
+        time.sleep(0.05)  # past the workers' spin (and any pause): they sleep
+        before = thread_pool.stats()["waking_jobs"]
+        calls.clear()
+        _run(parallel_for_range, body, 4)
+        if thread_pool.stats()["waking_jobs"] > before:
+            assert calls == [(0, 4)]
+            break
+    else:
+        pytest.skip("the pool stayed paused (the machine is busy)")
 
 
 def test_a_ranged_job_on_the_pool_stops_at_a_sigint():
@@ -109,23 +154,19 @@ def test_ranged_chunks_run_in_the_callers_float_mode():
 
     @RANGE_FN
     def body(ctx, first, end):
-        seen.append((threading.get_ident(), _float_mode.mxcsr() & _float_mode.FLUSH_BITS))
-        time.sleep(0.002)
+        seen.append((first, end, threading.get_ident(),
+                     _float_mode.mxcsr() & _float_mode.FLUSH_BITS))
+        time.sleep(0.0005)
 
-    caller = threading.get_ident()
-    for flush, want in ((True, _float_mode.FLUSH_BITS), (False, 0)):
-        for _ in range(20):  # until a worker took part
-            seen.clear()
-            if flush:
-                with _float_mode.flushing():
-                    _run(parallel_for_range, body, 8)
-            else:
-                _run(parallel_for_range, body, 8)
-            assert {mode for _, mode in seen} == {want}, (flush, seen)
-            if any(thread != caller for thread, _ in seen):
-                break
-        else:
+    def flushing():
+        with _float_mode.flushing():
+            _run(parallel_for_range, body, 8)
+
+    for job, want in ((flushing, _float_mode.FLUSH_BITS),
+                      (lambda: _run(parallel_for_range, body, 8), 0)):
+        if not _with_workers_awake(parallel_for_range, job, seen):
             pytest.skip("no pool worker ran a chunk (the machine is busy)")
+        assert {mode for *_, mode in seen} == {want}, seen
 
 
 _PAUSED_SCRIPT = textwrap.dedent("""

@@ -11,8 +11,10 @@ against it like against libm.
 cheaper together than one by one: ``range_fn(ctx, first, end)`` runs chunks ``[first,
 end)`` as one piece of work (a band of a matrix-vector product: one BLAS call). The pool's
 threads call it chunk by chunk; when the calling thread runs the job alone (no worker, the
-pool paused or used by another thread) it is the one call ``range_fn(ctx, 0, n_chunks)``.
-Its results must not depend on the cut: the generated code cuts only where they do not.
+pool paused or used by another thread, or every worker asleep: a short job is over before
+a sleeping worker gets up, so the job only wakes them for the next one) it is the one call
+``range_fn(ctx, 0, n_chunks)``. Its results must not depend on the cut: the generated code
+cuts only where they do not.
 
 Design, and why:
 
@@ -73,12 +75,13 @@ CHUNK_FN = ir.FunctionType(VOID, [I8P, I64])
 RANGE_FN = ir.FunctionType(VOID, [I8P, I64, I64])
 
 SYMBOL = "ft_parallel_for"
-# ft_parallel_for for a job whose chunks cost more one by one than together (each a call
-# with its own fixed cost, such as a BLAS call on a band of a matrix): the chunks the
-# calling thread runs alone (no worker, the pool busy or paused) are one call. A paused pool
-# runs such a job on the caller at once: it does not time a first chunk to send a long job
-# to the pool after all (see _CONTENDED_POOL_NS), so only jobs of well under that length
-# should use it.
+# ft_parallel_for for a short job whose chunks cost more one by one than together (each a
+# call with its own fixed cost, such as a BLAS call on a band of a matrix): the chunks the
+# calling thread runs alone (no worker, the pool busy or paused) are one call. It is for
+# jobs well under a worker's spin (_WORKER_SPIN_TICKS, about 2 ms): one that finds every
+# worker asleep runs alone and wakes them for the next, and a paused pool runs it on the
+# caller at once, without timing a first chunk to send a long job to the pool after all
+# (see _CONTENDED_POOL_NS).
 RANGE_SYMBOL = "ft_parallel_for_range"
 RESERVE_SYMBOL = "ft_pool_reserve"
 SERIAL_SYMBOL = "ft_serial_for"
@@ -198,6 +201,7 @@ class _PoolModule:
                                                  interrupts.STATE_SYMBOL)
         self.busy = global_("busy", I32)
         self.workers = global_("workers", I32)
+        self.sleeping = global_("sleeping", I32)  # workers waiting on job_cv
         # CLOCK_MONOTONIC ns; see _BACKOFF_MIN_NS
         self.serial_until = global_("serial_until", I64)
         self.backoff = global_("backoff", I64)
@@ -207,6 +211,8 @@ class _PoolModule:
         self.pooled_jobs = global_("pooled_jobs", I64)
         self.contended_jobs = global_("contended_jobs", I64)
         self.starved_count = global_("starved_count", I64)  # times a worker found itself starved
+        # ranged jobs run on the caller alone while the sleeping workers it woke got up
+        self.waking_jobs = global_("waking_jobs", I64)
         # room for a pthread_mutex_t / pthread_cond_t on any platform; ft_pool_start initializes
         self.storage = ir.ArrayType(I64, 16)
         self.mutex, self.job_cv, self.done_cv = (global_(n, self.storage)
@@ -273,7 +279,8 @@ def _build_module(triple: str) -> str:
                 _add_parallel_for, _add_start, _add_reserve):
         add(pool)
     _add_parallel_for(pool, ranged=True)
-    _add_stats(pool.m, (pool.pooled_jobs, pool.contended_jobs, pool.backoff, pool.starved_count))
+    _add_stats(pool.m, (pool.pooled_jobs, pool.contended_jobs, pool.backoff, pool.starved_count,
+                        pool.waking_jobs))
     _add_blas_hold(pool.m, pool.lock, pool.unlock, pool.mutex_init, pool.global_)
     _add_serial_helpers(pool.m)
     return str(pool.m)
@@ -462,6 +469,7 @@ def _add_worker(pool: _PoolModule) -> None:
     b.call(note_starved, [])
     b.branch(sleep)
     b.position_at_end(sleep)
+    b.atomic_rmw("add", pool.sleeping, ir.Constant(I32, 1), "seq_cst")
     b.call(lock, [pool.ptr(b, mutex)])
     b.branch(sleep_check)
     b.position_at_end(sleep_check)
@@ -474,6 +482,7 @@ def _add_worker(pool: _PoolModule) -> None:
     b.branch(sleep_check)
     b.position_at_end(woke)
     b.call(unlock, [pool.ptr(b, mutex)])
+    b.atomic_rmw("sub", pool.sleeping, ir.Constant(I32, 1), "seq_cst")
     b.branch(work)
     b.position_at_end(work)
     g = b.load_atomic(generation, "acquire", 4)
@@ -551,6 +560,21 @@ def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
     to_serial.append((first, b.block))
     b.cbranch(got, pooled, serial)
     b.position_at_end(pooled)
+    if ranged:
+        # A sleeping worker takes longer to get up (tens of microseconds, more on a busy
+        # machine) than a short job lasts, and the caller would then run the chunks one by
+        # one, or wait for a late one. With every worker asleep, a ranged job publishes no
+        # chunk: it wakes them, for the jobs that follow, and runs on the caller.
+        awake, wake = pf.append_basic_block("awake"), pf.append_basic_block("wake")
+        asleep = b.load_atomic(pool.sleeping, "acquire", 4)
+        b.cbranch(b.icmp_unsigned("<", asleep, b.load_atomic(workers, "acquire", 4)),
+                  awake, wake)
+        b.position_at_end(wake)
+        _emit_pool_job(pool, b, fn_arg, ctx_arg, n_arg, n_arg, start_epoch, caller_mode_slot)
+        b.atomic_rmw("add", pool.waking_jobs, ir.Constant(I64, 1), "monotonic")
+        to_serial.append((ir.Constant(I64, 0), b.block))
+        b.branch(serial)
+        b.position_at_end(awake)
     b.atomic_rmw("add", pooled_jobs, ir.Constant(I64, 1), "monotonic")
     b.branch(parallel)
 
@@ -568,6 +592,7 @@ def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
     else:
         job = (fn_arg, ctx_arg)
     _emit_pool_job(pool, b, *job, n_arg, first, start_epoch, caller_mode_slot)
+    b.ret_void()
 
 
 def _emit_rest_on_caller(pool: _PoolModule, b: ir.IRBuilder, chunk, ctx, first, n,
@@ -606,8 +631,9 @@ def _emit_rest_on_caller(pool: _PoolModule, b: ir.IRBuilder, chunk, ctx, first, 
 def _emit_pool_job(pool: _PoolModule, b: ir.IRBuilder, fn, ctx, n, first, start_epoch,
                    caller_mode_slot) -> None:
     """At ``b``, with the pool taken (``busy``): publish the job ``fn(ctx, c)`` for chunks
-    ``first..n-1``, run chunks on this thread too, wait until every chunk has finished,
-    free the pool and return."""
+    ``first..n-1`` (none when ``first`` is ``n``: the job only wakes the workers), run
+    chunks on this thread too, wait until every chunk has finished and free the pool;
+    leaves ``b`` after that."""
     counter, done, job_fn, job_ctx = pool.counter, pool.done, pool.job_fn, pool.job_ctx
     job_n, generation, job_epoch = pool.job_n, pool.generation, pool.job_epoch
     mutex, job_cv, done_cv = pool.mutex, pool.job_cv, pool.done_cv
@@ -657,7 +683,6 @@ def _emit_pool_job(pool: _PoolModule, b: ir.IRBuilder, fn, ctx, n, first, start_
     b.branch(release)
     b.position_at_end(release)
     b.store_atomic(ir.Constant(I32, 0), pool.busy, "release", 4)
-    b.ret_void()
 
 
 def _add_range_chunk(pool: _PoolModule) -> None:
@@ -683,8 +708,8 @@ def _add_start(pool: _PoolModule) -> None:
     mutex_init, cond_init, worker = pool.mutex_init, pool.cond_init, pool.worker
     start_fn = ir.Function(m, ir.FunctionType(I32, [I32]), name="ft_pool_start")
     b = ir.IRBuilder(start_fn.append_basic_block("entry"))
-    b.store_atomic(ir.Constant(I32, 0), workers, "seq_cst", 4)
-    b.store_atomic(ir.Constant(I32, 0), busy, "seq_cst", 4)
+    for g_ in (workers, busy, pool.sleeping):
+        b.store_atomic(ir.Constant(I32, 0), g_, "seq_cst", 4)
     for g_ in (serial_until, backoff, calm_since):
         b.store_atomic(ir.Constant(I64, 0), g_, "seq_cst", 8)
     for g_ in (mutex, job_cv, done_cv):
@@ -724,7 +749,7 @@ def _add_reserve(pool: _PoolModule) -> None:
     b.ret(ir.Constant(I32, 1))
 
 
-STATS_FIELDS = ("pooled_jobs", "contended_jobs", "pause_ns", "starved")
+STATS_FIELDS = ("pooled_jobs", "contended_jobs", "pause_ns", "starved", "waking_jobs")
 
 
 def _add_stats(m: ir.Module, counters) -> None:
@@ -938,11 +963,13 @@ def workers() -> int:
 def stats() -> dict:
     """Counts since the pool started: ``pooled_jobs`` (parallel loops run by the pool),
     ``contended_jobs`` (run on the calling thread alone because a worker recently did not
-    get its core), and ``pause_ns`` (the current length of such a pause; 0 when the workers
-    have their cores).
+    get its core), ``pause_ns`` (the current length of such a pause; 0 when the workers
+    have their cores), ``starved`` (times a worker found it did not get its core) and
+    ``waking_jobs`` (ranged jobs run on the calling thread alone while the workers, all
+    asleep, got up).
 
         >>> sorted(stats())          # doctest: +SKIP
-        ['contended_jobs', 'pause_ns', 'pooled_jobs']
+        ['contended_jobs', 'pause_ns', 'pooled_jobs', 'starved', 'waking_jobs']
     """
     ensure_started()
     out = (ctypes.c_int64 * len(STATS_FIELDS))()

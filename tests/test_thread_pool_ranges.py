@@ -38,12 +38,14 @@ def _nothing(ctx, first, end):
 def _with_workers_awake(entry, job, calls: list, attempts: int = 20) -> bool:
     """Run ``job()`` (which records ``(first, end, thread)`` in ``calls``) until a pool
     worker ran a chunk of it: each time after a pause (a chunk that sleeps, as these do,
-    looks to the pool like a worker starved of its core, which pauses the pool) and a job
-    of nothing that wakes the workers (a ranged job finding them all asleep runs alone).
+    looks to the pool like a worker starved of its core, which pauses the pool) and a burst
+    of jobs of nothing that wakes the workers (a ranged job finding them all asleep runs
+    alone).
     Every run must cover its chunks: one by one, or as one call."""
     for _ in range(attempts):
         time.sleep(0.05)
-        _run(entry, _nothing, 2)
+        for _ in range(thread_pool._BURST_JOBS):
+            _run(entry, _nothing, 2)
         time.sleep(0.001)  # the workers get up, and spin
         calls.clear()
         job()
@@ -99,10 +101,10 @@ def test_a_ranged_job_run_alone_is_one_call():
         assert calls == expected, (n, calls)
 
 
-def test_a_ranged_job_wakes_sleeping_workers_and_runs_alone():
-    """With every worker asleep (after its spin), a ranged job is one call on the calling
-    thread (a worker would get up later than a short job lasts) and wakes the workers, so
-    that the jobs right after it can go to the pool."""
+def test_a_burst_of_ranged_jobs_wakes_the_sleeping_workers():
+    """With every worker asleep, a ranged job is one call on the calling thread (a worker
+    would get up later than a short job lasts); the _BURST_JOBS-th of a burst wakes the
+    workers, and a job a little later goes to the pool, chunk by chunk."""
     parallel_for_range = _entry(thread_pool.RANGE_SYMBOL)
     if thread_pool.workers() == 0:
         pytest.skip("one CPU: the pool runs jobs on the calling thread")
@@ -114,11 +116,18 @@ def test_a_ranged_job_wakes_sleeping_workers_and_runs_alone():
 
     for _ in range(20):
         time.sleep(0.05)  # past the workers' spin (and any pause): they sleep
-        before = thread_pool.stats()["waking_jobs"]
+        before = thread_pool.stats()
+        for _ in range(thread_pool._BURST_JOBS):
+            calls.clear()
+            _run(parallel_for_range, body, 4)
+            assert calls == [(0, 4)]
+        after = thread_pool.stats()
+        time.sleep(0.001)  # the workers get up
         calls.clear()
         _run(parallel_for_range, body, 4)
-        if thread_pool.stats()["waking_jobs"] > before:
-            assert calls == [(0, 4)]
+        if after["waking_jobs"] - before["waking_jobs"] == thread_pool._BURST_JOBS \
+                and calls != [(0, 4)]:
+            assert sorted(calls) == [(c, c + 1) for c in range(4)]
             break
     else:
         pytest.skip("the pool stayed paused (the machine is busy)")
@@ -181,7 +190,7 @@ _PAUSED_SCRIPT = textwrap.dedent("""
     @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
     def body(ctx, first, end):
         calls.append((first, end))
-        until = time.perf_counter() + 2e-4 * (end - first)
+        until = time.perf_counter() + 5e-5 * (end - first)
         while time.perf_counter() < until:  # holds the core (and the GIL)
             pass
 

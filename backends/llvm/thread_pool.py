@@ -79,9 +79,9 @@ SYMBOL = "ft_parallel_for"
 # call with its own fixed cost, such as a BLAS call on a band of a matrix): the chunks the
 # calling thread runs alone (no worker, the pool busy or paused) are one call. It is for
 # jobs well under a worker's spin (_WORKER_SPIN_TICKS, about 2 ms): one that finds every
-# worker asleep runs alone and wakes them for the next, and a paused pool runs it on the
-# caller at once, without timing a first chunk to send a long job to the pool after all
-# (see _CONTENDED_POOL_NS).
+# worker asleep runs alone and wakes them for the next (see _WAKE_NS), and a paused pool
+# runs it on the caller at once, without timing a first chunk to send a long job to the
+# pool after all (see _CONTENDED_POOL_NS).
 RANGE_SYMBOL = "ft_parallel_for_range"
 RESERVE_SYMBOL = "ft_pool_reserve"
 SERIAL_SYMBOL = "ft_serial_for"
@@ -127,6 +127,17 @@ _BACKOFF_MAX_NS = 160_000_000
 # all when it would take longer than this alone (chunks are even): three threads on two cores
 # give the process a third more of them, against a wait of up to a time slice at the end.
 _CONTENDED_POOL_NS = 8_000_000
+# A ranged job that finds every worker asleep wakes them, and it and the ranged jobs of the
+# next _WAKE_NS run on the caller: a worker takes tens of microseconds to get up (a futex
+# wake-up, an idle vCPU scheduled again), and a job handed to it meanwhile waits for it.
+_WAKE_NS = 100_000
+# ... and it wakes them only in a burst of ranged jobs, the _BURST_JOBS-th within _BURST_NS:
+# a woken worker spins on its core for the next jobs (see _WORKER_SPIN_TICKS), which on a
+# busy machine pushes another process onto the caller's core. Calls a few milliseconds
+# apart, each of a couple of short jobs, ran a third slower when each call woke the
+# workers; calls back to back, or a loop of products, are a burst.
+_BURST_NS = 1_000_000
+_BURST_JOBS = 4
 
 # clock ids of clock_gettime (the platform's values, as Python's time module knows them)
 _THREAD_CPU_CLOCK = getattr(time, "CLOCK_THREAD_CPUTIME_ID", 3)
@@ -213,6 +224,11 @@ class _PoolModule:
         self.starved_count = global_("starved_count", I64)  # times a worker found itself starved
         # ranged jobs run on the caller alone while the sleeping workers it woke got up
         self.waking_jobs = global_("waking_jobs", I64)
+        self.woken_at = global_("woken_at", I64)  # CLOCK_MONOTONIC ns; see RANGE_SYMBOL
+        # the start of the current burst of ranged jobs finding every worker asleep, and
+        # their count (see _BURST_JOBS)
+        self.burst_from = global_("burst_from", I64)
+        self.burst_jobs = global_("burst_jobs", I64)
         # room for a pthread_mutex_t / pthread_cond_t on any platform; ft_pool_start initializes
         self.storage = ir.ArrayType(I64, 16)
         self.mutex, self.job_cv, self.done_cv = (global_(n, self.storage)
@@ -531,7 +547,8 @@ def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
     b.cbranch(b.or_(no_workers, tiny), serial, check_clock)
     b.position_at_end(check_clock)  # within a pause after a worker was starved: run alone...
     until = b.load_atomic(serial_until, "acquire", 8)
-    paused = b.icmp_unsigned("<", b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)]), until)
+    now = b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)])
+    paused = b.icmp_unsigned("<", now, until)
     b.cbranch(paused, contended, try_lock)
     b.position_at_end(contended)
     b.atomic_rmw("add", contended_jobs, ir.Constant(I64, 1), "monotonic")
@@ -564,17 +581,39 @@ def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
         # A sleeping worker takes longer to get up (tens of microseconds, more on a busy
         # machine) than a short job lasts, and the caller would then run the chunks one by
         # one, or wait for a late one. With every worker asleep, a ranged job publishes no
-        # chunk: it wakes them, for the jobs that follow, and runs on the caller.
-        awake, wake = pf.append_basic_block("awake"), pf.append_basic_block("wake")
+        # chunk and runs on the caller; when it is one of a burst (see _BURST_JOBS) it
+        # wakes them, for the jobs that follow, and so do the jobs of the next _WAKE_NS,
+        # while the workers get up.
+        awake, settled, asleep_block, wake, release, alone = (
+            pf.append_basic_block(name) for name in (
+                "awake", "settled", "asleep", "wake", "release", "alone"))
         asleep = b.load_atomic(pool.sleeping, "acquire", 4)
         b.cbranch(b.icmp_unsigned("<", asleep, b.load_atomic(workers, "acquire", 4)),
-                  awake, wake)
-        b.position_at_end(wake)
-        _emit_pool_job(pool, b, fn_arg, ctx_arg, n_arg, n_arg, start_epoch, caller_mode_slot)
-        b.atomic_rmw("add", pool.waking_jobs, ir.Constant(I64, 1), "monotonic")
-        to_serial.append((ir.Constant(I64, 0), b.block))
-        b.branch(serial)
+                  awake, asleep_block)
         b.position_at_end(awake)
+        woken_for = b.sub(now, b.load_atomic(pool.woken_at, "monotonic", 8))
+        b.cbranch(b.icmp_signed(">", woken_for, ir.Constant(I64, _WAKE_NS)), settled,
+                  release)
+        b.position_at_end(asleep_block)  # count the burst this job is in
+        burst_from = b.load_atomic(pool.burst_from, "monotonic", 8)
+        in_burst = b.icmp_signed("<", b.sub(now, burst_from), ir.Constant(I64, _BURST_NS))
+        jobs = b.select(in_burst, b.add(b.load_atomic(pool.burst_jobs, "monotonic", 8),
+                                        ir.Constant(I64, 1)), ir.Constant(I64, 1))
+        b.store_atomic(jobs, pool.burst_jobs, "monotonic", 8)
+        b.store_atomic(b.select(in_burst, burst_from, now), pool.burst_from, "monotonic", 8)
+        b.cbranch(b.icmp_signed(">=", jobs, ir.Constant(I64, _BURST_JOBS)), wake, release)
+        b.position_at_end(release)
+        b.store_atomic(ir.Constant(I32, 0), busy, "release", 4)
+        b.branch(alone)
+        b.position_at_end(wake)  # a job of no chunks: it only wakes the workers
+        b.store_atomic(now, pool.woken_at, "monotonic", 8)
+        _emit_pool_job(pool, b, fn_arg, ctx_arg, n_arg, n_arg, start_epoch, caller_mode_slot)
+        b.branch(alone)
+        b.position_at_end(alone)
+        b.atomic_rmw("add", pool.waking_jobs, ir.Constant(I64, 1), "monotonic")
+        to_serial.append((ir.Constant(I64, 0), alone))
+        b.branch(serial)
+        b.position_at_end(settled)
     b.atomic_rmw("add", pooled_jobs, ir.Constant(I64, 1), "monotonic")
     b.branch(parallel)
 
@@ -710,7 +749,8 @@ def _add_start(pool: _PoolModule) -> None:
     b = ir.IRBuilder(start_fn.append_basic_block("entry"))
     for g_ in (workers, busy, pool.sleeping):
         b.store_atomic(ir.Constant(I32, 0), g_, "seq_cst", 4)
-    for g_ in (serial_until, backoff, calm_since):
+    for g_ in (serial_until, backoff, calm_since, pool.woken_at, pool.burst_from,
+               pool.burst_jobs):
         b.store_atomic(ir.Constant(I64, 0), g_, "seq_cst", 8)
     for g_ in (mutex, job_cv, done_cv):
         b.store(ir.Constant(storage, None), g_)

@@ -530,8 +530,8 @@ def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
     With ``ranged``, ``ft_parallel_for_range(fn, ctx, n)`` for a ``fn(ctx, first, end)``
     that runs chunks ``[first, end)`` as one piece of work: on the pool each chunk is
     ``fn(ctx, c, c + 1)``, and a job the caller runs alone is the one call ``fn(ctx, 0, n)``
-    (a paused pool runs it so at once, without timing a first chunk: see
-    ``RANGE_SYMBOL``)."""
+    (a paused pool runs it so at once, without timing a first chunk, and so does a pool
+    whose workers are asleep: see ``RANGE_SYMBOL``)."""
     m, workers, serial_until = pool.m, pool.workers, pool.serial_until
     busy, pooled_jobs, contended_jobs = pool.busy, pool.pooled_jobs, pool.contended_jobs
     now_ns = pool.now_ns
@@ -588,42 +588,9 @@ def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
     b.cbranch(got, pooled, serial)
     b.position_at_end(pooled)
     if ranged:
-        # A sleeping worker takes longer to get up (tens of microseconds, more on a busy
-        # machine) than a short job lasts, and the caller would then run the chunks one by
-        # one, or wait for a late one. With every worker asleep, a ranged job publishes no
-        # chunk and runs on the caller; when it is one of a burst (see _BURST_JOBS) it
-        # wakes them, for the jobs that follow, and so do the jobs of the next _WAKE_NS,
-        # while the workers get up.
-        awake, settled, asleep_block, wake, release, alone = (
-            pf.append_basic_block(name) for name in (
-                "awake", "settled", "asleep", "wake", "release", "alone"))
-        asleep = b.load_atomic(pool.sleeping, "acquire", 4)
-        b.cbranch(b.icmp_unsigned("<", asleep, b.load_atomic(workers, "acquire", 4)),
-                  awake, asleep_block)
-        b.position_at_end(awake)
-        woken_for = b.sub(now, b.load_atomic(pool.woken_at, "monotonic", 8))
-        b.cbranch(b.icmp_signed(">", woken_for, ir.Constant(I64, _WAKE_NS)), settled,
-                  release)
-        b.position_at_end(asleep_block)  # count the burst this job is in
-        burst_from = b.load_atomic(pool.burst_from, "monotonic", 8)
-        in_burst = b.icmp_signed("<", b.sub(now, burst_from), ir.Constant(I64, _BURST_NS))
-        jobs = b.select(in_burst, b.add(b.load_atomic(pool.burst_jobs, "monotonic", 8),
-                                        ir.Constant(I64, 1)), ir.Constant(I64, 1))
-        b.store_atomic(jobs, pool.burst_jobs, "monotonic", 8)
-        b.store_atomic(b.select(in_burst, burst_from, now), pool.burst_from, "monotonic", 8)
-        b.cbranch(b.icmp_signed(">=", jobs, ir.Constant(I64, _BURST_JOBS)), wake, release)
-        b.position_at_end(release)
-        b.store_atomic(ir.Constant(I32, 0), busy, "release", 4)
-        b.branch(alone)
-        b.position_at_end(wake)  # a job of no chunks: it only wakes the workers
-        b.store_atomic(now, pool.woken_at, "monotonic", 8)
-        _emit_pool_job(pool, b, fn_arg, ctx_arg, n_arg, n_arg, start_epoch, caller_mode_slot)
-        b.branch(alone)
-        b.position_at_end(alone)
-        b.atomic_rmw("add", pool.waking_jobs, ir.Constant(I64, 1), "monotonic")
+        alone = _emit_alone_while_asleep(pool, b, now, (fn_arg, ctx_arg, n_arg), serial,
+                                         start_epoch, caller_mode_slot)
         to_serial.append((ir.Constant(I64, 0), alone))
-        b.branch(serial)
-        b.position_at_end(settled)
     b.atomic_rmw("add", pooled_jobs, ir.Constant(I64, 1), "monotonic")
     b.branch(parallel)
 
@@ -642,6 +609,50 @@ def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
         job = (fn_arg, ctx_arg)
     _emit_pool_job(pool, b, *job, n_arg, first, start_epoch, caller_mode_slot)
     b.ret_void()
+
+
+def _emit_alone_while_asleep(pool: _PoolModule, b: ir.IRBuilder, now, job, serial,
+                             start_epoch, caller_mode_slot):
+    """At ``b``, in a ranged job with the pool taken: whether the workers can take it.
+
+    A sleeping worker takes longer to get up (tens of microseconds, more on a busy machine)
+    than a short job lasts, and the caller would then run the chunks one by one, or wait for
+    a late one. With every worker asleep the job publishes no chunk and runs on the caller;
+    when it is one of a burst (see _BURST_JOBS) it wakes them, for the jobs that follow, and
+    so do the jobs of the next _WAKE_NS, while the workers get up. Returns the block that
+    then branches to ``serial``, the caller's run (the pool freed); ``b`` is left where the
+    job goes to the pool."""
+    pf = b.function
+    awake, settled, asleep_block, wake, release, alone = (
+        pf.append_basic_block(name) for name in (
+            "awake", "settled", "asleep", "wake", "release", "alone"))
+    asleep = b.load_atomic(pool.sleeping, "acquire", 4)
+    b.cbranch(b.icmp_unsigned("<", asleep, b.load_atomic(pool.workers, "acquire", 4)),
+              awake, asleep_block)
+    b.position_at_end(awake)
+    woken_for = b.sub(now, b.load_atomic(pool.woken_at, "monotonic", 8))
+    b.cbranch(b.icmp_signed(">", woken_for, ir.Constant(I64, _WAKE_NS)), settled, release)
+    b.position_at_end(asleep_block)  # count the burst this job is in
+    burst_from = b.load_atomic(pool.burst_from, "monotonic", 8)
+    in_burst = b.icmp_signed("<", b.sub(now, burst_from), ir.Constant(I64, _BURST_NS))
+    jobs = b.select(in_burst, b.add(b.load_atomic(pool.burst_jobs, "monotonic", 8),
+                                    ir.Constant(I64, 1)), ir.Constant(I64, 1))
+    b.store_atomic(jobs, pool.burst_jobs, "monotonic", 8)
+    b.store_atomic(b.select(in_burst, burst_from, now), pool.burst_from, "monotonic", 8)
+    b.cbranch(b.icmp_signed(">=", jobs, ir.Constant(I64, _BURST_JOBS)), wake, release)
+    b.position_at_end(release)
+    b.store_atomic(ir.Constant(I32, 0), pool.busy, "release", 4)
+    b.branch(alone)
+    b.position_at_end(wake)  # a job of no chunks: it only wakes the workers
+    b.store_atomic(now, pool.woken_at, "monotonic", 8)
+    fn, ctx, n = job
+    _emit_pool_job(pool, b, fn, ctx, n, n, start_epoch, caller_mode_slot)
+    b.branch(alone)
+    b.position_at_end(alone)
+    b.atomic_rmw("add", pool.waking_jobs, ir.Constant(I64, 1), "monotonic")
+    b.branch(serial)
+    b.position_at_end(settled)
+    return alone
 
 
 def _emit_rest_on_caller(pool: _PoolModule, b: ir.IRBuilder, chunk, ctx, first, n,

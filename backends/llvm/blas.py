@@ -16,8 +16,9 @@ import os
 from functrans.backends.llvm import linker, thread_pool
 
 # what split matrix products call to run their chunks on the thread pool (see
-# matrix_products.gemm_split)
+# matrix_products.gemm_split), and the bands of matrix-vector products (gemv_bands)
 GEMM_FOR_SYMBOL = "ft_gemm_for"
+GEMM_RANGE_FOR_SYMBOL = "ft_gemm_for_range"
 
 _blas_registered = False
 
@@ -110,7 +111,8 @@ _gemm_registered = False
 
 def register_gemm_symbols() -> None:
     """Register what matrix products call: ``ft_gemm_for`` runs a split product's chunks
-    (see :func:`matrix_products.gemm_split`) on the thread pool, and ``ft_blas_hold`` keeps
+    (see :func:`matrix_products.gemm_split`) on the thread pool, ``ft_gemm_for_range`` the
+    bands of a matrix-vector product (one call when run serially), and ``ft_blas_hold`` keeps
     BLAS on one thread around a product (see :mod:`thread_pool`) through OpenBLAS's
     ``openblas_set_num_threads_local``. A BLAS without that function keeps its own threads:
     the chunks then run one after another on the calling thread, and the hold does
@@ -121,10 +123,11 @@ def register_gemm_symbols() -> None:
     register_blas_symbols()
     local_threads = _blas_local_threads_address()
     thread_pool.hold_blas_with(local_threads)  # starts the pool: it defines ft_blas_hold
-    if local_threads is not None and thread_pool.num_threads() > 1:
-        linker.register_symbol(GEMM_FOR_SYMBOL, thread_pool._state["address"])
-    else:
-        linker.register_symbol(GEMM_FOR_SYMBOL, thread_pool.helper_address(thread_pool.SERIAL_SYMBOL))
+    pooled = local_threads is not None and thread_pool.num_threads() > 1
+    for name, on_pool, serial in (
+            (GEMM_FOR_SYMBOL, thread_pool.SYMBOL, thread_pool.SERIAL_SYMBOL),
+            (GEMM_RANGE_FOR_SYMBOL, thread_pool.RANGE_SYMBOL, thread_pool.SERIAL_RANGE_SYMBOL)):
+        linker.register_symbol(name, thread_pool.helper_address(on_pool if pooled else serial))
     _gemm_registered = True
 
 
@@ -181,5 +184,5 @@ def needs_blas(object_code: bytes) -> bool:
 def splits_gemms(object_code: bytes) -> bool:
     """Whether compiled code runs matrix products in chunks (see
     :func:`matrix_products.gemm_split`) or holds BLAS to one thread around a product."""
-    return (GEMM_FOR_SYMBOL.encode() in object_code
-            or thread_pool.BLAS_HOLD_SYMBOL.encode() in object_code)
+    return any(name.encode() in object_code
+               for name in (GEMM_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL, thread_pool.BLAS_HOLD_SYMBOL))

@@ -44,8 +44,9 @@ from functrans.backends.llvm.row_fusion import RowGroup
 from functrans.backends.llvm.vector_math import register_libm_symbols
 # what the rest of the backend, its tools and its tests find here
 from functrans.backends.llvm.blas import (  # noqa: F401
-    BLAS_ROUTINES, GEMM_FOR_SYMBOL, LAPACK_ROUTINES, _openblas_library, _scipy_openblas,
-    blas_threads, needs_blas, register_blas_symbols, register_gemm_symbols, splits_gemms)
+    BLAS_ROUTINES, GEMM_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL, LAPACK_ROUTINES, _openblas_library,
+    _scipy_openblas, blas_threads, needs_blas, register_blas_symbols, register_gemm_symbols,
+    splits_gemms)
 from functrans.backends.llvm.ir_builder import array_data_offset
 from functrans.backends.llvm.kernels import (  # noqa: F401
     CHUNK_ELEMENTS, PARALLEL_MIN_ELEMENTS, POOLED_MIN_ELEMENTS, parallel_chunks)

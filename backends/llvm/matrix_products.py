@@ -17,7 +17,7 @@ from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import DotKernel, Program
 from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm.attention import AttentionStep
-from functrans.backends.llvm.blas import GEMM_FOR_SYMBOL
+from functrans.backends.llvm.blas import GEMM_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL
 from functrans.backends.llvm.control_flow import nested_programs
 from functrans.backends.llvm.convolution import ConvolutionStep
 from functrans.backends.llvm.ir_builder import I8, I8P, I32, I64, calls_only_function, emits
@@ -53,6 +53,34 @@ BLAS_SERIAL_MNK = 65536 * 4
 # ... and a matrix-vector product whose matrix has fewer elements than this (2304 *
 # GEMM_MULTITHREAD_THRESHOLD in its interface/gemv.c)
 BLAS_SERIAL_GEMV_ELEMENTS = 2304 * 4
+# A matrix-vector product reads each element of its matrix once, for two flops: it is bound
+# by the memory it streams, not by arithmetic, so it is split by the size of its matrix, far
+# below GEMM_SPLIT_MIN_FLOPS: from GEMV_SPLIT_MIN_ELEMENTS matrix elements into one band of C
+# per thread, each of at least GEMV_CHUNK_ELEMENTS elements (256 KB of float32, about 8 us
+# from the L3 cache) and GEMM_CHUNK_EXTENT rows or columns. Each core then streams its own
+# part, and a batch-1 network whose weights exceed one core's L2 cache (the MLP
+# 784-512-512-10: 2.6 MB against 2 MB) keeps each core's half there from call to call
+# (measured: docs/performance.md). The bands run through ft_parallel_for_range: when the
+# calling thread runs them alone (a paused pool) they are one BLAS call, as fast as the
+# product unsplit, where two half-width calls cost a few percent more.
+GEMV_SPLIT_MIN_ELEMENTS = 1 << 17
+GEMV_CHUNK_ELEMENTS = 1 << 16
+# The bands must give the bits of the whole call, or a result would depend on whether the
+# pool was paused. OpenBLAS's gemv kernels (0.3.30, x86-64) sum an element of C in an order
+# that depends on its place in the call: the "N" kernel (y = A x, A column-major as stored)
+# sums the first (length mod 16) rows of a call and its last (length mod 4) in another order
+# than the rest, the "T" kernel (y = Aᵀ x) its last (length mod 8) columns, and sums of a
+# few terms go to other code. So bands are cut at multiples of GEMV_BAND_ALIGN, an "N"
+# product only when its length is a multiple of it too, and only products summing at least
+# GEMV_MIN_DEPTH terms; the others are not banded (a larger one still splits as a matrix
+# product, whose chunks a paused pool runs one by one). tests/test_gemv_bands.py checks the
+# bits of the bands against the whole call.
+GEMV_BAND_ALIGN = 16
+GEMV_MIN_DEPTH = 16
+# Ranged jobs are for jobs shorter than a worker's spin (see thread_pool.RANGE_SYMBOL): up to
+# this size (8 MB of float32, about a millisecond from memory); a larger product splits as a
+# matrix product.
+GEMV_BANDED_MAX_ELEMENTS = 1 << 21
 
 
 def matrix_vector(step: DotKernel) -> str | None:
@@ -70,6 +98,34 @@ def matrix_vector(step: DotKernel) -> str | None:
     return None
 
 
+def gemv_transposed(step: DotKernel) -> bool:
+    """Whether BLAS runs a matrix-vector product as ``gemv("T")`` (see :func:`gemm_calls`):
+    x @ w with w stored transposed, or w @ x with w stored as it is."""
+    return step.rhs_transposed if matrix_vector(step) == "m" else not step.lhs_transposed
+
+
+def gemv_bands(step: DotKernel, threads: int | None = None) -> tuple:
+    """``(chunks, band)``: a batch-1 matrix-vector product cut into ``chunks`` bands of C
+    of ``band`` rows or columns (the last one shorter) for ``threads`` threads (default:
+    the pool's), run by ``ft_parallel_for_range``; ``(1, length of C)`` when it is not cut
+    so (see GEMV_SPLIT_MIN_ELEMENTS and GEMV_BAND_ALIGN). The 784x512 and 512x512 layers
+    of an MLP at batch 1 on two threads: ``(2, 256)``."""
+    threads = thread_pool.compiled_threads() if threads is None else threads
+    vector = matrix_vector(step) if step.batch == 1 else None
+    length = (step.n if vector == "m" else step.m) if vector else 0
+    elements = length * step.k
+    if (threads < 2 or not GEMV_SPLIT_MIN_ELEMENTS <= elements <= GEMV_BANDED_MAX_ELEMENTS
+            or step.k < GEMV_MIN_DEPTH
+            or (not gemv_transposed(step) and length % GEMV_BAND_ALIGN)):
+        return 1, length
+    chunks = min(threads, elements // GEMV_CHUNK_ELEMENTS, length // GEMM_CHUNK_EXTENT)
+    if chunks < 2:
+        return 1, length
+    band = -(-length // chunks)
+    band = -(-band // GEMV_BAND_ALIGN) * GEMV_BAND_ALIGN
+    return -(-length // band), band
+
+
 def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     """``(axis, chunks)``: how a product is split for ``threads`` threads (default: the thread
     pool's), over "batch" elements, rows of C ("m") or columns of C ("n") (the longer side:
@@ -77,6 +133,9 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     call. On two threads, a 128x784 by 784x512 product: ``("n", 2)``, two chunks of 256
     columns; an 8192x512 by 512x512 one: ``("m", 8)``, eight chunks of 1024 rows."""
     threads = thread_pool.compiled_threads() if threads is None else threads
+    bands, _ = gemv_bands(step, threads)
+    if bands > 1:  # a matrix-vector product, by the size of its matrix
+        return ("n" if matrix_vector(step) == "m" else "m"), bands
     flops = 2 * step.batch * step.m * step.n * step.k
     if threads < 2 or flops < GEMM_SPLIT_MIN_FLOPS:
         return None, 1
@@ -151,16 +210,21 @@ def emit_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr):
 
 
 def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chunks: int):
-    """The product in ``chunks`` chunks along ``axis``, run by ``ft_gemm_for``. Each
+    """The product in ``chunks`` chunks along ``axis``, run by ``ft_gemm_for``, or the bands
+    of a matrix-vector product (see :func:`gemv_bands`), run by ``ft_gemm_for_range``. Each
     chunk writes its own block of C with the whole k sum, so which thread runs which
     chunk never changes the result."""
     mb.kernel_count += 1
     name = f"gemm{mb.kernel_count}_chunk"
     mb.names[name] = f"a matrix product {step.describe()}"
     extent = {"batch": step.batch, "m": step.m, "n": step.n}[axis]
-    rows = -(-extent // chunks)
+    bands, rows = gemv_bands(step)
+    ranged = bands > 1
+    if not ranged:
+        rows = -(-extent // chunks)
     chunks = -(-extent // rows)
-    fn = ir.Function(mb.module, thread_pool.CHUNK_FN, name=name)
+    fn = ir.Function(mb.module, thread_pool.RANGE_FN if ranged else thread_pool.CHUNK_FN,
+                     name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     calls_only_function(fn)
@@ -171,8 +235,12 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
     mb.skip_chunk_if_interrupted(cb, ctx, 3)
     ptrs = [cb.bitcast(cb.load(cb.gep(ctx, [ir.Constant(I64, k)], inbounds=True)), p.type)
             for k, p in enumerate((a_ptr, b_ptr, c_ptr))]
+    # chunk c (ranged: chunks [first, end)) is rows [start, end) of extent
     start = cb.mul(fn.args[1], ir.Constant(I64, rows), flags=["nuw", "nsw"])
-    end = cb.add(start, ir.Constant(I64, rows), flags=["nuw", "nsw"])
+    if ranged:
+        end = cb.mul(fn.args[2], ir.Constant(I64, rows), flags=["nuw", "nsw"])
+    else:
+        end = cb.add(start, ir.Constant(I64, rows), flags=["nuw", "nsw"])
     end = cb.select(cb.icmp_signed("<", end, ir.Constant(I64, extent)), end,
                     ir.Constant(I64, extent))
     slot = lambda ty, v: stack.alloca(ty)  # noqa: E731 (stack slots in the entry block)
@@ -180,7 +248,8 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
     cb.ret_void()
     fn = mb.shared(fn)
     ctx = mb.chunk_context(b, (a_ptr, b_ptr, c_ptr))
-    gemm_for = mb.math.declare(GEMM_FOR_SYMBOL, ir.VoidType(), [I8P, I8P, I64])
+    gemm_for = mb.math.declare(GEMM_RANGE_FOR_SYMBOL if ranged else GEMM_FOR_SYMBOL,
+                               ir.VoidType(), [I8P, I8P, I64])
     b.call(gemm_for, [b.bitcast(fn, I8P), ctx, ir.Constant(I64, chunks)])
 
 

@@ -57,11 +57,12 @@ _C_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": 
 _POOL_LIBC = ("pthread_mutex_init", "pthread_cond_init", "pthread_mutex_lock",
               "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_broadcast",
               "pthread_create", "clock_gettime")
-_POOL_DEFINES = ("ft_parallel_for", "ft_serial_for", "ft_pool_start", "ft_pool_reserve",
+_POOL_DEFINES = (thread_pool.SYMBOL, thread_pool.RANGE_SYMBOL, thread_pool.SERIAL_SYMBOL,
+                 thread_pool.SERIAL_RANGE_SYMBOL, "ft_pool_start", "ft_pool_reserve",
                  "ft_pool_set_blas", thread_pool.BLAS_HOLD_SYMBOL)
 # defined by the generated C file
 _C_DEFINES = tuple(f"ft_{r}" for r in codegen.BLAS_ROUTINES + codegen.LAPACK_ROUTINES) + (
-    codegen.GEMM_FOR_SYMBOL,)
+    codegen.GEMM_FOR_SYMBOL, codegen.GEMM_RANGE_FOR_SYMBOL)
 # the C library's (memset, memcpy, ... that LLVM lowers some intrinsics to)
 _LIBC = ("memset", "memcpy", "memmove")
 
@@ -175,7 +176,8 @@ class _CompiledEntry:
         self.needs_blas = needs_blas
         # parallel loops or split products: the library starts the pool's workers
         self.needs_pool = any(name.encode() in object_code for name in (
-            thread_pool.SYMBOL, codegen.GEMM_FOR_SYMBOL))
+            thread_pool.SYMBOL, thread_pool.RANGE_SYMBOL, codegen.GEMM_FOR_SYMBOL,
+            codegen.GEMM_RANGE_FOR_SYMBOL))
 
 
 def _compile_entry(entry: Entry, index: int) -> _CompiledEntry:
@@ -514,7 +516,9 @@ def _c_source(compiled: list, names: _LibraryNames, blobs: dict, needs_blas: boo
         "extern int ft_pool_start(int workers);",
         "extern void ft_pool_set_blas(void *set_threads);",
         "extern void ft_parallel_for(void *chunk, void *context, int64_t count);",
-        "extern void ft_serial_for(void *chunk, void *context, int64_t count);", "",
+        "extern void ft_serial_for(void *chunk, void *context, int64_t count);",
+        "extern void ft_parallel_for_range(void *chunk, void *context, int64_t count);",
+        "extern void ft_serial_for_range(void *chunk, void *context, int64_t count);", "",
         *declarations, "",
         _BLAS_C.replace("@ROUTINES@", ", ".join(f'"{r}"' for r in routines))
                .replace("@COUNT@", str(len(routines)))
@@ -654,6 +658,13 @@ __attribute__((visibility("hidden"))) void ft_gemm_for(void *chunk, void *contex
                                                        int64_t count) {
     if (ft_local_threads && ft_workers > 0) ft_parallel_for(chunk, context, count);
     else ft_serial_for(chunk, context, count);
+}
+
+/* the bands of a matrix-vector product: one call when they run serially */
+__attribute__((visibility("hidden"))) void ft_gemm_for_range(void *chunk, void *context,
+                                                             int64_t count) {
+    if (ft_local_threads && ft_workers > 0) ft_parallel_for_range(chunk, context, count);
+    else ft_serial_for_range(chunk, context, count);
 }
 
 static void *ft_thread_workspace(size_t size) {

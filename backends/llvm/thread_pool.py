@@ -7,6 +7,15 @@ run. The pool is one small LLVM module compiled once per process; its entry poin
 registered with the JIT linker under that name, so compiled (and cached) programs link
 against it like against libm.
 
+``ft_parallel_for_range(range_fn, ctx, n_chunks)`` is the same for a job whose chunks are
+cheaper together than one by one: ``range_fn(ctx, first, end)`` runs chunks ``[first,
+end)`` as one piece of work (a band of a matrix-vector product: one BLAS call). The pool's
+threads call it chunk by chunk; when the calling thread runs the job alone (no worker, the
+pool paused or used by another thread, or every worker asleep: a short job is over before
+a sleeping worker gets up, so the job only wakes them for the next one) it is the one call
+``range_fn(ctx, 0, n_chunks)``. Its results must not depend on the cut: the generated code
+cuts only where they do not.
+
 Design, and why:
 
 * Chunks are claimed from one 64-bit counter holding ``(job generation << 32) | next
@@ -19,7 +28,8 @@ Design, and why:
 * A busy machine pauses the pool: a worker that finds it is not getting its core (its CPU
   time against the time passed) makes the next jobs run on the calling thread alone, for a
   pause that doubles while the workers keep starving and halves while they do not (see
-  ``_BACKOFF_MIN_NS``); a long job still goes to the pool during a pause. Three threads
+  ``_BACKOFF_MIN_NS``); a long job (not a ranged one) still goes to the pool during a
+  pause. Three threads
   on two cores otherwise wait, at the end of each short job, for a descheduled worker's
   chunk. ``stats()`` counts both kinds of job.
 * A SIGINT drops the rest of a job: before each claim a thread compares the SIGINT counter
@@ -61,10 +71,21 @@ I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P = I8.as_pointer()
 VOID = ir.VoidType()
 CHUNK_FN = ir.FunctionType(VOID, [I8P, I64])
+# fn(ctx, first, end): chunks [first, end) of a job as one piece of work
+RANGE_FN = ir.FunctionType(VOID, [I8P, I64, I64])
 
 SYMBOL = "ft_parallel_for"
+# ft_parallel_for for a short job whose chunks cost more one by one than together (each a
+# call with its own fixed cost, such as a BLAS call on a band of a matrix): the chunks the
+# calling thread runs alone (no worker, the pool busy or paused) are one call. It is for
+# jobs well under a worker's spin (_WORKER_SPIN_TICKS, about 2 ms): one that finds every
+# worker asleep runs alone and wakes them for the next (see _WAKE_NS), and a paused pool
+# runs it on the caller at once, without timing a first chunk to send a long job to the
+# pool after all (see _CONTENDED_POOL_NS).
+RANGE_SYMBOL = "ft_parallel_for_range"
 RESERVE_SYMBOL = "ft_pool_reserve"
 SERIAL_SYMBOL = "ft_serial_for"
+SERIAL_RANGE_SYMBOL = "ft_serial_for_range"
 BLAS_HOLD_SYMBOL = "ft_blas_hold"
 _SET_BLAS_SYMBOL = "ft_pool_set_blas"
 _STATS_SYMBOL = "ft_pool_stats"
@@ -106,6 +127,23 @@ _BACKOFF_MAX_NS = 160_000_000
 # all when it would take longer than this alone (chunks are even): three threads on two cores
 # give the process a third more of them, against a wait of up to a time slice at the end.
 _CONTENDED_POOL_NS = 8_000_000
+# A ranged job that finds every worker asleep wakes them, and it and the ranged jobs of the
+# next _WAKE_NS run on the caller: a worker takes tens of microseconds to get up (a futex
+# wake-up, an idle vCPU scheduled again), and a job handed to it meanwhile waits for it.
+_WAKE_NS = 100_000
+# ... and it wakes them only in a burst of ranged jobs, the _BURST_JOBS-th within _BURST_NS:
+# a woken worker spins on its core for the next jobs (see _WORKER_SPIN_TICKS), which on a
+# busy machine pushes another process onto the caller's core. Calls a few milliseconds
+# apart, each of a couple of short jobs, ran a third slower when each call woke the
+# workers; calls back to back, or a loop of products, are a burst.
+_BURST_NS = 1_000_000
+_BURST_JOBS = 4
+# A pause lasts _RANGED_PAUSE times as long for ranged jobs: they gain microseconds from the
+# pool, and lose up to a time slice when a worker sharing its core with another process is
+# descheduled in the middle of one. With `while 1: pass` beside the MLP forward at batch 1,
+# a pause of the ordinary length cost the forward 2-5% (side by side with the bands unsplit)
+# as each pause's end let one such job go to the pool.
+_RANGED_PAUSE = 4
 
 # clock ids of clock_gettime (the platform's values, as Python's time module knows them)
 _THREAD_CPU_CLOCK = getattr(time, "CLOCK_THREAD_CPUTIME_ID", 3)
@@ -180,6 +218,7 @@ class _PoolModule:
                                                  interrupts.STATE_SYMBOL)
         self.busy = global_("busy", I32)
         self.workers = global_("workers", I32)
+        self.sleeping = global_("sleeping", I32)  # workers waiting on job_cv
         # CLOCK_MONOTONIC ns; see _BACKOFF_MIN_NS
         self.serial_until = global_("serial_until", I64)
         self.backoff = global_("backoff", I64)
@@ -189,6 +228,13 @@ class _PoolModule:
         self.pooled_jobs = global_("pooled_jobs", I64)
         self.contended_jobs = global_("contended_jobs", I64)
         self.starved_count = global_("starved_count", I64)  # times a worker found itself starved
+        # ranged jobs run on the caller alone while the sleeping workers it woke got up
+        self.waking_jobs = global_("waking_jobs", I64)
+        self.woken_at = global_("woken_at", I64)  # CLOCK_MONOTONIC ns; see RANGE_SYMBOL
+        # the start of the current burst of ranged jobs finding every worker asleep, and
+        # their count (see _BURST_JOBS)
+        self.burst_from = global_("burst_from", I64)
+        self.burst_jobs = global_("burst_jobs", I64)
         # room for a pthread_mutex_t / pthread_cond_t on any platform; ft_pool_start initializes
         self.storage = ir.ArrayType(I64, 16)
         self.mutex, self.job_cv, self.done_cv = (global_(n, self.storage)
@@ -251,10 +297,12 @@ class _PoolModule:
 def _build_module(triple: str) -> str:
     """The pool's IR: globals, ``ft_parallel_for``, the worker loop, start and reset."""
     pool = _PoolModule(triple)
-    for add in (_add_clock, _add_backoff, _add_run_chunks, _add_worker, _add_parallel_for,
-                _add_start, _add_reserve):
+    for add in (_add_clock, _add_backoff, _add_run_chunks, _add_worker, _add_range_chunk,
+                _add_parallel_for, _add_start, _add_reserve):
         add(pool)
-    _add_stats(pool.m, (pool.pooled_jobs, pool.contended_jobs, pool.backoff, pool.starved_count))
+    _add_parallel_for(pool, ranged=True)
+    _add_stats(pool.m, (pool.pooled_jobs, pool.contended_jobs, pool.backoff, pool.starved_count,
+                        pool.waking_jobs))
     _add_blas_hold(pool.m, pool.lock, pool.unlock, pool.mutex_init, pool.global_)
     _add_serial_helpers(pool.m)
     return str(pool.m)
@@ -443,6 +491,7 @@ def _add_worker(pool: _PoolModule) -> None:
     b.call(note_starved, [])
     b.branch(sleep)
     b.position_at_end(sleep)
+    b.atomic_rmw("add", pool.sleeping, ir.Constant(I32, 1), "seq_cst")
     b.call(lock, [pool.ptr(b, mutex)])
     b.branch(sleep_check)
     b.position_at_end(sleep_check)
@@ -455,6 +504,7 @@ def _add_worker(pool: _PoolModule) -> None:
     b.branch(sleep_check)
     b.position_at_end(woke)
     b.call(unlock, [pool.ptr(b, mutex)])
+    b.atomic_rmw("sub", pool.sleeping, ir.Constant(I32, 1), "seq_cst")
     b.branch(work)
     b.position_at_end(work)
     g = b.load_atomic(generation, "acquire", 4)
@@ -473,24 +523,28 @@ def _add_worker(pool: _PoolModule) -> None:
     pool.worker = worker
 
 
-def _add_parallel_for(pool: _PoolModule) -> None:
+def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
     """``ft_parallel_for(fn, ctx, n)``: run ``fn(ctx, c)`` for every chunk ``c < n``, on the
-    pool or, when it is busy, paused or has no workers, on the calling thread."""
-    m, counter, done, job_fn = pool.m, pool.counter, pool.done, pool.job_fn
-    job_ctx, job_n, generation = pool.job_ctx, pool.job_n, pool.generation
-    job_epoch, has_mode, job_mode = pool.job_epoch, pool.has_mode, pool.job_mode
-    busy, workers, serial_until = pool.busy, pool.workers, pool.serial_until
-    pooled_jobs, contended_jobs, mutex = pool.pooled_jobs, pool.contended_jobs, pool.mutex
-    job_cv, done_cv, lock, unlock = pool.job_cv, pool.done_cv, pool.lock, pool.unlock
-    wait, broadcast, ticks, now_ns = pool.wait, pool.broadcast, pool.ticks, pool.now_ns
-    run = pool.run
-    pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=SYMBOL)
+    pool or, when it is busy, paused or has no workers, on the calling thread.
+
+    With ``ranged``, ``ft_parallel_for_range(fn, ctx, n)`` for a ``fn(ctx, first, end)``
+    that runs chunks ``[first, end)`` as one piece of work: on the pool each chunk is
+    ``fn(ctx, c, c + 1)``, and a job the caller runs alone is the one call ``fn(ctx, 0, n)``
+    (a paused pool runs it so at once, without timing a first chunk, and so does a pool
+    whose workers are asleep: see ``RANGE_SYMBOL``)."""
+    m, workers, serial_until = pool.m, pool.workers, pool.serial_until
+    busy, pooled_jobs, contended_jobs = pool.busy, pool.pooled_jobs, pool.contended_jobs
+    now_ns = pool.now_ns
+    pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]),
+                     name=RANGE_SYMBOL if ranged else SYMBOL)
     fn_arg, ctx_arg, n_arg = pf.args
     b = ir.IRBuilder(pf.append_basic_block("entry"))
-    caller_mode_slot = b.alloca(I32) if has_mode else None
+    caller_mode_slot = b.alloca(I32) if pool.has_mode else None
+    # a ranged job's function and context, for the chunk wrapper the pool's threads call
+    pair = b.alloca(ir.ArrayType(I8P, 2)) if ranged else None
     serial, parallel = pf.append_basic_block("serial"), pf.append_basic_block("parallel")
     start_epoch = pool.sigint_count(b)  # a SIGINT from here on drops the chunks not yet started
-    chunk = b.bitcast(fn_arg, CHUNK_FN.as_pointer())
+    chunk = b.bitcast(fn_arg, (RANGE_FN if ranged else CHUNK_FN).as_pointer())
     no_workers = b.icmp_unsigned("==", b.load_atomic(workers, "acquire", 4), ir.Constant(I32, 0))
     tiny = b.icmp_signed("<=", n_arg, ir.Constant(I64, 1))
     try_lock, check_clock, contended, pooled = (
@@ -499,69 +553,168 @@ def _add_parallel_for(pool: _PoolModule) -> None:
     b.cbranch(b.or_(no_workers, tiny), serial, check_clock)
     b.position_at_end(check_clock)  # within a pause after a worker was starved: run alone...
     until = b.load_atomic(serial_until, "acquire", 8)
-    paused = b.icmp_unsigned("<", b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)]), until)
+    if ranged:  # see _RANGED_PAUSE
+        longer = b.mul(b.load_atomic(pool.backoff, "monotonic", 8),
+                       ir.Constant(I64, _RANGED_PAUSE - 1))
+        until = b.add(until, longer)
+    now = b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)])
+    paused = b.icmp_unsigned("<", now, until)
     b.cbranch(paused, contended, try_lock)
     b.position_at_end(contended)
     b.atomic_rmw("add", contended_jobs, ir.Constant(I64, 1), "monotonic")
-    started = b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)])
-    b.call(chunk, [ctx_arg, ir.Constant(I64, 0)])
-    took = b.sub(b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)]), started)
-    # ... unless the rest is long enough that the cores the pool does get outweigh waiting,
-    # at the end, for a worker's time slice
-    rest = b.mul(took, b.sub(n_arg, ir.Constant(I64, 1)))
-    long_job = b.icmp_signed(">", rest, ir.Constant(I64, _CONTENDED_POOL_NS))
-    contended_end = b.block
-    b.cbranch(long_job, try_lock, serial)
+    # (first chunk left, block) pairs for the phis of try_lock and serial
+    to_pool, to_serial = [(ir.Constant(I64, 0), check_clock)], [(ir.Constant(I64, 0), entry)]
+    if ranged:
+        to_serial.append((ir.Constant(I64, 0), contended))
+        b.branch(serial)
+    else:
+        started = b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)])
+        b.call(chunk, [ctx_arg, ir.Constant(I64, 0)])
+        took = b.sub(b.call(now_ns, [ir.Constant(I32, _MONOTONIC_CLOCK)]), started)
+        # ... unless the rest is long enough that the cores the pool does get outweigh
+        # waiting, at the end, for a worker's time slice
+        rest = b.mul(took, b.sub(n_arg, ir.Constant(I64, 1)))
+        long_job = b.icmp_signed(">", rest, ir.Constant(I64, _CONTENDED_POOL_NS))
+        to_pool.append((ir.Constant(I64, 1), b.block))
+        to_serial.append((ir.Constant(I64, 1), b.block))
+        b.cbranch(long_job, try_lock, serial)
     b.position_at_end(try_lock)
     first = b.phi(I64)  # the first chunk left to run
-    first.add_incoming(ir.Constant(I64, 0), check_clock)
-    first.add_incoming(ir.Constant(I64, 1), contended_end)
+    for value, block in to_pool:
+        first.add_incoming(value, block)
     got = b.extract_value(b.cmpxchg(busy, ir.Constant(I32, 0), ir.Constant(I32, 1), "acquire",
                                     "monotonic"), 1)
-    try_lock_end = b.block
+    to_serial.append((first, b.block))
     b.cbranch(got, pooled, serial)
     b.position_at_end(pooled)
+    if ranged:
+        alone = _emit_alone_while_asleep(pool, b, now, (fn_arg, ctx_arg, n_arg), serial,
+                                         start_epoch, caller_mode_slot)
+        to_serial.append((ir.Constant(I64, 0), alone))
     b.atomic_rmw("add", pooled_jobs, ir.Constant(I64, 1), "monotonic")
     b.branch(parallel)
 
     b.position_at_end(serial)
     serial_first = b.phi(I64)
-    serial_first.add_incoming(ir.Constant(I64, 0), entry)
-    serial_first.add_incoming(ir.Constant(I64, 1), contended_end)
-    serial_first.add_incoming(first, try_lock_end)
-    loop_head, loop_body, loop_end = (pf.append_basic_block(n) for n in (
+    for value, block in to_serial:
+        serial_first.add_incoming(value, block)
+    _emit_rest_on_caller(pool, b, chunk, ctx_arg, serial_first, n_arg, start_epoch, ranged)
+
+    b.position_at_end(parallel)
+    if ranged:  # the pool's threads run chunk c as fn(ctx, c, c + 1) through range_chunk
+        for k, value in enumerate((fn_arg, ctx_arg)):
+            b.store(value, b.gep(pair, [ir.Constant(I32, 0), ir.Constant(I32, k)]))
+        job = (b.bitcast(pool.range_chunk, I8P), b.bitcast(pair, I8P))
+    else:
+        job = (fn_arg, ctx_arg)
+    _emit_pool_job(pool, b, *job, n_arg, first, start_epoch, caller_mode_slot)
+    b.ret_void()
+
+
+def _emit_alone_while_asleep(pool: _PoolModule, b: ir.IRBuilder, now, job, serial,
+                             start_epoch, caller_mode_slot):
+    """At ``b``, in a ranged job with the pool taken: whether the workers can take it.
+
+    A sleeping worker takes longer to get up (tens of microseconds, more on a busy machine)
+    than a short job lasts, and the caller would then run the chunks one by one, or wait for
+    a late one. With every worker asleep the job publishes no chunk and runs on the caller;
+    when it is one of a burst (see _BURST_JOBS) it wakes them, for the jobs that follow, and
+    so do the jobs of the next _WAKE_NS, while the workers get up. Returns the block that
+    then branches to ``serial``, the caller's run (the pool freed); ``b`` is left where the
+    job goes to the pool."""
+    pf = b.function
+    awake, settled, asleep_block, wake, release, alone = (
+        pf.append_basic_block(name) for name in (
+            "awake", "settled", "asleep", "wake", "release", "alone"))
+    asleep = b.load_atomic(pool.sleeping, "acquire", 4)
+    b.cbranch(b.icmp_unsigned("<", asleep, b.load_atomic(pool.workers, "acquire", 4)),
+              awake, asleep_block)
+    b.position_at_end(awake)
+    woken_for = b.sub(now, b.load_atomic(pool.woken_at, "monotonic", 8))
+    b.cbranch(b.icmp_signed(">", woken_for, ir.Constant(I64, _WAKE_NS)), settled, release)
+    b.position_at_end(asleep_block)  # count the burst this job is in
+    burst_from = b.load_atomic(pool.burst_from, "monotonic", 8)
+    in_burst = b.icmp_signed("<", b.sub(now, burst_from), ir.Constant(I64, _BURST_NS))
+    jobs = b.select(in_burst, b.add(b.load_atomic(pool.burst_jobs, "monotonic", 8),
+                                    ir.Constant(I64, 1)), ir.Constant(I64, 1))
+    b.store_atomic(jobs, pool.burst_jobs, "monotonic", 8)
+    b.store_atomic(b.select(in_burst, burst_from, now), pool.burst_from, "monotonic", 8)
+    b.cbranch(b.icmp_signed(">=", jobs, ir.Constant(I64, _BURST_JOBS)), wake, release)
+    b.position_at_end(release)
+    b.store_atomic(ir.Constant(I32, 0), pool.busy, "release", 4)
+    b.branch(alone)
+    b.position_at_end(wake)  # a job of no chunks: it only wakes the workers
+    b.store_atomic(now, pool.woken_at, "monotonic", 8)
+    fn, ctx, n = job
+    _emit_pool_job(pool, b, fn, ctx, n, n, start_epoch, caller_mode_slot)
+    b.branch(alone)
+    b.position_at_end(alone)
+    b.atomic_rmw("add", pool.waking_jobs, ir.Constant(I64, 1), "monotonic")
+    b.branch(serial)
+    b.position_at_end(settled)
+    return alone
+
+
+def _emit_rest_on_caller(pool: _PoolModule, b: ir.IRBuilder, chunk, ctx, first, n,
+                         start_epoch, ranged: bool) -> None:
+    """At ``b``: chunks ``first..n-1`` on the calling thread, until a SIGINT (one call of a
+    ranged job's function, a loop over the chunks otherwise); then return."""
+    pf = b.function
+    if ranged:
+        call, done = pf.append_basic_block("serial.call"), pf.append_basic_block("serial.end")
+        calm = b.icmp_unsigned("==", pool.sigint_count(b), start_epoch)
+        b.cbranch(b.and_(b.icmp_signed("<", first, n), calm), call, done)
+        b.position_at_end(call)
+        b.call(chunk, [ctx, first, n])
+        b.branch(done)
+        b.position_at_end(done)
+        b.ret_void()
+        return
+    entry = b.block
+    loop_head, loop_body, loop_end = (pf.append_basic_block(name) for name in (
         "serial.head", "serial.body", "serial.end"))
     b.branch(loop_head)
     b.position_at_end(loop_head)  # for c in first..n-1, until a SIGINT: chunk(ctx, c)
     c = b.phi(I64)
-    c.add_incoming(serial_first, serial)
-    more = b.icmp_signed("<", c, n_arg)
+    c.add_incoming(first, entry)
+    more = b.icmp_signed("<", c, n)
     calm = b.icmp_unsigned("==", pool.sigint_count(b), start_epoch)
     b.cbranch(b.and_(more, calm), loop_body, loop_end)
     b.position_at_end(loop_body)
-    b.call(chunk, [ctx_arg, c])
+    b.call(chunk, [ctx, c])
     c.add_incoming(b.add(c, ir.Constant(I64, 1)), loop_body)
     b.branch(loop_head)
     b.position_at_end(loop_end)
     b.ret_void()
 
-    b.position_at_end(parallel)
+
+def _emit_pool_job(pool: _PoolModule, b: ir.IRBuilder, fn, ctx, n, first, start_epoch,
+                   caller_mode_slot) -> None:
+    """At ``b``, with the pool taken (``busy``): publish the job ``fn(ctx, c)`` for chunks
+    ``first..n-1`` (none when ``first`` is ``n``: the job only wakes the workers), run
+    chunks on this thread too, wait until every chunk has finished and free the pool;
+    leaves ``b`` after that."""
+    counter, done, job_fn, job_ctx = pool.counter, pool.done, pool.job_fn, pool.job_ctx
+    job_n, generation, job_epoch = pool.job_n, pool.generation, pool.job_epoch
+    mutex, job_cv, done_cv = pool.mutex, pool.job_cv, pool.done_cv
+    lock, unlock, wait, ticks = pool.lock, pool.unlock, pool.wait, pool.ticks
+    pf = b.function
     gen = b.add(b.load_atomic(generation, "monotonic", 4), ir.Constant(I32, 1))
     gen_high = b.shl(b.zext(gen, I64), ir.Constant(I64, 32))
     b.store_atomic(b.or_(gen_high, ir.Constant(I64, _NO_CHUNK)), counter, "seq_cst", 8)
-    b.store_atomic(fn_arg, job_fn, "monotonic", 8)
-    b.store_atomic(ctx_arg, job_ctx, "monotonic", 8)
-    b.store_atomic(n_arg, job_n, "monotonic", 8)
+    b.store_atomic(fn, job_fn, "monotonic", 8)
+    b.store_atomic(ctx, job_ctx, "monotonic", 8)
+    b.store_atomic(n, job_n, "monotonic", 8)
     b.store_atomic(first, done, "monotonic", 8)
     b.store_atomic(start_epoch, job_epoch, "monotonic", 8)
-    if has_mode:
-        b.store_atomic(float_mode.read(b, caller_mode_slot), job_mode, "monotonic", 4)
+    if pool.has_mode:
+        b.store_atomic(float_mode.read(b, caller_mode_slot), pool.job_mode, "monotonic", 4)
     b.store_atomic(b.or_(gen_high, first), counter, "seq_cst", 8)  # claimable from here
     b.call(lock, [pool.ptr(b, mutex)])
     b.store_atomic(gen, generation, "seq_cst", 4)
-    b.call(broadcast, [pool.ptr(b, job_cv)])
+    b.call(pool.broadcast, [pool.ptr(b, job_cv)])
     b.call(unlock, [pool.ptr(b, mutex)])
-    b.call(run, [gen])
+    b.call(pool.run, [gen])
     # every chunk is claimed; wait until the last one has finished
     spin, spin_next, sleep, sleep_check, wait_block, release = (
         pf.append_basic_block(n) for n in ("spin", "spin_next", "sleep", "sleep_check", "wait",
@@ -569,7 +722,7 @@ def _add_parallel_for(pool: _PoolModule) -> None:
     waited_from = b.call(ticks, [])
     b.branch(spin)
     b.position_at_end(spin)
-    all_done = b.icmp_unsigned(">=", b.load_atomic(done, "acquire", 8), n_arg)
+    all_done = b.icmp_unsigned(">=", b.load_atomic(done, "acquire", 8), n)
     b.cbranch(all_done, release, spin_next)
     b.position_at_end(spin_next)
     pool.relax(b)
@@ -579,7 +732,7 @@ def _add_parallel_for(pool: _PoolModule) -> None:
     b.call(lock, [pool.ptr(b, mutex)])
     b.branch(sleep_check)
     b.position_at_end(sleep_check)
-    pending = b.icmp_unsigned("<", b.load_atomic(done, "acquire", 8), n_arg)
+    pending = b.icmp_unsigned("<", b.load_atomic(done, "acquire", 8), n)
     woke = pf.append_basic_block("woke")
     b.cbranch(pending, wait_block, woke)
     b.position_at_end(wait_block)
@@ -589,8 +742,22 @@ def _add_parallel_for(pool: _PoolModule) -> None:
     b.call(unlock, [pool.ptr(b, mutex)])
     b.branch(release)
     b.position_at_end(release)
-    b.store_atomic(ir.Constant(I32, 0), busy, "release", 4)
+    b.store_atomic(ir.Constant(I32, 0), pool.busy, "release", 4)
+
+
+def _add_range_chunk(pool: _PoolModule) -> None:
+    """``range_chunk(pair, c)``: chunk ``c`` of a ranged job, ``pair = {fn, ctx}`` on its
+    caller's stack (the caller returns only when every chunk has finished)."""
+    fn = ir.Function(pool.m, CHUNK_FN, name="range_chunk")
+    fn.linkage = "internal"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    pair = b.bitcast(fn.args[0], I8P.as_pointer())
+    target = b.bitcast(b.load(pair), RANGE_FN.as_pointer())
+    ctx = b.load(b.gep(pair, [ir.Constant(I32, 1)]))
+    c = fn.args[1]
+    b.call(target, [ctx, c, b.add(c, ir.Constant(I64, 1))])
     b.ret_void()
+    pool.range_chunk = fn
 
 
 def _add_start(pool: _PoolModule) -> None:
@@ -601,9 +768,10 @@ def _add_start(pool: _PoolModule) -> None:
     mutex_init, cond_init, worker = pool.mutex_init, pool.cond_init, pool.worker
     start_fn = ir.Function(m, ir.FunctionType(I32, [I32]), name="ft_pool_start")
     b = ir.IRBuilder(start_fn.append_basic_block("entry"))
-    b.store_atomic(ir.Constant(I32, 0), workers, "seq_cst", 4)
-    b.store_atomic(ir.Constant(I32, 0), busy, "seq_cst", 4)
-    for g_ in (serial_until, backoff, calm_since):
+    for g_ in (workers, busy, pool.sleeping):
+        b.store_atomic(ir.Constant(I32, 0), g_, "seq_cst", 4)
+    for g_ in (serial_until, backoff, calm_since, pool.woken_at, pool.burst_from,
+               pool.burst_jobs):
         b.store_atomic(ir.Constant(I64, 0), g_, "seq_cst", 8)
     for g_ in (mutex, job_cv, done_cv):
         b.store(ir.Constant(storage, None), g_)
@@ -642,7 +810,7 @@ def _add_reserve(pool: _PoolModule) -> None:
     b.ret(ir.Constant(I32, 1))
 
 
-STATS_FIELDS = ("pooled_jobs", "contended_jobs", "pause_ns", "starved")
+STATS_FIELDS = ("pooled_jobs", "contended_jobs", "pause_ns", "starved", "waking_jobs")
 
 
 def _add_stats(m: ir.Module, counters) -> None:
@@ -710,9 +878,25 @@ def _add_blas_hold(m: ir.Module, lock, unlock, mutex_init, global_) -> None:
 
 
 def _add_serial_helpers(m: ir.Module) -> None:
-    """``ft_serial_for``: ``ft_parallel_for`` as a plain loop on the calling thread, for
-    products whose BLAS threads cannot be held (see ``blas.register_gemm_symbols``)."""
+    """``ft_serial_for``: ``ft_parallel_for`` as a plain loop on the calling thread, and
+    ``ft_serial_for_range``: ``ft_parallel_for_range`` as one call on it, for products
+    whose BLAS threads cannot be held (see ``blas.register_gemm_symbols``)."""
     _serial_loop(m, SERIAL_SYMBOL)
+    _serial_range(m, SERIAL_RANGE_SYMBOL)
+
+
+def _serial_range(m: ir.Module, name: str) -> None:
+    """``name(fn, ctx, n)``: ``fn(ctx, 0, n)`` when ``n > 0`` (see ``RANGE_FN``)."""
+    pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]), name=name)
+    b = ir.IRBuilder(pf.append_basic_block("entry"))
+    call, done = pf.append_basic_block("call"), pf.append_basic_block("done")
+    b.cbranch(b.icmp_signed(">", pf.args[2], ir.Constant(I64, 0)), call, done)
+    b.position_at_end(call)
+    b.call(b.bitcast(pf.args[0], RANGE_FN.as_pointer()),
+           [pf.args[1], ir.Constant(I64, 0), pf.args[2]])
+    b.branch(done)
+    b.position_at_end(done)
+    b.ret_void()
 
 
 def _serial_loop(m: ir.Module, name: str) -> None:
@@ -733,10 +917,12 @@ def _serial_loop(m: ir.Module, name: str) -> None:
 
 
 def _build_serial_module(triple: str) -> str:
-    """``ft_parallel_for`` as a plain loop, and a ``ft_pool_start`` that starts nothing."""
+    """``ft_parallel_for`` as a plain loop (``ft_parallel_for_range`` as one call), and a
+    ``ft_pool_start`` that starts nothing."""
     m = ir.Module(name="functrans_serial_pool")
     m.triple = triple
     _serial_loop(m, SYMBOL)
+    _serial_range(m, RANGE_SYMBOL)
     _add_serial_helpers(m)
     start = ir.Function(m, ir.FunctionType(I32, [I32]), name="ft_pool_start")
     ir.IRBuilder(start.append_basic_block("entry")).ret(ir.Constant(I32, 0))
@@ -773,8 +959,10 @@ def ensure_started() -> None:
         loaded.keep()
         address = loaded.address(SYMBOL)
         linker.register_symbol(SYMBOL, address)
-        linker.register_symbol(BLAS_HOLD_SYMBOL, loaded.address(BLAS_HOLD_SYMBOL))
-        helpers = {SERIAL_SYMBOL: loaded.address(SERIAL_SYMBOL)}
+        for name in (RANGE_SYMBOL, BLAS_HOLD_SYMBOL):
+            linker.register_symbol(name, loaded.address(name))
+        helpers = {name: loaded.address(name)
+                   for name in (SYMBOL, RANGE_SYMBOL, SERIAL_SYMBOL, SERIAL_RANGE_SYMBOL)}
         start = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(loaded.address("ft_pool_start"))
         reserve = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(loaded.address(RESERVE_SYMBOL))
         set_blas = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(loaded.address(_SET_BLAS_SYMBOL))
@@ -788,7 +976,8 @@ def ensure_started() -> None:
 
 
 def helper_address(name: str) -> int:
-    """The address of ``SERIAL_SYMBOL`` (the pool is started)."""
+    """The address of the pool's entry point ``name``: ``SYMBOL``, ``RANGE_SYMBOL``,
+    ``SERIAL_SYMBOL`` or ``SERIAL_RANGE_SYMBOL`` (the pool is started)."""
     ensure_started()
     return _state[name]
 
@@ -835,11 +1024,13 @@ def workers() -> int:
 def stats() -> dict:
     """Counts since the pool started: ``pooled_jobs`` (parallel loops run by the pool),
     ``contended_jobs`` (run on the calling thread alone because a worker recently did not
-    get its core), and ``pause_ns`` (the current length of such a pause; 0 when the workers
-    have their cores).
+    get its core), ``pause_ns`` (the current length of such a pause; 0 when the workers
+    have their cores), ``starved`` (times a worker found it did not get its core) and
+    ``waking_jobs`` (ranged jobs run on the calling thread alone while the workers, all
+    asleep, got up).
 
         >>> sorted(stats())          # doctest: +SKIP
-        ['contended_jobs', 'pause_ns', 'pooled_jobs']
+        ['contended_jobs', 'pause_ns', 'pooled_jobs', 'starved', 'waking_jobs']
     """
     ensure_started()
     out = (ctypes.c_int64 * len(STATS_FIELDS))()

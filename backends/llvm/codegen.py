@@ -39,7 +39,7 @@ from functrans.backends.llvm import float_mode, machine_code, thread_pool
 from functrans.backends.llvm import lowering  # noqa: F401
 from functrans.backends.llvm.ir_builder import I8P, I32, ModuleIR, calls_only_function
 from functrans.backends.llvm.row_fusion import RowGroup
-from functrans.backends.llvm.vector_math import register_libm_symbols
+from functrans.backends.llvm.libm import register_libm_symbols
 # what the rest of the backend, its tools and its tests find here
 from functrans.backends.llvm.blas import (  # noqa: F401
     BLAS_ROUTINES, GEMM_FOR_SYMBOL, LAPACK_ROUTINES, _openblas_library, _scipy_openblas,

@@ -39,6 +39,7 @@ from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, uniqu
 from functrans.backends.compiler.decompose import VECTOR_BYTES, is_direct_convolution
 from functrans.backends.llvm.ir_builder import I8P, I32, I64, emits
 from functrans.backends.llvm.scalar_ops import mem_type
+from functrans.backends.llvm.support_code import CHUNK_FN
 
 MAX_VECTORS = 2            # output-feature vectors per tile (2 x 6 beat 4 x 3 measured)
 MAX_ACCUMULATORS = 12      # of 16 vector registers: the rest hold weights and a broadcast
@@ -137,7 +138,7 @@ class ConvolutionStep(Step):
         rows = -(-self.rows // chunks)
         chunks = -(-self.rows // rows)
         mb.kernel_count += 1
-        chunk_fn = ir.Function(mb.module, thread_pool.CHUNK_FN,
+        chunk_fn = ir.Function(mb.module, CHUNK_FN,
                                name=f"{kernel.name}_chunk{mb.kernel_count}")
         chunk_fn.linkage = "internal"
         chunk_fn.attributes.add("nounwind")

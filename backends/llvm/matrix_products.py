@@ -21,6 +21,7 @@ from functrans.backends.llvm.control_flow import nested_programs
 from functrans.backends.llvm.convolution import ConvolutionStep
 from functrans.backends.llvm.ir_builder import I8, I8P, I32, I64, calls_only_function, emits
 from functrans.backends.llvm.scalar_ops import constant
+from functrans.backends.llvm.support_code import CHUNK_FN
 from functrans.backends.llvm.vector_math import F32, F64
 
 # A matrix product is split across the thread pool into a fixed number of chunks (each a
@@ -157,7 +158,7 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
     extent = {"batch": step.batch, "m": step.m, "n": step.n}[axis]
     rows = -(-extent // chunks)
     chunks = -(-extent // rows)
-    fn = ir.Function(mb.module, thread_pool.CHUNK_FN, name=name)
+    fn = ir.Function(mb.module, CHUNK_FN, name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     calls_only_function(fn)

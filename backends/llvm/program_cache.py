@@ -32,11 +32,9 @@ import weakref
 import numpy as np
 
 from functrans.backends.compiler import passes
-from functrans.backends.llvm import (blas, cache, float_mode, interrupts, linker, targets,
-                                     thread_pool, vector_math)
-from functrans.backends.llvm.ir_builder import array_data_offset
-from functrans.backends.llvm.runtime import Executable, Layout
-from functrans.backends.llvm.streaming_stores import min_streamed_bytes
+from functrans.backends.llvm import (blas, cache, float_mode, interrupts, libm, linker,
+                                     targets, thread_pool)
+from functrans.backends.llvm.runtime import Executable, Layout, array_data_offset
 from functrans.core import ShapedArray
 
 logger = logging.getLogger("functrans")
@@ -65,7 +63,7 @@ def target_description(target=None) -> str:
     # stream their output past the cache
     return (f"{targets.resolve(target).description}|data@{array_data_offset()}"
             f"|threads={thread_pool.num_threads()}"
-            f"|streamed>{min_streamed_bytes()}")
+            f"|streamed>{targets.min_streamed_bytes()}")
 
 
 # the last program's digest: a compile that misses computes its key twice (here, then in
@@ -125,7 +123,7 @@ def load_object(obj: bytes, names):
     if interrupts.STATE_SYMBOL.encode() in obj:
         interrupts.ensure_loaded()  # its loops poll the SIGINT counter
     if b"ft_libm_" in obj:
-        vector_math.register_libm_symbols()
+        libm.register_libm_symbols()
     if blas.needs_blas(obj):
         blas.register_blas_symbols()
     if blas.splits_gemms(obj):

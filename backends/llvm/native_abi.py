@@ -1,0 +1,37 @@
+"""What generated code, the runtime's support objects and the Python that drives them agree
+on: the names they link against one another by, and the layout of the data they share.
+
+One place for both sides: the code that builds the IR (:mod:`support_code`, the code
+generator) and the code that loads and drives the objects (:mod:`interrupts`,
+:mod:`thread_pool`, :mod:`program_cache`). The latter runs on a warm start, which builds no
+IR: this module imports nothing.
+"""
+
+# ---- the SIGINT state block (see interrupts) -------------------------------------------------
+#
+# A cache line of its own (every polling thread reads it), which generated code links
+# against. Its words: the SIGINT counter; when a segment last asked for the handler to be
+# checked (cycle-counter ticks); Python's handler, to pass the signal on to; whether that
+# handler takes (signal, siginfo, context) (SA_SIGINFO) or the signal alone.
+STATE_SYMBOL = "ft_interrupt_state"
+STATE_WORDS = 8
+EPOCH, LAST_CHECK, PREVIOUS, PREVIOUS_SIGINFO = 0, 1, 2, 3
+HANDLER_SYMBOL = "ft_interrupt_handler"
+ADDRESS_SYMBOL = "ft_interrupt_state_address"
+
+# What a segment returns besides 0: a SIGINT stopped it early; or, before doing anything,
+# the handler is due a check (a handler replaced and restored since, by an event loop or a
+# notebook cell, is covered again within about CHECK_TICKS: some 10 ms)
+INTERRUPTED, CHECK_HANDLER = 1, 2
+CHECK_TICKS = 1 << 25
+
+# ---- the thread pool (see thread_pool) -------------------------------------------------------
+
+PARALLEL_FOR_SYMBOL = "ft_parallel_for"  # void (chunk_fn, ctx, n_chunks)
+SERIAL_SYMBOL = "ft_serial_for"  # the same as a plain loop on the calling thread
+START_SYMBOL = "ft_pool_start"  # int (workers): starts them, returns how many run
+RESERVE_SYMBOL = "ft_pool_reserve"  # int (on): hold the pool for one thread, or give it back
+BLAS_HOLD_SYMBOL = "ft_blas_hold"  # void (on): BLAS on one thread while held
+SET_BLAS_SYMBOL = "ft_pool_set_blas"  # void (setter): the BLAS's thread-count setter
+STATS_SYMBOL = "ft_pool_stats"  # void (int64 *out): the counters of STATS_FIELDS
+STATS_FIELDS = ("pooled_jobs", "contended_jobs", "pause_ns", "starved")

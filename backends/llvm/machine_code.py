@@ -95,27 +95,34 @@ def optimize_and_emit(ir_text: str, names: dict, target=None) -> tuple[bytes, st
     """Parse, verify, optimize (O2, loop and SLP vectorization) and compile ``ir_text`` to
     an object file for ``target`` (default: the CPU being compiled for). Returns (object
     bytes, optimized IR)."""
-    import llvmlite.binding as llvm
     tm = target_machine(target)
     with _llvm_lock:
-        try:
-            mod = llvm.parse_assembly(ir_text)
-            mod.verify()
-        except RuntimeError as err:
-            raise _compile_error(ir_text, str(err), names) from None
-        mod.triple = tm.triple
-        mod.data_layout = str(tm.target_data)
-        pto = llvm.create_pipeline_tuning_options(speed_level=2)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = False
-        pb = llvm.create_pass_builder(tm, pto)
-        pipeline = pb.getModulePassManager()
-        try:
-            pipeline.run(mod, pb)
-        finally:
-            _free_pass_manager(pipeline)
+        mod = optimized_module(ir_text, names, tm)
         return tm.emit_object(mod), str(mod)
+
+
+def optimized_module(ir_text: str, names: dict, tm):
+    """``ir_text`` parsed, verified and optimized (O2, loop and SLP vectorization) for the
+    target machine ``tm``: an ``llvmlite.binding`` module. The caller holds ``_llvm_lock``."""
+    import llvmlite.binding as llvm
+    try:
+        mod = llvm.parse_assembly(ir_text)
+        mod.verify()
+    except RuntimeError as err:
+        raise _compile_error(ir_text, str(err), names) from None
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=2)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = False
+    pb = llvm.create_pass_builder(tm, pto)
+    pipeline = pb.getModulePassManager()
+    try:
+        pipeline.run(mod, pb)
+    finally:
+        _free_pass_manager(pipeline)
+    return mod
 
 
 def _free_pass_manager(manager) -> None:

@@ -22,7 +22,8 @@ from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
-                                     lowering, program_cache, row_fusion, scalar_ops, targets)
+                                     lowering, program_cache, row_fusion, scalar_ops,
+                                     split_emission, targets)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -207,27 +208,27 @@ def build_executable(native: NativePlan, use_cache: bool = True, key=None,
     if entry is not None:
         program_cache.stats["cache_hits"] += 1
         sections, _ = entry
-        obj, ir_text = sections["object"], sections["ir"].decode()
+        objects, ir_text = program_cache.entry_objects(sections), sections["ir"].decode()
         optimized = sections["optimized_ir"].decode()
     else:
         program_cache.stats["compiled"] += 1
         builder = codegen.ModuleBuilder(program, plan, slots, schedule)
         ir_text = builder.build()
-        obj, optimized = codegen.optimize_and_emit(ir_text, builder.names)
+        objects, optimized = split_emission.optimize_and_emit(ir_text, builder.names)
     try:
-        engine, entry_points = program_cache.load_object(obj, [s.name for s in segments])
+        engine, entry_points = program_cache.load_object(objects, [s.name for s in segments])
     except KeyError as err:
         raise codegen.LLVMCompileError(f"llvm backend: {err}") from None
     aliases = donation.alias_candidates(program) if compiler_passes.enabled("donation") \
         else {}
     executable = Executable(program, plan, schedule, slots, entry_points, ir_text, optimized,
                             engine, description, nested_consts, aliases)
-    executable.object_size = len(obj)  # reported by memory_analysis
+    executable.object_size = sum(map(len, objects))  # reported by memory_analysis
     if key and entry is None:
         meta = {"plan": digest}
         layout = program_cache.layout_to_json(executable.layout, closed)
         if layout is not None:
             meta["layout"] = layout
-        cache.store(key, {"object": obj, "ir": ir_text.encode(),
+        cache.store(key, {**program_cache.object_sections(objects), "ir": ir_text.encode(),
                           "optimized_ir": optimized.encode()}, meta)
     return executable

@@ -102,35 +102,54 @@ def cached_executable(closed, key: cache.Key, entry, planner):
         return None
     try:
         layout = layout_from_json(stored, closed)
+        objects, ir_text, optimized = (entry_objects(sections), sections["ir"],
+                                       sections["optimized_ir"])
         engine, entry_points = load_object(
-            sections["object"], [name for kind, name in layout.schedule if kind == "native"])
+            objects, [name for kind, name in layout.schedule if kind == "native"])
     except (LayoutError, KeyError) as err:
         logger.warning("functrans: discarding the compilation cache entry of key %s (%s)",
                        key, err)
         cache.discard(key)
         return None
     stats["cache_hits"] += 1
-    executable = Executable.from_layout(layout, entry_points, engine, sections["ir"],
-                                        sections["optimized_ir"], planner)
-    executable.object_size = len(sections["object"])  # reported by memory_analysis
+    executable = Executable.from_layout(layout, entry_points, engine, ir_text, optimized,
+                                        planner)
+    executable.object_size = sum(map(len, objects))  # reported by memory_analysis
     return executable
 
 
-def load_object(obj: bytes, names):
-    """Link an object file into this process (see :mod:`linker`), with what its code calls
-    (the SIGINT counter, libm, BLAS, the thread pool); return what keeps it mapped, with
-    the named entry points. KeyError when one is missing."""
-    if interrupts.STATE_SYMBOL.encode() in obj:
+def object_sections(objects: list) -> dict:
+    """The sections of an entry holding the program's ``objects`` (see
+    :mod:`split_emission`): ``object``, then ``object.1``, ``object.2``..."""
+    return {("object" if k == 0 else f"object.{k}"): obj for k, obj in enumerate(objects)}
+
+
+def entry_objects(sections: dict) -> list:
+    """The objects an entry's ``sections`` hold (KeyError when it holds none)."""
+    objects = [sections["object"]]
+    while f"object.{len(objects)}" in sections:
+        objects.append(sections[f"object.{len(objects)}"])
+    return objects
+
+
+def load_object(objects: list, names):
+    """Link a program's objects into this process (see :mod:`linker`), with what their code
+    calls (the SIGINT counter, libm, BLAS, the thread pool); return what keeps them mapped,
+    with the named entry points. KeyError when one is missing."""
+    def any_calls(symbol: bytes) -> bool:
+        return any(symbol in obj for obj in objects)
+
+    if any_calls(interrupts.STATE_SYMBOL.encode()):
         interrupts.ensure_loaded()  # its loops poll the SIGINT counter
-    if b"ft_libm_" in obj:
+    if any_calls(b"ft_libm_"):
         libm.register_libm_symbols()
-    if blas.needs_blas(obj):
+    if any(blas.needs_blas(obj) for obj in objects):
         blas.register_blas_symbols()
-    if blas.splits_gemms(obj):
+    if any(blas.splits_gemms(obj) for obj in objects):
         blas.register_gemm_symbols()
-    if thread_pool.SYMBOL.encode() in obj:
+    if any_calls(thread_pool.SYMBOL.encode()):
         thread_pool.ensure_started()  # only programs with parallel loops need the workers
-    loaded = linker.load(obj)
+    loaded = linker.load(objects[0] if len(objects) == 1 else objects)
     try:
         addresses = {name: loaded.address(name) for name in names}
     except KeyError as err:

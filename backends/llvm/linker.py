@@ -7,7 +7,7 @@ code generator produces on x86-64 Linux: it maps the allocated sections (code re
 data read-write), resolves symbols — first the ones registered here with
 :func:`register_symbol` (BLAS, libm, the thread pool), then the process's own (``memset``) —
 and applies the relocations the small PIC code model uses. A program emitted as several
-objects (see :mod:`split_emission`) is linked as one: all of them in one mapping, each
+objects (see :mod:`parallel_compile`) is linked as one: all of them in one mapping, each
 resolving the others' symbols.
 
 Anything else in an object — another architecture, a relocation type, section kind or

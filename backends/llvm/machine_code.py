@@ -113,9 +113,7 @@ def optimized_module(ir_text: str, names: dict, tm):
     mod.triple = tm.triple
     mod.data_layout = str(tm.target_data)
     pto = llvm.create_pipeline_tuning_options(speed_level=2)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = False
+    tune(pto)
     pb = llvm.create_pass_builder(tm, pto)
     pipeline = pb.getModulePassManager()
     try:
@@ -123,6 +121,14 @@ def optimized_module(ir_text: str, names: dict, tm):
     finally:
         _free_pass_manager(pipeline)
     return mod
+
+
+def tune(options) -> None:
+    """Set llvmlite's pipeline tuning ``options`` (O2) as every program is optimized: loop
+    and SLP vectorization, no unrolling."""
+    options.loop_vectorization = True
+    options.slp_vectorization = True
+    options.loop_unrolling = False
 
 
 def _free_pass_manager(manager) -> None:

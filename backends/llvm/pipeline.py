@@ -23,7 +23,7 @@ from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
                                      lowering, program_cache, row_fusion, scalar_ops,
-                                     split_emission, targets)
+                                     parallel_compile, targets)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -214,7 +214,7 @@ def build_executable(native: NativePlan, use_cache: bool = True, key=None,
         program_cache.stats["compiled"] += 1
         builder = codegen.ModuleBuilder(program, plan, slots, schedule)
         ir_text = builder.build()
-        objects, optimized = split_emission.optimize_and_emit(ir_text, builder.names)
+        objects, optimized = parallel_compile.optimize_and_emit(ir_text, builder.names)
     try:
         engine, entry_points = program_cache.load_object(objects, [s.name for s in segments])
     except KeyError as err:

@@ -120,7 +120,7 @@ def cached_executable(closed, key: cache.Key, entry, planner):
 
 def object_sections(objects: list) -> dict:
     """The sections of an entry holding the program's ``objects`` (see
-    :mod:`split_emission`): ``object``, then ``object.1``, ``object.2``..."""
+    :mod:`parallel_compile`): ``object``, then ``object.1``, ``object.2``..."""
     return {("object" if k == 0 else f"object.{k}"): obj for k, obj in enumerate(objects)}
 
 

@@ -214,7 +214,7 @@ def test_one_thread_or_a_small_program_is_one_object(monkeypatch):
     monkeypatch.setenv("FUNCTRANS_NUM_THREADS", "1")
     assert parallel_compile.parts_for(text) == 1
     monkeypatch.setenv("FUNCTRANS_NUM_THREADS", "64")
-    assert parallel_compile.parts_for(text) <= parallel_compile.MAX_PARTS
+    assert parallel_compile.parts_for(text) <= parallel_compile.MAX_THREADS
     assert parallel_compile.parts_for("define void @f() {\n  ret void\n}\n") == 1
 
 
@@ -250,3 +250,44 @@ def test_a_part_llvm_refuses_makes_the_program_compile_whole(split_everything, m
     expected = functrans.tree_util.tree_leaves(functrans.jit(fun, backend="reference")(*args))
     for a, b in zip(exe(*args), expected):
         np.testing.assert_allclose(a, np.asarray(b), rtol=2e-5, atol=2e-5)
+
+
+def test_a_support_object_is_made_once_for_threads_that_ask_at_once():
+    made = []
+    started = threading.Event()
+
+    def build(triple):
+        made.append(triple)
+        started.set()
+        return f'target triple = "{triple}"\n\ndefine void @ft_test_support() {{\n  ret void\n}}\n'
+
+    label = f"functrans-test-{threading.get_ident()}-{len(PROGRAMS)}"
+    results = []
+    first = threading.Thread(target=lambda: results.append(
+        machine_code.support_object(label, build)))
+    first.start()
+    started.wait(60)
+    results.append(machine_code.support_object(label, build))  # waits for the first
+    first.join()
+    assert len(made) == 1 and results[0] == results[1]
+    assert linker.load(results[0]).address("ft_test_support")
+
+
+def test_a_large_program_prepares_the_support_objects_while_it_compiles(tmp_path):
+    # in a fresh process with an empty cache: made on their own thread, loaded once
+    import os
+    import subprocess
+    import sys
+    script = (
+        "import numpy as np, functrans, functrans.numpy as jnp\n"
+        "from functrans.backends.llvm import machine_code, pipeline\n"
+        "x = np.ones((512, 512), np.float32)\n"
+        "out = functrans.jit(lambda x: jnp.tanh(x @ x) + 1.0)(x)\n"
+        "assert np.allclose(out, np.tanh(x @ x) + 1.0, atol=1e-5)\n"
+        "assert pipeline._support_objects_prepared.is_set()\n"
+        "print(sorted(label for label, _ in machine_code._support_objects))\n")
+    environment = dict(os.environ, FUNCTRANS_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", script], env=environment,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['functrans-interrupts', 'functrans-thread-pool']"

@@ -71,6 +71,12 @@ def _handler_code(triple: str) -> str:
     return support_code.interrupt_handler_module(triple)
 
 
+def handler_object() -> bytes:
+    """The handler's and the state block's machine code (made once per process, see
+    :func:`machine_code.support_object`)."""
+    return machine_code.support_object("functrans-interrupts", _handler_code)
+
+
 def ensure_loaded() -> None:
     """Load the handler and the state block (compiled once, then from the on-disk cache) and
     register ``ft_interrupt_state`` with the JIT linker. Installs nothing (see
@@ -78,7 +84,7 @@ def ensure_loaded() -> None:
     with _lock:
         if _state:
             return
-        loaded = linker.load(machine_code.support_object("functrans-interrupts", _handler_code))
+        loaded = linker.load(handler_object())
         loaded.keep()  # the handler stays installed until the process exits
         address = ctypes.CFUNCTYPE(ctypes.c_void_p)(loaded.address(ADDRESS_SYMBOL))()
         linker.register_symbol(STATE_SYMBOL, address)

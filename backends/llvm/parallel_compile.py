@@ -27,22 +27,22 @@ and hidden visibility on both sides. Parts are balanced by the lines of their fu
 (an ``optnone`` one, which LLVM neither optimizes nor selects instructions for with its
 full selector, counts a quarter). A program is cut only when each part gets at least
 ``MIN_PART_LINES`` (a small program's parts would cost more to set up than they save),
-into at most as many parts as threads run a parallel loop (``FUNCTRANS_NUM_THREADS``, else
-the CPUs this process may use: see :func:`thread_pool.num_threads`), and at most
-``MAX_PARTS``.
+into a part per thread: as many threads as run a parallel loop (``FUNCTRANS_NUM_THREADS``,
+else the CPUs this process may use: see :func:`thread_pool.num_threads`), at most
+``MAX_THREADS``; one thread compiles whole.
 
 llvmlite serializes every call into LLVM behind one process-wide lock. A part touches
 nothing but its own LLVM context, module, pass pipeline and target machine, which LLVM
 allows from several threads at once, so its two long calls, optimizing and emitting, are
-made past that lock (:func:`_unlocked`). The calling thread compiles the first part
-itself; a KeyboardInterrupt or an error in any thread is raised when every thread has
-finished; a part LLVM refuses (a bug here) makes the module compile whole.
+made past that lock (:func:`machine_code.unlocked`). The calling thread compiles parts too, each
+thread taking the next part left (:func:`_in_parallel`); a KeyboardInterrupt or an error
+in any thread is raised when every thread has finished; a part LLVM refuses (a bug here)
+makes the module compile whole.
 
     >>> objects, optimized_ir = optimize_and_emit(ir_text, names)   # doctest: +SKIP
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import re
 import threading
@@ -54,7 +54,7 @@ logger = logging.getLogger("functrans")
 # Lines of IR each part must get (counted as below): about 10 ms of LLVM's time, against
 # about 2 ms to set a part up (its text, parsing it, a thread, one more object to link).
 MIN_PART_LINES = 300
-MAX_PARTS = 4
+MAX_THREADS = 4
 _OPTNONE_SHARE = 0.25
 # Parts before optimization are used when no part holds more than its share of the lines
 # and this fraction of the whole (else the functions that cannot move, such as a segment
@@ -67,11 +67,10 @@ def optimize_and_emit(ir_text: str, names: dict, target=None) -> tuple[list, str
     is large enough (see the module doc). Returns (objects, optimized IR)."""
     tm = machine_code.target_machine(target)
     with machine_code._llvm_lock:
-        parts = parts_for(ir_text) if _unlocked("LLVMPY_TargetMachineEmitToMemory") \
-            and _unlocked("LLVMPY_RunNewModulePassManager") else 1
+        threads, parts = _threads_and_parts(ir_text)
         texts = partition_program(ir_text, parts) if parts > 1 else None
         if texts is not None:
-            machines = [tm] + _worker_machines(targets.resolve(target), len(texts) - 1)
+            machines = [tm] + _worker_machines(targets.resolve(target), threads - 1)
             try:
                 results = _in_parallel(_compile_part, texts, machines)
                 return [obj for obj, _ in results], "\n".join(text for _, text in results)
@@ -81,7 +80,7 @@ def optimize_and_emit(ir_text: str, names: dict, target=None) -> tuple[list, str
         optimized = str(module)
         texts = partition_optimized(optimized, parts) if parts > 1 else None
         if texts is not None:
-            machines = [tm] + _worker_machines(targets.resolve(target), len(texts) - 1)
+            machines = [tm] + _worker_machines(targets.resolve(target), threads - 1)
             try:
                 return _in_parallel(_emit_part, texts, machines), optimized
             except RuntimeError as err:
@@ -95,9 +94,21 @@ def _refused(err) -> None:
 
 
 def parts_for(text: str) -> int:
-    """How many parts to compile the module ``text`` as."""
+    """How many parts to compile the module ``text`` as (1: whole)."""
+    return _threads_and_parts(text)[1]
+
+
+def _threads_and_parts(text: str) -> tuple:
+    """``(threads, parts)`` for the module ``text``: a part per thread. (More parts, for
+    threads to share out as they come, cost more than they balance: each part repeats
+    what LLVM does once per module, and four parts of the MLP train step took a fifth
+    more CPU than two.)"""
+    if not (machine_code.unlocked("LLVMPY_TargetMachineEmitToMemory")
+            and machine_code.unlocked("LLVMPY_RunNewModulePassManager")):
+        return 1, 1
     size = sum(f.size for f in _parse(text)[1].values())
-    return max(1, min(thread_pool.num_threads(), MAX_PARTS, int(size // MIN_PART_LINES)))
+    parts = min(thread_pool.num_threads(), MAX_THREADS, int(size // MIN_PART_LINES))
+    return (parts, parts) if parts > 1 else (1, 1)
 
 
 # ---- reading a module's text -----------------------------------------------------------------
@@ -432,49 +443,16 @@ def _worker_machines(target, count: int) -> list:
     return machines[:count]
 
 
-_raw: dict = {}
-
-
-def _unlocked(name: str):
-    """llvmlite's C function ``name`` without the lock its Python wrapper takes, or None
-    (an llvmlite that does not wrap its functions so: programs then compile whole)."""
-    if name not in _raw:
-        from llvmlite.binding import ffi
-        _raw[name] = getattr(getattr(ffi.lib, name), "_cfn", None)
-    return _raw[name]
-
-
-def _parsed(text: str):
-    import llvmlite.binding as llvm
-    module = llvm.parse_assembly(text, context=llvm.create_context())
-    module.verify()
-    return module
-
-
-def _emitted(module, tm) -> bytes:
-    """``tm.emit_object(module)``, past llvmlite's lock."""
-    from llvmlite.binding import ffi
-    with ffi.OutputString() as error:
-        buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(tm, module, 1, error)
-        if not buffer:
-            raise RuntimeError(str(error))
-    try:
-        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer),
-                                ffi.lib.LLVMPY_GetBufferSize(buffer))
-    finally:
-        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
-
-
 def _emit_part(text: str, tm) -> bytes:
     """The object of the optimized module ``text``."""
-    return _emitted(_parsed(text), tm)
+    return machine_code.emitted(machine_code.parsed(text), tm)
 
 
 def _compile_part(text: str, tm) -> tuple:
     """``(object, optimized IR)`` of the module ``text``: optimized as
     :func:`machine_code.optimized_module` does, past llvmlite's lock."""
     import llvmlite.binding as llvm
-    module = _parsed(text)
+    module = machine_code.parsed(text)
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
     tuning = llvm.create_pipeline_tuning_options(speed_level=2)
@@ -482,30 +460,40 @@ def _compile_part(text: str, tm) -> tuple:
     builder = llvm.create_pass_builder(tm, tuning)
     pipeline = builder.getModulePassManager()
     try:
-        _unlocked("LLVMPY_RunNewModulePassManager")(pipeline, module, builder)
+        machine_code.unlocked("LLVMPY_RunNewModulePassManager")(pipeline, module, builder)
     finally:
         machine_code._free_pass_manager(pipeline)
     optimized = str(module)  # before emission, whose own passes rewrite the module
-    return _emitted(module, tm), optimized
+    return machine_code.emitted(module, tm), optimized
 
 
 def _in_parallel(work, texts: list, machines: list) -> list:
-    """``work(texts[k], machines[k])`` for every ``k``: the first on this thread, each other
-    on a thread of its own."""
+    """``work(text, machine)`` for every text of ``texts``, on this thread and one more per
+    further machine of ``machines`` (each thread with its own), every thread taking the
+    next text not taken yet: a thread the system does not run leaves its share to the
+    others."""
     results, errors = [None] * len(texts), []
+    # the longest first; next() of a list's iterator is atomic under the GIL
+    taken = iter(sorted(range(len(texts)), key=lambda k: -len(texts[k])))
+    stop = threading.Event()
 
-    def run(k):
+    def run(machine):
         try:
-            results[k] = work(texts[k], machines[k])
+            for k in taken:
+                if stop.is_set():
+                    return
+                results[k] = work(texts[k], machine)
         except BaseException as err:  # noqa: BLE001 (raised on the calling thread, below)
+            stop.set()
             errors.append(err)
 
-    threads = [threading.Thread(target=run, args=(k,), daemon=True,
-                                name=f"functrans-compile-{k}") for k in range(1, len(texts))]
+    threads = [threading.Thread(target=run, args=(machine,), daemon=True,
+                                name=f"functrans-compile-{k}")
+               for k, machine in enumerate(machines[1:len(texts)], start=1)]
     for thread in threads:
         thread.start()
     try:
-        run(0)
+        run(machines[0])
     finally:
         for thread in threads:
             thread.join()

@@ -22,8 +22,8 @@ from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (cache, codegen, control_flow, donation, host_loops,
-                                     lowering, program_cache, row_fusion, scalar_ops,
-                                     parallel_compile, targets)
+                                     interrupts, lowering, parallel_compile, program_cache,
+                                     row_fusion, scalar_ops, targets, thread_pool)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -170,6 +170,8 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
     with _compile_lock, targets.compiling_for(target):
         key = program_cache.program_key(closed, fuse) if use_cache else None
         entry = cache.load(key) if key else None
+        if entry is None and _runs_on_the_pool(closed):
+            _prepare_support_objects()
         if entry is not None:
             executable = program_cache.cached_executable(
                 closed, key, entry, functools.partial(plan_for_inspection, closed, fuse, target))
@@ -178,6 +180,35 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
             if "layout" in entry[1]:
                 entry = None  # its layout did not fit: deleted, compiled again
         return build_executable(plan_native(closed, fuse), use_cache, key, entry)
+
+
+def _runs_on_the_pool(closed: ClosedJaxpr) -> bool:
+    """Whether ``closed`` is likely to run loops on the thread pool: it makes an array as
+    large as a loop split for the pool (see :func:`kernels.parallel_chunks`)."""
+    return any(getattr(v.aval, "size", 0) >= codegen.POOLED_MIN_ELEMENTS
+               for eqn in closed.jaxpr.eqns for v in eqn.outvars)
+
+
+_support_objects_prepared = threading.Event()
+
+
+def _prepare_support_objects() -> None:
+    """Start making the runtime's support objects (the SIGINT handler, the thread pool) on
+    a thread of their own, once per process, for a program that will need them: on a cold
+    cache LLVM emits them while this thread plans the program and builds its IR; loading
+    them later waits for that (see :func:`machine_code.support_object`)."""
+    if not _support_objects_prepared.is_set():
+        _support_objects_prepared.set()
+        threading.Thread(target=_make_support_objects, daemon=True,
+                         name="functrans-support-objects").start()
+
+
+def _make_support_objects() -> None:
+    try:
+        interrupts.handler_object()
+        thread_pool.pool_object()
+    except Exception as err:  # noqa: BLE001 (made again, and raised, where a program loads it)
+        logger.debug("functrans: preparing the support objects failed: %s", err)
 
 
 def plan_for_inspection(closed: ClosedJaxpr, fuse: bool, target) -> NativePlan:

@@ -117,23 +117,34 @@ def _serial_code(triple: str) -> str:
     return support_code.serial_pool_module(triple)
 
 
+_builder: list = []
+
+
+def pool_object() -> bytes:
+    """The pool's machine code (made once per process, see
+    :func:`machine_code.support_object`), its POSIX calls registered with the linker."""
+    with _lock:
+        if not _builder:
+            try:
+                for name in ("pthread_mutex_init", "pthread_cond_init", "pthread_mutex_lock",
+                             "pthread_mutex_unlock", "pthread_cond_wait",
+                             "pthread_cond_broadcast", "pthread_create", "clock_gettime"):
+                    linker.register_symbol(f"ft_{name}", _libc_symbol(name))
+                _builder.append(_pool_code)
+            except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
+                logger.warning("functrans: %s; compiled loops run on one thread", err)
+                _builder.append(_serial_code)
+    return machine_code.support_object("functrans-thread-pool", _builder[0])
+
+
 def ensure_started() -> None:
     """Compile the pool, register ``ft_parallel_for`` with the JIT linker and start the
     workers (once per process; again in a forked child, where the workers are gone)."""
     with _lock:
         if _state:
             return
-        try:
-            for name in ("pthread_mutex_init", "pthread_cond_init", "pthread_mutex_lock",
-                         "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_broadcast",
-                         "pthread_create", "clock_gettime"):
-                linker.register_symbol(f"ft_{name}", _libc_symbol(name))
-            build = _pool_code
-        except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
-            logger.warning("functrans: %s; compiled loops run on one thread", err)
-            build = _serial_code
         interrupts.ensure_loaded()  # the pool's claiming loop reads the SIGINT counter
-        loaded = linker.load(machine_code.support_object("functrans-thread-pool", build))
+        loaded = linker.load(pool_object())
         # The workers run this code until the process exits: it must never be freed (not
         # even by interpreter shutdown).
         loaded.keep()

@@ -34,10 +34,10 @@ else the CPUs this process may use: see :func:`thread_pool.num_threads`), at mos
 llvmlite serializes every call into LLVM behind one process-wide lock. A part touches
 nothing but its own LLVM context, module, pass pipeline and target machine, which LLVM
 allows from several threads at once, so its two long calls, optimizing and emitting, are
-made past that lock (:func:`machine_code.unlocked`). The calling thread compiles parts too, each
-thread taking the next part left (:func:`_in_parallel`); a KeyboardInterrupt or an error
-in any thread is raised when every thread has finished; a part LLVM refuses (a bug here)
-makes the module compile whole.
+made past that lock (:func:`machine_code.unlocked`). The calling thread compiles parts
+too, each thread taking the next part left (:func:`_in_parallel`); a KeyboardInterrupt or
+an error in any thread is raised when every thread has finished; a part LLVM refuses (a
+bug here) makes the module compile whole.
 
     >>> objects, optimized_ir = optimize_and_emit(ir_text, names)   # doctest: +SKIP
 """
@@ -144,10 +144,13 @@ class _Function:
         self.optnone = "optnone" in words or bool(groups and groups[-1] in optnone_groups)
         self.alwaysinline = "alwaysinline" in words
         self.size = (_OPTNONE_SHARE if self.optnone else 1.0) * len(lines)
+        self._references = None
 
     def references(self) -> list:
         """``(line index, name, is the callee of a call)`` of each ``@name`` in its body."""
-        found = []
+        if self._references is not None:
+            return self._references
+        found = self._references = []
         for k, line in enumerate(self.lines[1:], start=1):
             if "@" not in line:
                 continue
@@ -280,6 +283,55 @@ def _trampoline_form(line: str):
     return passed, ", ".join(template)
 
 
+class _Program:
+    """A module's functions (see :func:`_parse`), who uses whom, and the units that may
+    move out of the first part (see :func:`partition_program`)."""
+
+    def __init__(self, functions: dict):
+        self.functions = functions
+        self.refs = {name: [] for name in functions}  # name -> (caller, line, is a call)
+        for f in functions.values():
+            for k, name, callee in f.references():
+                if name in functions:
+                    self.refs[name].append((f.name, k, callee))
+        self.helpers = {n for n, f in functions.items() if f.alwaysinline and not f.exported}
+        self.address_only = {n for n, f in functions.items() if not f.exported and self.refs[n]
+                             and not any(c for _, _, c in self.refs[n])}
+        self.units, self.members, self.calls = {}, {}, {}
+        for name, f in functions.items():
+            self._unit(name, f)
+        # a wrapper that moves with its kernel does not move on its own
+        for name in list(self.units):
+            if functions[name].optnone and any(name in m[1:] for m in self.members.values()):
+                del self.units[name], self.members[name]
+
+    def uses(self, f) -> set:
+        return {name for _, name, _ in f.references() if name in self.functions}
+
+    def _unit(self, name: str, f) -> None:
+        refs, helpers = self.refs[name], self.helpers
+        if f.exported or name in helpers or not refs or any(c == name for c, _, _ in refs):
+            return
+        if f.optnone:  # a wrapper of BLAS or of a kernel: moves alone, or with its kernel
+            if name in self.address_only and self.uses(f) <= helpers:
+                self.units[name], self.members[name] = f.size, [name]
+            return
+        if not self.uses(f) <= helpers:
+            return
+        wrappers, calls = set(), []
+        for caller, k, callee in refs:
+            c = self.functions[caller]
+            if caller in self.address_only and c.optnone and self.uses(c) <= helpers | {name}:
+                wrappers.add(caller)
+            elif callee and c.optnone and _trampoline_form(c.lines[k]) is not None:
+                calls.append((caller, k))
+            else:
+                return
+        self.units[name] = f.size + sum(self.functions[w].size for w in wrappers)
+        self.members[name] = [name] + sorted(wrappers)
+        self.calls[name] = calls
+
+
 def partition_program(text: str, parts: int):
     """The module ``text`` (llvmlite's printing, before optimization) as ``parts`` module
     texts (see the module doc), or None when too little can move out of the first part.
@@ -294,106 +346,71 @@ def partition_program(text: str, parts: int):
     items, functions = _parse(text)
     if items is None or parts < 2:
         return None
-    refs = {name: [] for name in functions}
-    for f in functions.values():
-        for k, name, callee in f.references():
-            if name in functions:
-                refs[name].append((f.name, k, callee))
-    helpers = {n for n, f in functions.items() if f.alwaysinline and not f.exported}
-    address_only = {n for n, f in functions.items()
-                    if not f.exported and refs[n] and not any(c for _, _, c in refs[n])}
-
-    def uses(f) -> set:
-        return {name for _, name, _ in f.references() if name in functions}
-
-    units, members, trampolines = {}, {}, {}
-    for name, f in functions.items():
-        if f.exported or name in helpers or refs[name] == [] or any(
-                caller == name for caller, _, _ in refs[name]):
-            continue
-        if f.optnone:  # a wrapper of BLAS or of a kernel: moves alone, or with its kernel
-            if name in address_only and uses(f) <= helpers:
-                units[name], members[name] = f.size, [name]
-            continue
-        if not uses(f) <= helpers:
-            continue
-        wrappers, calls = [], []
-        for caller, k, callee in refs[name]:
-            c = functions[caller]
-            if caller in address_only and c.optnone and uses(c) <= helpers | {name}:
-                wrappers.append(caller)
-            elif callee and c.optnone and _trampoline_form(c.lines[k]) is not None:
-                calls.append((caller, k))
-            else:
-                break
-        else:
-            units[name] = f.size + sum(functions[w].size for w in set(wrappers))
-            members[name] = [name] + sorted(set(wrappers))
-            trampolines[name] = calls
-    # a wrapper that moves with its kernel does not move on its own
-    for name in list(units):
-        if functions[name].optnone and any(name in m[1:] for m in members.values()):
-            del units[name], members[name]
-    if not units:
+    program = _Program(functions)
+    if not program.units:
         return None
-    moving = {m for unit in members.values() for m in unit}
-    stay = sum(f.size for n, f in functions.items() if n not in moving)
-    loads = [stay] + [0.0] * (parts - 1)
-    owner = _balance(units, parts, loads)
+    moving = {m for unit in program.members.values() for m in unit}
+    loads = [sum(f.size for n, f in functions.items() if n not in moving)] + [0.0] * (parts - 1)
+    owner = _balance(program.units, parts, loads)
     if max(loads) > sum(loads) * (1 / parts + _IMBALANCE):
         return None  # what cannot move outweighs the rest: compiled whole, emitted in parts
-    part_of = {m: owner[unit] for unit, ms in members.items() for m in ms}
-
-    # the trampolines, one per kernel and form of call; the calls that go through them
-    replaced, bodies = {}, [[] for _ in range(parts)]
-    declarations = []
-    for kernel, calls in trampolines.items():
-        k_part = part_of[kernel]
-        if k_part == 0:
-            continue
-        kernel_fn = functions[kernel]
-        attributes = "noinline nounwind optnone" + (
-            f" {float_mode.ATTRIBUTE}" if float_mode.ATTRIBUTE in kernel_fn.lines[0] else "")
-        forms = {}
-        for caller, k in calls:
-            line = functions[caller].lines[k]
-            passed, template = _trampoline_form(line)
-            m = _CALL.match(line)
-            key = (m.group(2), template)
-            if key not in forms:
-                forms[key] = _trampoline_name(kernel, len(forms))
-                returns, params = m.group(2), ", ".join(
-                    f'{ty} %"p{i}"' for i, (ty, _) in enumerate(passed))
-                inner = template.format(*[f'%"p{i}"' for i in range(len(passed))])
-                call = f"call {returns} @{kernel}({inner})"
-                body = [f"  {call}", "  ret void"] if returns == "void" else \
-                    [f'  %"r" = {call}', f'  ret {returns} %"r"']
-                bodies[k_part] += [f"define hidden {returns} @{forms[key]}({params}) "
-                                   f"{attributes}", "{", "entry:", *body, "}"]
-                declarations.append(f"declare hidden {returns} @{forms[key]}"
-                                    f"({', '.join(ty for ty, _ in passed)})")
-            arguments = ", ".join(f"{ty} {value}" for ty, value in passed)
-            replaced[(caller, k)] = f"{m.group(1)}{m.group(2)} @{forms[key]}({arguments})"
+    part_of = {m: owner[unit] for unit, ms in program.members.items() for m in ms}
+    replaced, bodies, declarations = _trampolines(program, part_of, parts)
     shared = {m for m, k in part_of.items() if k != 0}  # reached from the first part
 
     def first_part(f):
         if f.name in shared:
-            return [f.declaration()] if f.name in address_only else []
+            return [f.declaration()] if f.name in program.address_only else []
         return [replaced.get((f.name, k), line) for k, line in enumerate(f.lines)]
 
     texts = [_write(items, first_part, declarations)]
     for p in range(1, parts):
-        used_helpers = set()
+        helpers = set()
         for m, k in part_of.items():
             if k == p:
-                used_helpers |= uses(functions[m]) & helpers
+                helpers |= program.uses(functions[m]) & program.helpers
 
-        def other_part(f, p=p):
+        def other_part(f, p=p, helpers=helpers):
             if part_of.get(f.name) == p:
-                return f.defined(hidden=f.name in address_only)
-            return f.lines if f.name in used_helpers else []
+                return f.defined(hidden=f.name in program.address_only)
+            return f.lines if f.name in helpers else []
         texts.append(_write(items, other_part, bodies[p]))
     return texts
+
+
+def _trampolines(program: _Program, part_of: dict, parts: int):
+    """The trampolines of the kernels that leave the first part, one per kernel and form of
+    call: ``(replaced, bodies, declarations)``, the calls' new lines by (caller, line), each
+    part's trampoline definitions, and their declarations in the first part."""
+    replaced, bodies, declarations = {}, [[] for _ in range(parts)], []
+    for kernel, calls in program.calls.items():
+        part = part_of[kernel]
+        if part == 0:
+            continue
+        attributes = "noinline nounwind optnone" + (
+            f" {float_mode.ATTRIBUTE}"
+            if float_mode.ATTRIBUTE in program.functions[kernel].lines[0] else "")
+        forms = {}
+        for caller, k in calls:
+            line = program.functions[caller].lines[k]
+            passed, template = _trampoline_form(line)
+            m = _CALL.match(line)
+            returns = m.group(2)
+            name = forms.get((returns, template))
+            if name is None:
+                name = forms[(returns, template)] = _trampoline_name(kernel, len(forms))
+                params = ", ".join(f'{ty} %"p{i}"' for i, (ty, _) in enumerate(passed))
+                inner = template.format(*[f'%"p{i}"' for i in range(len(passed))])
+                call = f"call {returns} @{kernel}({inner})"
+                body = [f"  {call}", "  ret void"] if returns == "void" else \
+                    [f'  %"r" = {call}', f'  ret {returns} %"r"']
+                bodies[part] += [f"define hidden {returns} @{name}({params}) {attributes}",
+                                 "{", "entry:", *body, "}"]
+                declarations.append(f"declare hidden {returns} @{name}"
+                                    f"({', '.join(ty for ty, _ in passed)})")
+            arguments = ", ".join(f"{ty} {value}" for ty, value in passed)
+            replaced[(caller, k)] = f"{m.group(1)}{returns} @{name}({arguments})"
+    return replaced, bodies, declarations
 
 
 def _trampoline_name(kernel: str, index: int) -> str:

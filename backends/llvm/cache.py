@@ -168,8 +168,15 @@ def _cpu_fingerprint():
 
     import llvmlite
     try:
+        # the first processor's block only: the file describes every CPU (hundreds of
+        # kilobytes that the kernel formats on a large machine), and a warm start reads it
+        text = ""
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            text = f.read()
+            while "\n\n" not in text:
+                chunk = f.read(4096)
+                if not chunk:
+                    break
+                text += chunk
     except OSError:
         return None
     first = text.split("\n\n", 1)[0]

@@ -188,3 +188,44 @@ def test_a_program_with_numpy_steps_is_planned_on_a_hit(cache_in):
     np.testing.assert_allclose(pipeline.compile_jaxpr(closed)(X)[0],
                                np.sort(np.exp(X), axis=0) + 1.0, rtol=1e-6)
     assert pipeline.stats["cache_hits"] == before["cache_hits"] + 1
+
+
+def test_a_compiler_replaced_at_run_time_neither_stores_nor_trusts_layouts(cache_in,
+                                                                           monkeypatch):
+    # a miscompile put into a pass, as the fuzzer's own test does: its code must not serve
+    # a process with the real compiler, nor the real compiler's code serve it
+    from functrans.backends.compiler import fusion
+    a = np.arange(9, dtype=np.float32).reshape(3, 3)
+    b = np.ones((3, 2), np.float32)
+    closed = functrans.make_jaxpr(lambda a, b: a.T @ b + a @ b)(a, b)
+    right = a.T @ b + a @ b
+    np.testing.assert_array_equal(pipeline.compile_jaxpr(closed)(a, b)[0], right)
+    assert "layout" in cache.load(program_cache.program_key(closed))[1]
+    real = fusion.fuse_dot_epilogues
+
+    def miscompiling(program):
+        program = real(program)
+        for step in program.steps:
+            if isinstance(step, fusion.DotKernel) and step.accumulate:
+                step.alpha *= 2.0
+        return program
+
+    monkeypatch.setattr(fusion, "fuse_dot_epilogues", miscompiling)
+    assert program_cache.compiler_replaced()
+    wrong = pipeline.compile_jaxpr(closed)(a, b)[0]
+    assert not np.array_equal(wrong, right)  # compiled by the replaced pass, not read
+    assert "layout" not in cache.load(program_cache.program_key(closed))[1]
+    monkeypatch.setattr(fusion, "fuse_dot_epilogues", real)
+    assert not program_cache.compiler_replaced()
+    np.testing.assert_array_equal(pipeline.compile_jaxpr(closed)(a, b)[0], right)
+    functrans.clear_caches()
+    np.testing.assert_array_equal(functrans.jit(lambda a, b: a.T @ b + a @ b)(a, b), right)
+
+
+def test_a_program_the_printer_fails_on_compiles_uncached(cache_in, monkeypatch):
+    def fails(closed):
+        raise KeyError("V")
+    monkeypatch.setattr(cache, "program_digest", fails)
+    f = functrans.jit(lambda x: jnp.exp(x) * 3.0)
+    np.testing.assert_allclose(f(X), np.exp(X) * 3.0, rtol=1e-6)
+    assert not list(cache_in.rglob("*.bin"))

@@ -72,7 +72,7 @@ def _from_disk_cache(closed, target_cpu):
     target = targets.resolve(target_cpu)
     targets.check_runs_here(target)
     key = program_cache.program_key(closed, target=target)
-    entry = cache.load(key)
+    entry = cache.load(key) if key is not None else None
     if entry is None:
         return None
     return program_cache.cached_executable(closed, key, entry,

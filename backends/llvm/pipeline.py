@@ -177,9 +177,9 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
                 closed, key, entry, functools.partial(plan_for_inspection, closed, fuse, target))
             if executable is not None:
                 return executable
-            if "layout" in entry[1]:
+            if "layout" in entry[1] and not program_cache.compiler_replaced():
                 entry = None  # its layout did not fit: deleted, compiled again
-        return build_executable(plan_native(closed, fuse), use_cache, key, entry)
+        return build_executable(plan_native(closed, fuse), key is not None, key, entry)
 
 
 def _runs_on_the_pool(closed: ClosedJaxpr) -> bool:
@@ -257,7 +257,8 @@ def build_executable(native: NativePlan, use_cache: bool = True, key=None,
     executable.object_size = sum(map(len, objects))  # reported by memory_analysis
     if key and entry is None:
         meta = {"plan": digest}
-        layout = program_cache.layout_to_json(executable.layout, closed)
+        layout = None if program_cache.compiler_replaced() else \
+            program_cache.layout_to_json(executable.layout, closed)
         if layout is not None:
             meta["layout"] = layout
         cache.store(key, {**program_cache.object_sections(objects), "ir": ir_text.encode(),

@@ -4,6 +4,7 @@ linker and by LLVM's), are cached and read back; errors and Ctrl-C in any thread
 caller; one thread means one object."""
 from __future__ import annotations
 
+import os
 import re
 import threading
 
@@ -67,6 +68,7 @@ def split_everything(monkeypatch):
     (parts before optimization or not, objects) of each compile in parts."""
     monkeypatch.setattr(parallel_compile, "MIN_PART_LINES", 1)
     monkeypatch.setattr(thread_pool, "num_threads", lambda: 2)
+    monkeypatch.setattr(thread_pool, "spare_cores", lambda: 1)  # however busy the machine
     made = []
     real = parallel_compile._in_parallel
 
@@ -134,6 +136,8 @@ def test_split_objects_are_cached_and_read_back(monkeypatch, tmp_path):
     # would keep the layout out of the cache, see program_cache.compiler_replaced)
     monkeypatch.setattr(parallel_compile, "MIN_PART_LINES", 1)
     monkeypatch.setenv("FUNCTRANS_NUM_THREADS", "2")
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # a quiet machine
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     old = functrans.config.cache_dir
     functrans.config.update("cache_dir", str(tmp_path))
     try:
@@ -279,10 +283,12 @@ def test_a_support_object_is_made_once_for_threads_that_ask_at_once():
 
 def test_a_large_program_prepares_the_support_objects_while_it_compiles(tmp_path):
     # in a fresh process with an empty cache: made on their own thread, loaded once
-    import os
     import subprocess
     import sys
     script = (
+        "import os\n"
+        "os.getloadavg = lambda: (0.0, 0.0, 0.0)  # a quiet machine with two cores\n"
+        "os.sched_getaffinity = lambda pid: {0, 1}\n"
         "import numpy as np, functrans, functrans.numpy as jnp\n"
         "from functrans.backends.llvm import machine_code, pipeline\n"
         "x = np.ones((512, 512), np.float32)\n"
@@ -295,3 +301,15 @@ def test_a_large_program_prepares_the_support_objects_while_it_compiles(tmp_path
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['functrans-interrupts', 'functrans-thread-pool']"
+
+
+def test_a_busy_machine_compiles_on_one_thread(monkeypatch):
+    name, fun, args = PROGRAMS[0]
+    text = _ir(fun, *args)
+    monkeypatch.setattr(parallel_compile, "MIN_PART_LINES", 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setenv("FUNCTRANS_NUM_THREADS", "2")
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    assert thread_pool.spare_cores() == 1 and parallel_compile.parts_for(text) == 2
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # the other core is taken
+    assert thread_pool.spare_cores() == 0 and parallel_compile.parts_for(text) == 1

@@ -29,7 +29,9 @@ full selector, counts a quarter). A program is cut only when each part gets at l
 ``MIN_PART_LINES`` (a small program's parts would cost more to set up than they save),
 into a part per thread: as many threads as run a parallel loop (``FUNCTRANS_NUM_THREADS``,
 else the CPUs this process may use: see :func:`thread_pool.num_threads`), at most
-``MAX_THREADS``; one thread compiles whole.
+``MAX_THREADS``, and no more than the machine has cores free (its load average: see
+:func:`thread_pool.spare_cores`; on a busy machine the calling thread would wait for parts
+whose threads wait for a core); one thread compiles whole.
 
 llvmlite serializes every call into LLVM behind one process-wide lock. A part touches
 nothing but its own LLVM context, module, pass pipeline and target machine, which LLVM
@@ -107,7 +109,8 @@ def _threads_and_parts(text: str) -> tuple:
             and machine_code.unlocked("LLVMPY_RunNewModulePassManager")):
         return 1, 1
     size = sum(f.size for f in _parse(text)[1].values())
-    parts = min(thread_pool.num_threads(), MAX_THREADS, int(size // MIN_PART_LINES))
+    parts = min(thread_pool.num_threads(), 1 + thread_pool.spare_cores(), MAX_THREADS,
+                int(size // MIN_PART_LINES))
     return (parts, parts) if parts > 1 else (1, 1)
 
 

@@ -170,7 +170,7 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
     with _compile_lock, targets.compiling_for(target):
         key = program_cache.program_key(closed, fuse) if use_cache else None
         entry = cache.load(key) if key else None
-        if entry is None and _runs_on_the_pool(closed):
+        if entry is None and _runs_on_the_pool(closed) and thread_pool.spare_cores():
             _prepare_support_objects()
         if entry is not None:
             executable = program_cache.cached_executable(
@@ -194,9 +194,10 @@ _support_objects_prepared = threading.Event()
 
 def _prepare_support_objects() -> None:
     """Start making the runtime's support objects (the SIGINT handler, the thread pool) on
-    a thread of their own, once per process, for a program that will need them: on a cold
-    cache LLVM emits them while this thread plans the program and builds its IR; loading
-    them later waits for that (see :func:`machine_code.support_object`)."""
+    a thread of their own, once per process, for a program that will need them, when a
+    core is free: on a cold cache LLVM emits them while this thread plans the program and
+    builds its IR; loading them later waits for that (see
+    :func:`machine_code.support_object`)."""
     if not _support_objects_prepared.is_set():
         _support_objects_prepared.set()
         threading.Thread(target=_make_support_objects, daemon=True,

@@ -86,6 +86,21 @@ def num_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def spare_cores() -> int:
+    """How many cores the machine leaves free for more threads of this process, besides the
+    one calling: the CPUs it may use, less the machine's load over the last minute (the
+    runnable threads of every process), less this thread's, rounded (at half a core);
+    one less than :func:`num_threads` where the OS does not say. A compile splits its work
+    over more threads only into cores that are free: on a busy machine the other threads
+    would wait for a core, and the caller for them (see :mod:`parallel_compile`)."""
+    try:
+        load = os.getloadavg()[0]
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return num_threads() - 1
+    return max(0, int(cores - load - 0.5))
+
+
 def _libc_symbol(name: str) -> int:
     # the process's own symbols first; searching for libraries spawns ldconfig, so it is
     # only done when that fails

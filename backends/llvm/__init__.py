@@ -19,9 +19,9 @@ parallel loop (default: the CPUs this process may use).
 """
 from __future__ import annotations
 
-import logging
-
 import contextlib
+import functools
+import logging
 
 from functrans import _caches
 from functrans._backends import (register_backend, register_device_parallel_hook,
@@ -54,9 +54,36 @@ def compile_jaxpr(closed, devices=None, *, target_cpu=None):
     see :func:`pipeline.compile_jaxpr`)."""
     if _IMPORT_ERROR is not None:
         raise RuntimeError(f"the llvm backend needs llvmlite and scipy: {_IMPORT_ERROR}")
+    executable = _from_disk_cache(closed, target_cpu)
+    if executable is not None:
+        return executable
     # deferred: start-up time (the compiler; see _missing_dependency)
     from functrans.backends.llvm.pipeline import compile_jaxpr as compile_native
     return compile_native(closed, devices, target_cpu=target_cpu)
+
+
+def _from_disk_cache(closed, target_cpu):
+    """``closed``'s executable from the on-disk cache, when an earlier compile stored it with
+    its layout, or None: a warm start without the compiler (see :mod:`program_cache`)."""
+    # deferred: start-up time (the cache's reader links and starts what programs need)
+    from functrans.backends.llvm import cache, program_cache, targets
+    if not cache.enabled():
+        return None
+    target = targets.resolve(target_cpu)
+    targets.check_runs_here(target)
+    key = program_cache.program_key(closed, target=target)
+    entry = cache.load(key) if key is not None else None
+    if entry is None:
+        return None
+    return program_cache.cached_executable(closed, key, entry,
+                                           functools.partial(_plan, closed, target))
+
+
+def _plan(closed, target):
+    # deferred: start-up time (the compiler, imported only when a program read from the
+    # disk cache is inspected)
+    from functrans.backends.llvm.pipeline import plan_for_inspection
+    return plan_for_inspection(closed, True, target)
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from functrans.backends.llvm.ir_builder import (I1, I8, I8P, I32, I64, calls_onl
                                                 emits, kernel_alloca)
 from functrans.backends.llvm.kernels import build_kernel
 from functrans.backends.llvm.scalar_ops import mem_type
+from functrans.backends.llvm.support_code import CHUNK_FN
 from functrans.backends.llvm.vector_math import F32, F64
 
 
@@ -84,7 +85,7 @@ def _chunk_function(mb, step: AttentionStep, buffers: list) -> ir.Function:
     mb.kernel_count += 1
     name = f"attention{mb.kernel_count}_chunk"
     mb.names[name] = f"the blocks of {step.describe()[:200]}"
-    fn = ir.Function(mb.module, thread_pool.CHUNK_FN, name=name)
+    fn = ir.Function(mb.module, CHUNK_FN, name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     calls_only_function(fn)  # loops of calls: the scans and the group are functions of their own

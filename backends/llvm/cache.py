@@ -131,11 +131,9 @@ def _digest_of(parts) -> str | None:
         return None
 
 
-def cache_key(closed: ClosedJaxpr, target: str, options: str = "") -> Key:
-    """The cache key of ``closed`` compiled for ``target`` (LLVM's triple, CPU name and
-    features) with ``options`` (what else decides the code: the buffer plan's digest)."""
-    import llvmlite  # its version fixes the LLVM it is built with
-
+def program_digest(closed: ClosedJaxpr) -> str:
+    """A hash of ``closed``'s printed jaxpr, every equation's parameters and the types of
+    its constants (not their values: the code reads them from the pointer table)."""
     parts = [closed.jaxpr.pretty_print(),
              repr([(v.aval.shape, str(v.aval.dtype)) for v in closed.jaxpr.constvars])]
     _describe_params(closed.jaxpr, parts)
@@ -143,9 +141,18 @@ def cache_key(closed: ClosedJaxpr, target: str, options: str = "") -> Key:
     for p in parts:
         h.update(p.encode("utf-8", "replace"))
         h.update(b"\0")
-    return Key({"kind": "functrans-llvm", "program": h.hexdigest(), "options": options,
-                "target": target, "functrans": __version__, "llvmlite": llvmlite.__version__,
-                "source": source_digest(), "abi": CODE_ABI})
+    return h.hexdigest()
+
+
+def cache_key(closed: ClosedJaxpr, target: str, options: str = "", digest=None) -> Key:
+    """The cache key of ``closed`` compiled for ``target`` (LLVM's triple, CPU name and
+    features) with ``options`` (what else decides the code); ``digest``: its
+    :func:`program_digest`, when known."""
+    import llvmlite  # its version fixes the LLVM it is built with
+
+    return Key({"kind": "functrans-llvm", "program": digest or program_digest(closed),
+                "options": options, "target": target, "functrans": __version__,
+                "llvmlite": llvmlite.__version__, "source": source_digest(), "abi": CODE_ABI})
 
 
 # /proc/cpuinfo fields that identify a CPU model and what it can do (not its clock)
@@ -161,8 +168,15 @@ def _cpu_fingerprint():
 
     import llvmlite
     try:
+        # the first processor's block only: the file describes every CPU (hundreds of
+        # kilobytes that the kernel formats on a large machine), and a warm start reads it
+        text = ""
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            text = f.read()
+            while "\n\n" not in text:
+                chunk = f.read(4096)
+                if not chunk:
+                    break
+                text += chunk
     except OSError:
         return None
     first = text.split("\n\n", 1)[0]

@@ -34,20 +34,20 @@ from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.compiler.fusion import (DotKernel, FallbackStep, LoopKernel, Program,
                                                 ReduceKernel)
-from functrans.backends.llvm import float_mode, machine_code, streaming_stores, targets, thread_pool
+from functrans.backends.llvm import float_mode, machine_code, thread_pool
 # the modules of the lowering table's native steps register their emitters on import, as
 # does that of blocked attention
 from functrans.backends.llvm import attention_code, lowering  # noqa: F401
 from functrans.backends.llvm.attention import AttentionStep
 from functrans.backends.llvm.ir_builder import I8P, I32, ModuleIR, calls_only_function
 from functrans.backends.llvm.row_fusion import RowGroup
-from functrans.backends.llvm.vector_math import register_libm_symbols
+from functrans.backends.llvm.libm import register_libm_symbols
 # what the rest of the backend, its tools and its tests find here
 from functrans.backends.llvm.blas import (  # noqa: F401
     BLAS_ROUTINES, GEMM_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL, LAPACK_ROUTINES, _openblas_library,
     _scipy_openblas, blas_threads, needs_blas, register_blas_symbols, register_gemm_symbols,
     splits_gemms)
-from functrans.backends.llvm.ir_builder import array_data_offset
+from functrans.backends.llvm.ir_builder import array_data_offset  # noqa: F401
 from functrans.backends.llvm.kernels import (  # noqa: F401
     CHUNK_ELEMENTS, PARALLEL_MIN_ELEMENTS, POOLED_MIN_ELEMENTS, parallel_chunks)
 from functrans.backends.llvm.machine_code import (  # noqa: F401
@@ -55,6 +55,7 @@ from functrans.backends.llvm.machine_code import (  # noqa: F401
     target_machine)
 from functrans.backends.llvm.matrix_products import (  # noqa: F401
     GEMM_FINE_SPLIT_FLOPS, gemm_split, matrix_vector, splits_products)
+from functrans.backends.llvm.program_cache import target_description  # noqa: F401
 
 
 def initialize() -> None:
@@ -62,18 +63,6 @@ def initialize() -> None:
     linker."""
     machine_code.initialize()
     register_libm_symbols()
-
-
-def target_description(target=None) -> str:
-    """Triple, CPU name and features of ``target`` (default: the CPU being compiled for), and
-    the array layout baked into the code: part of the compilation cache key. The host's
-    description is remembered on disk (see :func:`targets.host`), so a process whose
-    programs all come from the cache never loads LLVM."""
-    # the thread count decides how matrix products are split, the cache size which loops
-    # stream their output past the cache
-    return (f"{targets.resolve(target).description}|data@{array_data_offset()}"
-            f"|threads={thread_pool.num_threads()}"
-            f"|streamed>{streaming_stores.min_streamed_bytes()}")
 
 
 class Segment:

@@ -42,6 +42,7 @@ from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, uniqu
 from functrans.backends.compiler.decompose import VECTOR_BYTES, is_direct_convolution
 from functrans.backends.llvm.ir_builder import I8P, I32, I64, emits
 from functrans.backends.llvm.scalar_ops import mem_type
+from functrans.backends.llvm.support_code import CHUNK_FN
 
 # The register tile, from the target's vector registers: accumulators in three quarters of
 # them (the rest hold the tile's weight vectors and a broadcast input), in at most a sixth
@@ -165,7 +166,7 @@ class ConvolutionStep(Step):
         rows = -(-self.rows // chunks)
         chunks = -(-self.rows // rows)
         mb.kernel_count += 1
-        chunk_fn = ir.Function(mb.module, thread_pool.CHUNK_FN,
+        chunk_fn = ir.Function(mb.module, CHUNK_FN,
                                name=f"{kernel.name}_chunk{mb.kernel_count}")
         chunk_fn.linkage = "internal"
         chunk_fn.attributes.add("nounwind")

@@ -28,14 +28,22 @@ The bits exist on x86 only; elsewhere the code is unchanged and the option does 
 from __future__ import annotations
 
 import re
-
-import llvmlite.ir as ir
+from typing import TYPE_CHECKING
 
 from functrans import _float_mode
 
-I8, I32 = ir.IntType(8), ir.IntType(32)
-I8P = I8.as_pointer()
+if TYPE_CHECKING:
+    import llvmlite.ir as ir
+
 FLUSH_BITS = _float_mode.FLUSH_BITS
+
+
+def _llvm_ir():
+    # deferred: start-up time. The functions below build IR; a warm start (programs read
+    # from the disk cache) asks this module only whether code flushes, and never loads
+    # llvmlite.ir.
+    import llvmlite.ir
+    return llvmlite.ir
 
 
 def supported(triple: str) -> bool:
@@ -52,20 +60,24 @@ def flushes() -> bool:
 def _intrinsic(module: ir.Module, name: str) -> ir.Function:
     fn = module.globals.get(name)
     if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I8P]), name=name)
+        ir = _llvm_ir()
+        pointer = ir.IntType(8).as_pointer()
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [pointer]), name=name)
     return fn
 
 
 def read(b: ir.IRBuilder, slot) -> ir.Value:
     """MXCSR (an i32), through ``slot`` (an i32 stack slot)."""
-    b.call(_intrinsic(b.module, "llvm.x86.sse.stmxcsr"), [b.bitcast(slot, I8P)])
+    b.call(_intrinsic(b.module, "llvm.x86.sse.stmxcsr"),
+           [b.bitcast(slot, _llvm_ir().IntType(8).as_pointer())])
     return b.load(slot)
 
 
 def write(b: ir.IRBuilder, slot, value) -> None:
     """Set MXCSR to ``value`` (an i32), through ``slot``."""
     b.store(value, slot)
-    b.call(_intrinsic(b.module, "llvm.x86.sse.ldmxcsr"), [b.bitcast(slot, I8P)])
+    b.call(_intrinsic(b.module, "llvm.x86.sse.ldmxcsr"),
+           [b.bitcast(slot, _llvm_ir().IntType(8).as_pointer())])
 
 
 def flushing_entry(module: ir.Module, name: str, inner: ir.Function) -> ir.Function:
@@ -74,18 +86,20 @@ def flushing_entry(module: ir.Module, name: str, inner: ir.Function) -> ir.Funct
     such as the exception flags the computation raised, stays as the computation left it).
     ``inner`` becomes internal and is never inlined into the entry, so LLVM cannot move its
     arithmetic across the mode switches."""
+    ir = _llvm_ir()
+    i32 = ir.IntType(32)
     inner.linkage = "internal"
     inner.attributes.add("noinline")
     entry = ir.Function(module, inner.function_type, name=name)
     entry.attributes.add("nounwind")
     b = ir.IRBuilder(entry.append_basic_block("entry"))
-    slot = b.alloca(I32)
+    slot = b.alloca(i32)
     caller = read(b, slot)
-    write(b, slot, b.or_(caller, ir.Constant(I32, FLUSH_BITS)))
+    write(b, slot, b.or_(caller, ir.Constant(i32, FLUSH_BITS)))
     result = b.call(inner, list(entry.args))
     now = read(b, slot)
-    keep = b.and_(now, ir.Constant(I32, ~FLUSH_BITS))
-    write(b, slot, b.or_(keep, b.and_(caller, ir.Constant(I32, FLUSH_BITS))))
+    keep = b.and_(now, ir.Constant(i32, ~FLUSH_BITS))
+    write(b, slot, b.or_(keep, b.and_(caller, ir.Constant(i32, FLUSH_BITS))))
     if isinstance(inner.function_type.return_type, ir.VoidType):
         b.ret_void()
     else:

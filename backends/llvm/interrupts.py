@@ -44,28 +44,10 @@ import signal
 import sys
 import threading
 
-import llvmlite.ir as ir
-
 from functrans.backends.llvm import linker, machine_code
-
-I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-I8P = I8.as_pointer()
-
-# The state block, which generated code links against: a cache line of its own (every
-# polling thread reads it). Its words: the SIGINT counter; when a segment last asked for
-# the handler to be checked (cycle-counter ticks); Python's handler, to pass the signal on
-# to; whether that handler takes (signal, siginfo, context) (SA_SIGINFO) or the signal alone.
-STATE_SYMBOL = "ft_interrupt_state"
-STATE_TYPE = ir.ArrayType(I64, 8)
-EPOCH, LAST_CHECK, _PREVIOUS, _PREVIOUS_SIGINFO = 0, 1, 2, 3
-_HANDLER_SYMBOL = "ft_interrupt_handler"
-_ADDRESS_SYMBOL = "ft_interrupt_state_address"
-
-# What a segment returns besides 0: a SIGINT stopped it early; or, before doing anything,
-# the handler is due a check (a handler replaced and restored since, by an event loop or a
-# notebook cell, is covered again within about CHECK_TICKS: some 10 ms)
-INTERRUPTED, CHECK_HANDLER = 1, 2
-CHECK_TICKS = 1 << 25
+from functrans.backends.llvm.native_abi import (  # noqa: F401 (what generated code uses)
+    ADDRESS_SYMBOL, CHECK_HANDLER, CHECK_TICKS, EPOCH, HANDLER_SYMBOL, INTERRUPTED,
+    LAST_CHECK, PREVIOUS, PREVIOUS_SIGINFO, STATE_SYMBOL, STATE_WORDS)
 
 _SUPPORTED = sys.platform.startswith("linux") and platform.machine() in (
     "x86_64", "AMD64", "aarch64", "arm64")
@@ -82,47 +64,17 @@ class _SigAction(ctypes.Structure):
                 ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
 
 
-def _build_module(triple: str) -> str:
-    """The state block, ``ft_interrupt_state_address()`` and the handler."""
-    m = ir.Module(name="functrans_interrupts")
-    m.triple = triple
-    state = ir.GlobalVariable(m, STATE_TYPE, "state")
-    state.linkage = "internal"
-    state.initializer = ir.Constant(STATE_TYPE, None)
-    state.align = 64
+def _handler_code(triple: str) -> str:
+    # deferred: start-up time (llvmlite.ir, which a warm start never needs: the handler's
+    # object comes from the on-disk cache)
+    from functrans.backends.llvm import support_code
+    return support_code.interrupt_handler_module(triple)
 
-    def word(b, k):
-        return b.gep(state, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True)
 
-    getter = ir.Function(m, ir.FunctionType(I8P, []), name=_ADDRESS_SYMBOL)
-    b = ir.IRBuilder(getter.append_basic_block("entry"))
-    b.ret(b.bitcast(state, I8P))
-
-    # void handler(int signal, siginfo_t *info, void *context): async-signal-safe (loads,
-    # one call, one atomic add)
-    handler = ir.Function(m, ir.FunctionType(ir.VoidType(), [I32, I8P, I8P]), name=_HANDLER_SYMBOL)
-    handler.attributes.add("nounwind")
-    sig, info, context = handler.args
-    b = ir.IRBuilder(handler.append_basic_block("entry"))
-    chain, with_info, plain, count = (handler.append_basic_block(n) for n in
-                                      ("chain", "with_info", "plain", "count"))
-    previous = b.load_atomic(word(b, _PREVIOUS), "acquire", 8)
-    b.cbranch(b.icmp_unsigned("!=", previous, ir.Constant(I64, 0)), chain, count)
-    b.position_at_end(chain)
-    takes_info = b.load_atomic(word(b, _PREVIOUS_SIGINFO), "monotonic", 8)
-    b.cbranch(b.icmp_unsigned("!=", takes_info, ir.Constant(I64, 0)), with_info, plain)
-    b.position_at_end(with_info)
-    three = ir.FunctionType(ir.VoidType(), [I32, I8P, I8P]).as_pointer()
-    b.call(b.inttoptr(previous, three), [sig, info, context])
-    b.branch(count)
-    b.position_at_end(plain)
-    b.call(b.inttoptr(previous, ir.FunctionType(ir.VoidType(), [I32]).as_pointer()), [sig])
-    b.branch(count)
-    b.position_at_end(count)
-    # after Python's handler: whoever sees the counter move finds Python's flag set
-    b.atomic_rmw("add", word(b, EPOCH), ir.Constant(I64, 1), "seq_cst")
-    b.ret_void()
-    return str(m)
+def handler_object() -> bytes:
+    """The handler's and the state block's machine code (made once per process, see
+    :func:`machine_code.support_object`)."""
+    return machine_code.support_object("functrans-interrupts", _handler_code)
 
 
 def ensure_loaded() -> None:
@@ -132,12 +84,12 @@ def ensure_loaded() -> None:
     with _lock:
         if _state:
             return
-        loaded = linker.load(machine_code.support_object("functrans-interrupts", _build_module))
+        loaded = linker.load(handler_object())
         loaded.keep()  # the handler stays installed until the process exits
-        address = ctypes.CFUNCTYPE(ctypes.c_void_p)(loaded.address(_ADDRESS_SYMBOL))()
+        address = ctypes.CFUNCTYPE(ctypes.c_void_p)(loaded.address(ADDRESS_SYMBOL))()
         linker.register_symbol(STATE_SYMBOL, address)
-        _state.update(loaded=loaded, handler=loaded.address(_HANDLER_SYMBOL),
-                      words=(ctypes.c_int64 * STATE_TYPE.count).from_address(address))
+        _state.update(loaded=loaded, handler=loaded.address(HANDLER_SYMBOL),
+                      words=(ctypes.c_int64 * STATE_WORDS).from_address(address))
 
 
 def epoch() -> int:
@@ -176,8 +128,8 @@ def install() -> bool:
     if current.handler in (None, _SIG_IGN):
         return False  # Python's C handler is not installed (an embedding application)
     words = _state["words"]
-    words[_PREVIOUS_SIGINFO] = 1 if current.flags & _SA_SIGINFO else 0
-    words[_PREVIOUS] = current.handler
+    words[PREVIOUS_SIGINFO] = 1 if current.flags & _SA_SIGINFO else 0
+    words[PREVIOUS] = current.handler
     replacement = _SigAction.from_buffer_copy(current)  # its mask and flags (SA_ONSTACK...)
     replacement.handler = ours
     replacement.flags |= _SA_SIGINFO

@@ -16,17 +16,17 @@ table of the segment.
 """
 from __future__ import annotations
 
-import ctypes
 import re
 
 import llvmlite.ir as ir
-import numpy as np
 
 from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import Buffer
 from functrans.backends.llvm import interrupts
 from functrans.backends.llvm.machine_code import LLVMCompileError
+from functrans.backends.llvm.runtime import array_data_offset
 from functrans.backends.llvm.scalar_ops import mem_type
+from functrans.backends.llvm.support_code import STATE_TYPE
 from functrans.backends.llvm.vector_math import MathLibrary
 
 # a function's definition as llvmlite prints it: one line, its name quoted
@@ -55,31 +55,6 @@ def emit_steps(mb, b: ir.IRBuilder, steps, pointer, table) -> None:
         if emitter is None:
             raise NotImplementedError(f"llvm backend: no emitter for {type(step).__name__}")
         emitter(step, mb, b, pointer, table)
-
-
-_data_offset = None
-
-
-def array_data_offset() -> int:
-    """Byte offset of the data pointer inside a NumPy array object.
-
-    The pointer table holds the *objects* (their addresses, ``id(array)``), and generated code
-    reads each data pointer itself: reading ``array.ctypes.data`` costs about 2 µs per array
-    in Python, most of a small call. The offset is found, not assumed, by looking for a
-    known array's data pointer in its object."""
-    global _data_offset
-    if _data_offset is None:
-        probes = [np.empty(n, np.float64) for n in (3, 5)]
-        found = None
-        for offset in range(8, 128, 8):
-            if all(ctypes.c_void_p.from_address(id(a) + offset).value == a.ctypes.data
-                   for a in probes):
-                found = offset
-                break
-        if found is None:
-            raise RuntimeError("llvm backend: cannot locate the data pointer of NumPy arrays")
-        _data_offset = found
-    return _data_offset
 
 
 class ModuleIR:
@@ -132,7 +107,7 @@ class ModuleIR:
         """A pointer to word ``index`` of the interrupt state block (see interrupts.py)."""
         state = self.module.globals.get(interrupts.STATE_SYMBOL)
         if state is None:
-            state = ir.GlobalVariable(self.module, interrupts.STATE_TYPE, interrupts.STATE_SYMBOL)
+            state = ir.GlobalVariable(self.module, STATE_TYPE, interrupts.STATE_SYMBOL)
         return b.gep(state, [ir.Constant(I32, 0), ir.Constant(I32, index)], inbounds=True)
 
     def epoch(self, b: ir.IRBuilder, ordering: str = "monotonic"):

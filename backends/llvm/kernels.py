@@ -26,6 +26,7 @@ from functrans.backends.llvm.ir_builder import (I1, I8P, I64, calls_only_functio
                                                 kernel_alloca)
 from functrans.backends.llvm.row_fusion import RowGroup
 from functrans.backends.llvm.scalar_ops import mem_type, reg_type
+from functrans.backends.llvm.support_code import CHUNK_FN
 
 # A loop is split across threads when it has at least this many elements, in chunks of
 # about CHUNK_ELEMENTS (many more chunks than threads, so uneven progress evens out). The
@@ -127,7 +128,7 @@ def chunk_function(mb, kernel_fn, args, rows: int, extent: int):
     """The wrapper running chunk ``c`` (rows ``[c * rows, (c + 1) * rows)`` of
     ``extent``) of ``kernel_fn`` on the thread pool, its arguments in an array."""
     mb.kernel_count += 1  # a fresh name: the kernel may be shared with another step
-    chunk_fn = ir.Function(mb.module, thread_pool.CHUNK_FN,
+    chunk_fn = ir.Function(mb.module, CHUNK_FN,
                            name=f"{kernel_fn.name}_chunk{mb.kernel_count}")
     chunk_fn.linkage = "internal"
     chunk_fn.attributes.add("nounwind")

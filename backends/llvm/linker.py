@@ -6,7 +6,9 @@ more than the rest of a warm start. This module does a JIT linker's job for the 
 code generator produces on x86-64 Linux: it maps the allocated sections (code read-and-execute,
 data read-write), resolves symbols — first the ones registered here with
 :func:`register_symbol` (BLAS, libm, the thread pool), then the process's own (``memset``) —
-and applies the relocations the small PIC code model uses.
+and applies the relocations the small PIC code model uses. A program emitted as several
+objects (see :mod:`parallel_compile`) is linked as one: all of them in one mapping, each
+resolving the others' symbols.
 
 Anything else in an object — another architecture, a relocation type, section kind or
 symbol kind this module does not handle — raises :class:`UnsupportedObject`, and the
@@ -67,7 +69,7 @@ _SHT_PROGBITS, _SHT_SYMTAB, _SHT_STRTAB, _SHT_RELA, _SHT_NOBITS, _SHT_REL = 1, 2
 _SHT_X86_64_UNWIND = 0x70000001
 _SHF_WRITE, _SHF_ALLOC, _SHF_EXECINSTR = 0x1, 0x2, 0x4
 _SHN_UNDEF, _SHN_ABS, _SHN_COMMON = 0, 0xFFF1, 0xFFF2
-_STB_WEAK = 2
+_STB_LOCAL, _STB_WEAK = 0, 2
 _STT_TLS = 6
 _EM_X86_64 = 62
 _R_X86_64_64, _R_X86_64_PC32, _R_X86_64_PLT32, _R_X86_64_PC64 = 1, 2, 4, 24
@@ -207,19 +209,20 @@ class LoadedObject:
             self._base = 0
 
 
-def load_object(data: bytes) -> LoadedObject:
-    """Map and link the relocatable object ``data``; raise :class:`UnsupportedObject` when it
-    needs what this linker does not do (the caller then uses LLVM's JIT)."""
+def load_object(data) -> LoadedObject:
+    """Map and link the relocatable object ``data`` (bytes), or the objects ``data`` (a list
+    of bytes) together, the symbols one defines resolving the others' references; raise
+    :class:`UnsupportedObject` when they need what this linker does not do (the caller then
+    uses LLVM's JIT)."""
     if not supported_host():
         raise UnsupportedObject(f"no linker for {sys.platform}/{platform.machine()}")
     try:
-        return _link(_Object(data))
+        return _link([_Object(d) for d in ([data] if isinstance(data, bytes) else data)])
     except (IndexError, KeyError, struct.error, ValueError) as err:  # a malformed object
         raise UnsupportedObject(f"malformed object ({type(err).__name__}: {err})") from None
 
 
-def _link(obj: _Object) -> LoadedObject:
-    global _LIBC
+def _loaded_sections(obj: _Object) -> list:
     loaded = [s for s in obj.sections if s.flags & _SHF_ALLOC and s.kind != _SHT_X86_64_UNWIND]
     for s in loaded:
         if s.kind not in (_SHT_PROGBITS, _SHT_NOBITS):
@@ -227,31 +230,67 @@ def _link(obj: _Object) -> LoadedObject:
     for s in obj.sections:
         if s.kind == _SHT_REL:
             raise UnsupportedObject(f"REL (not RELA) relocations in {s.name!r}")
-    rela = [s for s in obj.sections if s.kind == _SHT_RELA and s.info < len(obj.sections)
+    return loaded
+
+
+def _relocation_sections(obj: _Object, loaded: list) -> list:
+    return [s for s in obj.sections if s.kind == _SHT_RELA and s.info < len(obj.sections)
             and obj.sections[s.info] in loaded]
 
-    # symbols that are not defined here: the GOT and the call stubs need one entry each
-    external = {}
-    for section in rela:
-        for _, sym, kind, _ in obj.relocations(section):
-            name, binding, _, shndx, _ = obj.symbols[sym]
-            if shndx == _SHN_UNDEF and name not in external:
-                external[name] = _resolve(name, binding)
+
+def _defined(obj: _Object, global_only: bool) -> dict:
+    """The symbols ``obj`` defines in its loaded sections: name -> address (global ones
+    only, or every named one)."""
+    defined = {}
+    for name, binding, kind, shndx, value in obj.symbols:
+        if name and shndx not in (_SHN_UNDEF, _SHN_ABS, _SHN_COMMON) \
+                and shndx < len(obj.sections) and obj.sections[shndx].address is not None \
+                and (binding != _STB_LOCAL or not global_only):
+            defined[name] = obj.sections[shndx].address + value
+    return defined
+
+
+def _link(objects: list) -> LoadedObject:
+    global _LIBC
+    loaded = [_loaded_sections(obj) for obj in objects]
+    rela = [_relocation_sections(obj, sections) for obj, sections in zip(objects, loaded)]
+    # the global symbols each object defines, which the others' references resolve to
+    exported = {}
+    for obj, sections in zip(objects, loaded):
+        indices = {s.index for s in sections}
+        for name, binding, _, shndx, _ in obj.symbols:
+            if name and binding != _STB_LOCAL and shndx in indices:
+                exported.setdefault(name, obj)
+
+    # symbols that no object defines: the GOT and the call stubs need one entry each (a
+    # symbol of another object gets a GOT entry too, when code reaches it through the GOT)
+    external, sibling = {}, []
+    for obj, sections in zip(objects, rela):
+        for section in sections:
+            for _, sym, kind, _ in obj.relocations(section):
+                name, binding, _, shndx, _ = obj.symbols[sym]
+                if shndx != _SHN_UNDEF or name in external:
+                    continue
+                if name in exported:
+                    if kind in _GOT_RELOCATIONS and name not in sibling:
+                        sibling.append(name)
+                else:
+                    external[name] = _resolve(name, binding)
 
     # layout: code, then the call stubs; at the next page, data, then the GOT
     page = mmap.PAGESIZE
     cursor = 0
-    for s in (s for s in loaded if s.flags & _SHF_EXECINSTR):
+    for s in (s for sections in loaded for s in sections if s.flags & _SHF_EXECINSTR):
         cursor = _align(cursor, s.align)
         s.address, cursor = cursor, cursor + s.size
     stubs_at = _align(cursor, _STUB_SIZE)
     code_size = _align(stubs_at + _STUB_SIZE * len(external), page)
     cursor = code_size
-    for s in (s for s in loaded if not s.flags & _SHF_EXECINSTR):
+    for s in (s for sections in loaded for s in sections if not s.flags & _SHF_EXECINSTR):
         cursor = _align(cursor, s.align)
         s.address, cursor = cursor, cursor + s.size
     got_at = _align(cursor, 8)
-    total = _align(got_at + 8 * len(external), page)
+    total = _align(got_at + 8 * (len(external) + len(sibling)), page)
     if total > (1 << 31) - page:
         raise UnsupportedObject("object too large for 32-bit relative addressing")
 
@@ -263,10 +302,15 @@ def _link(obj: _Object) -> LoadedObject:
     result = LoadedObject(base, total, {})  # unmaps on any failure below
     memory = (ctypes.c_char * total).from_address(base)
     view = memoryview(memory).cast("B")
-    for s in loaded:
-        s.address += base
-        if s.kind == _SHT_PROGBITS and s.size:
-            view[s.address - base:s.address - base + s.size] = obj.data[s.offset:s.offset + s.size]
+    for obj, sections in zip(objects, loaded):
+        for s in sections:
+            s.address += base
+            if s.kind == _SHT_PROGBITS and s.size:
+                view[s.address - base:s.address - base + s.size] = \
+                    obj.data[s.offset:s.offset + s.size]
+    globals_defined = {}
+    for obj in reversed(objects):  # the first object's definition wins, as in `exported`
+        globals_defined.update(_defined(obj, global_only=True))
     stub, got = {}, {}
     for k, (name, target) in enumerate(external.items()):
         got[name] = base + got_at + 8 * k
@@ -274,20 +318,43 @@ def _link(obj: _Object) -> LoadedObject:
         stub[name] = base + stubs_at + _STUB_SIZE * k
         view[stub[name] - base:stub[name] - base + len(_STUB)] = _STUB
         struct.pack_into("<Q", view, stub[name] - base + len(_STUB), target)
+    for k, name in enumerate(sibling, start=len(external)):
+        got[name] = base + got_at + 8 * k
+        struct.pack_into("<Q", view, got_at + 8 * k, globals_defined[name])
 
+    for obj, sections in zip(objects, rela):
+        _relocate(obj, sections, view, base, external, globals_defined, stub, got)
+
+    defined = {}
+    for obj in objects:
+        for name, address in _defined(obj, global_only=False).items():
+            defined.setdefault(name, address)
+    defined.update(globals_defined)
+    result._symbols = defined
+    del view, memory
+    if _LIBC.mprotect(base, code_size, _PROT_READ | _PROT_EXEC) != 0:
+        raise UnsupportedObject(f"mprotect failed (errno {ctypes.get_errno()})")
+    return result
+
+
+def _relocate(obj: _Object, sections: list, view, base: int, external: dict,
+              siblings: dict, stub: dict, got: dict) -> None:
+    """Apply ``obj``'s relocations in ``sections`` (mapped at ``base``, as ``view``): its
+    undefined symbols are another object's (``siblings``: name -> address) or reached
+    through the ``stub`` and ``got`` entries of the ``external`` ones."""
     def symbol_address(index: int) -> int:
         name, _, kind, shndx, value = obj.symbols[index]
         if kind == _STT_TLS:
             raise UnsupportedObject(f"thread-local symbol {name!r}")
         if shndx == _SHN_UNDEF:
-            return external[name]
+            return siblings[name] if name in siblings else external[name]
         if shndx == _SHN_ABS:
             return value
         if shndx >= len(obj.sections) or obj.sections[shndx].address is None:
             raise UnsupportedObject(f"symbol {name!r} in section {shndx}, which is not loaded")
         return obj.sections[shndx].address + value
 
-    for section in rela:
+    for section in sections:
         target = obj.sections[section.info]
         for offset, sym, kind, addend in obj.relocations(section):
             if offset + 8 > target.size and kind in (_R_X86_64_64, _R_X86_64_PC64) or \
@@ -302,7 +369,8 @@ def _link(obj: _Object) -> LoadedObject:
             elif kind == _R_X86_64_PC32:
                 _store(view, place - base, symbol_address(sym) + addend - place, 4)
             elif kind == _R_X86_64_PLT32:
-                callee = stub[name] if shndx == _SHN_UNDEF else symbol_address(sym)
+                callee = stub[name] if shndx == _SHN_UNDEF and name in stub \
+                    else symbol_address(sym)
                 _store(view, place - base, callee + addend - place, 4)
             elif kind in _GOT_RELOCATIONS:
                 if shndx != _SHN_UNDEF:
@@ -310,17 +378,6 @@ def _link(obj: _Object) -> LoadedObject:
                 _store(view, place - base, got[name] + addend - place, 4)
             else:
                 raise UnsupportedObject(f"x86-64 relocation type {kind} in {target.name!r}")
-
-    defined = {}
-    for name, _, kind, shndx, value in obj.symbols:
-        if name and shndx not in (_SHN_UNDEF, _SHN_ABS, _SHN_COMMON) and shndx < len(obj.sections) \
-                and obj.sections[shndx].address is not None:
-            defined[name] = obj.sections[shndx].address + value
-    result._symbols = defined
-    del view, memory
-    if _LIBC.mprotect(base, code_size, _PROT_READ | _PROT_EXEC) != 0:
-        raise UnsupportedObject(f"mprotect failed (errno {ctypes.get_errno()})")
-    return result
 
 
 def _store(view, at: int, value: int, size: int, signed: bool = True) -> None:
@@ -366,9 +423,10 @@ class _LLVMEngine:
 stats = {"linked": 0, "llvm": 0}
 
 
-def load(data: bytes):
-    """Load the object ``data`` into this process: through :func:`load_object` where it can,
-    else through LLVM's JIT. The result has ``address(name)`` and ``keep()``."""
+def load(data):
+    """Load the object ``data`` (bytes), or the objects ``data`` (a list of bytes) linked
+    together, into this process: through :func:`load_object` where it can, else through
+    LLVM's JIT. The result has ``address(name)`` and ``keep()``."""
     try:
         loaded = load_object(data)
         stats["linked"] += 1
@@ -383,7 +441,8 @@ def load(data: bytes):
         backing = llvm.parse_assembly("")
         backing.triple = tm.triple
         engine = llvm.create_mcjit_compiler(backing, tm)
-        engine.add_object_file(llvm.ObjectFileRef.from_data(data))
+        for part in [data] if isinstance(data, bytes) else data:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(part))
         engine.finalize_object()
     stats["llvm"] += 1
     if supported_host():

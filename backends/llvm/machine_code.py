@@ -2,12 +2,15 @@
 
 Everything here runs LLVM through ``llvmlite.binding``, imported inside the functions that
 need it: a process whose programs all come from the on-disk cache never loads LLVM (see
-:mod:`cache`). One process-wide lock serializes LLVM's work, which is not thread-safe.
+:mod:`cache`). One process-wide lock (``_llvm_lock``) serializes the work on what threads
+share (the target machines of :func:`target_machine`); a module in a context of its own,
+with a target machine of its own, is compiled past it (:func:`emitted`).
 
     >>> obj, optimized_ir = optimize_and_emit(ir_text, names)    # doctest: +SKIP
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import tempfile
@@ -65,13 +68,31 @@ def target_machine(target=None):
         return machine
 
 
+_support_objects: dict = {}  # (label, builder's name) -> the object, once made or read
+_support_locks: dict = {}
+_support_locks_lock = threading.Lock()
+
+
 def support_object(label: str, build) -> bytes:
     """The machine code of a runtime support module (the thread pool, the SIGINT handler)
     whose IR is ``build(triple)``: from the on-disk compilation cache when an earlier
     process compiled it (the module's text is then not even built: this backend's source,
     in the key, determines it). It runs in this process only: compiled for this CPU,
     whatever target the programs that call it are compiled for (its code depends on the
-    host CPU alone: not on the thread count or the array layout that programs bake in)."""
+    host CPU alone: not on the thread count or the array layout that programs bake in).
+    Made once per process; a caller that comes while another thread makes it (a compile
+    that prepares it ahead, see ``pipeline``) waits for that."""
+    name = (label, build.__name__)
+    with _support_locks_lock:
+        lock = _support_locks.setdefault(name, threading.Lock())
+    with lock:
+        obj = _support_objects.get(name)
+        if obj is None:
+            obj = _support_objects[name] = _support_object(label, build)
+        return obj
+
+
+def _support_object(label: str, build) -> bytes:
     host = targets.host()
     key = cache.Key({"kind": "support", "label": label, "build": build.__name__,
                      "target": host.description, "source": cache.source_digest(),
@@ -79,43 +100,99 @@ def support_object(label: str, build) -> bytes:
     entry = cache.load(key)
     if entry is not None:
         return entry[0]["object"]
-    import llvmlite.binding as llvm
-    with _llvm_lock:
-        # straight-line waiting and claiming code: the unoptimizing code generator emits it
-        # in a quarter of the time (a first compile waits for this)
-        tm = create_target_machine(opt=0, target=host)
-        mod = llvm.parse_assembly(build(tm.triple))
-        mod.verify()
-        obj = tm.emit_object(mod)
+    initialize()
+    # straight-line waiting and claiming code: the unoptimizing code generator emits it in
+    # a quarter of the time. A module, context and target machine of its own: it is made
+    # past the locks (see emitted), while a program compiles on another thread.
+    tm = create_target_machine(opt=0, target=host)
+    obj = emitted(parsed(build(tm.triple)), tm)
     cache.store(key, {"object": obj}, {})
     return obj
+
+
+# ---- LLVM past llvmlite's lock -----------------------------------------------------------------
+#
+# llvmlite serializes every call into LLVM behind one process-wide lock. LLVM itself lets
+# several threads work at once on modules of their own, each in a context of its own with
+# a target machine of its own; the long calls on such a module (optimizing it, emitting
+# it) are made past llvmlite's lock, so that they run at once (see parallel_compile).
+
+_raw: dict = {}
+
+
+def unlocked(name: str):
+    """llvmlite's C function ``name`` without the lock its Python wrapper takes, or None (an
+    llvmlite that does not wrap its functions so)."""
+    if name not in _raw:
+        from llvmlite.binding import ffi
+        _raw[name] = getattr(getattr(ffi.lib, name), "_cfn", None)
+    return _raw[name]
+
+
+def parsed(text: str):
+    """The module ``text`` parsed (and verified) into an LLVM context of its own."""
+    import llvmlite.binding as llvm
+    module = llvm.parse_assembly(text, context=llvm.create_context())
+    module.verify()
+    return module
+
+
+def emitted(module, tm) -> bytes:
+    """``tm.emit_object(module)``, past llvmlite's lock where llvmlite allows it (the
+    caller's module and ``tm`` are used by no other thread)."""
+    raw = unlocked("LLVMPY_TargetMachineEmitToMemory")
+    if raw is None:
+        return tm.emit_object(module)
+    from llvmlite.binding import ffi
+    with ffi.OutputString() as error:
+        buffer = raw(tm, module, 1, error)
+        if not buffer:
+            raise RuntimeError(str(error))
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer),
+                                ffi.lib.LLVMPY_GetBufferSize(buffer))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
 def optimize_and_emit(ir_text: str, names: dict, target=None) -> tuple[bytes, str]:
     """Parse, verify, optimize (O2, loop and SLP vectorization) and compile ``ir_text`` to
     an object file for ``target`` (default: the CPU being compiled for). Returns (object
     bytes, optimized IR)."""
-    import llvmlite.binding as llvm
     tm = target_machine(target)
     with _llvm_lock:
-        try:
-            mod = llvm.parse_assembly(ir_text)
-            mod.verify()
-        except RuntimeError as err:
-            raise _compile_error(ir_text, str(err), names) from None
-        mod.triple = tm.triple
-        mod.data_layout = str(tm.target_data)
-        pto = llvm.create_pipeline_tuning_options(speed_level=2)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = False
-        pb = llvm.create_pass_builder(tm, pto)
-        pipeline = pb.getModulePassManager()
-        try:
-            pipeline.run(mod, pb)
-        finally:
-            _free_pass_manager(pipeline)
+        mod = optimized_module(ir_text, names, tm)
         return tm.emit_object(mod), str(mod)
+
+
+def optimized_module(ir_text: str, names: dict, tm):
+    """``ir_text`` parsed, verified and optimized (O2, loop and SLP vectorization) for the
+    target machine ``tm``: an ``llvmlite.binding`` module. The caller holds ``_llvm_lock``."""
+    import llvmlite.binding as llvm
+    try:
+        mod = llvm.parse_assembly(ir_text)
+        mod.verify()
+    except RuntimeError as err:
+        raise _compile_error(ir_text, str(err), names) from None
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=2)
+    tune(pto)
+    pb = llvm.create_pass_builder(tm, pto)
+    pipeline = pb.getModulePassManager()
+    try:
+        pipeline.run(mod, pb)
+    finally:
+        _free_pass_manager(pipeline)
+    return mod
+
+
+def tune(options) -> None:
+    """Set llvmlite's pipeline tuning ``options`` (O2) as every program is optimized: loop
+    and SLP vectorization, no unrolling."""
+    options.loop_vectorization = True
+    options.slp_vectorization = True
+    options.loop_unrolling = False
 
 
 def _free_pass_manager(manager) -> None:

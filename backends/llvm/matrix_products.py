@@ -22,6 +22,7 @@ from functrans.backends.llvm.control_flow import nested_programs
 from functrans.backends.llvm.convolution import ConvolutionStep
 from functrans.backends.llvm.ir_builder import I8, I8P, I32, I64, calls_only_function, emits
 from functrans.backends.llvm.scalar_ops import constant
+from functrans.backends.llvm.support_code import CHUNK_FN, RANGE_FN
 from functrans.backends.llvm.vector_math import F32, F64
 
 # A matrix product is split across the thread pool into a fixed number of chunks (each a
@@ -77,7 +78,7 @@ GEMV_CHUNK_ELEMENTS = 1 << 16
 # bits of the bands against the whole call.
 GEMV_BAND_ALIGN = 16
 GEMV_MIN_DEPTH = 16
-# Ranged jobs are for jobs shorter than a worker's spin (see thread_pool.RANGE_SYMBOL): up to
+# Ranged jobs are for jobs shorter than a worker's spin (see native_abi.RANGE_SYMBOL): up to
 # this size (8 MB of float32, about a millisecond from memory); a larger product splits as a
 # matrix product.
 GEMV_BANDED_MAX_ELEMENTS = 1 << 21
@@ -223,8 +224,7 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
     if not ranged:
         rows = -(-extent // chunks)
     chunks = -(-extent // rows)
-    fn = ir.Function(mb.module, thread_pool.RANGE_FN if ranged else thread_pool.CHUNK_FN,
-                     name=name)
+    fn = ir.Function(mb.module, RANGE_FN if ranged else CHUNK_FN, name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     calls_only_function(fn)

@@ -22,8 +22,8 @@ from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (attention, cache, codegen, control_flow, donation,
-                                     float_mode, host_loops, interrupts, linker, lowering,
-                                     row_fusion, scalar_ops, targets, thread_pool, vector_math)
+                                     host_loops, interrupts, lowering, parallel_compile,
+                                     program_cache, row_fusion, scalar_ops, targets, thread_pool)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -34,7 +34,7 @@ logger = logging.getLogger("functrans")
 _compile_lock = threading.RLock()
 
 # How compilations were served in this process (read by tests and benchmarks).
-stats = {"compiled": 0, "cache_hits": 0}
+stats = program_cache.stats
 
 
 class LLVMTarget(fusion.ScalarTableTarget):
@@ -88,8 +88,9 @@ class NativePlan:
     """A program planned for code generation: the fused steps, the buffer plan, the
     pointer-table slots, the constants of control-flow bodies and the schedule."""
 
-    def __init__(self, closed, program, plan, slots, nested_consts, schedule):
+    def __init__(self, closed, program, plan, slots, nested_consts, schedule, fuse=True):
         self.closed = closed  # as compiled, before any pass
+        self.fuse = fuse
         self.program, self.plan, self.slots = program, plan, slots
         self.nested_consts, self.schedule = nested_consts, schedule
 
@@ -117,14 +118,14 @@ def _run_loops_on_host(program: fusion.Program) -> fusion.Program:
     return program
 
 
-def _plan(closed: ClosedJaxpr):
+def _plan(closed: ClosedJaxpr, fuse: bool):
     def run(program: fusion.Program) -> NativePlan:
         plan = buffers.plan_buffers(program)
         if config.verify_plans:
             verify.verify_plan(program, plan)
         slots, nested_consts = _assign_slots(program)
         return NativePlan(closed, program, plan, slots, nested_consts,
-                          codegen.split_segments(program))
+                          codegen.split_segments(program), fuse)
     return run
 
 
@@ -146,7 +147,7 @@ def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
            Pass("block_attention", attention.block_attention)] if fuse else []),
         native_steps.lowering_pass(TARGET),
         Pass("run_loops_on_host", _run_loops_on_host),
-        Pass("plan_buffers", _plan(closed), required=True),
+        Pass("plan_buffers", _plan(closed, fuse), required=True),
     ]
 
 
@@ -164,16 +165,68 @@ def plan_native(closed: ClosedJaxpr, fuse: bool = True) -> NativePlan:
 def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
                   fuse: bool = True, target_cpu: str | None = None) -> Executable:
     """Compile ``closed`` for ``target_cpu`` (see :mod:`targets`; default: the CPU of the
-    compilation this one is nested in, else ``config.llvm_cpu``), to run on this machine."""
+    compilation this one is nested in, else ``config.llvm_cpu``), to run on this machine:
+    from the on-disk cache when an earlier compile stored it (see :mod:`program_cache`)."""
     target = targets.resolve(target_cpu)
     targets.check_runs_here(target)
     with _compile_lock, targets.compiling_for(target):
-        return build_executable(plan_native(closed, fuse), use_cache)
+        key = program_cache.program_key(closed, fuse) if use_cache else None
+        entry = cache.load(key) if key else None
+        if entry is None and _runs_on_the_pool(closed) and thread_pool.spare_cores():
+            _prepare_support_objects()
+        if entry is not None:
+            executable = program_cache.cached_executable(
+                closed, key, entry, functools.partial(plan_for_inspection, closed, fuse, target))
+            if executable is not None:
+                return executable
+            if "layout" in entry[1] and not program_cache.compiler_replaced():
+                entry = None  # its layout did not fit: deleted, compiled again
+        return build_executable(plan_native(closed, fuse), key is not None, key, entry)
 
 
-def build_executable(native: NativePlan, use_cache: bool = True) -> Executable:
+def _runs_on_the_pool(closed: ClosedJaxpr) -> bool:
+    """Whether ``closed`` is likely to run loops on the thread pool: it makes an array as
+    large as a loop split for the pool (see :func:`kernels.parallel_chunks`)."""
+    return any(getattr(v.aval, "size", 0) >= codegen.POOLED_MIN_ELEMENTS
+               for eqn in closed.jaxpr.eqns for v in eqn.outvars)
+
+
+_support_objects_prepared = threading.Event()
+
+
+def _prepare_support_objects() -> None:
+    """Start making the runtime's support objects (the SIGINT handler, the thread pool) on
+    a thread of their own, once per process, for a program that will need them, when a
+    core is free: on a cold cache LLVM emits them while this thread plans the program and
+    builds its IR; loading them later waits for that (see
+    :func:`machine_code.support_object`)."""
+    if not _support_objects_prepared.is_set():
+        _support_objects_prepared.set()
+        threading.Thread(target=_make_support_objects, daemon=True,
+                         name="functrans-support-objects").start()
+
+
+def _make_support_objects() -> None:
+    try:
+        interrupts.handler_object()
+        thread_pool.pool_object()
+    except Exception as err:  # noqa: BLE001 (made again, and raised, where a program loads it)
+        logger.debug("functrans: preparing the support objects failed: %s", err)
+
+
+def plan_for_inspection(closed: ClosedJaxpr, fuse: bool, target) -> NativePlan:
+    """:func:`plan_native` of a program read from the disk cache, planned again when it is
+    inspected (its executable was built from the layout stored with its code)."""
+    with _compile_lock, targets.compiling_for(target):
+        return plan_native(closed, fuse)
+
+
+def build_executable(native: NativePlan, use_cache: bool = True, key=None,
+                     entry=None) -> Executable:
     """The executable of a planned program: LLVM code generation (or the disk cache), then
-    linking. The caller holds ``_compile_lock`` and is inside ``targets.compiling_for``."""
+    linking. ``key`` and ``entry``: the program's cache key and the entry read under it, if
+    the caller has them. The caller holds ``_compile_lock`` and is inside
+    ``targets.compiling_for``."""
     closed, program, plan, slots = native.closed, native.program, native.plan, native.slots
     nested_consts, schedule = native.nested_consts, native.schedule
     segments = [s for s in schedule if isinstance(s, Segment)]
@@ -181,53 +234,36 @@ def build_executable(native: NativePlan, use_cache: bool = True) -> Executable:
     if not segments:
         return Executable(program, plan, schedule, slots, {}, description=description)
     digest = _plan_digest(program, plan, slots)
-    # passes left out change the code, never the program's meaning
-    disabled = ",".join(sorted(compiler_passes.disabled_passes()))
-    key = cache.cache_key(closed, codegen.target_description(),
-                          options=f"{digest}|without={disabled}"
-                                  f"|flush={int(float_mode.flushes())}") if use_cache else None
-    entry = cache.load(key) if key else None
+    if use_cache and key is None:
+        key = program_cache.program_key(closed, native.fuse)
+        entry = cache.load(key)
     if entry is not None and entry[1].get("plan") != digest:
-        entry = None  # same program text but a different schedule: never trust it
+        entry = None  # planned otherwise when it was stored: its code is not for this plan
     if entry is not None:
-        stats["cache_hits"] += 1
+        program_cache.stats["cache_hits"] += 1
         sections, _ = entry
-        obj, ir_text = sections["object"], sections["ir"].decode()
+        objects, ir_text = program_cache.entry_objects(sections), sections["ir"].decode()
         optimized = sections["optimized_ir"].decode()
     else:
-        stats["compiled"] += 1
+        program_cache.stats["compiled"] += 1
         builder = codegen.ModuleBuilder(program, plan, slots, schedule)
         ir_text = builder.build()
-        obj, optimized = codegen.optimize_and_emit(ir_text, builder.names)
-        if key:
-            cache.store(key, {"object": obj, "ir": ir_text.encode(),
-                              "optimized_ir": optimized.encode()}, {"plan": digest})
-    engine, entry_points = _load_object(obj, [s.name for s in segments])
+        objects, optimized = parallel_compile.optimize_and_emit(ir_text, builder.names)
+    try:
+        engine, entry_points = program_cache.load_object(objects, [s.name for s in segments])
+    except KeyError as err:
+        raise codegen.LLVMCompileError(f"llvm backend: {err}") from None
     aliases = donation.alias_candidates(program) if compiler_passes.enabled("donation") \
         else {}
     executable = Executable(program, plan, schedule, slots, entry_points, ir_text, optimized,
                             engine, description, nested_consts, aliases)
-    executable.object_size = len(obj)  # reported by memory_analysis
+    executable.object_size = sum(map(len, objects))  # reported by memory_analysis
+    if key and entry is None:
+        meta = {"plan": digest}
+        layout = None if program_cache.compiler_replaced() else \
+            program_cache.layout_to_json(executable.layout, closed)
+        if layout is not None:
+            meta["layout"] = layout
+        cache.store(key, {**program_cache.object_sections(objects), "ir": ir_text.encode(),
+                          "optimized_ir": optimized.encode()}, meta)
     return executable
-
-
-def _load_object(obj: bytes, names):
-    """Link an object file into this process (see :mod:`linker`); return what keeps it
-    mapped, with the named entry points."""
-    if interrupts.STATE_SYMBOL.encode() in obj:
-        interrupts.ensure_loaded()  # its loops poll the SIGINT counter
-    if b"ft_libm_" in obj:
-        vector_math.register_libm_symbols()
-    if codegen.needs_blas(obj):
-        codegen.register_blas_symbols()
-    if codegen.splits_gemms(obj):
-        codegen.register_gemm_symbols()
-    if thread_pool.SYMBOL.encode() in obj:
-        thread_pool.ensure_started()  # only programs with parallel loops need the workers
-    loaded = linker.load(obj)
-    try:
-        addresses = {name: loaded.address(name) for name in names}
-    except KeyError as err:
-        raise codegen.LLVMCompileError(f"llvm backend: entry point missing from the compiled "
-                                       f"object: {err}") from None
-    return loaded, addresses

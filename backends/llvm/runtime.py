@@ -31,10 +31,34 @@ from functrans._config import config
 from functrans.backends.llvm import arenas, interrupts
 from functrans.backends.compiler import cost
 from functrans.backends.compiler.buffers import BufferPlan
-from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program
 
 _SEGMENT_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)  # a status: see interrupts.py
+
+
+_data_offset = None
+
+
+def array_data_offset() -> int:
+    """Byte offset of the data pointer inside a NumPy array object.
+
+    The pointer table holds the *objects* (their addresses, ``id(array)``), and generated code
+    reads each data pointer itself: reading ``array.ctypes.data`` costs about 2 µs per array
+    in Python, most of a small call. The offset is found, not assumed, by looking for a
+    known array's data pointer in its object."""
+    global _data_offset
+    if _data_offset is None:
+        probes = [np.empty(n, np.float64) for n in (3, 5)]
+        found = None
+        for offset in range(8, 128, 8):
+            if all(ctypes.c_void_p.from_address(id(a) + offset).value == a.ctypes.data
+                   for a in probes):
+                found = offset
+                break
+        if found is None:
+            raise RuntimeError("llvm backend: cannot locate the data pointer of NumPy arrays")
+        _data_offset = found
+    return _data_offset
 
 
 class _ThreadState(threading.local):
@@ -42,6 +66,70 @@ class _ThreadState(threading.local):
     view = None  # a memoryview of it, the cheapest way to store a pointer from Python
     arena = None  # kept here between calls when small; else set for the length of a call
     address = 0
+
+
+def _const_arrays(program: Program) -> dict:
+    return {b.id: np.asarray(b.value, dtype=b.dtype, order="C") for b in program.consts}
+
+
+class Layout:
+    """How a compiled program is called: plain data, what :class:`Executable` needs besides
+    the machine code. A program's layout is stored with its machine code in the on-disk
+    cache (see :mod:`program_cache`), so a program read from there runs without planning.
+
+    ``inputs``: per argument, ``(slot or None, dtype or None for a non-array, shape,
+    buffer id)``; ``consts``: ``(slot, array)``; ``outputs``: the fresh output arrays,
+    ``(slot, shape, dtype, buffer id)``; ``results``: per result, ``("output", k)``,
+    ``("input", position)``, ``("literal", array)`` or ``("array", buffer id)`` (a NumPy
+    step's); ``aliases``: output index -> the input positions it may be written into
+    (see donation.py); ``schedule``: ``("native", entry point name)`` or ``("numpy",
+    step)``; ``poison``: the arena's integer and floating-point byte ranges (see
+    :func:`_poison_ranges`)."""
+
+    def __init__(self, inputs, consts, outputs, results, aliases, schedule, num_slots: int,
+                 arena_size: int, poison):
+        self.inputs, self.consts, self.outputs, self.results = inputs, consts, outputs, results
+        self.aliases, self.schedule, self.poison = aliases, schedule, poison
+        self.num_slots, self.arena_size = num_slots, arena_size
+
+    @classmethod
+    def of_program(cls, program: Program, plan: BufferPlan, schedule: list, slots: dict,
+                   nested_consts=(), aliases=None, const_arrays=None) -> "Layout":
+        """The layout of ``program`` planned as ``plan`` and ``slots`` (see
+        ``pipeline.NativePlan``); ``nested_consts``: the (slot, array) pairs of the
+        constants of its control-flow bodies; ``aliases``: buffer id -> input positions;
+        ``const_arrays``: buffer id -> the array of each constant (by default made here)."""
+        if const_arrays is None:
+            const_arrays = _const_arrays(program)
+        inputs = [(slots.get(b.id) if b.is_array else None, b.dtype if b.is_array else None,
+                   b.shape if b.is_array else None, b.id) for b in program.inputs]
+        consts = [(slots[b.id], const_arrays[b.id]) for b in program.consts
+                  if b.id in slots] + list(nested_consts)
+        fresh = {b.id: b for b in program.outputs
+                 if isinstance(b, Buffer) and b.kind == "output"}
+        outputs = [(slots[b.id], b.shape, b.dtype, b.id) for b in fresh.values()]
+        results = []
+        input_position = {b.id: i for i, b in enumerate(program.inputs)}
+        out_position = {bid: k for k, bid in enumerate(fresh)}
+        for b in program.outputs:
+            if not isinstance(b, Buffer):
+                results.append(("literal", np.asarray(b)))
+            elif b.id in out_position:
+                results.append(("output", out_position[b.id]))
+            elif b.id in input_position:
+                results.append(("input", input_position[b.id]))
+            elif b.kind == "const":
+                results.append(("literal", const_arrays[b.id]))
+            else:
+                results.append(("array", b.id))
+        aliases = {k: (aliases or {})[bid] for k, (_, _, _, bid) in enumerate(outputs)
+                   if bid in (aliases or {})}
+        schedule = [("numpy", item) if isinstance(item, FallbackStep) else ("native", item.name)
+                    for item in schedule]
+        num_slots = max([1 + max(slots.values(), default=0)] +
+                        [slot + 1 for slot, _ in nested_consts])
+        return cls(inputs, consts, outputs, results, aliases, schedule, num_slots,
+                   plan.arena_size, _poison_ranges(program, plan))
 
 
 class Executable:
@@ -54,63 +142,55 @@ class Executable:
     def __init__(self, program: Program, plan: BufferPlan, schedule: list, slots: dict,
                  entry_points: dict, ir_text: str = "", optimized_ir: str = "", engine=None,
                  description: str = "", nested_consts=(), aliases=None):
-        self.program = program
-        self.plan = plan
-        self.slots = slots
-        self.ir_text = ir_text
-        self.optimized_ir = optimized_ir
-        self.description = description
+        self._planned = (program, plan, slots, description)
+        self._ir = (ir_text, optimized_ir)
+        self._const_arrays = _const_arrays(program)
+        self._start(Layout.of_program(program, plan, schedule, slots, nested_consts, aliases,
+                                      self._const_arrays), entry_points, engine)
+
+    @classmethod
+    def from_layout(cls, layout: Layout, entry_points: dict, engine, ir_text: bytes,
+                    optimized_ir: bytes, planner) -> "Executable":
+        """The executable of a program read from the on-disk cache: its ``layout``, and
+        ``planner()`` giving its ``pipeline.NativePlan`` when it is first inspected (its
+        program, buffer plan, slots and description: calls need none of them)."""
+        self = cls.__new__(cls)
+        self._planned, self._planner = None, planner
+        self._ir = (ir_text, optimized_ir)
+        self._const_arrays = {}
+        self._start(layout, entry_points, engine)
+        return self
+
+    def _start(self, layout: Layout, entry_points: dict, engine) -> None:
+        self.layout = layout
         self._engine = engine  # keeps the machine code mapped while this object lives
         self._state = _ThreadState()
-        self._num_slots = 1 + max(slots.values(), default=0)
-        self._num_inputs = len(program.inputs)
-        self._const_arrays = {b.id: np.asarray(b.value, dtype=b.dtype, order="C")
-                              for b in program.consts}
+        self._arena_size = layout.arena_size
+        self._num_slots = layout.num_slots
+        self._num_inputs = len(layout.inputs)
         # The per-call plan, precomputed so that a call is a few short loops:
         # inputs as (position, slot or None, dtype or None for non-arrays, buffer id),
-        self._inputs = [(i, slots.get(b.id) if b.is_array else None,
-                         b.dtype if b.is_array else None, b.id)
-                        for i, b in enumerate(program.inputs)]
+        self._inputs = [(i, slot, dtype, bid) for i, (slot, dtype, _, bid)
+                        in enumerate(layout.inputs)]
         # the shape of each array input: native code indexes it without bounds checks, so a
         # call checks every array against it before the pointer table is filled
-        self._input_shapes = [b.shape if b.is_array else None for b in program.inputs]
+        self._input_shapes = [shape for _, _, shape, _ in layout.inputs]
         # constants as (slot, array), outputs to allocate as (slot, shape, dtype, buffer id),
-        self._consts = [(slots[b.id], self._const_arrays[b.id]) for b in program.consts
-                        if b.id in slots] + list(nested_consts)
-        self._num_slots = max([self._num_slots] + [slot + 1 for slot, _ in nested_consts])
-        outputs = {b.id: b for b in program.outputs if isinstance(b, Buffer) and b.kind == "output"}
-        self._outputs = [(slots[b.id], b.shape, b.dtype, b.id) for b in outputs.values()]
+        self._consts = list(layout.consts)
+        self._outputs = list(layout.outputs)
         # outputs that may be written into a donated input (see donation.py): output index
         # -> candidate input positions
-        self._aliases = {k: (aliases or {})[bid] for k, (_, _, _, bid) in enumerate(self._outputs)
-                         if bid in (aliases or {})}
+        self._aliases = dict(layout.aliases)
         # and, per result, where it comes from.
-        self._results = []
-        input_position = {b.id: i for i, b in enumerate(program.inputs)}
-        out_position = {bid: k for k, bid in enumerate(outputs)}
-        for b in program.outputs:
-            if not isinstance(b, Buffer):
-                self._results.append(("literal", np.asarray(b)))
-            elif b.id in out_position:
-                self._results.append(("output", out_position[b.id]))
-            elif b.id in input_position:
-                self._results.append(("input", input_position[b.id]))
-            elif b.kind == "const":
-                self._results.append(("literal", self._const_arrays[b.id]))
-            else:
-                self._results.append(("array", b.id))
+        self._results = list(layout.results)
         self._simple_results = all(kind == "output" for kind, _ in self._results)
-        self._schedule = []
-        for item in schedule:
-            if isinstance(item, Segment):
-                self._schedule.append(("native", _SEGMENT_TYPE(entry_points[item.name])))
-            else:
-                self._schedule.append(("numpy", item))
+        self._schedule = [("native", _SEGMENT_TYPE(entry_points[item])) if kind == "native"
+                          else ("numpy", item) for kind, item in layout.schedule]
         self._native_only = [fn for kind, fn in self._schedule] \
             if all(kind == "native" for kind, _ in self._schedule) else None
         # arena byte ranges to fill before each call, integer ones and then floating-point
         # ones (where memory is reused, NaN wins); None: no poisoning
-        self._poison = _poison_ranges(program, plan) if config.poison_scratch else None
+        self._poison = layout.poison if config.poison_scratch else None
         if self._poison is not None:
             self._empty = _poisoned_empty  # fresh outputs too
         # The common case (one native segment, array inputs, results that are fresh outputs)
@@ -125,8 +205,33 @@ class Executable:
                 range(len(self._outputs))) else [k for _, k in self._results]
             self.__class__ = _SingleSegmentExecutable if self._poison is None \
                 else _PoisonedSingleSegmentExecutable
-        if not arenas.kept_with_executable(plan.arena_size):
+        if not arenas.kept_with_executable(layout.arena_size):
             self.__class__ = _LentArenaExecutable
+
+    # ---- what the program was compiled from (planned again, for a cached one) ---------------
+
+    def _plan(self) -> tuple:
+        if self._planned is None:
+            native = self._planner()
+            self._planned = (native.program, native.plan, native.slots,
+                             native.program.describe())
+        return self._planned
+
+    program = property(lambda self: self._plan()[0], doc="The fused program (see fusion.py).")
+    plan = property(lambda self: self._plan()[1], doc="Its buffer plan (see buffers.py).")
+    slots = property(lambda self: self._plan()[2],
+                     doc="Buffer id -> its index in the pointer table.")
+    description = property(lambda self: self._plan()[3], doc="A summary of the schedule.")
+
+    def _text(self, k: int) -> str:
+        text = self._ir[k]
+        if isinstance(text, bytes):  # as read from the disk cache: decoded on first use
+            text = text.decode()
+            self._ir = tuple(text if j == k else t for j, t in enumerate(self._ir))
+        return text
+
+    ir_text = property(lambda self: self._text(0), doc="The LLVM IR it was compiled from.")
+    optimized_ir = property(lambda self: self._text(1), doc="That IR after LLVM's passes.")
 
     # ---- calling ----------------------------------------------------------------------------
 
@@ -136,7 +241,7 @@ class Executable:
             table = np.zeros(self._num_slots, np.uint64)
             arena = None
             if not self._lends_arena:  # else slot 0 is filled by each call
-                arena = np.empty(max(self.plan.arena_size, 1), np.uint8)
+                arena = np.empty(max(self._arena_size, 1), np.uint8)
                 table[0] = id(arena)
             for slot, array in self._consts:
                 table[slot] = id(array)
@@ -391,7 +496,7 @@ class _LentArenaExecutable(Executable):
         view = self._thread_buffers()[0]
         state = self._state
         outer = state.arena  # set when this call is nested in one of the same executable
-        arena = arenas.borrow(self.plan.arena_size)
+        arena = arenas.borrow(self._arena_size)
         state.arena, view[0] = arena, id(arena)
         try:
             return Executable.call_donating(self, args, donated)

@@ -43,8 +43,8 @@ import tempfile
 
 import numpy as np
 
-from functrans.backends.llvm import (c_identifiers, codegen, interrupts, pipeline, thread_pool,
-                                     vector_math)
+from functrans.backends.llvm import (c_identifiers, codegen, interrupts, pipeline,
+                                     support_code, thread_pool, vector_math)
 from functrans.backends.llvm.targets import compiling_for
 from functrans.backends.compiler.fusion import Buffer, FallbackStep
 
@@ -276,7 +276,7 @@ def _pool_object() -> bytes:
     import llvmlite.binding as llvm
     codegen.initialize()
     tm = codegen.target_machine()
-    module = llvm.parse_assembly(thread_pool._build_module(tm.triple))
+    module = llvm.parse_assembly(support_code.pool_module(tm.triple))
     for fn in list(module.functions):
         if fn.is_declaration and fn.name.startswith("ft_") and fn.name[3:] in _POOL_LIBC:
             _rename(module, fn, fn.name[3:])

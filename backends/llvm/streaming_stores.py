@@ -18,9 +18,6 @@ bit.
 """
 from __future__ import annotations
 
-import glob
-import os
-
 import llvmlite.ir as ir
 import numpy as np
 
@@ -29,6 +26,9 @@ from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import LoopKernel, unique_buffers
 from functrans.backends.llvm import vector_loops
 from functrans.backends.llvm.scalar_ops import mem_type
+# the cache size decides which kernels stream (named here too, as the tests know it)
+from functrans.backends.llvm.targets import (  # noqa: F401
+    last_level_cache_bytes, min_streamed_bytes)
 from functrans.backends.llvm.vector_math import target_has_avx512
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
@@ -43,37 +43,6 @@ STORE_BYTES = 32
 # independent vectors interleaved instruction by instruction (LLVM's interleave count) the
 # 8-op benchmark chain runs 1.6x faster on AVX2. More vectors run out of registers.
 INTERLEAVE = 4
-DEFAULT_CACHE_BYTES = 8 << 20
-_cache_bytes = None
-
-
-def last_level_cache_bytes() -> int:
-    """Size of the largest CPU cache (from sysfs; 8 MiB where the system does not say)."""
-    global _cache_bytes
-    if _cache_bytes is None:
-        sizes = []
-        for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
-            try:
-                with open(path) as f:
-                    text = f.read().strip().upper()
-            except OSError:
-                continue
-            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            digits = text.rstrip("KMG")
-            if digits.isdigit():
-                sizes.append(int(digits) * scale)
-        if not sizes and hasattr(os, "sysconf"):
-            try:
-                sizes.append(int(os.sysconf("SC_LEVEL3_CACHE_SIZE")))
-            except (ValueError, OSError):
-                pass
-        _cache_bytes = max([s for s in sizes if s > 0], default=DEFAULT_CACHE_BYTES)
-    return _cache_bytes
-
-
-def min_streamed_bytes() -> int:
-    """Kernels touching more bytes than this (inputs plus outputs) stream their output."""
-    return last_level_cache_bytes()
 
 
 def streamed_output(step):

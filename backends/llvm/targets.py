@@ -26,6 +26,8 @@ illegal instruction); ``to_shared_library`` builds for any level.
 from __future__ import annotations
 
 import contextlib
+import glob
+import os
 import threading
 
 from functrans._config import TARGET_CPUS, check_target_cpu, config
@@ -148,3 +150,39 @@ def check_runs_here(target: TargetCPU) -> None:
         raise ValueError(f"target CPU {target.name!r} needs {', '.join(missing)}, which this "
                          f"CPU ({host().cpu}) does not have: its code cannot run here (a "
                          "shared library can still be built for it, with to_shared_library)")
+
+
+# ---- the host's caches -----------------------------------------------------------------------
+
+DEFAULT_CACHE_BYTES = 8 << 20
+_cache_bytes = None
+
+
+def last_level_cache_bytes() -> int:
+    """Size of the largest CPU cache (from sysfs; 8 MiB where the system does not say)."""
+    global _cache_bytes
+    if _cache_bytes is None:
+        sizes = []
+        for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+            try:
+                with open(path) as f:
+                    text = f.read().strip().upper()
+            except OSError:
+                continue
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            digits = text.rstrip("KMG")
+            if digits.isdigit():
+                sizes.append(int(digits) * scale)
+        if not sizes and hasattr(os, "sysconf"):
+            try:
+                sizes.append(int(os.sysconf("SC_LEVEL3_CACHE_SIZE")))
+            except (ValueError, OSError):
+                pass
+        _cache_bytes = max([s for s in sizes if s > 0], default=DEFAULT_CACHE_BYTES)
+    return _cache_bytes
+
+
+def min_streamed_bytes() -> int:
+    """Kernels touching more bytes than this (inputs plus outputs) stream their output past
+    the cache (see :mod:`streaming_stores`): part of the compilation cache key."""
+    return last_level_cache_bytes()

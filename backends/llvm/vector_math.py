@@ -17,13 +17,14 @@ Taylor series were fitted for minimal relative error on the interval each commen
 """
 from __future__ import annotations
 
-import ctypes
 import math
 
 import llvmlite.ir as ir
 import numpy as np
 
-from functrans.backends.llvm import linker, targets
+from functrans.backends.llvm import targets
+# the C library, for float64 and the rarer float32 functions
+from functrans.backends.llvm.libm import LIBM_FUNCTIONS
 
 F32, F64, I32, I64, I1 = ir.FloatType(), ir.DoubleType(), ir.IntType(32), ir.IntType(64), ir.IntType(1)
 
@@ -77,51 +78,6 @@ LN2_LO = float(np.float32(LN2 - LN2_HI))
 ROUNDER = 1.5 * 2 ** 23
 PIO2_HI = math.pi / 2
 PIO2_LO = 6.123233995736766e-17  # pi/2 - PIO2_HI
-
-# ---- the C library, for float64 and the rarer float32 functions -------------------------------
-
-LIBM_FUNCTIONS = {
-    # name: (float32 symbol, float64 symbol, arity)
-    "exp": ("expf", "exp", 1), "exp2": ("exp2f", "exp2", 1), "log": ("logf", "log", 1),
-    "log1p": ("log1pf", "log1p", 1), "expm1": ("expm1f", "expm1", 1),
-    "tanh": ("tanhf", "tanh", 1), "sin": ("sinf", "sin", 1), "cos": ("cosf", "cos", 1),
-    "tan": ("tanf", "tan", 1), "asin": ("asinf", "asin", 1), "acos": ("acosf", "acos", 1),
-    "atan": ("atanf", "atan", 1), "sinh": ("sinhf", "sinh", 1), "cosh": ("coshf", "cosh", 1),
-    "asinh": ("asinhf", "asinh", 1), "acosh": ("acoshf", "acosh", 1),
-    "atanh": ("atanhf", "atanh", 1), "erf": ("erff", "erf", 1), "erfc": ("erfcf", "erfc", 1),
-    "lgamma": ("lgammaf", "lgamma", 1), "cbrt": ("cbrtf", "cbrt", 1),
-    "pow": ("powf", "pow", 2), "atan2": ("atan2f", "atan2", 2),
-    "nextafter": ("nextafterf", "nextafter", 2), "fmod": ("fmodf", "fmod", 2),
-}
-
-_registered = False
-
-
-def _libm():
-    # the usual names first: ctypes.util.find_library runs a subprocess (ldconfig or a compiler)
-    for name in ("libm.so.6", "libm.dylib"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    from ctypes.util import find_library
-    return ctypes.CDLL(find_library("m"))
-
-
-def register_libm_symbols() -> None:
-    """Make ``ft_libm_<symbol>`` resolvable by the JIT linker (once per process). Generated
-    code names C functions this way so that cached machine code is relocated against this
-    process's libm, whatever its address."""
-    global _registered
-    if _registered:
-        return
-    libm = _libm()
-    for f32_name, f64_name, _ in LIBM_FUNCTIONS.values():
-        for sym in (f32_name, f64_name):
-            addr = ctypes.cast(getattr(libm, sym), ctypes.c_void_p).value
-            linker.register_symbol(f"ft_libm_{sym}", addr)
-    _registered = True
-
 
 def target_has_avx512() -> bool:
     """Whether the CPU being compiled for (see :mod:`targets`) has AVX-512: ``ldexp`` on a

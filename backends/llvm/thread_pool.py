@@ -63,10 +63,13 @@ import threading
 
 from functrans.backends.compiler import passes
 from functrans.backends.llvm import interrupts, linker, machine_code
-from functrans.backends.llvm.native_abi import (  # noqa: F401 (the pool's names, used here)
-    BLAS_HOLD_SYMBOL, BURST_JOBS as _BURST_JOBS, PARALLEL_FOR_SYMBOL as SYMBOL, RANGE_SYMBOL,
-    RESERVE_SYMBOL, SERIAL_RANGE_SYMBOL, SERIAL_SYMBOL, SET_BLAS_SYMBOL, START_SYMBOL,
-    STATS_FIELDS, STATS_SYMBOL)
+# the pool's names, used here and by the code generator and BLAS glue through this module
+from functrans.backends.llvm.native_abi import (  # noqa: F401
+    BLAS_HOLD_SYMBOL, PARALLEL_FOR_SYMBOL as SYMBOL, RANGE_SYMBOL, RESERVE_SYMBOL,
+    SERIAL_RANGE_SYMBOL, SERIAL_SYMBOL, SET_BLAS_SYMBOL, START_SYMBOL, STATS_FIELDS,
+    STATS_SYMBOL)
+# how many ranged jobs in a burst wake sleeping workers (tests make such bursts)
+from functrans.backends.llvm.native_abi import BURST_JOBS as _BURST_JOBS  # noqa: F401
 
 logger = logging.getLogger("functrans")
 _lock = threading.RLock()

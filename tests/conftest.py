@@ -51,3 +51,14 @@ def x64():
     from functrans.test_util import x64 as enable_x64
     with enable_x64():
         yield
+
+
+@pytest.fixture
+def cache_in(tmp_path):
+    """The compilation cache in a fresh directory (``tmp_path``) for the duration of a
+    test."""
+    import functrans
+    old = functrans.config.cache_dir
+    functrans.config.update("cache_dir", str(tmp_path))
+    yield tmp_path
+    functrans.config.update("cache_dir", old)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st  # noqa: E402
 import functrans  # noqa: E402
 from functrans.testing import fuzz  # noqa: E402
 from functrans.testing.programs import Program, programs  # noqa: E402
+from llvm_setups import miscompile_dot_epilogues  # noqa: E402
 
 # programs per check in the suite (the derandomized CI profile draws the same ones each run)
 EXAMPLES = {"jit": 150, "vmap": 60, "grad": 60, "sharded": 60, "targets": 40}
@@ -76,17 +77,7 @@ _GRAM = Program(source="def f(x0, x1):\n    v0 = x0.T @ x1 + x0 @ x1\n    return
 
 def test_a_mismatch_is_reported_with_the_program_and_the_pass_to_blame(monkeypatch):
     # a miscompile put into fuse_dot_epilogues: the folded product is scaled twice
-    from functrans.backends.compiler import fusion
-    real = fusion.fuse_dot_epilogues
-
-    def miscompiling(program):
-        program = real(program)
-        for step in program.steps:
-            if isinstance(step, fusion.DotKernel) and step.accumulate:
-                step.alpha *= 2.0
-        return program
-
-    monkeypatch.setattr(fusion, "fuse_dot_epilogues", miscompiling)
+    miscompile_dot_epilogues(monkeypatch)
     with pytest.raises(fuzz.Mismatch) as caught:
         fuzz.check_jit(_GRAM, seed=0)
     report = str(caught.value)

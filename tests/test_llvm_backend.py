@@ -1168,14 +1168,6 @@ def test_cache_hit_in_a_second_process(tmp_path):
     assert first["out"] == second["out"]
 
 
-@pytest.fixture
-def cache_in(tmp_path):
-    old = functrans.config.cache_dir
-    functrans.config.update("cache_dir", str(tmp_path))
-    yield tmp_path
-    functrans.config.update("cache_dir", old)
-
-
 def test_corrupt_cache_entries_are_recompiled(cache_in):
     tmp_path = cache_in
     closed = functrans.make_jaxpr(lambda x: jnp.cos(x) * 3)(np.ones(5, np.float32))

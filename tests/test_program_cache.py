@@ -18,14 +18,7 @@ import functrans.numpy as jnp
 pytest.importorskip("llvmlite")
 
 from functrans.backends.llvm import cache, pipeline, program_cache  # noqa: E402
-
-
-@pytest.fixture
-def cache_in(tmp_path):
-    old = functrans.config.cache_dir
-    functrans.config.update("cache_dir", str(tmp_path))
-    yield tmp_path
-    functrans.config.update("cache_dir", old)
+from llvm_setups import miscompile_dot_epilogues  # noqa: E402
 
 
 def _program(x):
@@ -201,16 +194,7 @@ def test_a_compiler_replaced_at_run_time_neither_stores_nor_trusts_layouts(cache
     right = a.T @ b + a @ b
     np.testing.assert_array_equal(pipeline.compile_jaxpr(closed)(a, b)[0], right)
     assert "layout" in cache.load(program_cache.program_key(closed))[1]
-    real = fusion.fuse_dot_epilogues
-
-    def miscompiling(program):
-        program = real(program)
-        for step in program.steps:
-            if isinstance(step, fusion.DotKernel) and step.accumulate:
-                step.alpha *= 2.0
-        return program
-
-    monkeypatch.setattr(fusion, "fuse_dot_epilogues", miscompiling)
+    real = miscompile_dot_epilogues(monkeypatch)
     assert program_cache.compiler_replaced()
     wrong = pipeline.compile_jaxpr(closed)(a, b)[0]
     assert not np.array_equal(wrong, right)  # compiled by the replaced pass, not read

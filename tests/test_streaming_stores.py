@@ -11,27 +11,11 @@ import re
 import numpy as np
 import pytest
 
-import functrans
 import functrans.numpy as jnp
-from functrans.backends.llvm import pipeline, streaming_stores, targets
+from functrans.backends.llvm import streaming_stores, targets
+from llvm_setups import chain, compiled
 
 THRESHOLD = 1 << 14   # bytes a kernel touches (inputs + outputs) before it streams
-
-
-def chain(x):
-    y = jnp.tanh(x * 1.5 + 0.5)
-    return jnp.maximum(jnp.abs(jnp.exp(-y * y) + x) * 0.5, 0.1)
-
-
-def compiled(fn, *args, streamed_above: int, target_cpu=None):
-    """``fn`` compiled for ``args`` with the streaming threshold at ``streamed_above``."""
-    closed = functrans.make_jaxpr(fn)(*args)
-    original = streaming_stores.min_streamed_bytes
-    streaming_stores.min_streamed_bytes = lambda: streamed_above
-    try:
-        return pipeline.compile_jaxpr(closed, use_cache=False, target_cpu=target_cpu)
-    finally:
-        streaming_stores.min_streamed_bytes = original
 
 
 def both_ways(fn, *args, target_cpu=None):

@@ -26,6 +26,14 @@ def _entry(name: str):
     return JOB(thread_pool.helper_address(name))
 
 
+def _pool_entry():
+    """The ranged jobs' entry; skips the test where the pool has no worker."""
+    entry = _entry(thread_pool.RANGE_SYMBOL)
+    if thread_pool.workers() == 0:
+        pytest.skip("one CPU: the pool runs jobs on the calling thread")
+    return entry
+
+
 def _run(entry, body, n: int) -> None:
     entry(ctypes.cast(body, ctypes.c_void_p), None, n)
 
@@ -60,9 +68,7 @@ def _with_workers_awake(entry, job, calls: list, attempts: int = 20) -> bool:
 def test_a_ranged_job_runs_chunk_by_chunk_on_the_pool():
     """On the pool every chunk is a call of its own, ``fn(ctx, c, c + 1)``, whichever thread
     claims it."""
-    parallel_for_range = _entry(thread_pool.RANGE_SYMBOL)
-    if thread_pool.workers() == 0:
-        pytest.skip("one CPU: the pool runs jobs on the calling thread")
+    parallel_for_range = _pool_entry()
     calls = []
 
     @RANGE_FN
@@ -105,9 +111,7 @@ def test_a_burst_of_ranged_jobs_wakes_the_sleeping_workers():
     """With every worker asleep, a ranged job is one call on the calling thread (a worker
     would get up later than a short job lasts); the _BURST_JOBS-th of a burst wakes the
     workers, and a job a little later goes to the pool, chunk by chunk."""
-    parallel_for_range = _entry(thread_pool.RANGE_SYMBOL)
-    if thread_pool.workers() == 0:
-        pytest.skip("one CPU: the pool runs jobs on the calling thread")
+    parallel_for_range = _pool_entry()
     calls = []
 
     @RANGE_FN
@@ -156,9 +160,7 @@ def test_a_ranged_job_on_the_pool_stops_at_a_sigint():
 def test_ranged_chunks_run_in_the_callers_float_mode():
     """A ranged job's chunks, on whichever thread, run with the caller's FTZ/DAZ bits (the
     pool's threads reach them through a wrapper, which the job's mode must reach too)."""
-    parallel_for_range = _entry(thread_pool.RANGE_SYMBOL)
-    if thread_pool.workers() == 0:
-        pytest.skip("one CPU: the pool runs jobs on the calling thread")
+    parallel_for_range = _pool_entry()
     seen = []
 
     @RANGE_FN

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import functrans
-import functrans.numpy as jnp
 from functrans import lax
-from functrans.backends.llvm import convolution, pipeline, streaming_stores, targets, vector_loops
+from functrans.backends.llvm import convolution, targets, vector_loops
+from llvm_setups import chain, compiled
 
 LONG = vector_loops.LONG_CHAIN_MIN_ELEMENTS
 TARGETS = ["x86-64-v3", "x86-64-v4", "native"]
@@ -20,21 +20,6 @@ TARGETS = ["x86-64-v3", "x86-64-v4", "native"]
 
 def runnable(target: str) -> bool:
     return not targets.missing_features(targets.resolve(target))
-
-
-def chain(x):
-    y = jnp.tanh(x * 1.5 + 0.5)
-    return jnp.maximum(jnp.abs(jnp.exp(-y * y) + x) * 0.5, 0.1)
-
-
-def compiled(fn, *args, target_cpu="native", streamed_above=1 << 62):
-    closed = functrans.make_jaxpr(fn)(*args)
-    original = streaming_stores.min_streamed_bytes
-    streaming_stores.min_streamed_bytes = lambda: streamed_above
-    try:
-        return pipeline.compile_jaxpr(closed, use_cache=False, target_cpu=target_cpu)
-    finally:
-        streaming_stores.min_streamed_bytes = original
 
 
 def interleave_counts(text: str) -> set:
@@ -64,15 +49,15 @@ def test_long_chains_interleave_by_the_registers_and_widen_with_avx512(target):
 
 def test_cheap_loops_keep_one_vector_per_iteration():
     x = np.ones(4 * LONG, np.float32)
-    exe = compiled(lambda x: x * 2.0 + 1.0, x)
+    exe = compiled(lambda x: x * 2.0 + 1.0, x, target_cpu="native")
     assert interleave_counts(exe.ir_text) == {1}
     assert "prefer-vector-width" not in exe.ir_text
 
 
 def test_a_streamed_long_chain_gives_the_plain_loops_bits():
     x = np.random.default_rng(2).standard_normal(LONG + 301).astype(np.float32)
-    streamed = compiled(chain, x, streamed_above=1 << 14)
-    plain = compiled(chain, x)
+    streamed = compiled(chain, x, streamed_above=1 << 14, target_cpu="native")
+    plain = compiled(chain, x, target_cpu="native")
     assert "!nontemporal" in streamed.ir_text and "!nontemporal" not in plain.ir_text
     np.testing.assert_array_equal(streamed(x)[0].view(np.uint32), plain(x)[0].view(np.uint32))
 

@@ -222,6 +222,24 @@ class _PoolModule:
         if self.pause is not None:
             b.call(self.pause, [])
 
+    def wait_while(self, b, cv, waiting, name):
+        """Under the pool's mutex, wait on the condition variable ``cv`` for as long as
+        ``waiting(b)`` (an i1, read afresh after every wake-up: condition variables wake
+        spuriously) holds; ``b`` is left after the mutex is released."""
+        fn = b.function
+        check = fn.append_basic_block(f"{name}.check")
+        wait_block = fn.append_basic_block(f"{name}.wait")
+        woke = fn.append_basic_block(f"{name}.woke")
+        b.call(self.lock, [self.ptr(b, self.mutex)])
+        b.branch(check)
+        b.position_at_end(check)
+        b.cbranch(waiting(b), wait_block, woke)
+        b.position_at_end(wait_block)
+        b.call(self.wait, [self.ptr(b, cv), self.ptr(b, self.mutex)])
+        b.branch(check)
+        b.position_at_end(woke)
+        b.call(self.unlock, [self.ptr(b, self.mutex)])
+
     @staticmethod
     def counted_loop(b, fn, extent, body, name):
         """for i in range(extent): body(i) (extent an i64 value)."""
@@ -375,8 +393,7 @@ def _add_run_chunks(pool: _PoolModule) -> None:
 
 def _add_worker(pool: _PoolModule) -> None:
     """``worker(arg)``: wait for a new generation, run its chunks, repeat."""
-    m, generation, mutex, job_cv = pool.m, pool.generation, pool.mutex, pool.job_cv
-    lock, unlock, wait, ticks = pool.lock, pool.unlock, pool.wait, pool.ticks
+    m, generation, job_cv, ticks = pool.m, pool.generation, pool.job_cv, pool.ticks
     now_ns, note_starved, note_with_core = pool.now_ns, pool.note_starved, pool.note_with_core
     run = pool.run
     worker = ir.Function(m, ir.FunctionType(I8P, [I8P]), name="worker")
@@ -385,9 +402,9 @@ def _add_worker(pool: _PoolModule) -> None:
     seen_slot = b.alloca(I32)
     spins_slot, cpu_slot, wall_slot = b.alloca(I64), b.alloca(I64), b.alloca(I64)
     b.store(b.load_atomic(generation, "acquire", 4), seen_slot)
-    top, spin, spin_next, check, starving, sleep, sleep_check, work = (
+    top, spin, spin_next, check, starving, sleep, work = (
         worker.append_basic_block(n) for n in
-        ("top", "spin", "spin_next", "check", "starving", "sleep", "sleep_check", "work"))
+        ("top", "spin", "spin_next", "check", "starving", "sleep", "work"))
 
     def nanoseconds(clock_id):
         return b.call(now_ns, [ir.Constant(I32, clock_id)])
@@ -439,18 +456,8 @@ def _add_worker(pool: _PoolModule) -> None:
     b.branch(sleep)
     b.position_at_end(sleep)
     b.atomic_rmw("add", pool.sleeping, ir.Constant(I32, 1), "seq_cst")
-    b.call(lock, [pool.ptr(b, mutex)])
-    b.branch(sleep_check)
-    b.position_at_end(sleep_check)
-    still = b.icmp_unsigned("==", b.load_atomic(generation, "acquire", 4), b.load(seen_slot))
-    wait_block = worker.append_basic_block("wait")
-    woke = worker.append_basic_block("woke")
-    b.cbranch(still, wait_block, woke)
-    b.position_at_end(wait_block)
-    b.call(wait, [pool.ptr(b, job_cv), pool.ptr(b, mutex)])
-    b.branch(sleep_check)
-    b.position_at_end(woke)
-    b.call(unlock, [pool.ptr(b, mutex)])
+    pool.wait_while(b, job_cv, lambda b: b.icmp_unsigned(
+        "==", b.load_atomic(generation, "acquire", 4), b.load(seen_slot)), "sleep")
     b.atomic_rmw("sub", pool.sleeping, ir.Constant(I32, 1), "seq_cst")
     b.branch(work)
     b.position_at_end(work)
@@ -644,7 +651,7 @@ def _emit_pool_job(pool: _PoolModule, b: ir.IRBuilder, fn, ctx, n, first, start_
     counter, done, job_fn, job_ctx = pool.counter, pool.done, pool.job_fn, pool.job_ctx
     job_n, generation, job_epoch = pool.job_n, pool.generation, pool.job_epoch
     mutex, job_cv, done_cv = pool.mutex, pool.job_cv, pool.done_cv
-    lock, unlock, wait, ticks = pool.lock, pool.unlock, pool.wait, pool.ticks
+    lock, unlock, ticks = pool.lock, pool.unlock, pool.ticks
     pf = b.function
     gen = b.add(b.load_atomic(generation, "monotonic", 4), ir.Constant(I32, 1))
     gen_high = b.shl(b.zext(gen, I64), ir.Constant(I64, 32))
@@ -663,9 +670,8 @@ def _emit_pool_job(pool: _PoolModule, b: ir.IRBuilder, fn, ctx, n, first, start_
     b.call(unlock, [pool.ptr(b, mutex)])
     b.call(pool.run, [gen])
     # every chunk is claimed; wait until the last one has finished
-    spin, spin_next, sleep, sleep_check, wait_block, release = (
-        pf.append_basic_block(n) for n in ("spin", "spin_next", "sleep", "sleep_check", "wait",
-                                           "release"))
+    spin, spin_next, sleep, release = (
+        pf.append_basic_block(n) for n in ("spin", "spin_next", "sleep", "release"))
     waited_from = b.call(ticks, [])
     b.branch(spin)
     b.position_at_end(spin)
@@ -676,17 +682,8 @@ def _emit_pool_job(pool: _PoolModule, b: ir.IRBuilder, fn, ctx, n, first, start_
     waited = b.sub(b.call(ticks, []), waited_from)
     b.cbranch(b.icmp_unsigned("<", waited, ir.Constant(I64, _CALLER_SPIN_TICKS)), spin, sleep)
     b.position_at_end(sleep)
-    b.call(lock, [pool.ptr(b, mutex)])
-    b.branch(sleep_check)
-    b.position_at_end(sleep_check)
-    pending = b.icmp_unsigned("<", b.load_atomic(done, "acquire", 8), n)
-    woke = pf.append_basic_block("woke")
-    b.cbranch(pending, wait_block, woke)
-    b.position_at_end(wait_block)
-    b.call(wait, [pool.ptr(b, done_cv), pool.ptr(b, mutex)])
-    b.branch(sleep_check)
-    b.position_at_end(woke)
-    b.call(unlock, [pool.ptr(b, mutex)])
+    pool.wait_while(b, done_cv,
+                    lambda b: b.icmp_unsigned("<", b.load_atomic(done, "acquire", 8), n), "sleep")
     b.branch(release)
     b.position_at_end(release)
     b.store_atomic(ir.Constant(I32, 0), pool.busy, "release", 4)

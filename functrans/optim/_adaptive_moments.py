@@ -50,6 +50,17 @@ def _nesterov_mu_hat(mu, updates, b1, count):
 # Adam and its close variants: AdaMax, AMSGrad, AdaBelief, RAdam, Yogi
 # =============================================================================================
 
+def zero_moments(state_type, mu_dtype=None):
+    """The ``init`` of a transformation whose state is ``state_type(count, mu, nu)``: a zero
+    int32 step count and two moments of zeros shaped like the parameters (``mu`` in
+    ``mu_dtype`` when it is given)."""
+    def init(params):
+        return state_type(jnp.zeros([], jnp.int32), tree_zeros_like(params, dtype=mu_dtype),
+                          tree_zeros_like(params))
+
+    return init
+
+
 class ScaleByAdamState(NamedTuple):
     """The state of :func:`scale_by_adam` (and of AdaMax, RAdam, Yogi): the step count and
     the first and second moments."""
@@ -75,9 +86,7 @@ def scale_by_adam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None,
     """
     mu_dtype = canonicalize_dtype(mu_dtype)
 
-    def init(params):
-        return ScaleByAdamState(jnp.zeros([], jnp.int32), tree_zeros_like(params, dtype=mu_dtype),
-                                tree_zeros_like(params))
+    init = zero_moments(ScaleByAdamState, mu_dtype)
 
     def update(updates, state, params=None):
         del params
@@ -107,9 +116,7 @@ def scale_by_adamax(b1=0.9, b2=0.999, eps=1e-8) -> GradientTransformation:
         >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)))[0]  # ~ sign(g) at step 1
         Array([0.99999976], dtype=float32)
     """
-    def init(params):
-        return ScaleByAdamState(jnp.zeros([], jnp.int32), tree_zeros_like(params),
-                                tree_zeros_like(params))
+    init = zero_moments(ScaleByAdamState)
 
     def update(updates, state, params=None):
         del params
@@ -187,9 +194,7 @@ def scale_by_belief(b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16, *,
         >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)))[0]  # 2 / sqrt((2 - 0.2)^2)
         Array([1.1111037], dtype=float32)
     """
-    def init(params):
-        return ScaleByBeliefState(jnp.zeros([], jnp.int32), tree_zeros_like(params),
-                                  tree_zeros_like(params))
+    init = zero_moments(ScaleByBeliefState)
 
     def update(updates, state, params=None):
         del params
@@ -227,9 +232,7 @@ def scale_by_radam(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, threshold=5.0, *,
     """
     rho_inf = 2.0 / (1.0 - b2) - 1.0
 
-    def init(params):
-        return ScaleByAdamState(jnp.zeros([], jnp.int32), tree_zeros_like(params),
-                                tree_zeros_like(params))
+    init = zero_moments(ScaleByAdamState)
 
     def update(updates, state, params=None):
         del params

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from functrans import numpy as jnp
-from functrans.optim._adaptive_moments import ScaleByBeliefState
+from functrans.optim._adaptive_moments import ScaleByBeliefState, zero_moments
 from functrans.optim._adding import add_decayed_weights
 from functrans.optim._base import GradientTransformation, GradientTransformationExtraArgs
 from functrans.optim._combining import chain
 from functrans.optim._numerics import safe_increment
 from functrans.optim._scaling import scale_by_learning_rate
 from functrans.optim._tree_math import (tree_bias_correction, tree_update_moment,
-                                        tree_update_moment_per_elem_norm, tree_zeros_like)
+                                        tree_update_moment_per_elem_norm)
 from functrans.tree_util import tree_map
 
 __all__ = ["scale_by_acprop", "acprop"]
@@ -28,9 +28,7 @@ def scale_by_acprop(b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16) -> GradientTran
         >>> opt.update(jnp.array([2.0]), opt.init(jnp.zeros(1)))[0]
         Array([2.], dtype=float32)
     """
-    def init(params):
-        return ScaleByBeliefState(jnp.zeros([], jnp.int32), tree_zeros_like(params),
-                                  tree_zeros_like(params))
+    init = zero_moments(ScaleByBeliefState)
 
     def update(updates, state, params=None):
         del params

@@ -5,15 +5,14 @@ from __future__ import annotations
 from typing import Callable
 
 from functrans import numpy as jnp
-from functrans.optim._adaptive_moments import ScaleByAdamState
+from functrans.optim._adaptive_moments import ScaleByAdamState, zero_moments
 from functrans.optim._base import GradientTransformation, GradientTransformationExtraArgs, \
     canonicalize_dtype
 from functrans.optim._combining import chain
 from functrans.optim._numerics import safe_increment
 from functrans.optim._scaling import scale_by_learning_rate
 from functrans.optim._tree_casting import tree_cast
-from functrans.optim._tree_math import tree_update_moment, tree_update_moment_per_elem_norm, \
-    tree_zeros_like
+from functrans.optim._tree_math import tree_update_moment, tree_update_moment_per_elem_norm
 from functrans.tree_util import tree_map
 
 __all__ = ["scale_by_adopt", "adopt"]
@@ -45,9 +44,7 @@ def scale_by_adopt(b1=0.9, b2=0.9999, eps=1e-6, mu_dtype=None, *, nesterov: bool
     """
     mu_dtype = canonicalize_dtype(mu_dtype)
 
-    def init(params):
-        return ScaleByAdamState(jnp.zeros([], jnp.int32), tree_zeros_like(params, dtype=mu_dtype),
-                                tree_zeros_like(params))
+    init = zero_moments(ScaleByAdamState, mu_dtype)
 
     def update(updates, state, params=None):
         del params

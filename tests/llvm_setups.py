@@ -1,0 +1,42 @@
+"""What the LLVM backend's tests share: a long elementwise chain, a program compiled with
+the streaming stores' threshold moved, and a pass replaced by one that miscompiles."""
+from __future__ import annotations
+
+import functrans
+import functrans.numpy as jnp
+from functrans.backends.compiler import fusion
+from functrans.backends.llvm import pipeline, streaming_stores
+
+
+def chain(x):
+    """Eight elementwise operations, three of them inline math functions."""
+    y = jnp.tanh(x * 1.5 + 0.5)
+    return jnp.maximum(jnp.abs(jnp.exp(-y * y) + x) * 0.5, 0.1)
+
+
+def compiled(fn, *args, streamed_above: int = 1 << 62, target_cpu=None):
+    """``fn`` compiled for ``args`` (no disk cache) with arrays of over ``streamed_above``
+    bytes written by streaming stores (by default none is)."""
+    closed = functrans.make_jaxpr(fn)(*args)
+    original = streaming_stores.min_streamed_bytes
+    streaming_stores.min_streamed_bytes = lambda: streamed_above
+    try:
+        return pipeline.compile_jaxpr(closed, use_cache=False, target_cpu=target_cpu)
+    finally:
+        streaming_stores.min_streamed_bytes = original
+
+
+def miscompile_dot_epilogues(monkeypatch):
+    """Replace ``fusion.fuse_dot_epilogues`` (for the test's duration) by a pass that scales
+    every product it folds twice; returns the real pass."""
+    real = fusion.fuse_dot_epilogues
+
+    def miscompiling(program):
+        program = real(program)
+        for step in program.steps:
+            if isinstance(step, fusion.DotKernel) and step.accumulate:
+                step.alpha *= 2.0
+        return program
+
+    monkeypatch.setattr(fusion, "fuse_dot_epilogues", miscompiling)
+    return real

@@ -345,7 +345,7 @@ def linearize(indices, shape) -> IndexExpr:
 def delinearize(flat: IndexExpr, shape) -> list:
     """The coordinates in ``shape`` of row-major offset ``flat``."""
     out = []
-    stride = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    stride = math.prod(shape) if len(shape) else 1
     for size in shape:
         stride //= max(int(size), 1)
         out.append(mod(floordiv(flat, stride), size) if size else const(0))

@@ -12,10 +12,10 @@ O3 pipeline, given the target CPU's features, vectorizes them.
 """
 from __future__ import annotations
 
+import math
 import re
 
 import llvmlite.ir as ir
-import numpy as np
 
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler import passes
@@ -329,7 +329,7 @@ def parallel_chunks(step, min_elements: int = PARALLEL_MIN_ELEMENTS) -> int:
     the kept ones (so each output element is finished by one thread)."""
     if not step.shape or step.shape[0] < 2 or thread_pool.compiled_threads() < 2:
         return 1
-    size = int(np.prod(step.shape, dtype=np.int64))
+    size = math.prod(step.shape)
     if size < min_elements:
         return 1
     if isinstance(step, ReduceKernel):

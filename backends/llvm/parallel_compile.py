@@ -108,9 +108,11 @@ def _threads_and_parts(text: str) -> tuple:
     if not (machine_code.unlocked("LLVMPY_TargetMachineEmitToMemory")
             and machine_code.unlocked("LLVMPY_RunNewModulePassManager")):
         return 1, 1
+    threads = min(thread_pool.num_threads(), 1 + thread_pool.spare_cores(), MAX_THREADS)
+    if threads < 2:  # a busy machine: the module's text is not even read (0.4 ms)
+        return 1, 1
     size = sum(f.size for f in _parse(text)[1].values())
-    parts = min(thread_pool.num_threads(), 1 + thread_pool.spare_cores(), MAX_THREADS,
-                int(size // MIN_PART_LINES))
+    parts = min(threads, int(size // MIN_PART_LINES))
     return (parts, parts) if parts > 1 else (1, 1)
 
 

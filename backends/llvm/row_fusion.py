@@ -22,8 +22,7 @@ splits over threads by rows.
 from __future__ import annotations
 
 import functools
-
-import numpy as np
+import math
 
 from functrans import _caches
 from functrans.backends.compiler import exprs as E
@@ -100,7 +99,7 @@ def _row_shape(step, rows_width=None):
         if not shape or any(off is not _row_major(shape) for _, off, _ in step.outputs):
             return None
         if rows_width is not None and shape[-1] != rows_width[1] and \
-                int(np.prod(shape, dtype=np.int64)) == rows_width[0] * rows_width[1]:
+                math.prod(shape) == rows_width[0] * rows_width[1]:
             return tuple(rows_width)
     elif isinstance(step, ReduceKernel):
         shape = step.shape
@@ -109,7 +108,7 @@ def _row_shape(step, rows_width=None):
             return None
     else:
         return None
-    width, rows = shape[-1], int(np.prod(shape[:-1], dtype=np.int64))
+    width, rows = shape[-1], math.prod(shape[:-1])
     return (rows, width) if width >= 2 and rows >= 1 else None
 
 

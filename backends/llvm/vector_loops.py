@@ -26,7 +26,7 @@ iteration, 3.0-3.2 with four, 3.2-3.3 with one 512-bit vector, 2.5-2.9 with four
 """
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from functrans.backends.compiler.fusion import LoopKernel
 from functrans.backends.llvm import scalar_ops, targets
@@ -42,7 +42,7 @@ def long_chain(step) -> bool:
     elements whose values call inline float32 math (see the module docstring)."""
     if not isinstance(step, LoopKernel) or not step.shape:
         return False
-    if int(np.prod(step.shape, dtype=np.int64)) < LONG_CHAIN_MIN_ELEMENTS:
+    if math.prod(step.shape) < LONG_CHAIN_MIN_ELEMENTS:
         return False
     return scalar_ops.calls_inline_math([value for _, _, value in step.outputs])
 

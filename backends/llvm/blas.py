@@ -19,6 +19,8 @@ from functrans.backends.llvm import linker, thread_pool
 # matrix_products.gemm_split), and the bands of matrix-vector products (gemv_bands)
 GEMM_FOR_SYMBOL = "ft_gemm_for"
 GEMM_RANGE_FOR_SYMBOL = "ft_gemm_for_range"
+# ... and products cut into blocks of rows or columns that are one call when run serially
+GEMM_JOINED_FOR_SYMBOL = "ft_gemm_for_joined"
 
 _blas_registered = False
 
@@ -150,7 +152,9 @@ def register_gemm_symbols() -> None:
     pooled = local_threads is not None and thread_pool.num_threads() > 1
     for name, on_pool, serial in (
             (GEMM_FOR_SYMBOL, thread_pool.SYMBOL, thread_pool.SERIAL_SYMBOL),
-            (GEMM_RANGE_FOR_SYMBOL, thread_pool.RANGE_SYMBOL, thread_pool.SERIAL_RANGE_SYMBOL)):
+            (GEMM_RANGE_FOR_SYMBOL, thread_pool.RANGE_SYMBOL, thread_pool.SERIAL_RANGE_SYMBOL),
+            (GEMM_JOINED_FOR_SYMBOL, thread_pool.JOINED_SYMBOL,
+             thread_pool.SERIAL_RANGE_SYMBOL)):
         linker.register_symbol(name, thread_pool.helper_address(on_pool if pooled else serial))
     _gemm_registered = True
 
@@ -209,4 +213,5 @@ def splits_gemms(object_code: bytes) -> bool:
     """Whether compiled code runs matrix products in chunks (see
     :func:`matrix_products.gemm_split`) or holds BLAS to one thread around a product."""
     return any(name.encode() in object_code
-               for name in (GEMM_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL, thread_pool.BLAS_HOLD_SYMBOL))
+               for name in (GEMM_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL, GEMM_JOINED_FOR_SYMBOL,
+                            thread_pool.BLAS_HOLD_SYMBOL))

@@ -15,7 +15,9 @@ threads call it chunk by chunk; when the calling thread runs the job alone (no w
 pool paused or used by another thread, or every worker asleep: a short job is over before
 a sleeping worker gets up, so the job only wakes them for the next one) it is the one call
 ``range_fn(ctx, 0, n_chunks)``. Its results must not depend on the cut: the generated code
-cuts only where they do not.
+cuts only where they do not. ``ft_parallel_for_joined`` is the same for longer jobs (a
+matrix product in blocks of rows or columns), under the rules of ``ft_parallel_for``: the
+ordinary pause, and sleeping workers woken for it.
 
 Design, and why:
 

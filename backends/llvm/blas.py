@@ -19,6 +19,8 @@ from functrans.backends.llvm import linker, thread_pool
 # matrix_products.gemm_split), and the bands of matrix-vector products (gemv_bands)
 GEMM_FOR_SYMBOL = "ft_gemm_for"
 GEMM_RANGE_FOR_SYMBOL = "ft_gemm_for_range"
+# ... and products cut into blocks of rows or columns that are one call when run serially
+GEMM_JOINED_FOR_SYMBOL = "ft_gemm_for_joined"
 
 _blas_registered = False
 
@@ -58,6 +60,30 @@ def register_blas_symbols() -> None:
 
 _openblas_library: list = []
 
+# OpenBLAS's idle threads spin (yielding) for 2**OPENBLAS_THREAD_TIMEOUT cycles before they
+# sleep: 2**28 by default, about 0.1 s, from the moment the library is loaded and after each
+# threaded call. Generated code never runs SciPy's OpenBLAS threaded (see thread_pool's hold),
+# so that spin only takes a core from the first calls of the program that loaded it: the MLP
+# step's first 10 calls in a fresh process on the 2-core development VM, 6 pairs, took 3.7 ms
+# (median) with it against 2.1 ms without (docs/performance.md, "The MLP step"). When functrans
+# loads the library it asks for this shorter spin, about 0.3 ms, still long enough for a
+# user's back-to-back threaded SciPy calls; a value the user set is kept.
+OPENBLAS_THREAD_TIMEOUT = 20
+
+
+def _load_openblas(path: str) -> ctypes.CDLL:
+    """``ctypes.CDLL(path)``, OpenBLAS's thread timeout set while it loads (it reads its
+    environment then, once) unless the user set one; the environment is left as it was, so
+    child processes see what the user gave them."""
+    name = "OPENBLAS_THREAD_TIMEOUT"
+    if name in os.environ:
+        return ctypes.CDLL(path)
+    os.environ[name] = str(OPENBLAS_THREAD_TIMEOUT)
+    try:
+        return ctypes.CDLL(path)
+    finally:
+        del os.environ[name]
+
 
 def _scipy_openblas():
     """The OpenBLAS that SciPy's wheels ship (``scipy.libs``), loaded, or None."""
@@ -70,7 +96,7 @@ def _scipy_openblas():
             for folder in ("scipy.libs", os.path.join("scipy", ".dylibs")):
                 for path in sorted(glob.glob(os.path.join(site, folder, "*openblas*"))):
                     try:
-                        found = ctypes.CDLL(path)
+                        found = _load_openblas(path)
                         break
                     except OSError:
                         continue
@@ -126,7 +152,9 @@ def register_gemm_symbols() -> None:
     pooled = local_threads is not None and thread_pool.num_threads() > 1
     for name, on_pool, serial in (
             (GEMM_FOR_SYMBOL, thread_pool.SYMBOL, thread_pool.SERIAL_SYMBOL),
-            (GEMM_RANGE_FOR_SYMBOL, thread_pool.RANGE_SYMBOL, thread_pool.SERIAL_RANGE_SYMBOL)):
+            (GEMM_RANGE_FOR_SYMBOL, thread_pool.RANGE_SYMBOL, thread_pool.SERIAL_RANGE_SYMBOL),
+            (GEMM_JOINED_FOR_SYMBOL, thread_pool.JOINED_SYMBOL,
+             thread_pool.SERIAL_RANGE_SYMBOL)):
         linker.register_symbol(name, thread_pool.helper_address(on_pool if pooled else serial))
     _gemm_registered = True
 
@@ -185,4 +213,5 @@ def splits_gemms(object_code: bytes) -> bool:
     """Whether compiled code runs matrix products in chunks (see
     :func:`matrix_products.gemm_split`) or holds BLAS to one thread around a product."""
     return any(name.encode() in object_code
-               for name in (GEMM_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL, thread_pool.BLAS_HOLD_SYMBOL))
+               for name in (GEMM_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL, GEMM_JOINED_FOR_SYMBOL,
+                            thread_pool.BLAS_HOLD_SYMBOL))

@@ -44,7 +44,8 @@ from functrans.backends.llvm.row_fusion import RowGroup
 from functrans.backends.llvm.libm import register_libm_symbols
 # what the rest of the backend, its tools and its tests find here
 from functrans.backends.llvm.blas import (  # noqa: F401
-    BLAS_ROUTINES, GEMM_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL, LAPACK_ROUTINES, _openblas_library,
+    BLAS_ROUTINES, GEMM_FOR_SYMBOL, GEMM_JOINED_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL,
+    LAPACK_ROUTINES, _openblas_library,
     _scipy_openblas, blas_threads, needs_blas, register_blas_symbols, register_gemm_symbols,
     splits_gemms)
 from functrans.backends.llvm.ir_builder import array_data_offset  # noqa: F401

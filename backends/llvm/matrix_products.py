@@ -17,7 +17,8 @@ from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import DotKernel, Program
 from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm.attention import AttentionStep
-from functrans.backends.llvm.blas import GEMM_FOR_SYMBOL, GEMM_RANGE_FOR_SYMBOL
+from functrans.backends.llvm.blas import (GEMM_FOR_SYMBOL, GEMM_JOINED_FOR_SYMBOL,
+                                          GEMM_RANGE_FOR_SYMBOL)
 from functrans.backends.llvm.control_flow import nested_programs
 from functrans.backends.llvm.convolution import ConvolutionStep
 from functrans.backends.llvm.ir_builder import I8, I8P, I32, I64, calls_only_function, emits
@@ -82,6 +83,12 @@ GEMV_MIN_DEPTH = 16
 # this size (8 MB of float32, about a millisecond from memory); a larger product splits as a
 # matrix product.
 GEMV_BANDED_MAX_ELEMENTS = 1 << 21
+# A split product whose blocks the calling thread joins into one call when it runs them alone
+# (see joined_blocks) must give the same bits either way. OpenBLAS 0.3.30 sends products of
+# m * n * k up to 100**3 to its small-matrix kernels (SkylakeX), which sum otherwise than its
+# blocked ones: a block under that bound, of a product over it, changed the bits (32x300x128
+# cut in two, among 323 of 2024 small-m cases). So each block keeps at least this many.
+JOINED_MIN_BLOCK_MNK = 1 << 21
 
 
 def matrix_vector(step: DotKernel) -> str | None:
@@ -156,6 +163,31 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     return ("batch" if step.batch > 1 else axis), int(chunks)
 
 
+def joined_blocks(step: DotKernel, threads: int | None = None) -> bool:
+    """Whether the chunks of a product split into blocks of rows or columns of C (see
+    :func:`gemm_split`) run through ``ft_parallel_for_joined``: one BLAS call for all of
+    them when the calling thread runs them alone (a paused pool: a busy machine), where
+    each block would pack the operand the blocks share again. Single-threaded OpenBLAS
+    0.3.30 took 8-12% longer for a 128x512 product in two column blocks than in one call
+    (docs/performance.md, "The MLP step"). Only splits of one chunk per thread: a longer
+    job, cut finer, still goes to the pool during a pause (support_code._CONTENDED_POOL_NS);
+    and blocks of at least JOINED_MIN_BLOCK_MNK.
+    Only float32 products: their blocks give the bits of the whole call (each element of C
+    sums its k terms in the same order whatever the block; tests/test_gemm_joined.py checks
+    it), where OpenBLAS's ``dgemm`` summed some shapes' blocks otherwise (100x700x300 by
+    any cut; 256x1024x512 by some)."""
+    threads = thread_pool.compiled_threads() if threads is None else threads
+    if (step.out is not None and step.out.dtype != np.float32) or matrix_vector(step):
+        return False  # a matrix-vector product's gemv blocks: see GEMV_BAND_ALIGN
+    axis, chunks = gemm_split(step, threads)
+    if axis not in ("m", "n") or not 1 < chunks <= threads or gemv_bands(step, threads)[0] > 1:
+        return False
+    extent = step.m if axis == "m" else step.n
+    rows = -(-extent // chunks)
+    smallest = extent - (-(-extent // rows) - 1) * rows  # the last block's rows or columns
+    return smallest * (step.m * step.n // extent) * step.k >= JOINED_MIN_BLOCK_MNK
+
+
 def splits_products(program: Program) -> bool:
     """Whether ``program`` (or a loop body in it) runs a matrix product, a convolution or
     blocked attention on the thread pool (its other products then keep BLAS to one
@@ -211,8 +243,9 @@ def emit_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr):
 
 
 def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chunks: int):
-    """The product in ``chunks`` chunks along ``axis``, run by ``ft_gemm_for``, or the bands
-    of a matrix-vector product (see :func:`gemv_bands`), run by ``ft_gemm_for_range``. Each
+    """The product in ``chunks`` chunks along ``axis``, run by ``ft_gemm_for`` (by
+    ``ft_gemm_for_joined`` when :func:`joined_blocks`), or the bands of a matrix-vector
+    product (see :func:`gemv_bands`), run by ``ft_gemm_for_range``. Each
     chunk writes its own block of C with the whole k sum, so which thread runs which
     chunk never changes the result."""
     mb.kernel_count += 1
@@ -220,8 +253,9 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
     mb.names[name] = f"a matrix product {step.describe()}"
     extent = {"batch": step.batch, "m": step.m, "n": step.n}[axis]
     bands, rows = gemv_bands(step)
-    ranged = bands > 1
-    if not ranged:
+    joined = bands == 1 and joined_blocks(step)
+    ranged = bands > 1 or joined
+    if bands == 1:
         rows = -(-extent // chunks)
     chunks = -(-extent // rows)
     fn = ir.Function(mb.module, RANGE_FN if ranged else CHUNK_FN, name=name)
@@ -248,8 +282,9 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
     cb.ret_void()
     fn = mb.shared(fn)
     ctx = mb.chunk_context(b, (a_ptr, b_ptr, c_ptr))
-    gemm_for = mb.math.declare(GEMM_RANGE_FOR_SYMBOL if ranged else GEMM_FOR_SYMBOL,
-                               ir.VoidType(), [I8P, I8P, I64])
+    symbol = GEMM_JOINED_FOR_SYMBOL if joined else (
+        GEMM_RANGE_FOR_SYMBOL if ranged else GEMM_FOR_SYMBOL)
+    gemm_for = mb.math.declare(symbol, ir.VoidType(), [I8P, I8P, I64])
     b.call(gemm_for, [b.bitcast(fn, I8P), ctx, ir.Constant(I64, chunks)])
 
 

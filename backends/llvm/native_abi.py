@@ -37,6 +37,12 @@ PARALLEL_FOR_SYMBOL = "ft_parallel_for"  # void (chunk_fn, ctx, n_chunks)
 # support_code._WAKE_NS), and a paused pool runs it on the caller at once, without timing a
 # first chunk to send a long job to the pool after all (see support_code._CONTENDED_POOL_NS).
 RANGE_SYMBOL = "ft_parallel_for_range"
+# ft_parallel_for_range with the pool's ordinary rules (the pause of ordinary jobs; workers
+# found asleep are woken for it, as for ft_parallel_for): for jobs of hundreds of
+# microseconds whose pieces cost more one by one than together, such as a matrix product cut
+# into row or column blocks (each block a BLAS call that packs the shared operand again).
+# The chunks the calling thread runs alone are one call, as for RANGE_SYMBOL.
+JOINED_SYMBOL = "ft_parallel_for_joined"
 SERIAL_SYMBOL = "ft_serial_for"  # the same as a plain loop on the calling thread
 SERIAL_RANGE_SYMBOL = "ft_serial_for_range"  # ft_parallel_for_range as one call on it
 START_SYMBOL = "ft_pool_start"  # int (workers): starts them, returns how many run

@@ -57,12 +57,13 @@ _C_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": 
 _POOL_LIBC = ("pthread_mutex_init", "pthread_cond_init", "pthread_mutex_lock",
               "pthread_mutex_unlock", "pthread_cond_wait", "pthread_cond_broadcast",
               "pthread_create", "clock_gettime")
-_POOL_DEFINES = (thread_pool.SYMBOL, thread_pool.RANGE_SYMBOL, thread_pool.SERIAL_SYMBOL,
-                 thread_pool.SERIAL_RANGE_SYMBOL, "ft_pool_start", "ft_pool_reserve",
+_POOL_DEFINES = (thread_pool.SYMBOL, thread_pool.RANGE_SYMBOL, thread_pool.JOINED_SYMBOL,
+                 thread_pool.SERIAL_SYMBOL, thread_pool.SERIAL_RANGE_SYMBOL, "ft_pool_start",
+                 "ft_pool_reserve",
                  "ft_pool_set_blas", thread_pool.BLAS_HOLD_SYMBOL)
 # defined by the generated C file
 _C_DEFINES = tuple(f"ft_{r}" for r in codegen.BLAS_ROUTINES + codegen.LAPACK_ROUTINES) + (
-    codegen.GEMM_FOR_SYMBOL, codegen.GEMM_RANGE_FOR_SYMBOL)
+    codegen.GEMM_FOR_SYMBOL, codegen.GEMM_RANGE_FOR_SYMBOL, codegen.GEMM_JOINED_FOR_SYMBOL)
 # the C library's (memset, memcpy, ... that LLVM lowers some intrinsics to)
 _LIBC = ("memset", "memcpy", "memmove")
 
@@ -177,7 +178,7 @@ class _CompiledEntry:
         # parallel loops or split products: the library starts the pool's workers
         self.needs_pool = any(name.encode() in object_code for name in (
             thread_pool.SYMBOL, thread_pool.RANGE_SYMBOL, codegen.GEMM_FOR_SYMBOL,
-            codegen.GEMM_RANGE_FOR_SYMBOL))
+            codegen.GEMM_RANGE_FOR_SYMBOL, codegen.GEMM_JOINED_FOR_SYMBOL))
 
 
 def _compile_entry(entry: Entry, index: int) -> _CompiledEntry:
@@ -518,6 +519,7 @@ def _c_source(compiled: list, names: _LibraryNames, blobs: dict, needs_blas: boo
         "extern void ft_parallel_for(void *chunk, void *context, int64_t count);",
         "extern void ft_serial_for(void *chunk, void *context, int64_t count);",
         "extern void ft_parallel_for_range(void *chunk, void *context, int64_t count);",
+        "extern void ft_parallel_for_joined(void *chunk, void *context, int64_t count);",
         "extern void ft_serial_for_range(void *chunk, void *context, int64_t count);", "",
         *declarations, "",
         _BLAS_C.replace("@ROUTINES@", ", ".join(f'"{r}"' for r in routines))
@@ -664,6 +666,13 @@ __attribute__((visibility("hidden"))) void ft_gemm_for(void *chunk, void *contex
 __attribute__((visibility("hidden"))) void ft_gemm_for_range(void *chunk, void *context,
                                                              int64_t count) {
     if (ft_local_threads && ft_workers > 0) ft_parallel_for_range(chunk, context, count);
+    else ft_serial_for_range(chunk, context, count);
+}
+
+/* a matrix product cut into blocks of rows or columns: one call when they run serially */
+__attribute__((visibility("hidden"))) void ft_gemm_for_joined(void *chunk, void *context,
+                                                              int64_t count) {
+    if (ft_local_threads && ft_workers > 0) ft_parallel_for_joined(chunk, context, count);
     else ft_serial_for_range(chunk, context, count);
 }
 

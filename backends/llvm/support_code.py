@@ -18,6 +18,7 @@ from functrans.backends.llvm import float_mode
 from functrans.backends.llvm.native_abi import (
     ADDRESS_SYMBOL, BLAS_HOLD_SYMBOL, BURST_JOBS, EPOCH, HANDLER_SYMBOL, PARALLEL_FOR_SYMBOL,
     PREVIOUS, PREVIOUS_SIGINFO, RANGE_SYMBOL, RESERVE_SYMBOL, SERIAL_RANGE_SYMBOL,
+    JOINED_SYMBOL,
     SERIAL_SYMBOL, SET_BLAS_SYMBOL, START_SYMBOL, STATE_SYMBOL, STATE_WORDS, STATS_FIELDS,
     STATS_SYMBOL)
 
@@ -266,6 +267,7 @@ def pool_module(triple: str) -> str:
                 _add_parallel_for, _add_start, _add_reserve):
         add(pool)
     _add_parallel_for(pool, ranged=True)
+    _add_parallel_for(pool, ranged=True, joined=True)
     _add_stats(pool.m, (pool.pooled_jobs, pool.contended_jobs, pool.backoff, pool.starved_count,
                         pool.waking_jobs))
     _add_blas_hold(pool.m, pool.lock, pool.unlock, pool.mutex_init, pool.global_)
@@ -477,7 +479,7 @@ def _add_worker(pool: _PoolModule) -> None:
     pool.worker = worker
 
 
-def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
+def _add_parallel_for(pool: _PoolModule, ranged: bool = False, joined: bool = False) -> None:
     """``ft_parallel_for(fn, ctx, n)``: run ``fn(ctx, c)`` for every chunk ``c < n``, on the
     pool or, when it is busy, paused or has no workers, on the calling thread.
 
@@ -485,12 +487,15 @@ def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
     that runs chunks ``[first, end)`` as one piece of work: on the pool each chunk is
     ``fn(ctx, c, c + 1)``, and a job the caller runs alone is the one call ``fn(ctx, 0, n)``
     (a paused pool runs it so at once, without timing a first chunk, and so does a pool
-    whose workers are asleep: see ``native_abi.RANGE_SYMBOL``)."""
+    whose workers are asleep: see ``native_abi.RANGE_SYMBOL``). With ``joined`` too,
+    ``ft_parallel_for_joined``: a ranged job under the ordinary jobs' pause, which wakes
+    sleeping workers (``native_abi.JOINED_SYMBOL``)."""
     m, workers, serial_until = pool.m, pool.workers, pool.serial_until
     busy, pooled_jobs, contended_jobs = pool.busy, pool.pooled_jobs, pool.contended_jobs
     now_ns = pool.now_ns
     pf = ir.Function(m, ir.FunctionType(VOID, [I8P, I8P, I64]),
-                     name=RANGE_SYMBOL if ranged else PARALLEL_FOR_SYMBOL)
+                     name=(JOINED_SYMBOL if joined else RANGE_SYMBOL) if ranged
+                     else PARALLEL_FOR_SYMBOL)
     fn_arg, ctx_arg, n_arg = pf.args
     b = ir.IRBuilder(pf.append_basic_block("entry"))
     caller_mode_slot = b.alloca(I32) if pool.has_mode else None
@@ -507,7 +512,7 @@ def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
     b.cbranch(b.or_(no_workers, tiny), serial, check_clock)
     b.position_at_end(check_clock)  # within a pause after a worker was starved: run alone...
     until = b.load_atomic(serial_until, "acquire", 8)
-    if ranged:  # see _RANGED_PAUSE
+    if ranged and not joined:  # see _RANGED_PAUSE
         longer = b.mul(b.load_atomic(pool.backoff, "monotonic", 8),
                        ir.Constant(I64, _RANGED_PAUSE - 1))
         until = b.add(until, longer)
@@ -541,7 +546,7 @@ def _add_parallel_for(pool: _PoolModule, ranged: bool = False) -> None:
     to_serial.append((first, b.block))
     b.cbranch(got, pooled, serial)
     b.position_at_end(pooled)
-    if ranged:
+    if ranged and not joined:
         alone = _emit_alone_while_asleep(pool, b, now, (fn_arg, ctx_arg, n_arg), serial,
                                          start_epoch, caller_mode_slot)
         to_serial.append((ir.Constant(I64, 0), alone))
@@ -858,12 +863,14 @@ def _serial_loop(m: ir.Module, name: str) -> None:
 
 
 def serial_pool_module(triple: str) -> str:
-    """``ft_parallel_for`` as a plain loop (``ft_parallel_for_range`` as one call), and a
+    """``ft_parallel_for`` as a plain loop (``ft_parallel_for_range`` and
+    ``ft_parallel_for_joined`` as one call), and a
     ``ft_pool_start`` that starts nothing."""
     m = ir.Module(name="functrans_serial_pool")
     m.triple = triple
     _serial_loop(m, PARALLEL_FOR_SYMBOL)
     _serial_range(m, RANGE_SYMBOL)
+    _serial_range(m, JOINED_SYMBOL)
     _add_serial_helpers(m)
     start = ir.Function(m, ir.FunctionType(I32, [I32]), name=START_SYMBOL)
     ir.IRBuilder(start.append_basic_block("entry")).ret(ir.Constant(I32, 0))

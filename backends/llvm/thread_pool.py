@@ -15,7 +15,9 @@ threads call it chunk by chunk; when the calling thread runs the job alone (no w
 pool paused or used by another thread, or every worker asleep: a short job is over before
 a sleeping worker gets up, so the job only wakes them for the next one) it is the one call
 ``range_fn(ctx, 0, n_chunks)``. Its results must not depend on the cut: the generated code
-cuts only where they do not.
+cuts only where they do not. ``ft_parallel_for_joined`` is the same for longer jobs (a
+matrix product in blocks of rows or columns), under the rules of ``ft_parallel_for``: the
+ordinary pause, and sleeping workers woken for it.
 
 Design, and why:
 
@@ -65,7 +67,7 @@ from functrans.backends.compiler import passes
 from functrans.backends.llvm import interrupts, linker, machine_code
 # the pool's names, used here and by the code generator and BLAS glue through this module
 from functrans.backends.llvm.native_abi import (  # noqa: F401
-    BLAS_HOLD_SYMBOL, PARALLEL_FOR_SYMBOL as SYMBOL, RANGE_SYMBOL, RESERVE_SYMBOL,
+    BLAS_HOLD_SYMBOL, JOINED_SYMBOL, PARALLEL_FOR_SYMBOL as SYMBOL, RANGE_SYMBOL, RESERVE_SYMBOL,
     SERIAL_RANGE_SYMBOL, SERIAL_SYMBOL, SET_BLAS_SYMBOL, START_SYMBOL, STATS_FIELDS,
     STATS_SYMBOL)
 # how many ranged jobs in a burst wake sleeping workers (tests make such bursts)
@@ -181,7 +183,8 @@ def ensure_started() -> None:
         for name in (RANGE_SYMBOL, BLAS_HOLD_SYMBOL):
             linker.register_symbol(name, loaded.address(name))
         helpers = {name: loaded.address(name)
-                   for name in (SYMBOL, RANGE_SYMBOL, SERIAL_SYMBOL, SERIAL_RANGE_SYMBOL)}
+                   for name in (SYMBOL, RANGE_SYMBOL, JOINED_SYMBOL, SERIAL_SYMBOL,
+                                SERIAL_RANGE_SYMBOL)}
         start = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(loaded.address(START_SYMBOL))
         reserve = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(loaded.address(RESERVE_SYMBOL))
         set_blas = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(loaded.address(SET_BLAS_SYMBOL))
@@ -196,7 +199,7 @@ def ensure_started() -> None:
 
 def helper_address(name: str) -> int:
     """The address of the pool's entry point ``name``: ``SYMBOL``, ``RANGE_SYMBOL``,
-    ``SERIAL_SYMBOL`` or ``SERIAL_RANGE_SYMBOL`` (the pool is started)."""
+    ``JOINED_SYMBOL``, ``SERIAL_SYMBOL`` or ``SERIAL_RANGE_SYMBOL`` (the pool is started)."""
     ensure_started()
     return _state[name]
 

@@ -1,0 +1,46 @@
+"""Loading SciPy's OpenBLAS asks for a short idle spin of its threads (see
+``blas.OPENBLAS_THREAD_TIMEOUT``) without changing the process's environment."""
+import ctypes.util
+import os
+
+import pytest
+
+from functrans.backends.llvm import blas
+
+
+@pytest.fixture
+def libc_path():
+    path = ctypes.util.find_library("c")
+    if path is None:
+        pytest.skip("no C library to load")
+    return path
+
+
+def test_the_environment_is_left_as_it_was(libc_path, monkeypatch):
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
+    seen = []
+    real_cdll = ctypes.CDLL
+
+    def recording_cdll(path, *args, **kwargs):
+        seen.append(os.environ.get("OPENBLAS_THREAD_TIMEOUT"))
+        return real_cdll(path, *args, **kwargs)
+
+    monkeypatch.setattr(blas.ctypes, "CDLL", recording_cdll)
+    blas._load_openblas(libc_path)
+    assert seen == [str(blas.OPENBLAS_THREAD_TIMEOUT)]
+    assert "OPENBLAS_THREAD_TIMEOUT" not in os.environ
+
+
+def test_a_timeout_the_user_set_is_kept(libc_path, monkeypatch):
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "26")
+    seen = []
+    real_cdll = ctypes.CDLL
+
+    def recording_cdll(path, *args, **kwargs):
+        seen.append(os.environ.get("OPENBLAS_THREAD_TIMEOUT"))
+        return real_cdll(path, *args, **kwargs)
+
+    monkeypatch.setattr(blas.ctypes, "CDLL", recording_cdll)
+    blas._load_openblas(libc_path)
+    assert seen == ["26"]
+    assert os.environ["OPENBLAS_THREAD_TIMEOUT"] == "26"

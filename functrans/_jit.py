@@ -26,7 +26,7 @@ from functrans._array import Array, is_concrete_array
 from functrans._array import delete as _array_delete
 from functrans._caches import LRUCache, WeakKeyLRUCache, insert_plain
 from functrans._config import check_target_cpu, config
-from functrans._traceback_util import api_boundary
+from functrans._traceback_util import filter_error
 from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
@@ -636,16 +636,21 @@ class JitWrapped:
                 self._cache.insert(key, entry)
         return entry
 
-    @api_boundary
     def __call__(self, *args, **kwargs):
-        # Fast path: positional Array arguments whose signature ran before, at top level.
-        if not kwargs and self._fast_eligible:
-            signature = _fast_signature(args)
-            if signature is not None:
-                run = self._fast_cache.get(signature[0])
-                if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
-                    return run(signature[1])
-        return self._call(args, kwargs)
+        # A public entry point filtering its errors' tracebacks as api_boundary does, inline:
+        # the wrapper's frame is a good part of a small call.
+        try:
+            # Fast path: positional Array arguments whose signature ran before, at top level.
+            if not kwargs and self._fast_eligible:
+                signature = _fast_signature(args)
+                if signature is not None:
+                    run = self._fast_cache.get(signature[0])
+                    if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
+                        return run(signature[1])
+            return self._call(args, kwargs)
+        except Exception as err:
+            filter_error(err)
+            raise
 
     def _call(self, args, kwargs):
         """A call that the fast path did not serve: trace or look up, compile, run."""
@@ -773,20 +778,23 @@ class _JitWrappedSignatures(JitWrapped):
     switched when a second signature is cached, so that a function called with one
     signature (the usual case) pays nothing for it."""
 
-    @api_boundary
     def __call__(self, *args, **kwargs):
-        if not kwargs and self._fast_eligible:
-            signature = _fast_signature(args)
-            if signature is not None:
-                fast = self._fast_cache
-                run = fast.get(signature[0])
-                if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
-                    try:
-                        fast[signature[0]] = fast.pop(signature[0])  # last: most recent
-                    except KeyError:  # evicted by another thread in between
-                        pass
-                    return run(signature[1])
-        return self._call(args, kwargs)
+        try:  # errors filtered as in JitWrapped.__call__
+            if not kwargs and self._fast_eligible:
+                signature = _fast_signature(args)
+                if signature is not None:
+                    fast = self._fast_cache
+                    run = fast.get(signature[0])
+                    if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
+                        try:
+                            fast[signature[0]] = fast.pop(signature[0])  # last: most recent
+                        except KeyError:  # evicted by another thread in between
+                            pass
+                        return run(signature[1])
+            return self._call(args, kwargs)
+        except Exception as err:
+            filter_error(err)
+            raise
 
 
 # ---- eager operations on device arrays ---------------------------------------------------------
@@ -832,7 +840,16 @@ def _fast_signature(args):
     or lists, tuples, dicts and registered pytree nodes (typed key arrays among them) of
     them; None for anything else. ``key`` encodes the tree
     in preorder (each container with its length or sorted keys, so it is unambiguous) and
-    each leaf's shape, dtype and weak type; ``leaves`` are in ``tree_flatten``'s order."""
+    each leaf's shape, dtype and weak type; ``leaves`` (a sequence) are in ``tree_flatten``'s
+    order."""
+    key = []
+    for a in args:  # the usual call, Arrays only, without the walk's frame
+        if type(a) is not Array:
+            break
+        value = a._value
+        key.append((value.shape, value.dtype, a.weak_type))
+    else:
+        return tuple(key), args
     key, leaves = [], []
     return (tuple(key), leaves) if _signature_walk(args, key, leaves) else None
 
@@ -944,6 +961,10 @@ def _slow_mode() -> bool:
         profiler.is_tracing()
 
 
+# The most leaves a fast runner names one by one (see _fast_runner).
+_UNPACKED_MAX_LEAVES = 32
+
+
 def _fast_runner(entry: _CacheEntry, donated=()):
     """A call of ``entry``'s executable on the leaves of its arguments (see
     :func:`_fast_signature`), with outputs wrapped directly; None when the call needs the
@@ -988,6 +1009,12 @@ def _fast_runner(entry: _CacheEntry, donated=()):
                     "    except KeyboardInterrupt:\n"
                     + textwrap.indent(delete, " " * 8) + "        raise\n"
                     + textwrap.indent(delete, " " * 4))
+        elif len(entry.closed.in_avals) <= _UNPACKED_MAX_LEAVES:
+            # the leaves unpacked by name (which checks their count) rather than by a list
+            # comprehension, a frame of its own per call
+            names = [f"a{i}" for i in range(len(entry.closed.in_avals))]
+            body = (f"    [{', '.join(names)}] = args\n"
+                    f"    o = executable({', '.join(n + '._value' for n in names)})\n")
         else:
             body = "    o = executable(*[a._value for a in args])\n"
         exec(f"def run(args):\n{body}    return {build}\n", namespace)

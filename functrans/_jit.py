@@ -636,16 +636,40 @@ class JitWrapped:
                 self._cache.insert(key, entry)
         return entry
 
+    # whether a fast-path hit marks its signature as the most recently called (see
+    # _JitWrappedSignatures)
+    _keeps_recency = False
+
     def __call__(self, *args, **kwargs):
-        # A public entry point filtering its errors' tracebacks as api_boundary does, inline:
-        # the wrapper's frame is a good part of a small call.
+        # A public entry point filtering its errors' tracebacks as api_boundary does, inline.
+        # Fast path: positional arguments whose signature ran before, at top level. For
+        # Arrays only, the usual call, it calls no helper before the runner: after a call
+        # whose data went through the caches (a batch-1 forward streams megabytes of weights),
+        # each Python frame on the way costs microseconds.
         try:
-            # Fast path: positional Array arguments whose signature ran before, at top level.
             if not kwargs and self._fast_eligible:
-                signature = _fast_signature(args)
+                key = []
+                for a in args:
+                    if type(a) is not Array:
+                        signature = _fast_signature(args)
+                        break
+                    value = a._value
+                    key.append((value.shape, value.dtype, a.weak_type))
+                else:  # the key _fast_signature makes
+                    signature = (tuple(key), args)
                 if signature is not None:
-                    run = self._fast_cache.get(signature[0])
-                    if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
+                    fast = self._fast_cache
+                    run = fast.get(signature[0])
+                    # flags that need the full call path: eager mode, checks, a profile
+                    values = config._values
+                    if run is not None and core._state.dynamic.level == 0 and not (
+                            values["disable_jit"] or values["debug_nans"]
+                            or values["debug_infs"] or profiler.is_tracing()):
+                        if self._keeps_recency:
+                            try:
+                                fast[signature[0]] = fast.pop(signature[0])  # last: most recent
+                            except KeyError:  # evicted by another thread in between
+                                pass
                         return run(signature[1])
             return self._call(args, kwargs)
         except Exception as err:
@@ -776,25 +800,9 @@ class _JitWrappedSignatures(JitWrapped):
     """A :class:`JitWrapped` whose fast path holds several signatures: a hit also marks its
     signature as the most recently called, for the cache's eviction order. The class is
     switched when a second signature is cached, so that a function called with one
-    signature (the usual case) pays nothing for it."""
+    signature (the usual case) pays only the check of ``_keeps_recency`` for it."""
 
-    def __call__(self, *args, **kwargs):
-        try:  # errors filtered as in JitWrapped.__call__
-            if not kwargs and self._fast_eligible:
-                signature = _fast_signature(args)
-                if signature is not None:
-                    fast = self._fast_cache
-                    run = fast.get(signature[0])
-                    if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
-                        try:
-                            fast[signature[0]] = fast.pop(signature[0])  # last: most recent
-                        except KeyError:  # evicted by another thread in between
-                            pass
-                        return run(signature[1])
-            return self._call(args, kwargs)
-        except Exception as err:
-            filter_error(err)
-            raise
+    _keeps_recency = True
 
 
 # ---- eager operations on device arrays ---------------------------------------------------------
@@ -952,13 +960,6 @@ def _check_host_arguments(leaves, avals, backend) -> None:
         if not is_concrete_array(leaf) and not _on_gpu(leaf):
             _transfer_guard.check("host_to_device", False,
                                   lambda: _transfer_guard.describe_host_to_device(aval, None))
-
-
-def _slow_mode() -> bool:
-    """Flags that need the full call path (checks, explanations, eager mode, a profile)."""
-    values = config._values
-    return values["disable_jit"] or values["debug_nans"] or values["debug_infs"] or \
-        profiler.is_tracing()
 
 
 # The most leaves a fast runner names one by one (see _fast_runner).

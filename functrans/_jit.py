@@ -998,8 +998,11 @@ def _fast_runner(entry: _CacheEntry, donated=()):
         return run_device
 
     if build is not None:  # straight-line code: a call returns in a few µs
-        namespace = {"executable": executable, "new": new_array, "donated": tuple(donated),
-                     "donatable": _donatable, "Array": Array, "delete": _array_delete}
+        # a backend may give a call specialized to the signature, with the same checks
+        call = getattr(executable, "call_specialized", executable)
+        namespace = {"executable": executable, "call": call, "new": new_array,
+                     "donated": tuple(donated), "donatable": _donatable, "Array": Array,
+                     "delete": _array_delete}
         if donated:  # ownership is judged before the list of buffers adds references
             # the donated Arrays are deleted, also after a call that Ctrl-C stopped part-way
             # (a donated buffer may then hold part of a result)
@@ -1015,9 +1018,9 @@ def _fast_runner(entry: _CacheEntry, donated=()):
             # comprehension, a frame of its own per call
             names = [f"a{i}" for i in range(len(entry.closed.in_avals))]
             body = (f"    [{', '.join(names)}] = args\n"
-                    f"    o = executable({', '.join(n + '._value' for n in names)})\n")
+                    f"    o = call({', '.join(n + '._value' for n in names)})\n")
         else:
-            body = "    o = executable(*[a._value for a in args])\n"
+            body = "    o = call(*[a._value for a in args])\n"
         exec(f"def run(args):\n{body}    return {build}\n", namespace)
         return namespace.pop("run")  # not left in its own globals: no cycle to outlive it
 

@@ -653,8 +653,9 @@ class JitWrapped:
                     if type(a) is not Array:
                         signature = _fast_signature(args)
                         break
-                    value = a._value
-                    key.append((value.shape, value.dtype, a.weak_type))
+                    # no local name for the buffer: a donated one must be referenced by its
+                    # Array alone when the call judges its ownership (_exclusively_owned)
+                    key.append((a._value.shape, a._value.dtype, a.weak_type))
                 else:  # the key _fast_signature makes
                     signature = (tuple(key), args)
                 if signature is not None:

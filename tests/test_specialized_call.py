@@ -113,3 +113,23 @@ def test_jit_fast_path_gives_the_same_results():
         got = jitted(jnp.asarray(x), jnp.asarray(y))
     for g, w in zip(got, exe(x, y)):
         np.testing.assert_array_equal(np.asarray(g), w)
+
+
+@pytest.mark.parametrize("others", ["arrays", "numpy"])
+def test_donated_buffers_are_reused_through_the_fast_path(others):
+    """The fast path holds no reference of its own to an argument's buffer while the call
+    judges whether a donated one is owned by its Array alone."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 48)).astype(np.float32)
+    g = rng.standard_normal((32, 24)).astype(np.float32)
+    if others == "arrays":
+        x, g = jnp.asarray(x), jnp.asarray(g)
+    step = functrans.jit(lambda w, x, g: w - 0.1 * (x.T @ g), donate_argnums=0)
+    w = functrans.jit(lambda v: v + 0.0)(jnp.asarray(rng.standard_normal((48, 24)),
+                                                     dtype=jnp.float32))
+    for _ in range(3):  # the first call takes the full path, the others the fast one
+        address = w._value.__array_interface__["data"][0]
+        new = step(w, x, g)
+        assert w.is_deleted()
+        assert new._value.__array_interface__["data"][0] == address
+        w = new

@@ -716,6 +716,8 @@ def eval_shape(fun: Callable, *args, **kwargs):
 
 def block_until_ready(x):
     """Wait for every array in the pytree ``x`` to be computed; returns ``x``."""
+    if type(x) is Array:  # one host array, the usual case, without flattening a tree
+        return x
     for leaf in tree_util.tree_leaves(x):
         if type(leaf) is Array:  # a host array is computed when it exists
             continue

@@ -26,7 +26,7 @@ from functrans._array import Array, is_concrete_array
 from functrans._array import delete as _array_delete
 from functrans._caches import LRUCache, WeakKeyLRUCache, insert_plain
 from functrans._config import check_target_cpu, config
-from functrans._traceback_util import api_boundary
+from functrans._traceback_util import filter_error
 from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
@@ -636,16 +636,46 @@ class JitWrapped:
                 self._cache.insert(key, entry)
         return entry
 
-    @api_boundary
+    # whether a fast-path hit marks its signature as the most recently called (see
+    # _JitWrappedSignatures)
+    _keeps_recency = False
+
     def __call__(self, *args, **kwargs):
-        # Fast path: positional Array arguments whose signature ran before, at top level.
-        if not kwargs and self._fast_eligible:
-            signature = _fast_signature(args)
-            if signature is not None:
-                run = self._fast_cache.get(signature[0])
-                if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
-                    return run(signature[1])
-        return self._call(args, kwargs)
+        # A public entry point filtering its errors' tracebacks as api_boundary does, inline.
+        # Fast path: positional arguments whose signature ran before, at top level. For
+        # Arrays only, the usual call, it calls no helper before the runner: after a call
+        # whose data went through the caches (a batch-1 forward streams megabytes of weights),
+        # each Python frame on the way costs microseconds.
+        try:
+            if not kwargs and self._fast_eligible:
+                key = []
+                for a in args:
+                    if type(a) is not Array:
+                        signature = _fast_signature(args)
+                        break
+                    # no local name for the buffer: a donated one must be referenced by its
+                    # Array alone when the call judges its ownership (_exclusively_owned)
+                    key.append((a._value.shape, a._value.dtype, a.weak_type))
+                else:  # the key _fast_signature makes
+                    signature = (tuple(key), args)
+                if signature is not None:
+                    fast = self._fast_cache
+                    run = fast.get(signature[0])
+                    # flags that need the full call path: eager mode, checks, a profile
+                    values = config._values
+                    if run is not None and core._state.dynamic.level == 0 and not (
+                            values["disable_jit"] or values["debug_nans"]
+                            or values["debug_infs"] or profiler.is_tracing()):
+                        if self._keeps_recency:
+                            try:
+                                fast[signature[0]] = fast.pop(signature[0])  # last: most recent
+                            except KeyError:  # evicted by another thread in between
+                                pass
+                        return run(signature[1])
+            return self._call(args, kwargs)
+        except Exception as err:
+            filter_error(err)
+            raise
 
     def _call(self, args, kwargs):
         """A call that the fast path did not serve: trace or look up, compile, run."""
@@ -771,22 +801,9 @@ class _JitWrappedSignatures(JitWrapped):
     """A :class:`JitWrapped` whose fast path holds several signatures: a hit also marks its
     signature as the most recently called, for the cache's eviction order. The class is
     switched when a second signature is cached, so that a function called with one
-    signature (the usual case) pays nothing for it."""
+    signature (the usual case) pays only the check of ``_keeps_recency`` for it."""
 
-    @api_boundary
-    def __call__(self, *args, **kwargs):
-        if not kwargs and self._fast_eligible:
-            signature = _fast_signature(args)
-            if signature is not None:
-                fast = self._fast_cache
-                run = fast.get(signature[0])
-                if run is not None and core._state.dynamic.level == 0 and not _slow_mode():
-                    try:
-                        fast[signature[0]] = fast.pop(signature[0])  # last: most recent
-                    except KeyError:  # evicted by another thread in between
-                        pass
-                    return run(signature[1])
-        return self._call(args, kwargs)
+    _keeps_recency = True
 
 
 # ---- eager operations on device arrays ---------------------------------------------------------
@@ -832,7 +849,16 @@ def _fast_signature(args):
     or lists, tuples, dicts and registered pytree nodes (typed key arrays among them) of
     them; None for anything else. ``key`` encodes the tree
     in preorder (each container with its length or sorted keys, so it is unambiguous) and
-    each leaf's shape, dtype and weak type; ``leaves`` are in ``tree_flatten``'s order."""
+    each leaf's shape, dtype and weak type; ``leaves`` (a sequence) are in ``tree_flatten``'s
+    order."""
+    key = []
+    for a in args:  # the usual call, Arrays only, without the walk's frame
+        if type(a) is not Array:
+            break
+        value = a._value
+        key.append((value.shape, value.dtype, a.weak_type))
+    else:
+        return tuple(key), args
     key, leaves = [], []
     return (tuple(key), leaves) if _signature_walk(args, key, leaves) else None
 
@@ -937,11 +963,8 @@ def _check_host_arguments(leaves, avals, backend) -> None:
                                   lambda: _transfer_guard.describe_host_to_device(aval, None))
 
 
-def _slow_mode() -> bool:
-    """Flags that need the full call path (checks, explanations, eager mode, a profile)."""
-    values = config._values
-    return values["disable_jit"] or values["debug_nans"] or values["debug_infs"] or \
-        profiler.is_tracing()
+# The most leaves a fast runner names one by one (see _fast_runner).
+_UNPACKED_MAX_LEAVES = 32
 
 
 def _fast_runner(entry: _CacheEntry, donated=()):
@@ -976,8 +999,11 @@ def _fast_runner(entry: _CacheEntry, donated=()):
         return run_device
 
     if build is not None:  # straight-line code: a call returns in a few µs
-        namespace = {"executable": executable, "new": new_array, "donated": tuple(donated),
-                     "donatable": _donatable, "Array": Array, "delete": _array_delete}
+        # a backend may give a call specialized to the signature, with the same checks
+        call = getattr(executable, "call_specialized", executable)
+        namespace = {"executable": executable, "call": call, "new": new_array,
+                     "donated": tuple(donated), "donatable": _donatable, "Array": Array,
+                     "delete": _array_delete}
         if donated:  # ownership is judged before the list of buffers adds references
             # the donated Arrays are deleted, also after a call that Ctrl-C stopped part-way
             # (a donated buffer may then hold part of a result)
@@ -988,8 +1014,14 @@ def _fast_runner(entry: _CacheEntry, donated=()):
                     "    except KeyboardInterrupt:\n"
                     + textwrap.indent(delete, " " * 8) + "        raise\n"
                     + textwrap.indent(delete, " " * 4))
+        elif len(entry.closed.in_avals) <= _UNPACKED_MAX_LEAVES:
+            # the leaves unpacked by name (which checks their count) rather than by a list
+            # comprehension, a frame of its own per call
+            names = [f"a{i}" for i in range(len(entry.closed.in_avals))]
+            body = (f"    [{', '.join(names)}] = args\n"
+                    f"    o = call({', '.join(n + '._value' for n in names)})\n")
         else:
-            body = "    o = executable(*[a._value for a in args])\n"
+            body = "    o = call(*[a._value for a in args])\n"
         exec(f"def run(args):\n{body}    return {build}\n", namespace)
         return namespace.pop("run")  # not left in its own globals: no cycle to outlive it
 

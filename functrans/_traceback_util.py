@@ -54,21 +54,28 @@ def api_boundary(fun):
         try:
             return fun(*args, **kwargs)
         except Exception as err:
-            if config.traceback_filtering == "off":
-                raise
-            if not getattr(err, "_functrans_filtered", False):
-                try:
-                    err._functrans_filtered = True
-                except AttributeError:
-                    pass
-                else:
-                    if hasattr(err, "add_note"):  # Python 3.11+
-                        err.add_note(_FILTERED_NOTE)
-            # Filtered at every boundary it crosses (an outer transform's frames join the
-            # traceback after an inner one filtered it). A bare raise keeps the cause and
-            # context and adds no frame of this wrapper; when every frame was functrans's,
-            # the user's call site is what remains.
-            err.with_traceback(_filtered(err.__traceback__))
+            filter_error(err)
             raise
 
     return wrapped
+
+
+def filter_error(err: Exception) -> None:
+    """What :func:`api_boundary` does to an error leaving the public API, for an entry point
+    that catches it itself (a hot path saving the wrapper's frame): drop functrans's frames
+    from its traceback. The caller re-raises it with a bare ``raise``, which keeps the cause
+    and context and adds no frame of the caller's."""
+    if config.traceback_filtering == "off":
+        return
+    if not getattr(err, "_functrans_filtered", False):
+        try:
+            err._functrans_filtered = True
+        except AttributeError:
+            pass
+        else:
+            if hasattr(err, "add_note"):  # Python 3.11+
+                err.add_note(_FILTERED_NOTE)
+    # Filtered at every boundary it crosses (an outer transform's frames join the traceback
+    # after an inner one filtered it); when every frame was functrans's, the user's call site
+    # is what remains.
+    err.with_traceback(_filtered(err.__traceback__))

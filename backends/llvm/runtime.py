@@ -23,6 +23,7 @@ marker value instead of what a previous call or another buffer left there.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 
 import numpy as np
@@ -196,6 +197,7 @@ class Executable:
         # The common case (one native segment, array inputs, results that are fresh outputs)
         # gets a call path with nothing else in it: about 1 µs of Python around the native
         # call for a small program.
+        lent = not arenas.kept_with_executable(layout.arena_size)
         if self._native_only is not None and len(self._native_only) == 1 \
                 and self._simple_results and all(d is not None for _, _, d, _ in self._inputs):
             self._fast_inputs = [(i, slot or 0, dtype, self._input_shapes[i])
@@ -205,7 +207,9 @@ class Executable:
                 range(len(self._outputs))) else [k for _, k in self._results]
             self.__class__ = _SingleSegmentExecutable if self._poison is None \
                 else _PoisonedSingleSegmentExecutable
-        if not arenas.kept_with_executable(layout.arena_size):
+            if not lent:
+                self.call_specialized = _specialized_call(self)
+        if lent:
             self.__class__ = _LentArenaExecutable
 
     # ---- what the program was compiled from (planned again, for a cached one) ---------------
@@ -236,18 +240,8 @@ class Executable:
     # ---- calling ----------------------------------------------------------------------------
 
     def _thread_buffers(self):
-        state = self._state
-        if state.table is None:
-            table = np.zeros(self._num_slots, np.uint64)
-            arena = None
-            if not self._lends_arena:  # else slot 0 is filled by each call
-                arena = np.empty(max(self._arena_size, 1), np.uint8)
-                table[0] = id(arena)
-            for slot, array in self._consts:
-                table[slot] = id(array)
-            state.table, state.view, state.arena = table, memoryview(table), arena
-            state.address = table.ctypes.data
-        return state.view, state.arena
+        return _thread_buffers(self._state, self._num_slots,
+                               None if self._lends_arena else self._arena_size, self._consts)
 
     def _fast_call(self, *args):
         state = self._state
@@ -464,6 +458,73 @@ def _raise_shape_mismatch(position: int, shape, dtype, given) -> None:
     expected = f"{dtype.name}[{','.join(map(str, shape))}]"
     raise TypeError(f"compiled program: argument {position} must be an array of type "
                     f"{expected}, got one of shape {np.shape(given)}")
+
+
+def _thread_buffers(state: _ThreadState, num_slots: int, arena_size: int | None,
+                    consts) -> tuple:
+    """``(view of the pointer table, arena)`` of the calling thread in ``state``, made on its
+    first call: the arena (``arena_size`` bytes; None: lent by each call, which fills slot
+    0) and the constants entered once."""
+    if state.table is None:
+        table = np.zeros(num_slots, np.uint64)
+        arena = None
+        if arena_size is not None:
+            arena = np.empty(max(arena_size, 1), np.uint8)
+            table[0] = id(arena)
+        for slot, array in consts:
+            table[slot] = id(array)
+        state.table, state.view, state.arena = table, memoryview(table), arena
+        state.address = table.ctypes.data
+    return state.view, state.arena
+
+
+def _specialized_call(exe: Executable):
+    """``exe``'s short call path (``_fast_call``, its poisoning included) as straight-line code
+    for its signature, ``call(*arrays) -> list of arrays``: the same checks of the count,
+    type, dtype, layout and shape of every argument and the same steps, without the loops
+    over the plans of the inputs and outputs. After a program whose data went through the
+    caches (a batch-1 forward streams megabytes of weights), those loops' lookups cost
+    microseconds (see docs/performance.md, "Batch 1"). It refers to ``exe``'s state and
+    machine code, not to ``exe`` (no cycle: the executable still goes with its last
+    reference); ``jit``'s fast path calls it (``call_specialized``)."""
+    state, segment = exe._state, exe._native_only[0]
+    names = {"ndarray": np.ndarray, "asarray": np.asarray, "empty": exe._empty,
+             "mismatch": _raise_shape_mismatch, "settle": interrupts.settle, "state": state,
+             "segment": segment, "poison_arena": _poison_arena, "ranges": exe._poison,
+             "machine_code": exe._engine,  # mapped while the call exists
+             "thread_buffers": functools.partial(_thread_buffers, state, exe._num_slots,
+                                                 exe._arena_size, exe._consts)}
+    n = exe._num_inputs
+    lines = ["def call(*args):",
+             "    view = state.view",
+             "    if view is None:",
+             "        view = thread_buffers()[0]",
+             f"    if len(args) != {n}:",
+             f"        raise TypeError(f'compiled program takes {n} arguments, '",
+             "                        f'got {len(args)}')"]
+    if exe._poison is not None:
+        lines.append("    poison_arena(state.arena, ranges)")
+    for i, slot, dtype, shape in exe._fast_inputs:
+        names[f"dtype{i}"], names[f"shape{i}"] = dtype, shape
+        a, d = f"a{i}", f"dtype{i}"
+        lines += [f"    {a} = args[{i}]",
+                  f"    if type({a}) is not ndarray or ({a}.dtype is not {d} and {a}.dtype != {d})"
+                  f" or not {a}.flags.c_contiguous:",
+                  f"        {a} = asarray({a}, dtype={d}, order='C')",
+                  f"    if {a}.shape != shape{i}:",
+                  f"        mismatch({i}, shape{i}, {d}, {a})",
+                  f"    view[{slot}] = id({a})"]
+    for k, (slot, shape, dtype) in enumerate(exe._fast_outputs):
+        names[f"out_shape{k}"], names[f"out_dtype{k}"] = shape, dtype
+        lines += [f"    o{k} = empty(out_shape{k}, out_dtype{k})", f"    view[{slot}] = id(o{k})"]
+    order = exe._fast_order if exe._fast_order is not None else range(len(exe._fast_outputs))
+    lines += ["    address = state.address",
+              "    status = segment(address)",
+              "    if status:  # see interrupts.py",
+              "        settle(status, segment, address)",
+              f"    return [{', '.join(f'o{k}' for k in order)}]"]
+    exec("\n".join(lines) + "\n", names)
+    return names.pop("call")  # not left in its own globals: no cycle to outlive it
 
 
 class _SingleSegmentExecutable(Executable):

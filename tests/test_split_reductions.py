@@ -36,6 +36,8 @@ def test_which_reductions_are_cut_and_into_how_many_pieces():
     assert kernels.split_chunks(_reduce((65536, 16), (True, False), monoid="max")) > 1
     # too small, nothing kept, a kept outermost dimension (split in rows already), integers
     assert kernels.split_chunks(_reduce((1024, 16), (True, False))) == 1
+    # a layer's bias gradient over a batch of 128
+    assert kernels.split_chunks(_reduce((128, 512), (True, False))) == 1
     assert kernels.split_chunks(_reduce((65536, 16), (True, True))) == 1
     assert kernels.split_chunks(_reduce((16, 65536), (False, True))) == 1
     assert kernels.split_chunks(_reduce((65536, 16), (True, False), np.int32)) == 1

@@ -142,15 +142,18 @@ def call_kernel(mb, b: ir.IRBuilder, step, pointer):
 def split_chunks(step) -> int:
     """Into how many pieces of its outermost dimension a reduction over that dimension is
     cut (1: it is not), from its shape alone: a float sum, product, maximum or minimum over
-    at least ``POOLED_MIN_ELEMENTS`` elements that keeps some dimension, in pieces of at
+    at least ``PARALLEL_MIN_ELEMENTS`` elements that keeps some dimension, in pieces of at
     least ``CHUNK_ELEMENTS``, whose partial results fit ``SPLIT_MAX_BYTES``. Otherwise such
-    a reduction is one serial loop: its chunks would all add into the same outputs."""
+    a reduction is one serial loop: its chunks would all add into the same outputs. (Not
+    from ``POOLED_MIN_ELEMENTS`` in programs that use the pool: the cut would then depend
+    on the program around the reduction, and a small one, a layer's bias gradient, is
+    cheaper than waking the workers.)"""
     if not (isinstance(step, ReduceKernel) and step.shape and step.reduced[0]
             and not all(step.reduced) and step.monoid in ("add", "mul", "max", "min")
             and step.out.dtype in (np.float32, np.float64)):
         return 1
     size = int(np.prod(step.shape, dtype=np.int64))
-    if size < POOLED_MIN_ELEMENTS:
+    if size < PARALLEL_MIN_ELEMENTS:
         return 1
     chunks = min(SPLIT_CHUNKS, step.shape[0], size // CHUNK_ELEMENTS)
     if chunks * step.out.size * step.out.dtype.itemsize > SPLIT_MAX_BYTES:

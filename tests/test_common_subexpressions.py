@@ -100,3 +100,17 @@ def test_a_value_is_kept_alive_at_most_a_few_equations_longer_to_be_merged():
         a = jnp.sin(x * 3)
         return x * 3 + jnp.cos(a)
     assert _names(merge_closed(_flat(near, np.arange(4, dtype=np.float32)))).count("mul") == 1
+
+
+def test_the_merge_is_switched_off_by_name_for_bisecting():
+    """``disable_passes=common_subexpressions`` leaves the inlining pass's program with every
+    copy, as the fuzzer's bisection needs of each optimization."""
+    from functrans.backends.llvm import pipeline
+
+    def f(h):
+        return jnp.sin(h - 1.0) + jnp.cos(h - 1.0)
+    closed = functrans.make_jaxpr(f)(np.ones(8, np.float32))
+    inline = next(p for p in pipeline.passes(closed) if p.name == "inline")
+    assert _names(inline.run(closed)).count("sub") == 1
+    with functrans.config.setting("disable_passes", "common_subexpressions"):
+        assert _names(inline.run(closed)).count("sub") == 2

@@ -132,10 +132,18 @@ def _plan(closed: ClosedJaxpr, fuse: bool):
 
 def _flat_and_merged(closed: ClosedJaxpr | None):
     """The inlining pass, followed by merging common subexpressions (part of the same pass:
-    the passes' names and order are what ``disable_passes`` and the dumps refer to)."""
+    the passes' names and order are what ``disable_passes`` and the dumps refer to; the
+    merge is the inner switch ``common_subexpressions``)."""
     if common_subexpressions.has_remat(closed):
         return fusion.flat_closed
-    return lambda program: common_subexpressions.merge_closed(fusion.flat_closed(program))
+
+    def run(program):
+        flat = fusion.flat_closed(program)
+        if not compiler_passes.enabled("common_subexpressions"):
+            return flat
+        return common_subexpressions.merge_closed(flat)
+
+    return run
 
 
 def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:

@@ -66,3 +66,24 @@ def test_split_reductions_give_the_same_bits_on_any_number_of_threads(tmp_path):
     np.testing.assert_array_equal(largest, (x * 2).max(axis=(0, 1, 2)))
     np.testing.assert_allclose(squares, np.square(x.astype(np.float64) - 0.5).sum(axis=(0, 1, 2)),
                                rtol=1e-5)
+
+
+def test_split_maxima_and_minima_propagate_nan_and_infinities():
+    """A NaN, or an infinity, in any one piece reaches the combined result, as NumPy's
+    reduction gives it."""
+    import functrans
+    import functrans.numpy as jnp
+    x = np.random.default_rng(1).standard_normal((4096, 8, 8)).astype(np.float32)
+    assert kernels.split_chunks(_reduce(x.shape, (True, False, False))) > 1
+    x[3000, 2, 5] = np.nan
+    x[10, 1, 1] = np.inf
+    x[2500, 4, 4] = -np.inf
+    y = np.full(x.shape, 1.0001, np.float32)
+    y[7, 3, 3] = np.nan
+    f = functrans.jit(lambda x, y: (jnp.max(x, axis=0), jnp.min(x, axis=0),
+                                    jnp.sum(x, axis=0), jnp.prod(y, axis=0)))
+    for got, want in zip(f(x, y), (x.max(axis=0), x.min(axis=0), x.sum(axis=0),
+                                   y.prod(axis=0))):
+        got = np.asarray(got)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=2e-5)

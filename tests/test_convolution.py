@@ -4,6 +4,10 @@ kernel gradient, over strides, paddings, input and kernel dilation, feature and 
 groups, layouts, odd sizes, float32 and float64."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -213,3 +217,58 @@ def test_kernel_gradient_over_a_large_batch_sums_every_block():
     want = np.asarray(functrans.jit(grad_w, backend="reference")(x, w))
     np.testing.assert_allclose(np.asarray(functrans.jit(grad_w)(x, w)), want, rtol=1e-4,
                                atol=1e-5 * np.max(np.abs(want)))
+
+
+_KERNEL_GRADIENT_SCRIPT = """
+import sys
+import numpy as np
+import functrans
+from functrans import lax
+rng = np.random.default_rng(3)
+x = rng.standard_normal((16, 20, 20, 16)).astype(np.float32)
+w = rng.standard_normal((3, 3, 16, 16)).astype(np.float32)
+f = lambda x, w: (lax.conv_general_dilated(
+    x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) ** 2).sum()
+np.save(sys.argv[1], np.asarray(functrans.jit(functrans.grad(f, argnums=1))(x, w)))
+"""
+
+
+def _kernel_gradient_step(taps=(3, 3), features=16):
+    from functrans.backends.llvm.convolution import ConvolutionStep
+    from functrans.backends.compiler.fusion import Buffer
+    return ConvolutionStep(Buffer(0, (64, 34, 34, features), np.float32, "temp"),
+                           Buffer(1, (64, 32, 32, 16), np.float32, "temp"),
+                           Buffer(2, (*taps, features, 16), np.float32, "temp"),
+                           dict(window_strides=(1, 1), rhs_dilation=(1, 1),
+                                feature_group_count=1, batch_group_count=1,
+                                dimension_numbers=((3, 0, 1, 2), (3, 0, 1, 2), (2, 3, 0, 1))))
+
+
+def test_a_blocked_kernel_gradient_runs_one_chunk_per_thread_in_equal_rows():
+    """A kernel gradient (its rows are the 9 taps of a 3x3 window, its reduction blocked
+    over the batch) runs one chunk per thread, each going block by block over all its rows;
+    its tile axis is cut in two so that two threads get 9 rows each, not 5 and 4."""
+    step = _kernel_gradient_step()
+    assert step.blocked() and step.rows == 9
+    assert step.tile_parts(threads=2) == 2 and step.work_rows(threads=2) == 18
+    assert step.chunks(threads=2) == 2
+    assert step.tile_parts(threads=3) == 1 and step.chunks(threads=3) == 3
+    assert step.chunks(threads=1) == 1 and step.work_rows(threads=1) == 9
+    # an input-feature axis too short to cut keeps its tiles whole
+    assert _kernel_gradient_step(features=3).tile_parts(threads=2) == 1
+
+
+def test_a_kernel_gradient_has_the_same_bits_on_any_number_of_threads(tmp_path):
+    """Each output sums its blocks in order whatever rows a chunk holds or how its tile axis
+    is cut, so one, two and three threads give the same bits."""
+    results = []
+    for threads in (1, 2, 3):
+        path = tmp_path / f"grad{threads}.npy"
+        env = dict(os.environ, FUNCTRANS_NUM_THREADS=str(threads))
+        done = subprocess.run([sys.executable, "-c", _KERNEL_GRADIENT_SCRIPT, str(path)],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        results.append(np.load(path))
+    assert results[0].shape == (3, 3, 16, 16)
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])

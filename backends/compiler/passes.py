@@ -45,6 +45,7 @@ class Pass(NamedTuple):
 # passes are (see :func:`enabled`), with what switching them off does.
 INNER_SWITCHES = {
     "carries_in_place": "loop carries get two buffers each, swapped every iteration",
+    "common_subexpressions": "equal equations are each computed (inside the inline pass)",
     "donation": "outputs are never written into donated inputs' buffers",
     "matrix_vector": "products with one row or one column call BLAS's gemm, not gemv",
     "parallel_loops": "loops and products run on the calling thread alone",

@@ -26,9 +26,13 @@ is the forward input's feature axis) it runs along the batch axis instead, so th
 of a step are adjacent. The reduction loops go from the largest input stride to the
 smallest; when the outermost one is long (a kernel gradient sums over the whole batch) it
 is cut into blocks whose slice of the kernel operand stays in cache while every tile of the
-row uses it, the accumulators going through the output between blocks. Rows of the output
-(every other axis) are split among the thread pool's workers. Feature groups read their
-slice of the input features, batch groups their slice of the input batch.
+row uses it, the accumulators going through the output between blocks; the blocks are then
+the outermost loop, so that every row of a chunk reuses a block's inputs from cache (a
+kernel gradient's rows, its kernel taps, read the same slice of the batch). Rows of the
+output (every other axis) are split among the thread pool's workers, a blocked
+convolution's in one chunk per thread, its tile axis cut as well when that evens out the
+rows. Feature groups read their slice of the input features, batch groups their slice of
+the input batch.
 
     >>> step = lower_convolution(fallback_step)   # doctest: +SKIP
 """
@@ -53,6 +57,7 @@ OUTPUTS_PER_VECTOR = 6
 CHUNK_FLOPS = 4_000_000    # below this a convolution runs on the calling thread
 BLOCK_BYTES = 96 * 1024    # a reduction block's slice of the kernel operand (L2-resident)
 WIDE_VECTOR_BYTES = 64     # AVX-512's vectors: twice the multiply-adds per instruction
+MIN_TILE_PART = 8          # outputs per part of a tile axis cut for the threads (tile_parts)
 
 
 def max_accumulators() -> int:
@@ -135,13 +140,41 @@ class ConvolutionStep(Step):
         return 2 * self.out.size * int(np.prod(self.kernel, dtype=np.int64)) * self.in_features
 
     def chunks(self, threads: int | None = None) -> int:
-        """How many pieces of its rows the convolution is split into for the thread pool
-        (more than the threads: a preempted worker's share is picked up by the others)."""
+        """How many pieces of its rows (:meth:`work_rows`) the convolution is split into for
+        the thread pool: more than the threads (a preempted worker's share is picked up by
+        the others), or, when its reduction is blocked, one per thread (a piece runs every
+        block over all its rows, which reuse the block's inputs from cache: the fewer
+        pieces, the fewer times the inputs are read from memory)."""
         threads = thread_pool.compiled_threads() if threads is None else threads
         if threads < 2 or self.flops() < CHUNK_FLOPS:
             return 1
+        if self.blocked():
+            return int(min(self.work_rows(threads), threads))
         wanted = max(threads, min(8 * threads, self.flops() // CHUNK_FLOPS))
         return int(min(self.rows, wanted))
+
+    def tile_parts(self, threads: int | None = None) -> int:
+        """Into how many equal parts the tile axis is cut as rows of their own: a blocked
+        convolution with few rows (a kernel gradient's rows are its kernel taps, 9 for a 3x3
+        window) would leave a thread idle for the last row; cutting the tile axis makes
+        the rows a multiple of the threads, as long as each part keeps ``MIN_TILE_PART``
+        outputs to reuse a loaded weight vector for."""
+        threads = thread_pool.compiled_threads() if threads is None else threads
+        if threads < 2 or self.flops() < CHUNK_FLOPS or not self.blocked():
+            return 1
+        extent = self.tile_axis[0]
+        parts = threads // np.gcd(self.rows, threads)
+        if parts > 1 and extent % parts == 0 and extent // parts >= MIN_TILE_PART:
+            return int(parts)
+        return 1
+
+    def work_rows(self, threads: int | None = None) -> int:
+        """The rows the pool's chunks share out: output rows times tile parts."""
+        return self.rows * self.tile_parts(threads)
+
+    def blocked(self) -> bool:
+        """Whether the outermost reduction axis is cut into blocks (:meth:`reduction_block`)."""
+        return self.reduction_block() < self.reduction[0][0]
 
     def reduction_block(self) -> int:
         """How many steps of the outermost reduction axis one pass over a row's tiles takes:
@@ -159,12 +192,12 @@ class ConvolutionStep(Step):
             return
         kernel = mb.shared(self._kernel_function(mb))
         args = [pointer(buf) for buf in (*self.inputs, self.out)]
-        chunks = self.chunks()
+        chunks, total = self.chunks(), self.work_rows()
         if chunks <= 1:
-            b.call(kernel, args + [_c(0), _c(self.rows)])
+            b.call(kernel, args + [_c(0), _c(total)])
             return
-        rows = -(-self.rows // chunks)
-        chunks = -(-self.rows // rows)
+        rows = -(-total // chunks)
+        chunks = -(-total // rows)
         mb.kernel_count += 1
         chunk_fn = ir.Function(mb.module, CHUNK_FN,
                                name=f"{kernel.name}_chunk{mb.kernel_count}")
@@ -177,7 +210,7 @@ class ConvolutionStep(Step):
                   for k, a in enumerate(args)]
         start = cb.mul(chunk_fn.args[1], _c(rows), flags=["nuw", "nsw"])
         end = cb.add(start, _c(rows), flags=["nuw", "nsw"])
-        end = cb.select(cb.icmp_signed("<", end, _c(self.rows)), end, _c(self.rows))
+        end = cb.select(cb.icmp_signed("<", end, _c(total)), end, _c(total))
         cb.call(kernel, loaded + [start, end])
         cb.ret_void()
         chunk_fn = mb.shared(chunk_fn)
@@ -186,7 +219,8 @@ class ConvolutionStep(Step):
         b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, _c(chunks)])
 
     def _kernel_function(self, mb) -> ir.Function:
-        """``void conv(x*, w*, out*, i64 start, i64 end)``: output rows [start, end)."""
+        """``void conv(x*, w*, out*, i64 start, i64 end)``: rows [start, end) of
+        :meth:`work_rows`."""
         ty = mem_type(self.out.dtype)
         mb.kernel_count += 1
         name = f"conv{mb.kernel_count}"
@@ -228,32 +262,41 @@ class _Tiles:
     # ---- rows: every output axis but the tile's -----------------------------------------
 
     def rows(self, start, end):
+        """Rows [start, end) of the step's work rows. A blocked reduction goes block by
+        block over all the rows, so the rows reuse a block's inputs from cache; each output
+        still sums its blocks in order, so its value does not depend on the loop order."""
         step, b = self.step, self.b
-        block = step.reduction_block()
-        outer = step.reduction[0][0]
+        block, outer, parts = step.reduction_block(), step.reduction[0][0], step.tile_parts()
 
-        def row(r):
-            x_base, o_base, rest = _c(0), _c(0), r
+        def row(r, bounds):
+            part, rest = b.urem(r, _c(parts)), b.udiv(r, _c(parts))
+            x_base, o_base = _c(0), _c(0)
             for extent, x_step, o_step in reversed(step.row_axes):
                 index = b.urem(rest, _c(extent))
                 rest = b.udiv(rest, _c(extent))
                 x_base = b.add(x_base, b.mul(index, _c(x_step)))
                 o_base = b.add(o_base, b.mul(index, _c(o_step)))
             for g in range(step.groups):
-                if block >= outer:
-                    self.group(g, x_base, o_base, None)
-                    continue
+                self.group(g, x_base, o_base, bounds, part, parts)
+        if not step.blocked():
+            self.mb.loop(b, step.work_rows(), lambda r: row(r, None), name="row",
+                         bounds=(start, end))
+            return
 
-                def blocked(k, g=g):
-                    first = b.mul(k, _c(block))
-                    last = b.add(first, _c(block))
-                    last = b.select(b.icmp_signed("<", last, _c(outer)), last, _c(outer))
-                    self.group(g, x_base, o_base, (first, last))
-                self.mb.loop(b, -(-outer // block), blocked, name="block")
-        self.mb.loop(b, step.rows, row, name="row", bounds=(start, end))
+        def blocked(k):
+            first = b.mul(k, _c(block))
+            last = b.add(first, _c(block))
+            last = b.select(b.icmp_signed("<", last, _c(outer)), last, _c(outer))
+            self.mb.loop(b, step.work_rows(), lambda r: row(r, (first, last)), name="row",
+                         bounds=(start, end))
+        self.mb.loop(b, -(-outer // block), blocked, name="block")
 
-    def group(self, g, x_base, o_base, block):
+    def group(self, g, x_base, o_base, block, part, parts):
         step, b = self.step, self.b
+        extent, x_step, o_step = step.tile_axis
+        extent //= parts  # this row's part of the tile axis
+        x_base = b.add(x_base, b.mul(part, _c(extent * x_step)))
+        o_base = b.add(o_base, b.mul(part, _c(extent * o_step)))
         if step.batch_groups > 1:  # batch groups are group-major slices of the input batch
             x_base = b.add(x_base, _c(g * step.batch * step.x_batch))
         else:
@@ -267,7 +310,6 @@ class _Tiles:
             blocks.append((feature, take))
             feature += take * width
             vectors -= take
-        extent, x_step, o_step = step.tile_axis
         for f0, v in blocks:
             r = max(1, min(extent, most_accumulators // v))
             full, tail = divmod(extent, r)

@@ -12,6 +12,7 @@ O3 pipeline, given the target CPU's features, vectorizes them.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -37,6 +38,13 @@ from functrans.backends.llvm.support_code import CHUNK_FN
 PARALLEL_MIN_ELEMENTS = 1 << 18
 POOLED_MIN_ELEMENTS = 1 << 16
 CHUNK_ELEMENTS = 1 << 14
+# A reduction over its outermost dimension (batch normalization's sums over every position)
+# is cut into SPLIT_CHUNKS pieces of that dimension, each summed into partial results of its
+# own, which are then combined in order; the partial results (on the caller's stack) take
+# at most SPLIT_MAX_BYTES. The cut depends on the shape only, never on the threads, so one
+# and several threads give the same bits.
+SPLIT_CHUNKS = 16
+SPLIT_MAX_BYTES = 16 * 1024
 
 
 @emits(LoopKernel, ReduceKernel, RowGroup)
@@ -45,13 +53,16 @@ def emit_kernel(step, mb, b: ir.IRBuilder, pointer, table) -> None:
     call_kernel(mb, b, step, pointer)
 
 
-def build_kernel(mb, step):
+def build_kernel(mb, step, split: bool = False):
     """The kernel's function ``k<n>_<prims>(buffers..., i64 start, i64 end)``, which runs
-    the outermost loop from ``start`` to ``end`` (the whole loop, or one chunk of it)."""
+    the outermost loop from ``start`` to ``end`` (the whole loop, or one chunk of it). A
+    reduction over its outermost dimension reduces the whole loop unless ``split``
+    (:func:`split_chunks`), when it reduces ``[start, end)`` of it into its output."""
     buffers = unique_buffers(step.writes() + step.reads())
     # kernels repeat (each layer's bias add, each parameter's update): a kernel whose
     # structure was built before is that function, found without building its IR
     key = kernel_structure(step, buffers) if passes.enabled("shared_kernels") else object()
+    key = (key, "split") if split else key
     if key in mb.kernels:
         return mb.kernels[key], buffers
     mb.kernel_count += 1
@@ -77,7 +88,8 @@ def build_kernel(mb, step):
     bounds = tuple(fn.args[len(buffers):])
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     emit = (emit_loop_kernel if isinstance(step, LoopKernel) else
-            emit_row_group if isinstance(step, RowGroup) else emit_reduce_kernel)
+            emit_row_group if isinstance(step, RowGroup) else
+            functools.partial(emit_reduce_kernel, split=split))
     values = ([v for _, _, v in step.outputs] if isinstance(step, LoopKernel) else
               step.values() if isinstance(step, RowGroup) else [step.value])
     if scalar_ops.needs_guard(values):
@@ -104,6 +116,9 @@ def build_kernel(mb, step):
 def call_kernel(mb, b: ir.IRBuilder, step, pointer):
     """Run ``step``'s kernel: directly, or in chunks of its outermost loop on the thread
     pool when the loop is large (see :func:`parallel_chunks`)."""
+    if split_chunks(step) > 1:
+        call_split_reduction(mb, b, step, pointer)
+        return
     kernel_fn, buffers = build_kernel(mb, step)
     args = [pointer(buf) for buf in buffers]
     extent = step.shape[0] if step.shape else 1
@@ -124,9 +139,74 @@ def call_kernel(mb, b: ir.IRBuilder, step, pointer):
     b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, ir.Constant(I64, chunks)])
 
 
-def chunk_function(mb, kernel_fn, args, rows: int, extent: int):
+def split_chunks(step) -> int:
+    """Into how many pieces of its outermost dimension a reduction over that dimension is
+    cut (1: it is not), from its shape alone: a float sum, product, maximum or minimum over
+    at least ``PARALLEL_MIN_ELEMENTS`` elements that keeps some dimension, in pieces of at
+    least ``CHUNK_ELEMENTS``, whose partial results fit ``SPLIT_MAX_BYTES``. Otherwise such
+    a reduction is one serial loop: its chunks would all add into the same outputs. (Not
+    from ``POOLED_MIN_ELEMENTS`` in programs that use the pool: the cut would then depend
+    on the program around the reduction, and a small one, a layer's bias gradient, is
+    cheaper than waking the workers.)"""
+    if not (isinstance(step, ReduceKernel) and step.shape and step.reduced[0]
+            and not all(step.reduced) and step.monoid in ("add", "mul", "max", "min")
+            and step.out.dtype in (np.float32, np.float64)):
+        return 1
+    size = math.prod(step.shape)
+    if size < PARALLEL_MIN_ELEMENTS:
+        return 1
+    chunks = min(SPLIT_CHUNKS, step.shape[0], size // CHUNK_ELEMENTS)
+    if chunks * step.out.size * step.out.dtype.itemsize > SPLIT_MAX_BYTES:
+        return 1
+    return int(chunks)
+
+
+def call_split_reduction(mb, b: ir.IRBuilder, step: ReduceKernel, pointer):
+    """Run a reduction over its outermost dimension in :func:`split_chunks` pieces, each
+    into partial results of its own (on the thread pool when there is one), then combine
+    the partial results in order into the output."""
+    kernel_fn, buffers = build_kernel(mb, step, split=True)
+    assert buffers[0].id == step.out.id  # written first: the argument chunks offset
+    chunks, extent, size = split_chunks(step), step.shape[0], step.out.size
+    rows = -(-extent // chunks)
+    chunks = -(-extent // rows)
+    ty = mem_type(step.out.dtype)
+    partial = b.bitcast(mb.entry_alloca(b, ir.ArrayType(ty, chunks * size)), ty.as_pointer())
+    args = [partial] + [pointer(buf) for buf in buffers[1:]]
+    if thread_pool.compiled_threads() >= 2:
+        key = (kernel_fn.name, rows, extent, size)
+        chunk_fn = mb.chunk_functions.get(key)
+        if chunk_fn is None:
+            chunk_fn = chunk_function(mb, kernel_fn, args, rows, extent, out_stride=size)
+            mb.chunk_functions[key] = chunk_fn
+        parallel_for = mb.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
+        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), mb.chunk_context(b, args),
+                              ir.Constant(I64, chunks)])
+    else:
+        def piece(c):
+            start = b.mul(c, ir.Constant(I64, rows))
+            end = b.add(start, ir.Constant(I64, rows))
+            end = b.select(b.icmp_signed("<", end, ir.Constant(I64, extent)), end,
+                           ir.Constant(I64, extent))
+            out = b.gep(partial, [b.mul(c, ir.Constant(I64, size))], inbounds=True)
+            b.call(kernel_fn, [out] + args[1:] + [start, end])
+        mb.loop(b, chunks, piece, name="piece")
+    out = pointer(step.out)
+
+    def element(j):
+        acc = b.load(b.gep(partial, [j], inbounds=True))
+        for c in range(1, chunks):
+            value = b.load(b.gep(partial, [b.add(j, ir.Constant(I64, c * size))], inbounds=True))
+            acc = combine(mb, b, step.monoid, step.out.dtype, acc, value)
+        b.store(acc, b.gep(out, [j], inbounds=True))
+    mb.loop(b, size, element, name="partials")
+
+
+def chunk_function(mb, kernel_fn, args, rows: int, extent: int, out_stride: int = 0):
     """The wrapper running chunk ``c`` (rows ``[c * rows, (c + 1) * rows)`` of
-    ``extent``) of ``kernel_fn`` on the thread pool, its arguments in an array."""
+    ``extent``) of ``kernel_fn`` on the thread pool, its arguments in an array; with an
+    ``out_stride``, chunk ``c`` writes its first argument from ``c * out_stride`` on (its
+    partial results: see :func:`call_split_reduction`)."""
     mb.kernel_count += 1  # a fresh name: the kernel may be shared with another step
     chunk_fn = ir.Function(mb.module, CHUNK_FN,
                            name=f"{kernel_fn.name}_chunk{mb.kernel_count}")
@@ -142,6 +222,9 @@ def chunk_function(mb, kernel_fn, args, rows: int, extent: int):
     end = cb.add(start, ir.Constant(I64, rows), flags=["nuw", "nsw"])
     end = cb.select(cb.icmp_signed("<", end, ir.Constant(I64, extent)), end,
                     ir.Constant(I64, extent))
+    if out_stride:
+        offset = cb.mul(chunk_fn.args[1], ir.Constant(I64, out_stride), flags=["nuw", "nsw"])
+        loaded[0] = cb.gep(loaded[0], [offset], inbounds=True)
     cb.call(kernel_fn, loaded + [start, end])
     cb.ret_void()
     return mb.shared(chunk_fn)
@@ -212,7 +295,8 @@ def emit_row_group(mb, b, step: RowGroup, ptrs, bounds, flag=None, exact=False):
     mb.loop(b, rows, row, name="row", bounds=bounds)
 
 
-def emit_reduce_kernel(mb, b, step: ReduceKernel, ptrs, bounds, flag=None, exact=False):
+def emit_reduce_kernel(mb, b, step: ReduceKernel, ptrs, bounds, flag=None, exact=False,
+                       split=False):
     shape, reduced = list(step.shape), list(step.reduced)
     kept = [d for d, r in enumerate(reduced) if not r]
     last_kept = kept[-1] if kept else -1
@@ -245,8 +329,9 @@ def emit_reduce_kernel(mb, b, step: ReduceKernel, ptrs, bounds, flag=None, exact
 
     if outer:
         # only a kept outermost dimension is ever split into chunks (each chunk then
-        # owns its outputs); otherwise the bounds are the whole extent
-        mb.loop_nest(b, outer, outer_body, bounds=bounds if not reduced[0] else None)
+        # owns its outputs), or a reduced one into partial results (``split``); otherwise
+        # the bounds are the whole extent
+        mb.loop_nest(b, outer, outer_body, bounds=bounds if split or not reduced[0] else None)
     else:
         outer_body([])
 

@@ -17,7 +17,8 @@ import threading
 import numpy as np
 
 from functrans._config import config
-from functrans.backends.compiler import buffers, fusion, native_steps, scan_sums, verify
+from functrans.backends.compiler import (buffers, common_subexpressions, fusion, native_steps,
+                                         scan_sums, verify)
 from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
@@ -129,6 +130,22 @@ def _plan(closed: ClosedJaxpr, fuse: bool):
     return run
 
 
+def _flat_and_merged(closed: ClosedJaxpr | None):
+    """The inlining pass, followed by merging common subexpressions (part of the same pass:
+    the passes' names and order are what ``disable_passes`` and the dumps refer to; the
+    merge is the inner switch ``common_subexpressions``)."""
+    if common_subexpressions.has_remat(closed):
+        return fusion.flat_closed
+
+    def run(program):
+        flat = fusion.flat_closed(program)
+        if not compiler_passes.enabled("common_subexpressions"):
+            return flat
+        return common_subexpressions.merge_closed(flat)
+
+    return run
+
+
 def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
     """The llvm compiler before code generation, as named passes (see
     :mod:`functrans.backends.compiler.passes` for dumping them, and for disabling the
@@ -136,8 +153,9 @@ def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
     return [
         # convolutions in the forms the direct kernels run (see convolution.py)
         Pass("decompose", functools.partial(decompose_closed, direct_convolutions=True)),
-        # the planner takes a flat program in SSA form
-        Pass("inline", fusion.flat_closed, required=True),
+        # the planner takes a flat program in SSA form, with equal equations computed once
+        # (a program with checkpoints keeps its recomputation)
+        Pass("inline", _flat_and_merged(closed), required=True),
         Pass("hoist_scan_sums", scan_sums.hoist_closed),
         # disabled, every elementwise op is a loop of its own
         Pass("fuse", _fuse(fuse), off=_fuse(False)),

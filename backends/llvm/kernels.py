@@ -17,6 +17,7 @@ import math
 import re
 
 import llvmlite.ir as ir
+import numpy as np
 
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler import passes

@@ -1,11 +1,14 @@
 """What the LLVM backend's tests share: a long elementwise chain, a program compiled with
-the streaming stores' threshold moved, and a pass replaced by one that miscompiles."""
+the streaming stores' threshold moved, a pass replaced by one that miscompiles, and SciPy's
+OpenBLAS routines as generated code calls them."""
 from __future__ import annotations
+
+import pytest
 
 import functrans
 import functrans.numpy as jnp
 from functrans.backends.compiler import fusion
-from functrans.backends.llvm import pipeline, streaming_stores
+from functrans.backends.llvm import codegen, pipeline, streaming_stores
 
 
 def chain(x):
@@ -40,3 +43,16 @@ def miscompile_dot_epilogues(monkeypatch):
 
     monkeypatch.setattr(fusion, "fuse_dot_epilogues", miscompiling)
     return real
+
+
+def openblas_routine(name: str, checked: str):
+    """SciPy's OpenBLAS routine ``name`` (``sgemm``, ``dgemv``, ...) with BLAS held to one
+    thread, as while generated code calls it; skips the test (which checks ``checked``
+    against it) where the library is another."""
+    library = codegen._scipy_openblas()
+    if library is None or not hasattr(library, f"scipy_{name}_"):
+        pytest.skip(f"not SciPy's OpenBLAS: {checked} are checked against it")
+    setter = getattr(library, "openblas_set_num_threads_local", None)
+    if setter is not None:
+        setter(1)  # as while a product holds BLAS
+    return getattr(library, f"scipy_{name}_")

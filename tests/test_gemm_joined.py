@@ -12,8 +12,9 @@ import pytest
 import functrans
 import functrans.numpy as jnp
 from functrans.backends.compiler import fusion
-from functrans.backends.llvm import codegen, thread_pool
+from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm.matrix_products import gemm_split, joined_blocks
+from llvm_setups import openblas_routine
 
 
 def _product(m, n, k, lhs_transposed=False, rhs_transposed=False, batch=1):
@@ -54,14 +55,7 @@ def test_the_mlp_steps_products_are_joined_and_long_or_batched_ones_are_not():
 
 
 def _gemm(dtype):
-    library = codegen._scipy_openblas()
-    prefix = "s" if dtype == np.float32 else "d"
-    if library is None or not hasattr(library, f"scipy_{prefix}gemm_"):
-        pytest.skip("not SciPy's OpenBLAS: the blocks' bits are checked against it")
-    setter = getattr(library, "openblas_set_num_threads_local", None)
-    if setter is not None:
-        setter(1)  # as while a product holds BLAS
-    return getattr(library, f"scipy_{prefix}gemm_")
+    return openblas_routine(("s" if dtype == np.float32 else "d") + "gemm", "the blocks' bits")
 
 
 def _call(routine, dtype, a, b, c, m, n, k, lhs_t, rhs_t, beta, axis, start, end):

@@ -20,10 +20,11 @@ import functrans
 import functrans.numpy as jnp
 from functrans import export
 from functrans.backends.compiler import fusion
-from functrans.backends.llvm import codegen, matrix_products, thread_pool
+from functrans.backends.llvm import matrix_products, thread_pool
 from functrans.backends.llvm.matrix_products import (GEMV_BAND_ALIGN, GEMV_BANDED_MAX_ELEMENTS,
                                                      GEMV_SPLIT_MIN_ELEMENTS, gemm_split,
                                                      gemv_bands)
+from llvm_setups import openblas_routine
 
 
 def _product(m, n, k, lhs_transposed=False, rhs_transposed=False, batch=1):
@@ -76,14 +77,7 @@ _SHAPES = [(256, 512), (256, 784), (512, 784), (528, 255), (1008, 131), (1024, 1
 
 
 def _blas(dtype):
-    library = codegen._scipy_openblas()
-    prefix = "s" if dtype == np.float32 else "d"
-    if library is None or not hasattr(library, f"scipy_{prefix}gemv_"):
-        pytest.skip("not SciPy's OpenBLAS: the bands' bits are checked against it")
-    setter = getattr(library, "openblas_set_num_threads_local", None)
-    if setter is not None:
-        setter(1)  # as while a product holds BLAS
-    return getattr(library, f"scipy_{prefix}gemv_")
+    return openblas_routine(("s" if dtype == np.float32 else "d") + "gemv", "the bands' bits")
 
 
 def _gemv(routine, dtype, trans, rows, cols, matrix, offset, ld, x, beta, y, y_offset):

@@ -16,8 +16,9 @@ def libc_path():
     return path
 
 
-def test_the_environment_is_left_as_it_was(libc_path, monkeypatch):
-    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
+@pytest.fixture
+def timeouts_seen(monkeypatch):
+    """The value of OPENBLAS_THREAD_TIMEOUT each library load saw, in order."""
     seen = []
     real_cdll = ctypes.CDLL
 
@@ -26,21 +27,18 @@ def test_the_environment_is_left_as_it_was(libc_path, monkeypatch):
         return real_cdll(path, *args, **kwargs)
 
     monkeypatch.setattr(blas.ctypes, "CDLL", recording_cdll)
+    return seen
+
+
+def test_the_environment_is_left_as_it_was(libc_path, timeouts_seen, monkeypatch):
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
     blas._load_openblas(libc_path)
-    assert seen == [str(blas.OPENBLAS_THREAD_TIMEOUT)]
+    assert timeouts_seen == [str(blas.OPENBLAS_THREAD_TIMEOUT)]
     assert "OPENBLAS_THREAD_TIMEOUT" not in os.environ
 
 
-def test_a_timeout_the_user_set_is_kept(libc_path, monkeypatch):
+def test_a_timeout_the_user_set_is_kept(libc_path, timeouts_seen, monkeypatch):
     monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "26")
-    seen = []
-    real_cdll = ctypes.CDLL
-
-    def recording_cdll(path, *args, **kwargs):
-        seen.append(os.environ.get("OPENBLAS_THREAD_TIMEOUT"))
-        return real_cdll(path, *args, **kwargs)
-
-    monkeypatch.setattr(blas.ctypes, "CDLL", recording_cdll)
     blas._load_openblas(libc_path)
-    assert seen == ["26"]
+    assert timeouts_seen == ["26"]
     assert os.environ["OPENBLAS_THREAD_TIMEOUT"] == "26"

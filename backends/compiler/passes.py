@@ -44,6 +44,8 @@ class Pass(NamedTuple):
 # Optimizations inside passes and code generation that can be switched off by name, as
 # passes are (see :func:`enabled`), with what switching them off does.
 INNER_SWITCHES = {
+    "broadcast_operands": "a broadcast several kernels read is written out as a full array "
+                          "(not its operand, with the broadcast repeated in each reader)",
     "carries_in_place": "loop carries get two buffers each, swapped every iteration",
     "common_subexpressions": "equal equations are each computed (inside the inline pass)",
     "donation": "outputs are never written into donated inputs' buffers",

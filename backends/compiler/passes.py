@@ -49,6 +49,8 @@ INNER_SWITCHES = {
     "carries_in_place": "loop carries get two buffers each, swapped every iteration",
     "common_subexpressions": "equal equations are each computed (inside the inline pass)",
     "donation": "outputs are never written into donated inputs' buffers",
+    "merged_loops": "a loop reading what an earlier loop of its shape wrote stays a loop of "
+                    "its own (the value is written out and read back)",
     "matrix_vector": "products with one row or one column call BLAS's gemm, not gemv",
     "parallel_loops": "loops and products run on the calling thread alone",
     "shared_kernels": "identical kernels are compiled once each, not shared",

@@ -1,6 +1,7 @@
 """Full-size values kept out of memory: a broadcast read by several kernels is repeated in
-each (its small operand gets the buffer), and a loop reading what an earlier loop of its
-shape wrote computes that value itself (``backends/compiler/loop_merging.py``). Results
+each (its small operand gets the buffer), a loop reading what an earlier loop of its
+shape wrote computes that value itself (``backends/compiler/loop_merging.py``), and a
+light value is computed again in each reader (``backends/compiler/recomputation.py``). Results
 against the reference interpreter and NumPy, the same bits with the optimizations
 switched off by name, and the kernels and buffers the plan holds."""
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _check(f, args, numpy_result=None):
     if numpy_result is not None:
         for g, e in zip(got, numpy_result):
             np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
-    off = _run(f, args, "merged_loops, broadcast_operands")
+    off = _run(f, args, "merged_loops, broadcast_operands, recomputed_values")
     for g, o in zip(got, off):
         np.testing.assert_array_equal(g, o)  # the same arithmetic: the same bits
 
@@ -135,3 +136,66 @@ def test_merged_loops_give_the_same_bits_on_the_thread_pool():
     def f(x, scale, shift):
         return functrans.grad(_loss, argnums=(0, 1, 2))(x, scale, shift)
     _check(f, big)
+
+
+# ---- light values computed again in each reader ---------------------------------------------
+
+BIG = (256, 256)  # above recomputation.MIN_ELEMENTS: smaller values are written out
+
+
+def test_a_light_value_with_several_readers_is_computed_in_each():
+    """``d = x - mean`` read by the variance's sum, the output and a second sum: each
+    loads ``x`` (which has a buffer anyway) and subtracts, and ``d`` is never written."""
+    def f(x):
+        d = x - jnp.mean(x, axis=0)
+        return d * jnp.sum(d * d, axis=0), jnp.max(d, axis=1)
+    x = rng.standard_normal(BIG).astype(np.float32)
+    written = _full_size_writes(_steps(f, x), BIG)
+    assert [b.kind for w in written for b in w] == ["output"]
+    kept = _full_size_writes(_steps(f, x, disabled="recomputed_values"), BIG)
+    assert any(b.kind == "temp" for w in kept for b in w)
+    d = x - x.mean(axis=0)
+    _check(f, (x,), [d * (d * d).sum(axis=0), d.max(axis=1)])
+
+
+def test_expensive_or_wider_values_keep_their_buffer():
+    """Each reader would repeat a transcendental function, or would load more bytes per
+    element than the value holds (two float arrays for one float, a float for a mask):
+    those values are written out once."""
+    x, y = (rng.standard_normal(BIG).astype(np.float32) for _ in range(2))
+
+    def transcendental(x):
+        t = jnp.exp(x)
+        return jnp.sum(t, axis=0), jnp.max(t, axis=1)
+
+    def two_operands(x, y):
+        t = x * y
+        return jnp.sum(t, axis=0), jnp.max(t, axis=1)
+
+    def mask(x):
+        m = x > 0.5
+        return jnp.sum(m, axis=0), jnp.any(m, axis=1)
+    for f, args in ((transcendental, (x,)), (two_operands, (x, y)), (mask, (x,))):
+        writes = _full_size_writes(_steps(f, *args), BIG)
+        assert [b.kind for w in writes for b in w] == ["temp"], f.__name__
+        _check(f, args)
+
+
+def test_small_values_and_bias_adds_keep_their_buffer():
+    """A value below ``MIN_ELEMENTS`` stays in cache and is written out; a bias add on a
+    product stays for the product's epilogue (BLAS adds onto it)."""
+    def small(x):
+        d = x - jnp.mean(x, axis=0)
+        return jnp.sum(d * d, axis=0), jnp.max(d, axis=1)
+    x = NORM_ARGS[0]
+    assert len(_full_size_writes(_steps(small, x))) == 1
+    _check(small, (x,))
+
+    def dense(x, w, b):
+        h = x @ w + b
+        return jnp.sum(jnp.maximum(h, 0.0), axis=0), jnp.max(h, axis=1)
+    args = (rng.standard_normal(BIG).astype(np.float32),
+            rng.standard_normal(BIG).astype(np.float32),
+            rng.standard_normal(BIG[1]).astype(np.float32))
+    assert any(isinstance(s, fusion.DotKernel) and s.accumulate for s in _steps(dense, *args))
+    _check(dense, args)

@@ -33,6 +33,7 @@ import numpy as np
 
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.passes import enabled
+from functrans.backends.compiler.recomputation import recomputed_values
 from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, ShapedArray, Var
 from functrans.interpreters import inline
 from functrans.primitives import elementwise as ew
@@ -673,6 +674,7 @@ class _Planner:
         consumers: dict = {}  # var -> list of (kernel id, repeat) or "buffer"
         self.materialized: set = set()
         self.live_eqns: set = set()
+        self.matrix_kernels: set = set()
         kernel_ids = iter(range(1 << 62))
         kernels_of: dict = {}
         repeat_of: dict = {}
@@ -725,7 +727,9 @@ class _Planner:
                 for x in e.invars:
                     if isinstance(x, Var):
                         # a dot operand gets a buffer in matrix layout: its own kernel
-                        consumers.setdefault(x, []).append((frozenset([next(kernel_ids)]), 1.0))
+                        k = next(kernel_ids)
+                        self.matrix_kernels.add(k)
+                        consumers.setdefault(x, []).append((frozenset([k]), 1.0))
                         if not self.fuse:
                             consumers[x].append("buffer")
             else:
@@ -733,6 +737,10 @@ class _Planner:
                 for x in e.invars:
                     if isinstance(x, Var):
                         consumers.setdefault(x, []).append("buffer")
+        if self.fuse and enabled("recomputed_values"):
+            self.materialized -= recomputed_values(
+                eqns, kinds, self.live_eqns, self.materialized, consumers, outvars,
+                self.matrix_kernels, _CHEAP)
 
     # ---- building the steps ----------------------------------------------------------------
 

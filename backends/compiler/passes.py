@@ -53,6 +53,8 @@ INNER_SWITCHES = {
                     "its own (the value is written out and read back)",
     "matrix_vector": "products with one row or one column call BLAS's gemm, not gemv",
     "parallel_loops": "loops and products run on the calling thread alone",
+    "recomputed_values": "a few additions, products or selects that several kernels read "
+                         "are written out once, not computed again in each reader",
     "shared_kernels": "identical kernels are compiled once each, not shared",
     "streaming_stores": "large loops write their outputs with ordinary stores",
 }

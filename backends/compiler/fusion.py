@@ -32,6 +32,8 @@ from typing import Sequence
 import numpy as np
 
 from functrans.backends.compiler import exprs as E
+from functrans.backends.compiler.passes import enabled
+from functrans.backends.compiler.recomputation import recomputed_values
 from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, ShapedArray, Var
 from functrans.interpreters import inline
 from functrans.primitives import elementwise as ew
@@ -624,6 +626,7 @@ class _Planner:
         self.const_values = list(consts)
         self.fuse = fuse
         self.force_fallback = force_fallback
+        self.broadcast_operand_buffers = enabled("broadcast_operands")
         self.buffers: list[Buffer] = []
         self.steps: list[Step] = []
 
@@ -671,6 +674,7 @@ class _Planner:
         consumers: dict = {}  # var -> list of (kernel id, repeat) or "buffer"
         self.materialized: set = set()
         self.live_eqns: set = set()
+        self.matrix_kernels: set = set()
         kernel_ids = iter(range(1 << 62))
         kernels_of: dict = {}
         repeat_of: dict = {}
@@ -687,13 +691,21 @@ class _Planner:
                 needs_buffer = (not self.fuse or v in outvars or "buffer" in cons)
                 ks = {k for c in cons if c != "buffer" for k in c[0]}
                 rep = max([c[1] for c in cons if c != "buffer"], default=1.0)
+                operand_buffer = False
                 if not needs_buffer and not cheap.get(v, False):
                     if len(ks) > 1 or (rep > 1.0 and _size(v) > 1):
-                        needs_buffer = True
+                        # a broadcast read by several kernels: its smaller operand gets
+                        # the buffer and each reader repeats the broadcast as loads
+                        operand_buffer = self.broadcast_operand_buffers and \
+                            _broadcasts_smaller(e)
+                        needs_buffer = not operand_buffer
                 if needs_buffer:
                     self.materialized.add(v)
                     ks, rep = {next(kernel_ids)}, 1.0
                 kernels_of[v], repeat_of[v] = frozenset(ks), rep
+                if operand_buffer:
+                    consumers.setdefault(e.invars[0], []).append("buffer")
+                    continue
                 out_size = max(_size(v), 1)
                 for x in e.invars:
                     if isinstance(x, Var):
@@ -715,7 +727,9 @@ class _Planner:
                 for x in e.invars:
                     if isinstance(x, Var):
                         # a dot operand gets a buffer in matrix layout: its own kernel
-                        consumers.setdefault(x, []).append((frozenset([next(kernel_ids)]), 1.0))
+                        k = next(kernel_ids)
+                        self.matrix_kernels.add(k)
+                        consumers.setdefault(x, []).append((frozenset([k]), 1.0))
                         if not self.fuse:
                             consumers[x].append("buffer")
             else:
@@ -723,6 +737,10 @@ class _Planner:
                 for x in e.invars:
                     if isinstance(x, Var):
                         consumers.setdefault(x, []).append("buffer")
+        if self.fuse and enabled("recomputed_values"):
+            self.materialized -= recomputed_values(
+                eqns, kinds, self.live_eqns, self.materialized, consumers, outvars,
+                self.matrix_kernels, _CHEAP)
 
     # ---- building the steps ----------------------------------------------------------------
 
@@ -908,6 +926,13 @@ class _Planner:
 
 def _size(v) -> int:
     return math.prod(v.aval.shape) if hasattr(v.aval, "shape") else 1
+
+
+def _broadcasts_smaller(e: Eqn) -> bool:
+    """Whether ``e`` broadcasts a computed value to a larger result: writing that result
+    out for its several readers would cost a full pass where the operand is a few loads."""
+    return (e.primitive is st.broadcast_in_dim_p and len(e.invars) == 1
+            and isinstance(e.invars[0], Var) and _size(e.invars[0]) < _size(e.outvars[0]))
 
 
 # =============================================================================================

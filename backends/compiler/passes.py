@@ -44,11 +44,17 @@ class Pass(NamedTuple):
 # Optimizations inside passes and code generation that can be switched off by name, as
 # passes are (see :func:`enabled`), with what switching them off does.
 INNER_SWITCHES = {
+    "broadcast_operands": "a broadcast several kernels read is written out as a full array "
+                          "(not its operand, with the broadcast repeated in each reader)",
     "carries_in_place": "loop carries get two buffers each, swapped every iteration",
     "common_subexpressions": "equal equations are each computed (inside the inline pass)",
     "donation": "outputs are never written into donated inputs' buffers",
+    "merged_loops": "a loop reading what an earlier loop of its shape wrote stays a loop of "
+                    "its own (the value is written out and read back)",
     "matrix_vector": "products with one row or one column call BLAS's gemm, not gemv",
     "parallel_loops": "loops and products run on the calling thread alone",
+    "recomputed_values": "a few additions, products or selects that several kernels read "
+                         "are written out once, not computed again in each reader",
     "shared_kernels": "identical kernels are compiled once each, not shared",
     "streaming_stores": "large loops write their outputs with ordinary stores",
 }

@@ -17,8 +17,8 @@ import threading
 import numpy as np
 
 from functrans._config import config
-from functrans.backends.compiler import (buffers, common_subexpressions, fusion, native_steps,
-                                         scan_sums, verify)
+from functrans.backends.compiler import (buffers, common_subexpressions, fusion, loop_merging,
+                                         native_steps, scan_sums, verify)
 from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
@@ -104,8 +104,11 @@ class NativePlan:
 
 def _fuse(fuse: bool):
     def run(closed: ClosedJaxpr) -> fusion.Program:
-        return fusion.normalize(fusion.plan_program(closed.jaxpr, TARGET, closed.consts,
-                                                    fuse=fuse))
+        program = fusion.plan_program(closed.jaxpr, TARGET, closed.consts, fuse=fuse)
+        if fuse and compiler_passes.enabled("merged_loops"):
+            # before the loop dimensions are collapsed, while loops over one array agree
+            program = loop_merging.merge_loops(program)
+        return fusion.normalize(program)
     return run
 
 

@@ -651,7 +651,7 @@ class JitWrapped:
                 key = []
                 for a in args:
                     if type(a) is not Array:
-                        signature = _fast_signature(args)
+                        signature = _tree_signature(args)
                         break
                     # no local name for the buffer: a donated one must be referenced by its
                     # Array alone when the call judges its ownership (_exclusively_owned)
@@ -852,13 +852,15 @@ def _fast_signature(args):
     each leaf's shape, dtype and weak type; ``leaves`` (a sequence) are in ``tree_flatten``'s
     order."""
     key = []
-    for a in args:  # the usual call, Arrays only, without the walk's frame
-        if type(a) is not Array:
-            break
-        value = a._value
-        key.append((value.shape, value.dtype, a.weak_type))
-    else:
-        return tuple(key), args
+    for a in args:  # the usual call, Arrays only, without the walk's frame (JitWrapped's
+        if type(a) is not Array:  # __call__ makes the same key inline)
+            return _tree_signature(args)
+        key.append((a._value.shape, a._value.dtype, a.weak_type))
+    return tuple(key), args
+
+
+def _tree_signature(args):
+    """:func:`_fast_signature` of arguments that are not all Arrays: the walk."""
     key, leaves = [], []
     return (tuple(key), leaves) if _signature_walk(args, key, leaves) else None
 

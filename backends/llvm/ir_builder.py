@@ -72,7 +72,8 @@ class ModuleIR:
         self.kernel_count = 0
         self.function_texts: dict = {}  # a function's IR with its name blanked -> function
         self.kernels: dict = {}  # kernel_structure(...) -> its function
-        self.chunk_functions: dict = {}  # (kernel function, rows per chunk, extent) -> wrapper
+        # (kernel function, rows per chunk, extent, out stride) -> its chunk wrapper
+        self.chunk_functions: dict = {}
         self.constant_slots: dict = {}  # (function name, type, constant) -> its stack slot
         # per function, the SIGINT counter's value when the running segment started (see
         # interrupts.py): read in a segment's prologue, a parameter of a body; only functions

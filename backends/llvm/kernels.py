@@ -129,15 +129,22 @@ def call_kernel(mb, b: ir.IRBuilder, step, pointer):
         b.call(kernel_fn, args + [ir.Constant(I64, 0), ir.Constant(I64, extent)])
         return
     rows = -(-extent // chunks)
-    chunks = -(-extent // rows)
-    chunk_fn = mb.chunk_functions.get((kernel_fn.name, rows, extent))
+    run_on_pool(mb, b, kernel_fn, args, rows, extent)
+
+
+def run_on_pool(mb, b: ir.IRBuilder, kernel_fn, args, rows: int, extent: int,
+                out_stride: int = 0) -> None:
+    """Call ``ft_parallel_for`` on ``kernel_fn``'s chunks of ``rows`` rows of ``extent``
+    (the wrapper of :func:`chunk_function`, made once per kernel and cut)."""
+    key = (kernel_fn.name, rows, extent, out_stride)
+    chunk_fn = mb.chunk_functions.get(key)
     if chunk_fn is None:
-        chunk_fn = chunk_function(mb, kernel_fn, args, rows, extent)
-        mb.chunk_functions[(kernel_fn.name, rows, extent)] = chunk_fn
+        chunk_fn = chunk_function(mb, kernel_fn, args, rows, extent, out_stride=out_stride)
+        mb.chunk_functions[key] = chunk_fn
     # the pointers travel to the workers in an array on this thread's stack
     ctx = mb.chunk_context(b, args)
     parallel_for = mb.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
-    b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, ir.Constant(I64, chunks)])
+    b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, ir.Constant(I64, -(-extent // rows))])
 
 
 def split_chunks(step) -> int:
@@ -175,14 +182,7 @@ def call_split_reduction(mb, b: ir.IRBuilder, step: ReduceKernel, pointer):
     partial = b.bitcast(mb.entry_alloca(b, ir.ArrayType(ty, chunks * size)), ty.as_pointer())
     args = [partial] + [pointer(buf) for buf in buffers[1:]]
     if thread_pool.compiled_threads() >= 2:
-        key = (kernel_fn.name, rows, extent, size)
-        chunk_fn = mb.chunk_functions.get(key)
-        if chunk_fn is None:
-            chunk_fn = chunk_function(mb, kernel_fn, args, rows, extent, out_stride=size)
-            mb.chunk_functions[key] = chunk_fn
-        parallel_for = mb.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
-        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), mb.chunk_context(b, args),
-                              ir.Constant(I64, chunks)])
+        run_on_pool(mb, b, kernel_fn, args, rows, extent, out_stride=size)
     else:
         def piece(c):
             start = b.mul(c, ir.Constant(I64, rows))

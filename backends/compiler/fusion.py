@@ -39,6 +39,7 @@ from functrans.interpreters import inline
 from functrans.primitives import elementwise as ew
 from functrans.primitives import linalg, reductions
 from functrans.primitives import structural as st
+from functrans.primitives import windowed as wd
 
 # =============================================================================================
 # What the target can do
@@ -310,7 +311,24 @@ def flat_program(closed: ClosedJaxpr) -> tuple[Jaxpr, list]:
     through the front end's one inliner, and every variable bound once: the form
     :func:`plan_program` takes. Returns the jaxpr and its constants."""
     closed = inline.inline_calls(closed)
-    return to_ssa(closed.jaxpr), list(closed.consts)
+    return _barrier_per_value(to_ssa(closed.jaxpr)), list(closed.consts)
+
+
+def _barrier_per_value(jaxpr: Jaxpr) -> Jaxpr:
+    """``jaxpr`` with each ``optimization_barrier`` of several values split into one per
+    value: the planner runs a barrier of one value as the identity (no step, no copy; see
+    ``IDENTITY_PRIMS``), and what a barrier is for, keeping the equations that read its
+    results apart from those that read its operands, holds value by value."""
+    if not any(e.primitive is wd.optimization_barrier_p and len(e.invars) > 1
+               for e in jaxpr.eqns):
+        return jaxpr
+    eqns = []
+    for e in jaxpr.eqns:
+        if e.primitive is wd.optimization_barrier_p and len(e.invars) > 1:
+            eqns += [e.replace(invars=[x], outvars=[v]) for x, v in zip(e.invars, e.outvars)]
+        else:
+            eqns.append(e)
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars, eqns)
 
 
 def to_ssa(jaxpr: Jaxpr) -> Jaxpr:
@@ -356,7 +374,10 @@ def to_ssa(jaxpr: Jaxpr) -> Jaxpr:
 # wrap their operands in an ``op`` node.
 
 ELEMENTWISE_EXTRA = (ew.select_n_p, ew.clamp_p, ew.convert_element_type_p)
-IDENTITY_PRIMS = (ew.stop_gradient_p,)
+# the identity on values: the planner reads the operand's value for the result's. (A
+# barrier's job, keeping common-subexpression elimination from merging across it, is done
+# by the time a program is planned.)
+IDENTITY_PRIMS = (ew.stop_gradient_p, wd.optimization_barrier_p)
 # reduction primitive -> the monoid its kernel combines with
 REDUCE_MONOIDS = {reductions.reduce_sum_p: "add", reductions.reduce_max_p: "max",
                   reductions.reduce_min_p: "min", reductions.reduce_prod_p: "mul",
@@ -580,7 +601,8 @@ _PLACING = {st.pad_p, st.concatenate_p}
 def _classify(eqn: Eqn, target: Target, elementwise: set) -> str:
     """``fusible``, ``identity``, ``reduce``, ``dot`` or ``fallback``."""
     primitive = eqn.primitive
-    if eqn.primitive.multiple_results or len(eqn.outvars) != 1:
+    if len(eqn.outvars) != 1 or (primitive.multiple_results and
+                                 primitive is not wd.optimization_barrier_p):
         return "fallback"
     out = eqn.outvars[0].aval
     in_avals = [v.aval for v in eqn.invars]

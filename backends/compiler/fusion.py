@@ -33,7 +33,7 @@ import numpy as np
 
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.passes import enabled
-from functrans.backends.compiler.recomputation import recomputed_values
+from functrans.backends.compiler.recomputation import recomputed_values, value_size
 from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, ShapedArray, Var
 from functrans.interpreters import inline
 from functrans.primitives import elementwise as ew
@@ -715,7 +715,7 @@ class _Planner:
                 rep = max([c[1] for c in cons if c != "buffer"], default=1.0)
                 operand_buffer = False
                 if not needs_buffer and not cheap.get(v, False):
-                    if len(ks) > 1 or (rep > 1.0 and _size(v) > 1):
+                    if len(ks) > 1 or (rep > 1.0 and value_size(v) > 1):
                         # a broadcast read by several kernels: its smaller operand gets
                         # the buffer and each reader repeats the broadcast as loads
                         operand_buffer = self.broadcast_operand_buffers and \
@@ -728,13 +728,13 @@ class _Planner:
                 if operand_buffer:
                     consumers.setdefault(e.invars[0], []).append("buffer")
                     continue
-                out_size = max(_size(v), 1)
+                out_size = max(value_size(v), 1)
                 for x in e.invars:
                     if isinstance(x, Var):
                         # elements read per element of x: a broadcast repeats them; a pad
                         # or a concatenation places each once in a larger result
                         factor = 1.0 if e.primitive in _PLACING else \
-                            out_size / max(_size(x), 1)
+                            out_size / max(value_size(x), 1)
                         consumers.setdefault(x, []).append((kernels_of[v], rep * factor))
             elif kind == "reduce":
                 self.materialized.update(outs)
@@ -946,15 +946,12 @@ class _Planner:
         self.steps.append(FallbackStep(e, inputs, outputs))
 
 
-def _size(v) -> int:
-    return math.prod(v.aval.shape) if hasattr(v.aval, "shape") else 1
-
-
 def _broadcasts_smaller(e: Eqn) -> bool:
     """Whether ``e`` broadcasts a computed value to a larger result: writing that result
     out for its several readers would cost a full pass where the operand is a few loads."""
     return (e.primitive is st.broadcast_in_dim_p and len(e.invars) == 1
-            and isinstance(e.invars[0], Var) and _size(e.invars[0]) < _size(e.outvars[0]))
+            and isinstance(e.invars[0], Var)
+            and value_size(e.invars[0]) < value_size(e.outvars[0]))
 
 
 # =============================================================================================

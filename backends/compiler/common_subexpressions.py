@@ -15,8 +15,9 @@ what reads its operands, however close: ``checkpoint`` (with ``prevent_cse``, it
 default) passes the inputs of the backward pass's recomputation through one, and its
 recomputation stays a recomputation. And only where merging keeps the first copy's
 results alive at most ``MAX_EXTENSION`` equations longer than before: a convolution's
-padded input, padded again for its kernel gradient, is padded again. A program that still
-has a ``remat`` call before inlining is left as it is.
+input padded again for its kernel gradient, far into the backward pass, is padded twice
+rather than kept from the forward pass. A program that still has a ``remat`` call before
+inlining is left as it is.
 
     >>> merged = merge_closed(flat_closed_jaxpr)   # doctest: +SKIP
 """

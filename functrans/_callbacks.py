@@ -189,6 +189,17 @@ pure_callback_p.transpose = _pure_callback_transpose
 pure_callback_p.batch = _pure_callback_batch
 
 
+def _array_operands(name: str, args, kwargs) -> tuple[list, Any]:
+    """The leaves of a callback's arguments as arrays (tracers as they are) and their tree;
+    ``name``, the callback's kind, names it in the error for a leaf that is not an array."""
+    leaves, in_tree = tree_flatten((args, kwargs))
+    for leaf in leaves:
+        if not (isinstance(leaf, Tracer) or core.valid_jaxtype(leaf)):
+            raise TypeError(f"{name}: arguments must be arrays, got "
+                            f"{type(leaf).__name__}: {leaf!r}")
+    return [x if isinstance(x, Tracer) else asarray(x) for x in leaves], in_tree
+
+
 def _result_aval(leaf) -> ShapedArray:
     try:
         shape, dtype = leaf.shape, leaf.dtype
@@ -224,12 +235,7 @@ def pure_callback(callback: Callable, result_shape_dtypes: Any, *args: Any, shar
     if vmap_method is not None and vmap_method not in _VMAP_METHODS:
         raise ValueError(f"pure_callback: vmap_method must be one of {_VMAP_METHODS} or None, "
                          f"got {vmap_method!r}")
-    leaves, in_tree = tree_flatten((args, kwargs))
-    for leaf in leaves:
-        if not (isinstance(leaf, Tracer) or core.valid_jaxtype(leaf)):
-            raise TypeError(f"pure_callback: arguments must be arrays, got "
-                            f"{type(leaf).__name__}: {leaf!r}")
-    leaves = [x if isinstance(x, Tracer) else asarray(x) for x in leaves]
+    leaves, in_tree = _array_operands("pure_callback", args, kwargs)
     result_leaves, out_tree = tree_flatten(result_shape_dtypes)
     result_avals = tuple(_result_aval(r) for r in result_leaves)
     flat_callback = _FlatCallback(callback, in_tree)
@@ -297,12 +303,7 @@ def io_callback(callback: Callable, result_shape_dtypes: Any, *args: Any, shardi
         >>> seen
         [array(1., dtype=float32)]
     """
-    leaves, in_tree = tree_flatten((args, kwargs))
-    for leaf in leaves:
-        if not (isinstance(leaf, Tracer) or core.valid_jaxtype(leaf)):
-            raise TypeError(f"io_callback: arguments must be arrays, got "
-                            f"{type(leaf).__name__}: {leaf!r}")
-    leaves = [x if isinstance(x, Tracer) else asarray(x) for x in leaves]
+    leaves, in_tree = _array_operands("io_callback", args, kwargs)
     result_leaves, out_tree = tree_flatten(result_shape_dtypes)
     result_avals = tuple(_result_aval(r) for r in result_leaves)
     outs = io_callback_p.bind(*leaves, callback=_FlatCallback(callback, in_tree),

@@ -30,7 +30,7 @@ from functrans._traceback_util import filter_error
 from functrans.core import ClosedJaxpr, Primitive, Tracer, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
-from functrans.interpreters.staging import trace_to_jaxpr_dynamic
+from functrans.interpreters.staging import flat_array_outputs, trace_to_jaxpr_dynamic
 from functrans.interpreters.inline import inline_calls
 
 logger = logging.getLogger("functrans")
@@ -590,11 +590,7 @@ class JitWrapped:
         def flat_fun(*flat):
             args, kwargs = tree_util.tree_unflatten(in_tree, flat)
             out = self._call_with_statics(statics, args, kwargs)
-            leaves, out_tree = tree_util.tree_flatten(out)
-            for leaf in leaves:
-                if not (isinstance(leaf, Tracer) or core.valid_jaxtype(leaf)):
-                    raise TypeError(f"jit: the function returned a value of type "
-                                    f"{type(leaf).__name__}, which is not an array: {leaf!r}")
+            leaves, out_tree = flat_array_outputs("jit: the function", out)
             out_tree_cell.append(out_tree)
             return leaves
 

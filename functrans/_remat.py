@@ -39,6 +39,7 @@ from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
 from functrans.interpreters.staging import closed_over_consts_as_args, trace_to_jaxpr_dynamic
 from functrans.primitives.linalg import conv_general_dilated_p, dot_general_p
+from functrans.primitives.windowed import optimization_barrier_p
 
 __all__ = ["checkpoint", "remat", "checkpoint_name", "checkpoint_policies", "Recompute",
            "Saveable", "Offloadable"]
@@ -362,9 +363,12 @@ def _remat_partial_eval(trace, tracers, *, jaxpr, policy, prevent_cse=True):
     res_in = [value_of[id(v)] for v in plan.inputs] + list(saved_vals)
     res_tracers = [trace.instantiate_const(trace.pure(x)) for x in res_in]
     unknown_tracers = [trace.instantiate_const(t) for t in tracers if not t.pval.is_known()]
+    # a tuple flags the checkpointed function's arguments; the recomputation reads residuals
+    # only, and those are always kept apart from the forward pass (as in JAX)
     unknown_outs = trace.default_process_primitive(
         remat_linear_p, res_tracers + unknown_tracers,
-        dict(recompute=recompute, linear=linear, num_res=len(res_in)))
+        dict(recompute=recompute, linear=linear, num_res=len(res_in),
+             prevent_cse=prevent_cse is not False))
     known_iter, unknown_iter = iter(known_outs), iter(unknown_outs)
     return [next(unknown_iter) if uk else next(known_iter) for uk in out_unknowns]
 
@@ -430,36 +434,47 @@ remat_p.batch = _remat_batch
 remat_p.partial_eval = _remat_partial_eval
 
 # ---- the linear half: recompute residuals, then the tangent program -------------------------
+#
+# Transposed, the recomputation becomes plain equations of the backward pass, equal to the
+# forward pass's: a compiler's common-subexpression elimination would read the forward
+# values instead, keeping them alive until the backward pass and undoing the checkpoint.
+# With ``prevent_cse`` the recomputation reads its inputs through an
+# ``optimization_barrier``: new values, equal to the residuals, that no equation of the
+# forward pass reads.
 
 remat_linear_p = Primitive("remat_linear", multiple_results=True)
 
 
 @remat_linear_p.def_abstract_eval
-def _remat_linear_abstract_eval(*avals, recompute, linear, num_res):
+def _remat_linear_abstract_eval(*avals, recompute, linear, num_res, prevent_cse):
     return linear.out_avals
 
 
 @remat_linear_p.def_impl
-def _remat_linear_impl(*args, recompute, linear, num_res):
+def _remat_linear_impl(*args, recompute, linear, num_res, prevent_cse):
     residuals = core.eval_jaxpr_numpy(recompute.jaxpr, [core.to_numpy(c) for c in recompute.consts],
                                  args[:num_res])
     return core.eval_jaxpr_numpy(linear.jaxpr, [core.to_numpy(c) for c in linear.consts],
                             list(residuals) + list(args[num_res:]))
 
 
-def _remat_linear_transpose(cts, *args, recompute, linear, num_res):
-    residuals = core.eval_jaxpr(recompute.jaxpr, recompute.consts, *args[:num_res])
+def _remat_linear_transpose(cts, *args, recompute, linear, num_res, prevent_cse):
+    res_in = args[:num_res]
+    if prevent_cse and res_in:
+        res_in = optimization_barrier_p.bind(*res_in)
+    residuals = core.eval_jaxpr(recompute.jaxpr, recompute.consts, *res_in)
     primals = list(residuals) + list(args[num_res:])
     cts_in = ad.backward_pass(linear.jaxpr, linear.consts, primals, list(cts))
     return [None] * num_res + cts_in[len(residuals):]
 
 
-def _remat_linear_batch(vals, dims, *, recompute, linear, num_res):
+def _remat_linear_batch(vals, dims, *, recompute, linear, num_res, prevent_cse):
     size = batching.batch_size_of(vals, dims)
     rec_b, res_dims = batching.batch_jaxpr(recompute, size, dims[:num_res], False)
     lin_b, out_dims = batching.batch_jaxpr(linear, size, list(res_dims) + list(dims[num_res:]),
                                            False)
-    outs = remat_linear_p.bind(*vals, recompute=rec_b, linear=lin_b, num_res=num_res)
+    outs = remat_linear_p.bind(*vals, recompute=rec_b, linear=lin_b, num_res=num_res,
+                               prevent_cse=prevent_cse)
     return outs, out_dims
 
 
@@ -493,9 +508,12 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     backward pass instead of storing them (saving memory for compute). ``policy`` (one of
     ``checkpoint_policies``) names the values that may be kept; ``static_argnums`` /
     ``static_argnames`` are arguments fixed at trace time (Python values the function may
-    branch on). ``prevent_cse`` (a bool, or one per argument) is accepted as in JAX, where it
-    keeps XLA's common-subexpression elimination from merging the recomputation back into
-    the forward pass; functrans's compilers have no pass that merges equations.
+    branch on). ``prevent_cse`` (default True; a bool, or one per argument) keeps the
+    compiler's common-subexpression elimination from merging the backward pass's
+    recomputation with the forward pass's values, which would keep those alive (an
+    ``optimization_barrier`` on the recomputation's inputs, free at run time); False
+    leaves the recomputation open to merging, for a checkpoint inside a loop body, whose
+    backward pass a compiler cannot merge with the forward pass anyway.
 
         >>> import functrans, functrans.numpy as jnp
         >>> f = functrans.checkpoint(lambda x: jnp.sin(jnp.sin(x)))

@@ -9,12 +9,15 @@ and operands) and points the later ones' readers at its results.
 
 Only equations that are pure and whose parameters compare by value are merged: an
 effectful primitive, a stateful draw, a callback (its function may not be pure), or
-parameters holding programs, functions or arrays keep every copy. And only where merging
-keeps the first copy's results alive at most ``MAX_EXTENSION`` equations longer than
-before: a forward pass's value that the backward pass computes again is recomputed, as
-``checkpoint`` asks (its recomputation is plain equations once differentiated), and so is
-a convolution's padded input, padded again for its kernel gradient. A program that still
-has a ``remat`` call before inlining is left as it is (``prevent_cse``).
+parameters holding programs, functions or arrays keep every copy. An
+``optimization_barrier`` is never merged, so what reads its results is never merged with
+what reads its operands, however close: ``checkpoint`` (with ``prevent_cse``, its
+default) passes the inputs of the backward pass's recomputation through one, and its
+recomputation stays a recomputation. And only where merging keeps the first copy's
+results alive at most ``MAX_EXTENSION`` equations longer than before: a convolution's
+input padded again for its kernel gradient, far into the backward pass, is padded twice
+rather than kept from the forward pass. A program that still has a ``remat`` call before
+inlining is left as it is.
 
     >>> merged = merge_closed(flat_closed_jaxpr)   # doctest: +SKIP
 """
@@ -26,17 +29,20 @@ import numpy as np
 
 from functrans import core
 from functrans.core import ClosedJaxpr, DropVar, Jaxpr, Literal
+from functrans.primitives.windowed import optimization_barrier_p
 
 _SCALARS = (type(None), bool, int, str, bytes, np.integer, np.bool_)
 # how many equations longer than before a merged value may be kept alive: copies a few
 # equations apart (batch normalization's ``h - mean``, 5 apart in the ResNet step's
 # gradient; max pooling's windows, gathered for the maximum and again for its mask, up to
 # 30 apart in the CNN step's) are merged; a forward pass's value that the backward pass
-# computes again (``checkpoint``'s recomputation; a convolution's padded input, padded
-# again for its kernel gradient: 85-240 apart in those steps) is not
+# computes again (a convolution's padded input, padded again for its kernel gradient:
+# 85-240 apart in those steps) is not
 MAX_EXTENSION = 32
 # pure by their flags but not by their values: each call draws from a global generator
 _STATEFUL = frozenset({"rng_uniform"})
+# equal barriers are not one value: each stands for the program point it was placed at
+_NEVER_MERGED = frozenset({optimization_barrier_p})
 
 
 class _Unkeyed(Exception):
@@ -117,7 +123,8 @@ def _mergeable(first, later, at: int, last_use: dict) -> bool:
 
 def _key(eqn):
     prim = eqn.primitive
-    if prim.effectful or prim.name in _STATEFUL or "callback" in prim.name:
+    if prim.effectful or prim in _NEVER_MERGED or prim.name in _STATEFUL or \
+            "callback" in prim.name:
         return None
     try:
         return (prim, tuple(_operand(v) for v in eqn.invars),

@@ -33,12 +33,13 @@ import numpy as np
 
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.passes import enabled
-from functrans.backends.compiler.recomputation import recomputed_values
+from functrans.backends.compiler.recomputation import recomputed_values, value_size
 from functrans.core import ClosedJaxpr, DropVar, Eqn, Jaxpr, Literal, ShapedArray, Var
 from functrans.interpreters import inline
 from functrans.primitives import elementwise as ew
 from functrans.primitives import linalg, reductions
 from functrans.primitives import structural as st
+from functrans.primitives import windowed as wd
 
 # =============================================================================================
 # What the target can do
@@ -310,7 +311,24 @@ def flat_program(closed: ClosedJaxpr) -> tuple[Jaxpr, list]:
     through the front end's one inliner, and every variable bound once: the form
     :func:`plan_program` takes. Returns the jaxpr and its constants."""
     closed = inline.inline_calls(closed)
-    return to_ssa(closed.jaxpr), list(closed.consts)
+    return _barrier_per_value(to_ssa(closed.jaxpr)), list(closed.consts)
+
+
+def _barrier_per_value(jaxpr: Jaxpr) -> Jaxpr:
+    """``jaxpr`` with each ``optimization_barrier`` of several values split into one per
+    value: the planner runs a barrier of one value as the identity (no step, no copy; see
+    ``IDENTITY_PRIMS``), and what a barrier is for, keeping the equations that read its
+    results apart from those that read its operands, holds value by value."""
+    if not any(e.primitive is wd.optimization_barrier_p and len(e.invars) > 1
+               for e in jaxpr.eqns):
+        return jaxpr
+    eqns = []
+    for e in jaxpr.eqns:
+        if e.primitive is wd.optimization_barrier_p and len(e.invars) > 1:
+            eqns += [e.replace(invars=[x], outvars=[v]) for x, v in zip(e.invars, e.outvars)]
+        else:
+            eqns.append(e)
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars, eqns)
 
 
 def to_ssa(jaxpr: Jaxpr) -> Jaxpr:
@@ -356,7 +374,10 @@ def to_ssa(jaxpr: Jaxpr) -> Jaxpr:
 # wrap their operands in an ``op`` node.
 
 ELEMENTWISE_EXTRA = (ew.select_n_p, ew.clamp_p, ew.convert_element_type_p)
-IDENTITY_PRIMS = (ew.stop_gradient_p,)
+# the identity on values: the planner reads the operand's value for the result's. (A
+# barrier's job, keeping common-subexpression elimination from merging across it, is done
+# by the time a program is planned.)
+IDENTITY_PRIMS = (ew.stop_gradient_p, wd.optimization_barrier_p)
 # reduction primitive -> the monoid its kernel combines with
 REDUCE_MONOIDS = {reductions.reduce_sum_p: "add", reductions.reduce_max_p: "max",
                   reductions.reduce_min_p: "min", reductions.reduce_prod_p: "mul",
@@ -580,7 +601,8 @@ _PLACING = {st.pad_p, st.concatenate_p}
 def _classify(eqn: Eqn, target: Target, elementwise: set) -> str:
     """``fusible``, ``identity``, ``reduce``, ``dot`` or ``fallback``."""
     primitive = eqn.primitive
-    if eqn.primitive.multiple_results or len(eqn.outvars) != 1:
+    if len(eqn.outvars) != 1 or (primitive.multiple_results and
+                                 primitive is not wd.optimization_barrier_p):
         return "fallback"
     out = eqn.outvars[0].aval
     in_avals = [v.aval for v in eqn.invars]
@@ -693,7 +715,7 @@ class _Planner:
                 rep = max([c[1] for c in cons if c != "buffer"], default=1.0)
                 operand_buffer = False
                 if not needs_buffer and not cheap.get(v, False):
-                    if len(ks) > 1 or (rep > 1.0 and _size(v) > 1):
+                    if len(ks) > 1 or (rep > 1.0 and value_size(v) > 1):
                         # a broadcast read by several kernels: its smaller operand gets
                         # the buffer and each reader repeats the broadcast as loads
                         operand_buffer = self.broadcast_operand_buffers and \
@@ -706,13 +728,13 @@ class _Planner:
                 if operand_buffer:
                     consumers.setdefault(e.invars[0], []).append("buffer")
                     continue
-                out_size = max(_size(v), 1)
+                out_size = max(value_size(v), 1)
                 for x in e.invars:
                     if isinstance(x, Var):
                         # elements read per element of x: a broadcast repeats them; a pad
                         # or a concatenation places each once in a larger result
                         factor = 1.0 if e.primitive in _PLACING else \
-                            out_size / max(_size(x), 1)
+                            out_size / max(value_size(x), 1)
                         consumers.setdefault(x, []).append((kernels_of[v], rep * factor))
             elif kind == "reduce":
                 self.materialized.update(outs)
@@ -924,15 +946,12 @@ class _Planner:
         self.steps.append(FallbackStep(e, inputs, outputs))
 
 
-def _size(v) -> int:
-    return math.prod(v.aval.shape) if hasattr(v.aval, "shape") else 1
-
-
 def _broadcasts_smaller(e: Eqn) -> bool:
     """Whether ``e`` broadcasts a computed value to a larger result: writing that result
     out for its several readers would cost a full pass where the operand is a few loads."""
     return (e.primitive is st.broadcast_in_dim_p and len(e.invars) == 1
-            and isinstance(e.invars[0], Var) and _size(e.invars[0]) < _size(e.outvars[0]))
+            and isinstance(e.invars[0], Var)
+            and value_size(e.invars[0]) < value_size(e.outvars[0]))
 
 
 # =============================================================================================

@@ -43,7 +43,6 @@ SHARED_HOST = {
     cumulative_tangent_p: "the native cumulative kernels do sum/prod/max/min only",
     lax.top_k_p: "no native top_k: NumPy's argpartition",
     lax.linear_solve_p: "custom_linear_solve's solve is run as a call to a NumPy step",
-    lax.optimization_barrier_p: "multiple results: the fusion pass leaves it to NumPy",
     lax.rng_bit_generator_p: "no native generator: NumPy's Philox/threefry",
     lax.rng_uniform_p: "draws from the host's generator (stateful, as in XLA)",
     pure_callback_p: _CALL + ": a Python function",

@@ -82,15 +82,18 @@ def recomputed_values(eqns, kinds, live, materialized, consumers, outvars, matri
 
 def _worth_repeating(v, cost, readers, matrix_kernels) -> bool:
     ops, loaded = cost
-    size = _size(v)
+    size = value_size(v)
     if ops == 0 or size < MIN_ELEMENTS or not readers or "buffer" in readers:
         return False
     if any(repeats > 1.0 or kernels & matrix_kernels for kernels, repeats in readers):
         return False
     # bytes each reader loads per element instead of the value's own
-    loads = sum(np.dtype(x.aval.dtype).itemsize for x in loaded if _size(x) >= size)
+    loads = sum(np.dtype(x.aval.dtype).itemsize for x in loaded if value_size(x) >= size)
     return loads <= np.dtype(v.aval.dtype).itemsize
 
 
-def _size(v) -> int:
+def value_size(v) -> int:
+    """The number of elements of variable ``v``'s value (1 for a value without a shape): the
+    planner's measure of a value, for the choices here and for which values get buffers
+    (``fusion``, which imports this module)."""
     return math.prod(v.aval.shape) if hasattr(v.aval, "shape") else 1

@@ -44,9 +44,9 @@ import numpy as np
 from functrans.backends.llvm import targets, thread_pool
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Step, unique_buffers
 from functrans.backends.compiler.decompose import VECTOR_BYTES, is_direct_convolution
-from functrans.backends.llvm.ir_builder import I8P, I32, I64, emits
+from functrans.backends.llvm.ir_builder import I32, I64, emits
+from functrans.backends.llvm.kernels import run_on_pool
 from functrans.backends.llvm.scalar_ops import mem_type
-from functrans.backends.llvm.support_code import CHUNK_FN
 
 # The register tile, from the target's vector registers: accumulators in three quarters of
 # them (the rest hold the tile's weight vectors and a broadcast input), in at most a sixth
@@ -196,27 +196,7 @@ class ConvolutionStep(Step):
         if chunks <= 1:
             b.call(kernel, args + [_c(0), _c(total)])
             return
-        rows = -(-total // chunks)
-        chunks = -(-total // rows)
-        mb.kernel_count += 1
-        chunk_fn = ir.Function(mb.module, CHUNK_FN,
-                               name=f"{kernel.name}_chunk{mb.kernel_count}")
-        chunk_fn.linkage = "internal"
-        chunk_fn.attributes.add("nounwind")
-        cb = ir.IRBuilder(chunk_fn.append_basic_block("entry"))
-        ctx = cb.bitcast(chunk_fn.args[0], I8P.as_pointer())
-        mb.skip_chunk_if_interrupted(cb, ctx, len(args))
-        loaded = [cb.bitcast(cb.load(cb.gep(ctx, [_c(k)], inbounds=True)), a.type)
-                  for k, a in enumerate(args)]
-        start = cb.mul(chunk_fn.args[1], _c(rows), flags=["nuw", "nsw"])
-        end = cb.add(start, _c(rows), flags=["nuw", "nsw"])
-        end = cb.select(cb.icmp_signed("<", end, _c(total)), end, _c(total))
-        cb.call(kernel, loaded + [start, end])
-        cb.ret_void()
-        chunk_fn = mb.shared(chunk_fn)
-        ctx = mb.chunk_context(b, args)
-        parallel_for = mb.math.declare(thread_pool.SYMBOL, ir.VoidType(), [I8P, I8P, I64])
-        b.call(parallel_for, [b.bitcast(chunk_fn, I8P), ctx, _c(chunks)])
+        run_on_pool(mb, b, kernel, args, rows=-(-total // chunks), extent=total)
 
     def _kernel_function(self, mb) -> ir.Function:
         """``void conv(x*, w*, out*, i64 start, i64 end)``: rows [start, end) of

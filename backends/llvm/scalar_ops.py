@@ -256,36 +256,33 @@ def _arith(float_op, int_op):
 
 def _div(ctx, args, in_dtypes, out_dtype, params):
     x, y = args
-    b, d = ctx.b, in_dtypes[0]
-    if _is_float(d):
-        return b.fdiv(x, y)
-    zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
-    is_zero = b.icmp_unsigned("==", y, zero)
-    if _is_signed(d):
-        # y == -1 would trap on INT_MIN / -1: negate instead (wrapping, as NumPy does)
-        is_minus_one = b.icmp_signed("==", y, ir.Constant(x.type, -1))
-        safe = b.select(b.or_(is_zero, is_minus_one), one, y)
-        q = b.sdiv(x, safe)
-        q = b.select(is_minus_one, b.sub(zero, x), q)
-    else:
-        q = b.udiv(x, b.select(is_zero, one, y))
-    return b.select(is_zero, ir.Constant(x.type, -1 & ((1 << x.type.width) - 1)), q)
+    if _is_float(in_dtypes[0]):
+        return ctx.b.fdiv(x, y)
+    return _integer_division(ctx.b, x, y, _is_signed(in_dtypes[0]), remainder=False)
 
 
 def _rem(ctx, args, in_dtypes, out_dtype, params):
     x, y = args
-    b, d = ctx.b, in_dtypes[0]
-    if _is_float(d):
-        return b.frem(x, y)
+    if _is_float(in_dtypes[0]):
+        return ctx.b.frem(x, y)
+    return _integer_division(ctx.b, x, y, _is_signed(in_dtypes[0]), remainder=True)
+
+
+def _integer_division(b, x, y, signed: bool, remainder: bool):
+    """``x / y`` (or ``x % y``) of integers, for every ``y``: a division by zero gives all
+    ones (the remainder ``x``), and a signed one by -1, which traps on INT_MIN / -1, is a
+    (wrapping) negation (the remainder 0), as NumPy computes them."""
     zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
     is_zero = b.icmp_unsigned("==", y, zero)
-    if _is_signed(d):
+    if signed:
         is_minus_one = b.icmp_signed("==", y, ir.Constant(x.type, -1))
-        r = b.srem(x, b.select(b.or_(is_zero, is_minus_one), one, y))
-        r = b.select(is_minus_one, zero, r)
+        safe = b.select(b.or_(is_zero, is_minus_one), one, y)
+        out = b.srem(x, safe) if remainder else b.sdiv(x, safe)
+        out = b.select(is_minus_one, zero if remainder else b.sub(zero, x), out)
     else:
-        r = b.urem(x, b.select(is_zero, one, y))
-    return b.select(is_zero, x, r)
+        out = (b.urem if remainder else b.udiv)(x, b.select(is_zero, one, y))
+    by_zero = x if remainder else ir.Constant(x.type, -1 & ((1 << x.type.width) - 1))
+    return b.select(is_zero, by_zero, out)
 
 
 def _extremum(which):

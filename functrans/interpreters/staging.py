@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from functrans import _dtypes, _tracer_leaks, core
+from functrans import _dtypes, _tracer_leaks, core, tree_util
 from functrans.core import (ClosedJaxpr, Eqn, Jaxpr, Literal, Tracer, Var,
                             get_aval)
 from functrans._config import config
@@ -168,6 +168,18 @@ def trace_to_jaxpr_dynamic(fun: Callable, in_avals: Sequence, arg_suffixes=None)
     if config.check_jaxprs:
         core.check_jaxpr(jaxpr)
     return jaxpr, consts
+
+
+def flat_array_outputs(what: str, out) -> tuple[list, tree_util.PyTreeDef]:
+    """The leaves and the tree of ``out``, what a function being staged returned, each leaf
+    checked to be an array (a tracer, or a value with an array type); ``what`` names the
+    function in the error."""
+    leaves, out_tree = tree_util.tree_flatten(out)
+    for leaf in leaves:
+        if not (isinstance(leaf, Tracer) or core.valid_jaxtype(leaf)):
+            raise TypeError(f"{what} returned a value of type {type(leaf).__name__}, "
+                            f"which is not an array: {leaf!r}")
+    return leaves, out_tree
 
 
 def trace_to_closed_jaxpr(fun: Callable, in_avals: Sequence) -> ClosedJaxpr:

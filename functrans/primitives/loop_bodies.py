@@ -11,7 +11,8 @@ from functrans import _dtypes, core, tree_util
 from functrans.core import ClosedJaxpr, Jaxpr, Tracer, Var, get_aval
 from functrans.interpreters import ad, batching
 from functrans.interpreters import partial_eval as pe
-from functrans.interpreters.staging import closed_over_consts_as_args, trace_to_jaxpr_dynamic
+from functrans.interpreters.staging import (closed_over_consts_as_args, flat_array_outputs,
+                                            trace_to_jaxpr_dynamic)
 from functrans.primitives import elementwise as ew
 
 
@@ -60,11 +61,7 @@ def stage_user_fun(fun: Callable, in_tree, in_avals, what: str):
 
     def flat_fun(*flat_args):
         out = fun(*tree_util.tree_unflatten(in_tree, flat_args))
-        leaves, out_tree = tree_util.tree_flatten(out)
-        for leaf in leaves:
-            if not (isinstance(leaf, Tracer) or core.valid_jaxtype(leaf)):
-                raise TypeError(f"{what} returned a value of type {type(leaf).__name__}, "
-                                f"which is not an array: {leaf!r}")
+        leaves, out_tree = flat_array_outputs(what, out)
         out_tree_cell.append(out_tree)
         return leaves
 

@@ -118,11 +118,7 @@ def auto_axes(f=None, /, *, axes=None, out_sharding=None):
 
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
-        target = out_sharding
-        if target is None:
-            if "out_sharding" not in kwargs:
-                raise TypeError("Missing required keyword argument: 'out_sharding'")
-            target = kwargs.pop("out_sharding")
+        target = _given_or_keyword(out_sharding, kwargs, "out_sharding")
         return with_sharding_constraint(f(*args, **kwargs), target)
     return wrapped
 
@@ -135,13 +131,19 @@ def explicit_axes(f=None, /, *, axes=None, in_sharding=None):
 
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
-        target = in_sharding
-        if target is None:
-            if "in_sharding" not in kwargs:
-                raise TypeError("Missing required keyword argument: 'in_sharding'")
-            target = kwargs.pop("in_sharding")
+        target = _given_or_keyword(in_sharding, kwargs, "in_sharding")
         return f(*with_sharding_constraint(args, target), **kwargs)
     return wrapped
+
+
+def _given_or_keyword(given, kwargs: dict, name: str):
+    """The sharding the decorator was ``given``, else the call's keyword ``name`` (taken out
+    of ``kwargs``, so that ``f`` does not see it), which is then required."""
+    if given is not None:
+        return given
+    if name not in kwargs:
+        raise TypeError(f"Missing required keyword argument: '{name}'")
+    return kwargs.pop(name)
 
 
 __all__ = ["auto_axes", "explicit_axes", "reshard", "sharding_constraint_p",

@@ -14,6 +14,7 @@ from functrans.optim._base import GradientTransformation, GradientTransformation
 from functrans.optim._combining import chain
 from functrans.optim._numerics import safe_increment
 from functrans.optim._scaling import scale_by_learning_rate
+from functrans.optim.contrib._muon import normalized_axes
 from functrans.tree_util import tree_leaves, tree_map, tree_structure, tree_transpose
 
 __all__ = ["GaLoreDimensionNumbers", "GaLoreState", "scale_by_galore", "galore"]
@@ -34,18 +35,11 @@ def _is_dim_nums_leaf(x) -> bool:
     return x is None or isinstance(x, GaLoreDimensionNumbers)
 
 
-def _normalize_axes(x, dim_nums):
-    reduction, output = dim_nums.reduction_axis, dim_nums.output_axis
-    reduction = (reduction,) if isinstance(reduction, int) else tuple(reduction)
-    output = (output,) if isinstance(output, int) else tuple(output)
-    return tuple(ax % x.ndim for ax in reduction), tuple(ax % x.ndim for ax in output)
-
-
 def _compute_galore_reshape(x, dim_nums):
     """Functions taking ``x`` to a ``(reduction, output)`` matrix and back."""
     if x.ndim < 2:
         raise ValueError(f"GaLore requires tensors with rank >= 2, got shape {x.shape}")
-    reduction_axes, output_axes = _normalize_axes(x, dim_nums)
+    reduction_axes, output_axes = normalized_axes(x, dim_nums)
     if set(reduction_axes) & set(output_axes):
         raise ValueError(f"Reduction axes {reduction_axes} and output axes {output_axes} must "
                          f"be disjoint. Got dim_nums={dim_nums} for shape {x.shape}")

@@ -49,7 +49,10 @@ def _is_dim_nums(x) -> bool:
     return isinstance(x, MuonDimensionNumbers)
 
 
-def _normalize_axes(x, dim_nums):
+def normalized_axes(x, dim_nums):
+    """``dim_nums``'s reduction and output axes of ``x`` (each an int or a sequence,
+    negative ones counted from the end) as two tuples of axes from 0 (GaLore's dimension
+    numbers name them the same way)."""
     reduction = dim_nums.reduction_axis
     output = dim_nums.output_axis
     reduction = (reduction,) if isinstance(reduction, int) else tuple(reduction)
@@ -61,7 +64,7 @@ def _compute_muon_reshape(x, dim_nums):
     """Functions taking ``x`` to ``(batch, reduction, output)`` and back."""
     if x.ndim < 2:
         raise ValueError(f"Muon optimized parameters must have rank >= 2, got x.ndim={x.ndim!r}")
-    reduction_axes, output_axes = _normalize_axes(x, dim_nums)
+    reduction_axes, output_axes = normalized_axes(x, dim_nums)
     if set(reduction_axes) & set(output_axes):
         raise ValueError("Normalized reduction axes and output axes must be disjoint, got "
                          f"{reduction_axes} and {output_axes}. Originally dim_nums={dim_nums!r} "
@@ -81,7 +84,7 @@ def _compute_muon_reshape(x, dim_nums):
 
 
 def _fans(x, dim_nums):
-    reduction_axes, output_axes = _normalize_axes(x, dim_nums)
+    reduction_axes, output_axes = normalized_axes(x, dim_nums)
     return (math.prod(x.shape[ax] for ax in reduction_axes),
             math.prod(x.shape[ax] for ax in output_axes))
 

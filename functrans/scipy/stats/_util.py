@@ -16,6 +16,12 @@ def promote(name: str, *args):
     return promote_args_inexact(name, *args)
 
 
+def log1m_exp(a):
+    """``log(1 - exp(a))`` for ``a <= 0``: ``log(-expm1(a))`` near 0, ``log1p(-exp(a))``
+    further out, each where the other loses digits."""
+    return jnp.where(a > -0.6931471805599453, jnp.log(-jnp.expm1(a)), jnp.log1p(-jnp.exp(a)))
+
+
 def log_diff_exp(p, q):
     """``log(exp(p) - exp(q))`` for ``p >= q`` without forming the exponentials;
     ``-inf`` where ``p == q``."""

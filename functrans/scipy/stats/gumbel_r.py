@@ -11,15 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from functrans import numpy as jnp
-from functrans.scipy.stats._util import promote
+from functrans.scipy.stats._util import log1m_exp, promote
 
 __all__ = ["logpdf", "pdf", "cdf", "logcdf", "sf", "logsf", "ppf"]
-
-
-def _log1m_exp(a):
-    """``log(1 - exp(a))`` for ``a <= 0``: ``log(-expm1(a))`` near 0, ``log1p(-exp(a))``
-    further out, each where the other loses digits."""
-    return jnp.where(a > -0.6931471805599453, jnp.log(-jnp.expm1(a)), jnp.log1p(-jnp.exp(a)))
 
 
 def logpdf(x, loc=0, scale=1):
@@ -52,7 +46,7 @@ def sf(x, loc=0, scale=1):
 
 def logsf(x, loc=0, scale=1):
     """``log P(X > x)``."""
-    return _log1m_exp(logcdf(x, loc, scale))
+    return log1m_exp(logcdf(x, loc, scale))
 
 
 def ppf(p, loc=0, scale=1):

@@ -15,7 +15,8 @@ import numpy as np
 
 from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import DotKernel, Program
-from functrans.backends.compiler.product_groups import ProductGroup, group_products
+from functrans.backends.compiler.product_groups import (CopyingProduct, ProductGroup,
+                                                        copies_into_products, group_products)
 from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm.attention import AttentionStep
 from functrans.backends.llvm.blas import (GEMM_FOR_SYMBOL, GEMM_JOINED_FOR_SYMBOL,
@@ -221,6 +222,20 @@ def group_side_by_side(program: Program, threads: int | None = None) -> Program:
     return group_products(program, eligible, threads)
 
 
+def copy_in_chunks(program: Program, threads: int | None = None) -> Program:
+    """The pass ``copy_in_chunks``: a split float product adding onto a copy (``C = w``,
+    ``C += -lr xᵀg``) makes the copy in its chunks, each its block just before adding to it
+    (see :class:`CopyingProduct`), instead of in a loop of its own before the product: the
+    block is in the thread's cache when BLAS reads it, and the threads meet once."""
+    threads = thread_pool.compiled_threads() if threads is None else threads
+
+    def eligible(step: DotKernel) -> bool:
+        return (step.out.dtype in (np.float32, np.float64) and step.k > 0
+                and step.batch == 1 and gemm_split(step, threads)[0] in ("m", "n"))
+
+    return copies_into_products(program, eligible)
+
+
 def splits_products(program: Program) -> bool:
     """Whether ``program`` (or a loop body in it) runs a matrix product, a convolution or
     blocked attention on the thread pool (its other products then keep BLAS to one
@@ -233,7 +248,7 @@ def splits_products(program: Program) -> bool:
 
 
 
-@emits(DotKernel)
+@emits(DotKernel, CopyingProduct)
 def emit_dot(step: DotKernel, mb, b: ir.IRBuilder, pointer, table) -> None:
     dtype = step.out.dtype
     a_ptr, b_ptr, c_ptr = pointer(step.lhs), pointer(step.rhs), pointer(step.out)
@@ -245,14 +260,15 @@ def emit_dot(step: DotKernel, mb, b: ir.IRBuilder, pointer, table) -> None:
                     interleave=False)
         return
     if dtype in (np.float32, np.float64):
-        emit_gemm(mb, b, step, a_ptr, b_ptr, c_ptr)
+        copy_ptr = pointer(step.copy) if isinstance(step, CopyingProduct) else None
+        emit_gemm(mb, b, step, a_ptr, b_ptr, c_ptr, copy_ptr)
     elif step.accumulate or step.alpha != 1.0:
         raise NotImplementedError(f"llvm backend: a scaled or accumulating {dtype} product")
     else:
         emit_naive_dot(mb, b, step, a_ptr, b_ptr, c_ptr)
 
 
-def emit_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr):
+def emit_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, copy_ptr=None):
     """Row-major C = op(A) op(B) as the column-major product Cᵀ = op(B)ᵀ op(A)ᵀ: BLAS
     sees our row-major B as its first operand and A as its second. A large product is
     split into chunks (see :func:`gemm_split`) that the thread pool runs, each a
@@ -268,14 +284,17 @@ def emit_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr):
         b.call(hold, [ir.Constant(I32, 1)])
     axis, chunks = gemm_split(step)
     if chunks <= 1:
+        if copy_ptr is not None:
+            _copy_block(mb, b, step, c_ptr, copy_ptr, None)
         gemm_calls(mb, b, step, a_ptr, b_ptr, c_ptr, lambda ty, v: mb.entry_alloca(b, ty))
     else:
-        emit_split_gemm(mb, b, step, a_ptr, b_ptr, c_ptr, axis, chunks)
+        emit_split_gemm(mb, b, step, a_ptr, b_ptr, c_ptr, axis, chunks, copy_ptr)
     if held:
         b.call(hold, [ir.Constant(I32, 0)])
 
 
-def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chunks: int):
+def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chunks: int,
+                    copy_ptr=None):
     """The product in ``chunks`` chunks along ``axis``, run by ``ft_gemm_for`` (by
     ``ft_gemm_for_joined`` when :func:`joined_blocks`), or the bands of a matrix-vector
     product (see :func:`gemv_bands`), run by ``ft_gemm_for_range``. Each
@@ -299,9 +318,10 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
     ctx = cb.bitcast(fn.args[0], I8P.as_pointer())
     stack = ir.IRBuilder(fn.entry_basic_block)
     stack.position_at_start(fn.entry_basic_block)
-    mb.skip_chunk_if_interrupted(cb, ctx, 3)
+    pointers = (a_ptr, b_ptr, c_ptr) + ((copy_ptr,) if copy_ptr is not None else ())
+    mb.skip_chunk_if_interrupted(cb, ctx, len(pointers))
     ptrs = [cb.bitcast(cb.load(cb.gep(ctx, [ir.Constant(I64, k)], inbounds=True)), p.type)
-            for k, p in enumerate((a_ptr, b_ptr, c_ptr))]
+            for k, p in enumerate(pointers)]
     # chunk c (ranged: chunks [first, end)) is rows [start, end) of extent
     start = cb.mul(fn.args[1], ir.Constant(I64, rows), flags=["nuw", "nsw"])
     if ranged:
@@ -311,10 +331,12 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
     end = cb.select(cb.icmp_signed("<", end, ir.Constant(I64, extent)), end,
                     ir.Constant(I64, extent))
     slot = lambda ty, v: stack.alloca(ty)  # noqa: E731 (stack slots in the entry block)
-    gemm_calls(mb, cb, step, *ptrs, slot, split=(axis, start, end))
+    if copy_ptr is not None:
+        _copy_block(mb, cb, step, ptrs[2], ptrs[3], (axis, start, end))
+    gemm_calls(mb, cb, step, *ptrs[:3], slot, split=(axis, start, end))
     cb.ret_void()
     fn = mb.shared(fn)
-    ctx = mb.chunk_context(b, (a_ptr, b_ptr, c_ptr))
+    ctx = mb.chunk_context(b, pointers)
     symbol = GEMM_JOINED_FOR_SYMBOL if joined else (
         GEMM_RANGE_FOR_SYMBOL if ranged else GEMM_FOR_SYMBOL)
     gemm_for = mb.math.declare(symbol, ir.VoidType(), [I8P, I8P, I64])
@@ -382,6 +404,33 @@ def emit_product_group(group: ProductGroup, mb, b: ir.IRBuilder, pointer, table)
             gemm_for = mb.math.declare(GEMM_FOR_SYMBOL, ir.VoidType(), [I8P, I8P, I64])
             b.call(gemm_for, [chunk, ctx, ir.Constant(I64, len(group.products))])
     b.call(hold, [ir.Constant(I32, 0)])
+
+
+def _copy_block(mb, b, step: DotKernel, c_ptr, copy_ptr, split) -> None:
+    """C's initial value from ``copy_ptr`` (a :class:`CopyingProduct`): all of it, or with
+    ``split = (axis, start, end)`` its rows ("m") or columns ("n") in ``[start, end)``.
+    ``memmove``: C is the copy's own memory when it holds a donated input."""
+    move = mb.math.declare("llvm.memmove.p0.p0.i64", ir.VoidType(), [I8P, I8P, I64, I1])
+    size = step.out.dtype.itemsize
+    dst, src = b.bitcast(c_ptr, I8P), b.bitcast(copy_ptr, I8P)
+
+    def i64(v):
+        return ir.Constant(I64, v)
+
+    def move_bytes(first, count):
+        b.call(move, [b.gep(dst, [first]), b.gep(src, [first]), count, ir.Constant(I1, 0)])
+
+    if split is None:
+        move_bytes(i64(0), i64(step.out.nbytes))
+        return
+    axis, start, end = split
+    if axis == "m":  # whole rows: one range
+        move_bytes(b.mul(start, i64(step.n * size)), b.mul(b.sub(end, start), i64(step.n * size)))
+        return
+    width = b.mul(b.sub(end, start), i64(size))  # columns [start, end) of every row
+    mb.loop(b, step.m, lambda row: move_bytes(
+        b.add(b.mul(row, i64(step.n * size)), b.mul(start, i64(size))), width), name="row",
+        interleave=False)
 
 
 def gemm_calls(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, new_slot, split=None):

@@ -345,40 +345,37 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
 
 @emits(ProductGroup)
 def emit_product_group(group: ProductGroup, mb, b: ir.IRBuilder, pointer, table) -> None:
-    """The group's products by ``ft_gemm_for``, one chunk each (each chunk copies its
-    product's initial value, then makes one BLAS call); one after another on this thread,
-    in their order, when one's output is memory another reads (a donated input)."""
+    """The group's products by ``ft_gemm_for_joined``, one chunk each (a chunk copies its
+    product's initial value, then makes one BLAS call): on the pool one per thread, on the
+    calling thread alone (a paused pool) one after another, as a split product's joined
+    blocks would be. In their order on this thread too when one's output is memory another
+    reads (a donated input)."""
     mb.kernel_count += 1
     name = f"gemm{mb.kernel_count}_group"
     mb.names[name] = "matrix products side by side " + group.describe()
     operands = [(p.lhs, p.rhs, p.out) + ((copy,) if copy is not None else ())
                 for p, copy in zip(group.products, group.copies)]
     pointers = [[pointer(buf) for buf in buffers] for buffers in operands]
-    fn = ir.Function(mb.module, CHUNK_FN, name=name)
+    fn = ir.Function(mb.module, RANGE_FN, name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     calls_only_function(fn)
     prologue, cb = mb.prologue_and_body(fn)
     ctx = cb.bitcast(fn.args[0], I8P.as_pointer())
     mb.skip_chunk_if_interrupted(cb, ctx, sum(map(len, operands)))
-    done = fn.append_basic_block("done")
-    switch = cb.switch(fn.args[1], done)
-    move = mb.math.declare("llvm.memmove.p0.p0.i64", ir.VoidType(), [I8P, I8P, I64, I1])
     first = 0
-    for k, (product, copy) in enumerate(zip(group.products, group.copies)):
-        case = fn.append_basic_block(f"product{k}")
-        switch.add_case(ir.Constant(I64, k), case)
-        cb.position_at_end(case)
-        mine = [cb.load(cb.gep(ctx, [ir.Constant(I64, first + i)], inbounds=True))
-                for i in range(len(operands[k]))]
+    for k, product in enumerate(group.products):  # products [fn.args[1], fn.args[2])
+        index = ir.Constant(I64, k)
+        wanted = cb.and_(cb.icmp_signed("<=", fn.args[1], index),
+                         cb.icmp_signed("<", index, fn.args[2]))
+        with cb.if_then(wanted):
+            mine = [cb.bitcast(cb.load(cb.gep(ctx, [ir.Constant(I64, first + i)],
+                                              inbounds=True)), p.type)
+                    for i, p in enumerate(pointers[k])]
+            if len(mine) > 3:
+                _copy_block(mb, cb, product, mine[2], mine[3], None)
+            gemm_calls(mb, cb, product, *mine[:3], lambda ty, v: prologue.alloca(ty))
         first += len(operands[k])
-        if copy is not None:  # memmove: the same memory when the output is a donated input's
-            cb.call(move, [mine[2], mine[3], ir.Constant(I64, product.out.nbytes),
-                           ir.Constant(I1, 0)])
-        a_ptr, b_ptr, c_ptr = [cb.bitcast(p, q.type) for p, q in zip(mine, pointers[k][:3])]
-        gemm_calls(mb, cb, product, a_ptr, b_ptr, c_ptr, lambda ty, v: prologue.alloca(ty))
-        cb.branch(done)
-    cb.position_at_end(done)
     cb.ret_void()
     prologue.branch(fn.basic_blocks[1])
     fn = mb.shared(fn)
@@ -395,14 +392,13 @@ def emit_product_group(group: ProductGroup, mb, b: ir.IRBuilder, pointer, table)
             for buf, at in zip(buffers, pointers[i]):
                 if i != j and buf.kind == "input" and buf.nbytes == product.out.nbytes:
                     aliased = b.or_(aliased, b.icmp_unsigned("==", out, b.ptrtoint(at, I64)))
-    chunk = b.bitcast(fn, I8P)
+    count = ir.Constant(I64, len(group.products))
     with b.if_else(aliased) as (in_order, side_by_side):
         with in_order:
-            for k in range(len(group.products)):
-                b.call(fn, [ctx, ir.Constant(I64, k)])
+            b.call(fn, [ctx, ir.Constant(I64, 0), count])
         with side_by_side:
-            gemm_for = mb.math.declare(GEMM_FOR_SYMBOL, ir.VoidType(), [I8P, I8P, I64])
-            b.call(gemm_for, [chunk, ctx, ir.Constant(I64, len(group.products))])
+            joined = mb.math.declare(GEMM_JOINED_FOR_SYMBOL, ir.VoidType(), [I8P, I8P, I64])
+            b.call(joined, [b.bitcast(fn, I8P), ctx, count])
     b.call(hold, [ir.Constant(I32, 0)])
 
 

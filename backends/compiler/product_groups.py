@@ -61,51 +61,6 @@ class ProductGroup(Step):
         return "side by side [" + " | ".join(parts) + "]"
 
 
-class CopyingProduct(DotKernel):
-    """``out = copy``, then ``out += alpha * op(lhs) @ op(rhs)``: a product whose output's
-    initial value is a copy of another buffer (an SGD update), the copy made block by block
-    by the product's own chunks, each just before it adds its block of the product."""
-
-    def __init__(self, product: DotKernel, copy: Buffer):
-        super().__init__(product.lhs, product.rhs, product.out, product.batch, product.m,
-                         product.n, product.k, product.lhs_transposed, product.rhs_transposed)
-        self.alpha, self.accumulate = product.alpha, True
-        self.copy = copy
-
-    def reads(self):
-        return [self.lhs, self.rhs, self.copy]
-
-    def describe(self):
-        return f"copy {self.copy!r} -> {self.out!r}; " + super().describe()
-
-
-def copies_into_products(program, eligible):
-    """``program`` with each accumulating product that ``eligible`` accepts, whose output's
-    one earlier writer is a copy of another buffer, made a :class:`CopyingProduct` (the
-    copy's loop removed), when no step between them reads or writes the output (or the
-    inputs it may be at run time) or writes the copied buffer."""
-    steps = list(program.steps)
-    removed = set()
-    for j, product in enumerate(steps):
-        if type(product) is not DotKernel or not product.accumulate or not eligible(product):
-            continue
-        writers = [i for i in range(j) if product.out.id in _ids(steps[i].writes())]
-        if len(writers) != 1 or writers[0] in removed:
-            continue
-        copy = copied_buffer(steps[writers[0]], product.out)
-        if copy is None:
-            continue
-        touched = {product.out.id} | _may_hold(product.out, program)
-        if any(isinstance(steps[i], FallbackStep) or copy.id in _ids(steps[i].writes())
-               or (_ids(steps[i].reads()) | _ids(steps[i].writes())) & touched
-               for i in range(writers[0] + 1, j) if i not in removed):
-            continue
-        removed.add(writers[0])
-        steps[j] = CopyingProduct(product, copy)
-    program.steps = [s for i, s in enumerate(steps) if i not in removed]
-    return program
-
-
 def copied_buffer(step, out: Buffer):
     """The buffer ``step`` copies whole into ``out`` (a loop ``out[i] = src[i]`` over every
     element of ``out``, ``src`` of its shape and dtype), or None."""

@@ -6,10 +6,10 @@ parameters, when writing it there cannot change what the program reads:
 
 * one kernel writes the output, an elementwise loop without a retried fast path (a kernel
   that may redo its range with exact library calls would read what it already wrote) — or
-  such a loop writes its initial value and a matrix product adds onto it, or a product
-  copies its initial value itself (a ``CopyingProduct``, or a product in a group side by
-  side: see ``product_groups``; the group then runs its products in order, the one
-  writing the input's memory after those before it);
+  such a loop writes its initial value and a matrix product adds onto it, or a product in
+  a group of products side by side copies its initial value (see ``product_groups``: the
+  group then runs its products in order, the one writing the input's memory after those
+  before it);
 * that loop reads the input only at the element it is writing (``p - lr * g`` qualifies,
   a transpose or a broadcast of the input does not);
 * no later step reads the input, and the input is not itself a result.
@@ -26,7 +26,7 @@ from __future__ import annotations
 from functrans.backends.compiler import exprs as E
 from functrans.backends.llvm import scalar_ops
 from functrans.backends.compiler.fusion import Buffer, DotKernel, LoopKernel, Program
-from functrans.backends.compiler.product_groups import CopyingProduct, ProductGroup
+from functrans.backends.compiler.product_groups import ProductGroup
 
 
 def alias_candidates(program: Program) -> dict:
@@ -54,9 +54,8 @@ def alias_candidates(program: Program) -> dict:
             continue
         k = written_by[0]
         step = program.steps[k]
-        if isinstance(step, (ProductGroup, CopyingProduct)):
-            group = step if isinstance(step, ProductGroup) else ProductGroup([step], [step.copy])
-            fits = _group_candidates(group, out, inputs, results, last_read, k)
+        if isinstance(step, ProductGroup):
+            fits = _group_candidates(step, out, inputs, results, last_read, k)
             if fits:
                 candidates[out.id] = fits
             continue

@@ -15,8 +15,7 @@ import numpy as np
 
 from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import DotKernel, Program
-from functrans.backends.compiler.product_groups import (CopyingProduct, ProductGroup,
-                                                        copies_into_products, group_products)
+from functrans.backends.compiler.product_groups import ProductGroup, group_products
 from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm.attention import AttentionStep
 from functrans.backends.llvm.blas import (GEMM_FOR_SYMBOL, GEMM_JOINED_FOR_SYMBOL,
@@ -96,7 +95,10 @@ JOINED_MIN_BLOCK_MNK = 1 << 21
 # per thread, run whole side by side instead, one per thread (see product_groups): no block
 # packs a shared operand again, and the threads meet once. Only products of about the same
 # work, the smaller at least GROUP_BALANCE of the larger: a split product costs its blocks
-# 8-12% more than one call (see joined_blocks), so a group is even with the split at 0.85.
+# 6-12% more than one call (see joined_blocks), so a group is even with the split at 0.85;
+# and only products under GEMM_FINE_SPLIT_FLOPS: beyond, equal flops are not equal times
+# (a transformer layer's 512x2048x2048 and 2048x512x2048 products, one thread: 32.2 and
+# 27.7 ms), and a thread that loses its core would hold up a whole product.
 GROUP_BALANCE = 0.85
 
 
@@ -214,26 +216,12 @@ def group_side_by_side(program: Program, threads: int | None = None) -> Program:
                 or step.batch != 1 or matrix_vector(step):
             return False
         axis, chunks = gemm_split(step, threads)
-        if axis not in ("m", "n") or chunks != threads:
+        if axis not in ("m", "n") or chunks != threads or _flops(step) >= GEMM_FINE_SPLIT_FLOPS:
             return False
         small, large = sorted((_flops(step), _flops(first)))
         return small >= GROUP_BALANCE * large
 
     return group_products(program, eligible, threads)
-
-
-def copy_in_chunks(program: Program, threads: int | None = None) -> Program:
-    """The pass ``copy_in_chunks``: a split float product adding onto a copy (``C = w``,
-    ``C += -lr xᵀg``) makes the copy in its chunks, each its block just before adding to it
-    (see :class:`CopyingProduct`), instead of in a loop of its own before the product: the
-    block is in the thread's cache when BLAS reads it, and the threads meet once."""
-    threads = thread_pool.compiled_threads() if threads is None else threads
-
-    def eligible(step: DotKernel) -> bool:
-        return (step.out.dtype in (np.float32, np.float64) and step.k > 0
-                and step.batch == 1 and gemm_split(step, threads)[0] in ("m", "n"))
-
-    return copies_into_products(program, eligible)
 
 
 def splits_products(program: Program) -> bool:
@@ -248,7 +236,7 @@ def splits_products(program: Program) -> bool:
 
 
 
-@emits(DotKernel, CopyingProduct)
+@emits(DotKernel)
 def emit_dot(step: DotKernel, mb, b: ir.IRBuilder, pointer, table) -> None:
     dtype = step.out.dtype
     a_ptr, b_ptr, c_ptr = pointer(step.lhs), pointer(step.rhs), pointer(step.out)
@@ -260,15 +248,14 @@ def emit_dot(step: DotKernel, mb, b: ir.IRBuilder, pointer, table) -> None:
                     interleave=False)
         return
     if dtype in (np.float32, np.float64):
-        copy_ptr = pointer(step.copy) if isinstance(step, CopyingProduct) else None
-        emit_gemm(mb, b, step, a_ptr, b_ptr, c_ptr, copy_ptr)
+        emit_gemm(mb, b, step, a_ptr, b_ptr, c_ptr)
     elif step.accumulate or step.alpha != 1.0:
         raise NotImplementedError(f"llvm backend: a scaled or accumulating {dtype} product")
     else:
         emit_naive_dot(mb, b, step, a_ptr, b_ptr, c_ptr)
 
 
-def emit_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, copy_ptr=None):
+def emit_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr):
     """Row-major C = op(A) op(B) as the column-major product Cᵀ = op(B)ᵀ op(A)ᵀ: BLAS
     sees our row-major B as its first operand and A as its second. A large product is
     split into chunks (see :func:`gemm_split`) that the thread pool runs, each a
@@ -284,17 +271,14 @@ def emit_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, copy_ptr=None):
         b.call(hold, [ir.Constant(I32, 1)])
     axis, chunks = gemm_split(step)
     if chunks <= 1:
-        if copy_ptr is not None:
-            _copy_block(mb, b, step, c_ptr, copy_ptr, None)
         gemm_calls(mb, b, step, a_ptr, b_ptr, c_ptr, lambda ty, v: mb.entry_alloca(b, ty))
     else:
-        emit_split_gemm(mb, b, step, a_ptr, b_ptr, c_ptr, axis, chunks, copy_ptr)
+        emit_split_gemm(mb, b, step, a_ptr, b_ptr, c_ptr, axis, chunks)
     if held:
         b.call(hold, [ir.Constant(I32, 0)])
 
 
-def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chunks: int,
-                    copy_ptr=None):
+def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chunks: int):
     """The product in ``chunks`` chunks along ``axis``, run by ``ft_gemm_for`` (by
     ``ft_gemm_for_joined`` when :func:`joined_blocks`), or the bands of a matrix-vector
     product (see :func:`gemv_bands`), run by ``ft_gemm_for_range``. Each
@@ -318,10 +302,9 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
     ctx = cb.bitcast(fn.args[0], I8P.as_pointer())
     stack = ir.IRBuilder(fn.entry_basic_block)
     stack.position_at_start(fn.entry_basic_block)
-    pointers = (a_ptr, b_ptr, c_ptr) + ((copy_ptr,) if copy_ptr is not None else ())
-    mb.skip_chunk_if_interrupted(cb, ctx, len(pointers))
+    mb.skip_chunk_if_interrupted(cb, ctx, 3)
     ptrs = [cb.bitcast(cb.load(cb.gep(ctx, [ir.Constant(I64, k)], inbounds=True)), p.type)
-            for k, p in enumerate(pointers)]
+            for k, p in enumerate((a_ptr, b_ptr, c_ptr))]
     # chunk c (ranged: chunks [first, end)) is rows [start, end) of extent
     start = cb.mul(fn.args[1], ir.Constant(I64, rows), flags=["nuw", "nsw"])
     if ranged:
@@ -331,12 +314,10 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
     end = cb.select(cb.icmp_signed("<", end, ir.Constant(I64, extent)), end,
                     ir.Constant(I64, extent))
     slot = lambda ty, v: stack.alloca(ty)  # noqa: E731 (stack slots in the entry block)
-    if copy_ptr is not None:
-        _copy_block(mb, cb, step, ptrs[2], ptrs[3], (axis, start, end))
-    gemm_calls(mb, cb, step, *ptrs[:3], slot, split=(axis, start, end))
+    gemm_calls(mb, cb, step, *ptrs, slot, split=(axis, start, end))
     cb.ret_void()
     fn = mb.shared(fn)
-    ctx = mb.chunk_context(b, pointers)
+    ctx = mb.chunk_context(b, (a_ptr, b_ptr, c_ptr))
     symbol = GEMM_JOINED_FOR_SYMBOL if joined else (
         GEMM_RANGE_FOR_SYMBOL if ranged else GEMM_FOR_SYMBOL)
     gemm_for = mb.math.declare(symbol, ir.VoidType(), [I8P, I8P, I64])
@@ -373,7 +354,7 @@ def emit_product_group(group: ProductGroup, mb, b: ir.IRBuilder, pointer, table)
                                               inbounds=True)), p.type)
                     for i, p in enumerate(pointers[k])]
             if len(mine) > 3:
-                _copy_block(mb, cb, product, mine[2], mine[3], None)
+                _copy_whole(mb, cb, mine[2], mine[3], product.out.nbytes)
             gemm_calls(mb, cb, product, *mine[:3], lambda ty, v: prologue.alloca(ty))
         first += len(operands[k])
     cb.ret_void()
@@ -402,31 +383,12 @@ def emit_product_group(group: ProductGroup, mb, b: ir.IRBuilder, pointer, table)
     b.call(hold, [ir.Constant(I32, 0)])
 
 
-def _copy_block(mb, b, step: DotKernel, c_ptr, copy_ptr, split) -> None:
-    """C's initial value from ``copy_ptr`` (a :class:`CopyingProduct`): all of it, or with
-    ``split = (axis, start, end)`` its rows ("m") or columns ("n") in ``[start, end)``.
-    ``memmove``: C is the copy's own memory when it holds a donated input."""
+def _copy_whole(mb, b, dst, src, nbytes: int) -> None:
+    """``nbytes`` from ``src`` to ``dst`` by ``memmove``: they are the same memory when the
+    output is a donated input's."""
     move = mb.math.declare("llvm.memmove.p0.p0.i64", ir.VoidType(), [I8P, I8P, I64, I1])
-    size = step.out.dtype.itemsize
-    dst, src = b.bitcast(c_ptr, I8P), b.bitcast(copy_ptr, I8P)
-
-    def i64(v):
-        return ir.Constant(I64, v)
-
-    def move_bytes(first, count):
-        b.call(move, [b.gep(dst, [first]), b.gep(src, [first]), count, ir.Constant(I1, 0)])
-
-    if split is None:
-        move_bytes(i64(0), i64(step.out.nbytes))
-        return
-    axis, start, end = split
-    if axis == "m":  # whole rows: one range
-        move_bytes(b.mul(start, i64(step.n * size)), b.mul(b.sub(end, start), i64(step.n * size)))
-        return
-    width = b.mul(b.sub(end, start), i64(size))  # columns [start, end) of every row
-    mb.loop(b, step.m, lambda row: move_bytes(
-        b.add(b.mul(row, i64(step.n * size)), b.mul(start, i64(size))), width), name="row",
-        interleave=False)
+    b.call(move, [b.bitcast(dst, I8P), b.bitcast(src, I8P), ir.Constant(I64, nbytes),
+                  ir.Constant(I1, 0)])
 
 
 def gemm_calls(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, new_slot, split=None):

@@ -169,8 +169,7 @@ def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
            Pass("block_attention", attention.block_attention)] if fuse else []),
         native_steps.lowering_pass(TARGET),
         # independent products one per thread, at once (see product_groups)
-        *([Pass("group_products", matrix_products.group_side_by_side),
-           Pass("copy_in_chunks", matrix_products.copy_in_chunks)] if fuse else []),
+        *([Pass("group_products", matrix_products.group_side_by_side)] if fuse else []),
         Pass("run_loops_on_host", _run_loops_on_host),
         Pass("plan_buffers", _plan(closed, fuse), required=True),
     ]

@@ -16,7 +16,6 @@ import numpy as np
 
 from functrans.backends.compiler import exprs as E
 from functrans.backends.compiler.fusion import DotKernel, LoopKernel, ReduceKernel
-from functrans.backends.compiler.product_groups import ProductGroup
 
 # evaluations of these count as transcendentals, not flops
 TRANSCENDENTAL = frozenset({
@@ -60,12 +59,6 @@ def program_cost(program) -> dict:
     schedule: see :class:`functrans.backends.compiler.fusion.Program`)."""
     total = {"flops": 0.0, "transcendentals": 0.0, "bytes accessed": 0.0}
     for step in program.steps:
-        if isinstance(step, ProductGroup):  # counted as its products one after another
-            for product, copy in zip(step.products, step.copies):
-                total["flops"] += 2 * product.batch * product.m * product.n * product.k
-                total["bytes accessed"] += _step_bytes(product) + (
-                    2 * copy.nbytes if copy is not None else 0)  # the copy's read and write
-            continue
         flops = transcendentals = 0
         if isinstance(step, DotKernel):
             flops = 2 * step.batch * step.m * step.n * step.k

@@ -6,10 +6,7 @@ parameters, when writing it there cannot change what the program reads:
 
 * one kernel writes the output, an elementwise loop without a retried fast path (a kernel
   that may redo its range with exact library calls would read what it already wrote) — or
-  such a loop writes its initial value and a matrix product adds onto it, or a product in
-  a group of products side by side copies its initial value (see ``product_groups``: the
-  group then runs its products in order, the one writing the input's memory after those
-  before it);
+  such a loop writes its initial value and a matrix product adds onto it;
 * that loop reads the input only at the element it is writing (``p - lr * g`` qualifies,
   a transpose or a broadcast of the input does not);
 * no later step reads the input, and the input is not itself a result.
@@ -26,7 +23,6 @@ from __future__ import annotations
 from functrans.backends.compiler import exprs as E
 from functrans.backends.llvm import scalar_ops
 from functrans.backends.compiler.fusion import Buffer, DotKernel, LoopKernel, Program
-from functrans.backends.compiler.product_groups import ProductGroup
 
 
 def alias_candidates(program: Program) -> dict:
@@ -54,11 +50,6 @@ def alias_candidates(program: Program) -> dict:
             continue
         k = written_by[0]
         step = program.steps[k]
-        if isinstance(step, ProductGroup):
-            fits = _group_candidates(step, out, inputs, results, last_read, k)
-            if fits:
-                candidates[out.id] = fits
-            continue
         if not isinstance(step, LoopKernel):
             continue
         values = [v for _, _, v in step.outputs]
@@ -77,21 +68,6 @@ def alias_candidates(program: Program) -> dict:
         if fits:
             candidates[out.id] = fits
     return candidates
-
-
-def _group_candidates(group: ProductGroup, out: Buffer, inputs, results, last_read,
-                      k: int) -> list:
-    """The input positions whose memory may hold ``out``, written by a product of ``group``
-    (step ``k``) that copies its initial value: inputs that no later step reads, nor the
-    product itself or a product after it in the group (the group runs its products in
-    order when an output is an input's memory, so those before it have read theirs)."""
-    j = next(i for i, p in enumerate(group.products) if p.out.id == out.id)
-    if group.copies[j] is None:
-        return []
-    read_after = {b.id for p in group.products[j:] for b in (p.lhs, p.rhs)}
-    return [i for i, inp in inputs
-            if inp.id not in results and inp.shape == out.shape and inp.dtype == out.dtype
-            and last_read.get(inp.id, -1) <= k and inp.id not in read_after]
 
 
 def _accumulates_into(step, out: Buffer) -> bool:

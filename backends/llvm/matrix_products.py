@@ -15,15 +15,13 @@ import numpy as np
 
 from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import DotKernel, Program
-from functrans.backends.compiler.product_groups import ProductGroup, group_products
 from functrans.backends.llvm import thread_pool
 from functrans.backends.llvm.attention import AttentionStep
 from functrans.backends.llvm.blas import (GEMM_FOR_SYMBOL, GEMM_JOINED_FOR_SYMBOL,
                                           GEMM_RANGE_FOR_SYMBOL)
 from functrans.backends.llvm.control_flow import nested_programs
 from functrans.backends.llvm.convolution import ConvolutionStep
-from functrans.backends.llvm.ir_builder import (I1, I8, I8P, I32, I64, calls_only_function,
-                                                emits)
+from functrans.backends.llvm.ir_builder import I8, I8P, I32, I64, calls_only_function, emits
 from functrans.backends.llvm.scalar_ops import constant
 from functrans.backends.llvm.support_code import CHUNK_FN, RANGE_FN
 from functrans.backends.llvm.vector_math import F32, F64
@@ -91,15 +89,6 @@ GEMV_BANDED_MAX_ELEMENTS = 1 << 21
 # blocked ones: a block under that bound, of a product over it, changed the bits (32x300x128
 # cut in two, among 323 of 2024 small-m cases). So each block keeps at least this many.
 JOINED_MIN_BLOCK_MNK = 1 << 21
-# Products that do not depend on each other, each of which would be split into one block
-# per thread, run whole side by side instead, one per thread (see product_groups): no block
-# packs a shared operand again, and the threads meet once. Only products of about the same
-# work, the smaller at least GROUP_BALANCE of the larger: a split product costs its blocks
-# 6-12% more than one call (see joined_blocks), so a group is even with the split at 0.85;
-# and only products under GEMM_FINE_SPLIT_FLOPS: beyond, equal flops are not equal times
-# (a transformer layer's 512x2048x2048 and 2048x512x2048 products, one thread: 32.2 and
-# 27.7 ms), and a thread that loses its core would hold up a whole product.
-GROUP_BALANCE = 0.85
 
 
 def matrix_vector(step: DotKernel) -> str | None:
@@ -199,31 +188,6 @@ def joined_blocks(step: DotKernel, threads: int | None = None) -> bool:
     return smallest * (step.m * step.n // extent) * step.k >= JOINED_MIN_BLOCK_MNK
 
 
-def _flops(step: DotKernel) -> int:
-    return 2 * step.batch * step.m * step.n * step.k
-
-
-def group_side_by_side(program: Program, threads: int | None = None) -> Program:
-    """The pass ``group_products``: ``threads`` independent float products of rows or
-    columns of C (default: the pool's thread count), each split into one block per thread
-    on its own (:func:`gemm_split`), of about the same work, become a
-    :class:`ProductGroup` whose products run one per thread. On two threads, the MLP
-    784-512-512-10's backward pass runs ``g W2ᵀ`` beside ``h1ᵀ g`` (each 128x512x512)."""
-    threads = thread_pool.compiled_threads() if threads is None else threads
-
-    def eligible(step: DotKernel, first: DotKernel) -> bool:
-        if step.out.dtype not in (np.float32, np.float64) or step.k == 0 \
-                or step.batch != 1 or matrix_vector(step):
-            return False
-        axis, chunks = gemm_split(step, threads)
-        if axis not in ("m", "n") or chunks != threads or _flops(step) >= GEMM_FINE_SPLIT_FLOPS:
-            return False
-        small, large = sorted((_flops(step), _flops(first)))
-        return small >= GROUP_BALANCE * large
-
-    return group_products(program, eligible, threads)
-
-
 def splits_products(program: Program) -> bool:
     """Whether ``program`` (or a loop body in it) runs a matrix product, a convolution or
     blocked attention on the thread pool (its other products then keep BLAS to one
@@ -231,7 +195,7 @@ def splits_products(program: Program) -> bool:
     programs = [program] + [body.program for body in nested_programs(program)]
     return any((isinstance(s, DotKernel) and s.out.dtype in (np.float32, np.float64)
                 and gemm_split(s)[1] > 1) or (isinstance(s, ConvolutionStep) and s.chunks() > 1)
-               or (isinstance(s, AttentionStep) and s.chunks > 1) or isinstance(s, ProductGroup)
+               or (isinstance(s, AttentionStep) and s.chunks > 1)
                for p in programs for s in p.steps)
 
 
@@ -322,73 +286,6 @@ def emit_split_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, axis: str, chun
         GEMM_RANGE_FOR_SYMBOL if ranged else GEMM_FOR_SYMBOL)
     gemm_for = mb.math.declare(symbol, ir.VoidType(), [I8P, I8P, I64])
     b.call(gemm_for, [b.bitcast(fn, I8P), ctx, ir.Constant(I64, chunks)])
-
-
-@emits(ProductGroup)
-def emit_product_group(group: ProductGroup, mb, b: ir.IRBuilder, pointer, table) -> None:
-    """The group's products by ``ft_gemm_for_joined``, one chunk each (a chunk copies its
-    product's initial value, then makes one BLAS call): on the pool one per thread, on the
-    calling thread alone (a paused pool) one after another, as a split product's joined
-    blocks would be. In their order on this thread too when one's output is memory another
-    reads (a donated input)."""
-    mb.kernel_count += 1
-    name = f"gemm{mb.kernel_count}_group"
-    mb.names[name] = "matrix products side by side " + group.describe()
-    operands = [(p.lhs, p.rhs, p.out) + ((copy,) if copy is not None else ())
-                for p, copy in zip(group.products, group.copies)]
-    pointers = [[pointer(buf) for buf in buffers] for buffers in operands]
-    fn = ir.Function(mb.module, RANGE_FN, name=name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    calls_only_function(fn)
-    prologue, cb = mb.prologue_and_body(fn)
-    ctx = cb.bitcast(fn.args[0], I8P.as_pointer())
-    mb.skip_chunk_if_interrupted(cb, ctx, sum(map(len, operands)))
-    first = 0
-    for k, product in enumerate(group.products):  # products [fn.args[1], fn.args[2])
-        index = ir.Constant(I64, k)
-        wanted = cb.and_(cb.icmp_signed("<=", fn.args[1], index),
-                         cb.icmp_signed("<", index, fn.args[2]))
-        with cb.if_then(wanted):
-            mine = [cb.bitcast(cb.load(cb.gep(ctx, [ir.Constant(I64, first + i)],
-                                              inbounds=True)), p.type)
-                    for i, p in enumerate(pointers[k])]
-            if len(mine) > 3:
-                _copy_whole(mb, cb, mine[2], mine[3], product.out.nbytes)
-            gemm_calls(mb, cb, product, *mine[:3], lambda ty, v: prologue.alloca(ty))
-        first += len(operands[k])
-    cb.ret_void()
-    prologue.branch(fn.basic_blocks[1])
-    fn = mb.shared(fn)
-
-    hold = mb.math.declare(thread_pool.BLAS_HOLD_SYMBOL, ir.VoidType(), [I32])
-    b.call(hold, [ir.Constant(I32, 1)])
-    ctx = mb.chunk_context(b, [p for mine in pointers for p in mine])
-    aliased = ir.Constant(I1, 0)
-    for j, product in enumerate(group.products):
-        if product.out.kind != "output":
-            continue
-        out = b.ptrtoint(pointers[j][2], I64)
-        for i, buffers in enumerate(operands):
-            for buf, at in zip(buffers, pointers[i]):
-                if i != j and buf.kind == "input" and buf.nbytes == product.out.nbytes:
-                    aliased = b.or_(aliased, b.icmp_unsigned("==", out, b.ptrtoint(at, I64)))
-    count = ir.Constant(I64, len(group.products))
-    with b.if_else(aliased) as (in_order, side_by_side):
-        with in_order:
-            b.call(fn, [ctx, ir.Constant(I64, 0), count])
-        with side_by_side:
-            joined = mb.math.declare(GEMM_JOINED_FOR_SYMBOL, ir.VoidType(), [I8P, I8P, I64])
-            b.call(joined, [b.bitcast(fn, I8P), ctx, count])
-    b.call(hold, [ir.Constant(I32, 0)])
-
-
-def _copy_whole(mb, b, dst, src, nbytes: int) -> None:
-    """``nbytes`` from ``src`` to ``dst`` by ``memmove``: they are the same memory when the
-    output is a donated input's."""
-    move = mb.math.declare("llvm.memmove.p0.p0.i64", ir.VoidType(), [I8P, I8P, I64, I1])
-    b.call(move, [b.bitcast(dst, I8P), b.bitcast(src, I8P), ir.Constant(I64, nbytes),
-                  ir.Constant(I1, 0)])
 
 
 def gemm_calls(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, new_slot, split=None):

@@ -23,9 +23,8 @@ from functrans.backends.compiler import passes as compiler_passes
 from functrans.backends.compiler.indexing import gather_rule
 from functrans.backends.compiler.passes import Pass, run_passes
 from functrans.backends.llvm import (attention, cache, codegen, control_flow, donation,
-                                     host_loops, interrupts, lowering, matrix_products,
-                                     parallel_compile, program_cache, row_fusion, scalar_ops,
-                                     targets, thread_pool)
+                                     host_loops, interrupts, lowering, parallel_compile,
+                                     program_cache, row_fusion, scalar_ops, targets, thread_pool)
 from functrans.backends.llvm.codegen import Segment
 from functrans.backends.compiler.decompose import decompose_closed
 from functrans.backends.llvm.runtime import Executable
@@ -168,8 +167,6 @@ def passes(closed: ClosedJaxpr, fuse: bool = True) -> list[Pass]:
            # the products around a row group block by block (see attention.py)
            Pass("block_attention", attention.block_attention)] if fuse else []),
         native_steps.lowering_pass(TARGET),
-        # independent products one per thread, at once (see product_groups)
-        *([Pass("group_products", matrix_products.group_side_by_side)] if fuse else []),
         Pass("run_loops_on_host", _run_loops_on_host),
         Pass("plan_buffers", _plan(closed, fuse), required=True),
     ]

@@ -193,7 +193,10 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
     with _compile_lock, targets.compiling_for(target):
         key = program_cache.program_key(closed, fuse) if use_cache else None
         entry = cache.load(key) if key else None
-        if entry is None and _runs_on_the_pool(closed) and thread_pool.spare_cores():
+        # cores free for the support objects and the program's parts, read once: this
+        # compile's own threads would count as load later
+        spare = thread_pool.free_cores() if entry is None else None
+        if spare and _runs_on_the_pool(closed):
             _prepare_support_objects()
         if entry is not None:
             executable = program_cache.cached_executable(
@@ -202,7 +205,8 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
                 return executable
             if "layout" in entry[1] and not program_cache.compiler_replaced():
                 entry = None  # its layout did not fit: deleted, compiled again
-        return build_executable(plan_native(closed, fuse), key is not None, key, entry)
+        return build_executable(plan_native(closed, fuse), key is not None, key, entry,
+                                spare)
 
 
 def _runs_on_the_pool(closed: ClosedJaxpr) -> bool:
@@ -243,7 +247,7 @@ def plan_for_inspection(closed: ClosedJaxpr, fuse: bool, target) -> NativePlan:
 
 
 def build_executable(native: NativePlan, use_cache: bool = True, key=None,
-                     entry=None) -> Executable:
+                     entry=None, spare: int | None = None) -> Executable:
     """The executable of a planned program: LLVM code generation (or the disk cache), then
     linking. ``key`` and ``entry``: the program's cache key and the entry read under it, if
     the caller has them. The caller holds ``_compile_lock`` and is inside
@@ -269,7 +273,8 @@ def build_executable(native: NativePlan, use_cache: bool = True, key=None,
         program_cache.stats["compiled"] += 1
         builder = codegen.ModuleBuilder(program, plan, slots, schedule)
         ir_text = builder.build()
-        objects, optimized = parallel_compile.optimize_and_emit(ir_text, builder.names)
+        objects, optimized = parallel_compile.optimize_and_emit(ir_text, builder.names,
+                                                                spare=spare)
     try:
         engine, entry_points = program_cache.load_object(objects, [s.name for s in segments])
     except KeyError as err:

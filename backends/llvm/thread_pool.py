@@ -64,7 +64,7 @@ import os
 import threading
 
 from functrans.backends.compiler import passes
-from functrans.backends.llvm import interrupts, linker, machine_code
+from functrans.backends.llvm import cpu_load, interrupts, linker, machine_code
 # the pool's names, used here and by the code generator and BLAS glue through this module
 from functrans.backends.llvm.native_abi import (  # noqa: F401
     BLAS_HOLD_SYMBOL, JOINED_SYMBOL, PARALLEL_FOR_SYMBOL as SYMBOL, RANGE_SYMBOL, RESERVE_SYMBOL,
@@ -114,6 +114,24 @@ def spare_cores() -> int:
     except (AttributeError, OSError):
         return num_threads() - 1
     return max(0, int(cores - load - 0.5))
+
+
+def free_cores() -> int:
+    """:func:`spare_cores`, or more where the machine shows more cores free at this moment
+    (its runnable threads now and its idle time since the previous reading, see
+    :mod:`cpu_load`; read in a few microseconds). The load average lags a minute behind: a
+    machine that has just become quiet still counts busy, and a compile would keep to one
+    thread with a core idle beside it. Where the average leaves a core free, it is used as
+    before (a machine that has just become busy is seen by the average no sooner than
+    before). A compile decides once, as it starts (see :func:`pipeline.compile_jaxpr`):
+    its own threads would count as load later."""
+    spare = spare_cores()
+    try:
+        cpus = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return spare
+    now = cpu_load.free_cores_now(cpus)
+    return spare if now is None else max(spare, now)
 
 
 def _libc_symbol(name: str) -> int:

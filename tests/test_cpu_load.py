@@ -5,6 +5,7 @@ core it leaves free; a compile reads once, as it starts."""
 from __future__ import annotations
 
 import os
+import types
 
 import pytest
 
@@ -55,14 +56,28 @@ def test_without_proc_there_is_no_reading(monkeypatch):
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="Linux's /proc")
-def test_the_readings_of_this_machine():
+def test_the_readings_of_this_machine(monkeypatch):
     ticks = cpu_load.idle_ticks()
     assert set(os.sched_getaffinity(0)) <= set(ticks) and all(t >= 0 for t in ticks.values())
     assert cpu_load.runnable_threads() >= 1  # this thread
-    cpu_load._previous[:] = [(0.0, ticks)]  # a window long enough, ending now
+    monkeypatch.setattr(cpu_load, "_previous", [(0.0, ticks)])  # a long window, ending now
     idle = cpu_load.idle_cores(set(ticks))
-    assert idle is not None and idle >= 0 and cpu_load._previous[0][0] > 0
-    assert cpu_load.idle_cores(set(ticks)) is None  # the next window has only begun
+    assert idle is not None and 0 <= idle <= len(ticks) + 0.1
+
+
+def test_idle_time_is_read_over_windows_of_at_least_two_ticks(monkeypatch):
+    clock = types.SimpleNamespace(now=10.0)
+    monkeypatch.setattr(cpu_load, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    readings = iter([{0: 100, 1: 500}, {0: 100, 1: 502}, {0: 100, 1: 504}, {0: 101, 1: 506}])
+    monkeypatch.setattr(cpu_load, "idle_ticks", lambda: next(readings))
+    monkeypatch.setattr(cpu_load, "_previous", [])
+    assert cpu_load.idle_cores({0, 1}) is None  # the first reading starts the window
+    clock.now += 0.01
+    assert cpu_load.idle_cores({0, 1}) is None  # too short: kept open
+    clock.now += 0.03  # 40 ms in all, CPU 1 idle for 4 ticks of them
+    assert cpu_load.idle_cores({0, 1}) == pytest.approx(1.0)
+    clock.now += 0.04
+    assert cpu_load.idle_cores({1}) == pytest.approx(0.5)  # from the last reading kept
 
 
 @pytest.mark.parametrize("load,now,free", [

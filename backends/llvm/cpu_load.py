@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 import time
 
-# The kernel counts idle time in clock ticks (10 ms a CPU): over a shorter window a CPU's
-# share would be mostly rounding, so such a window is not read.
-MIN_WINDOW_S = 0.05
+# The kernel reports idle time in clock ticks (10 ms): each reading of a partly idle CPU is
+# up to a tick short, so a window holds at least two. (A CPU busy throughout reads exactly
+# 0, one idle throughout at least half the window.) The first compile's window, from the
+# backend's loading to its decision, is about 30 ms.
+MIN_WINDOW_S = 0.02
 try:
     _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 except (AttributeError, ValueError, OSError):

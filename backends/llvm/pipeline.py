@@ -227,16 +227,27 @@ def _prepare_support_objects() -> None:
     :func:`machine_code.support_object`)."""
     if not _support_objects_prepared.is_set():
         _support_objects_prepared.set()
-        threading.Thread(target=_make_support_objects, daemon=True,
+        pool_text = threading.Event()
+        threading.Thread(target=_make_support_objects, args=(pool_text,), daemon=True,
                          name="functrans-support-objects").start()
+        # The pool's IR is built in Python (6-7 ms), which would take turns for the GIL
+        # with this thread's planning, and LLVM would then emit it while the program's
+        # parts take both cores. Waiting for the text lets LLVM emit it beside the planning.
+        pool_text.wait(_POOL_TEXT_WAIT_S)
 
 
-def _make_support_objects() -> None:
+# a bound on that wait, should the thread not get its core
+_POOL_TEXT_WAIT_S = 0.05
+
+
+def _make_support_objects(pool_text: threading.Event) -> None:
     try:
+        thread_pool.pool_object(built=pool_text.set)
         interrupts.handler_object()
-        thread_pool.pool_object()
     except Exception as err:  # noqa: BLE001 (made again, and raised, where a program loads it)
         logger.debug("functrans: preparing the support objects failed: %s", err)
+    finally:
+        pool_text.set()
 
 
 def plan_for_inspection(closed: ClosedJaxpr, fuse: bool, target) -> NativePlan:

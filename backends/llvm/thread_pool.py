@@ -168,9 +168,10 @@ def _serial_code(triple: str) -> str:
 _builder: list = []
 
 
-def pool_object() -> bytes:
+def pool_object(built=None) -> bytes:
     """The pool's machine code (made once per process, see
-    :func:`machine_code.support_object`), its POSIX calls registered with the linker."""
+    :func:`machine_code.support_object`, which calls ``built`` once its text is built), its
+    POSIX calls registered with the linker."""
     with _lock:
         if not _builder:
             try:
@@ -182,7 +183,7 @@ def pool_object() -> bytes:
             except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
                 logger.warning("functrans: %s; compiled loops run on one thread", err)
                 _builder.append(_serial_code)
-    return machine_code.support_object("functrans-thread-pool", _builder[0])
+    return machine_code.support_object("functrans-thread-pool", _builder[0], built)
 
 
 def ensure_started() -> None:

@@ -261,8 +261,10 @@ def build_executable(native: NativePlan, use_cache: bool = True, key=None,
                      entry=None, spare: int | None = None) -> Executable:
     """The executable of a planned program: LLVM code generation (or the disk cache), then
     linking. ``key`` and ``entry``: the program's cache key and the entry read under it, if
-    the caller has them. The caller holds ``_compile_lock`` and is inside
-    ``targets.compiling_for``."""
+    the caller has them; ``spare``: the cores free for compiling the program in parts, read
+    as the compile started (see :func:`thread_pool.free_cores`; default: the load
+    average's, :func:`thread_pool.spare_cores`). The caller holds ``_compile_lock`` and is
+    inside ``targets.compiling_for``."""
     closed, program, plan, slots = native.closed, native.program, native.plan, native.slots
     nested_consts, schedule = native.nested_consts, native.schedule
     segments = [s for s in schedule if isinstance(s, Segment)]

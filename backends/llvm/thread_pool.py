@@ -119,12 +119,12 @@ def spare_cores() -> int:
 def free_cores() -> int:
     """:func:`spare_cores`, or more where the machine shows more cores free at this moment
     (its runnable threads now and its idle time since the previous reading, see
-    :mod:`cpu_load`; read in a few microseconds). The load average lags a minute behind: a
+    :mod:`cpu_load`; read in tens of microseconds). The load average lags a minute behind: a
     machine that has just become quiet still counts busy, and a compile would keep to one
-    thread with a core idle beside it. Where the average leaves a core free, it is used as
-    before (a machine that has just become busy is seen by the average no sooner than
-    before). A compile decides once, as it starts (see :func:`pipeline.compile_jaxpr`):
-    its own threads would count as load later."""
+    thread with a core idle beside it. A core the average leaves free stays free, as
+    before: a machine that has just become busy counts free until its average rises (the
+    answer the tests set through the load average). A compile decides once, as it starts
+    (see :func:`pipeline.compile_jaxpr`): its own threads would count as load later."""
     spare = spare_cores()
     try:
         cpus = os.sched_getaffinity(0)

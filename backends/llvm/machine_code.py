@@ -35,6 +35,8 @@ _initialized = False
 def initialize() -> None:
     """Set LLVM up for the host (once per process)."""
     global _initialized
+    if _initialized:  # set after the setup: a support object made on its own thread (see
+        return        # pipeline) must not wait for a program compiling under the lock
     with _llvm_lock:
         if not _initialized:
             import llvmlite.binding as llvm
@@ -73,7 +75,7 @@ _support_locks: dict = {}
 _support_locks_lock = threading.Lock()
 
 
-def support_object(label: str, build) -> bytes:
+def support_object(label: str, build, built=None) -> bytes:
     """The machine code of a runtime support module (the thread pool, the SIGINT handler)
     whose IR is ``build(triple)``: from the on-disk compilation cache when an earlier
     process compiled it (the module's text is then not even built: this backend's source,
@@ -81,18 +83,20 @@ def support_object(label: str, build) -> bytes:
     whatever target the programs that call it are compiled for (its code depends on the
     host CPU alone: not on the thread count or the array layout that programs bake in).
     Made once per process; a caller that comes while another thread makes it (a compile
-    that prepares it ahead, see ``pipeline``) waits for that."""
+    that prepares it ahead, see ``pipeline``) waits for that. ``built``, if given, is
+    called once the module's text is built, before LLVM compiles it (not when the object
+    is made by another caller or read from the cache)."""
     name = (label, build.__name__)
     with _support_locks_lock:
         lock = _support_locks.setdefault(name, threading.Lock())
     with lock:
         obj = _support_objects.get(name)
         if obj is None:
-            obj = _support_objects[name] = _support_object(label, build)
+            obj = _support_objects[name] = _support_object(label, build, built)
         return obj
 
 
-def _support_object(label: str, build) -> bytes:
+def _support_object(label: str, build, built) -> bytes:
     host = targets.host()
     key = cache.Key({"kind": "support", "label": label, "build": build.__name__,
                      "target": host.description, "source": cache.source_digest(),
@@ -105,7 +109,10 @@ def _support_object(label: str, build) -> bytes:
     # a quarter of the time. A module, context and target machine of its own: it is made
     # past the locks (see emitted), while a program compiles on another thread.
     tm = create_target_machine(opt=0, target=host)
-    obj = emitted(parsed(build(tm.triple)), tm)
+    text = build(tm.triple)
+    if built is not None:
+        built()
+    obj = emitted(parsed(text), tm)
     cache.store(key, {"object": obj}, {})
     return obj
 

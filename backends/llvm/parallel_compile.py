@@ -29,8 +29,8 @@ full selector, counts a quarter). A program is cut only when each part gets at l
 ``MIN_PART_LINES`` (a small program's parts would cost more to set up than they save),
 into a part per thread: as many threads as run a parallel loop (``FUNCTRANS_NUM_THREADS``,
 else the CPUs this process may use: see :func:`thread_pool.num_threads`), at most
-``MAX_THREADS``, and no more than the machine has cores free (its load average: see
-:func:`thread_pool.spare_cores`; on a busy machine the calling thread would wait for parts
+``MAX_THREADS``, and no more than the machine has cores free (as the compile starts: see
+:func:`thread_pool.free_cores`; on a busy machine the calling thread would wait for parts
 whose threads wait for a core); one thread compiles whole.
 
 llvmlite serializes every call into LLVM behind one process-wide lock. A part touches
@@ -64,12 +64,14 @@ _OPTNONE_SHARE = 0.25
 _IMBALANCE = 0.25
 
 
-def optimize_and_emit(ir_text: str, names: dict, target=None) -> tuple[list, str]:
+def optimize_and_emit(ir_text: str, names: dict, target=None,
+                      spare: int | None = None) -> tuple[list, str]:
     """:func:`machine_code.optimize_and_emit`, in parts on several threads when the program
-    is large enough (see the module doc). Returns (objects, optimized IR)."""
+    is large enough (see the module doc) and ``spare`` cores are free besides the calling
+    thread's (default: :func:`thread_pool.spare_cores`). Returns (objects, optimized IR)."""
     tm = machine_code.target_machine(target)
     with machine_code._llvm_lock:
-        threads, parts = _threads_and_parts(ir_text)
+        threads, parts = _threads_and_parts(ir_text, spare)
         texts = partition_program(ir_text, parts) if parts > 1 else None
         if texts is not None:
             machines = [tm] + _worker_machines(targets.resolve(target), threads - 1)
@@ -95,12 +97,13 @@ def _refused(err) -> None:
                    "whole", err)
 
 
-def parts_for(text: str) -> int:
-    """How many parts to compile the module ``text`` as (1: whole)."""
-    return _threads_and_parts(text)[1]
+def parts_for(text: str, spare: int | None = None) -> int:
+    """How many parts to compile the module ``text`` as (1: whole), with ``spare`` cores
+    free besides the calling thread's (default: :func:`thread_pool.spare_cores`)."""
+    return _threads_and_parts(text, spare)[1]
 
 
-def _threads_and_parts(text: str) -> tuple:
+def _threads_and_parts(text: str, spare: int | None = None) -> tuple:
     """``(threads, parts)`` for the module ``text``: a part per thread. (More parts, for
     threads to share out as they come, cost more than they balance: each part repeats
     what LLVM does once per module, and four parts of the MLP train step took a fifth
@@ -108,7 +111,9 @@ def _threads_and_parts(text: str) -> tuple:
     if not (machine_code.unlocked("LLVMPY_TargetMachineEmitToMemory")
             and machine_code.unlocked("LLVMPY_RunNewModulePassManager")):
         return 1, 1
-    threads = min(thread_pool.num_threads(), 1 + thread_pool.spare_cores(), MAX_THREADS)
+    if spare is None:
+        spare = thread_pool.spare_cores()
+    threads = min(thread_pool.num_threads(), 1 + spare, MAX_THREADS)
     if threads < 2:  # a busy machine: the module's text is not even read (0.4 ms)
         return 1, 1
     size = sum(f.size for f in _parse(text)[1].values())

@@ -193,7 +193,10 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
     with _compile_lock, targets.compiling_for(target):
         key = program_cache.program_key(closed, fuse) if use_cache else None
         entry = cache.load(key) if key else None
-        if entry is None and _runs_on_the_pool(closed) and thread_pool.spare_cores():
+        # cores free for the support objects and the program's parts, read once: this
+        # compile's own threads would count as load later
+        spare = thread_pool.free_cores() if entry is None else None
+        if spare and _runs_on_the_pool(closed):
             _prepare_support_objects()
         if entry is not None:
             executable = program_cache.cached_executable(
@@ -202,7 +205,8 @@ def compile_jaxpr(closed: ClosedJaxpr, devices=None, *, use_cache: bool = True,
                 return executable
             if "layout" in entry[1] and not program_cache.compiler_replaced():
                 entry = None  # its layout did not fit: deleted, compiled again
-        return build_executable(plan_native(closed, fuse), key is not None, key, entry)
+        return build_executable(plan_native(closed, fuse), key is not None, key, entry,
+                                spare)
 
 
 def _runs_on_the_pool(closed: ClosedJaxpr) -> bool:
@@ -223,16 +227,27 @@ def _prepare_support_objects() -> None:
     :func:`machine_code.support_object`)."""
     if not _support_objects_prepared.is_set():
         _support_objects_prepared.set()
-        threading.Thread(target=_make_support_objects, daemon=True,
+        pool_text = threading.Event()
+        threading.Thread(target=_make_support_objects, args=(pool_text,), daemon=True,
                          name="functrans-support-objects").start()
+        # The pool's IR is built in Python (6-7 ms), which would take turns for the GIL
+        # with this thread's planning, and LLVM would then emit it while the program's
+        # parts take both cores. Waiting for the text lets LLVM emit it beside the planning.
+        pool_text.wait(_POOL_TEXT_WAIT_S)
 
 
-def _make_support_objects() -> None:
+# a bound on that wait, should the thread not get its core
+_POOL_TEXT_WAIT_S = 0.05
+
+
+def _make_support_objects(pool_text: threading.Event) -> None:
     try:
+        thread_pool.pool_object(built=pool_text.set)
         interrupts.handler_object()
-        thread_pool.pool_object()
     except Exception as err:  # noqa: BLE001 (made again, and raised, where a program loads it)
         logger.debug("functrans: preparing the support objects failed: %s", err)
+    finally:
+        pool_text.set()
 
 
 def plan_for_inspection(closed: ClosedJaxpr, fuse: bool, target) -> NativePlan:
@@ -243,11 +258,13 @@ def plan_for_inspection(closed: ClosedJaxpr, fuse: bool, target) -> NativePlan:
 
 
 def build_executable(native: NativePlan, use_cache: bool = True, key=None,
-                     entry=None) -> Executable:
+                     entry=None, spare: int | None = None) -> Executable:
     """The executable of a planned program: LLVM code generation (or the disk cache), then
     linking. ``key`` and ``entry``: the program's cache key and the entry read under it, if
-    the caller has them. The caller holds ``_compile_lock`` and is inside
-    ``targets.compiling_for``."""
+    the caller has them; ``spare``: the cores free for compiling the program in parts, read
+    as the compile started (see :func:`thread_pool.free_cores`; default: the load
+    average's, :func:`thread_pool.spare_cores`). The caller holds ``_compile_lock`` and is
+    inside ``targets.compiling_for``."""
     closed, program, plan, slots = native.closed, native.program, native.plan, native.slots
     nested_consts, schedule = native.nested_consts, native.schedule
     segments = [s for s in schedule if isinstance(s, Segment)]
@@ -269,7 +286,8 @@ def build_executable(native: NativePlan, use_cache: bool = True, key=None,
         program_cache.stats["compiled"] += 1
         builder = codegen.ModuleBuilder(program, plan, slots, schedule)
         ir_text = builder.build()
-        objects, optimized = parallel_compile.optimize_and_emit(ir_text, builder.names)
+        objects, optimized = parallel_compile.optimize_and_emit(ir_text, builder.names,
+                                                                spare=spare)
     try:
         engine, entry_points = program_cache.load_object(objects, [s.name for s in segments])
     except KeyError as err:

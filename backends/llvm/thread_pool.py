@@ -64,7 +64,7 @@ import os
 import threading
 
 from functrans.backends.compiler import passes
-from functrans.backends.llvm import interrupts, linker, machine_code
+from functrans.backends.llvm import cpu_load, interrupts, linker, machine_code
 # the pool's names, used here and by the code generator and BLAS glue through this module
 from functrans.backends.llvm.native_abi import (  # noqa: F401
     BLAS_HOLD_SYMBOL, JOINED_SYMBOL, PARALLEL_FOR_SYMBOL as SYMBOL, RANGE_SYMBOL, RESERVE_SYMBOL,
@@ -116,6 +116,24 @@ def spare_cores() -> int:
     return max(0, int(cores - load - 0.5))
 
 
+def free_cores() -> int:
+    """:func:`spare_cores`, or more where the machine shows more cores free at this moment
+    (its runnable threads now and its idle time since the previous reading, see
+    :mod:`cpu_load`; read in tens of microseconds). The load average lags a minute behind: a
+    machine that has just become quiet still counts busy, and a compile would keep to one
+    thread with a core idle beside it. A core the average leaves free stays free, as
+    before: a machine that has just become busy counts free until its average rises (the
+    answer the tests set through the load average). A compile decides once, as it starts
+    (see :func:`pipeline.compile_jaxpr`): its own threads would count as load later."""
+    spare = spare_cores()
+    try:
+        cpus = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return spare
+    now = cpu_load.free_cores_now(cpus)
+    return spare if now is None else max(spare, now)
+
+
 def _libc_symbol(name: str) -> int:
     # the process's own symbols first; searching for libraries spawns ldconfig, so it is
     # only done when that fails
@@ -150,9 +168,10 @@ def _serial_code(triple: str) -> str:
 _builder: list = []
 
 
-def pool_object() -> bytes:
+def pool_object(built=None) -> bytes:
     """The pool's machine code (made once per process, see
-    :func:`machine_code.support_object`), its POSIX calls registered with the linker."""
+    :func:`machine_code.support_object`, which calls ``built`` once its text is built), its
+    POSIX calls registered with the linker."""
     with _lock:
         if not _builder:
             try:
@@ -164,7 +183,7 @@ def pool_object() -> bytes:
             except RuntimeError as err:  # no POSIX threads here: parallel loops run serially
                 logger.warning("functrans: %s; compiled loops run on one thread", err)
                 _builder.append(_serial_code)
-    return machine_code.support_object("functrans-thread-pool", _builder[0])
+    return machine_code.support_object("functrans-thread-pool", _builder[0], built)
 
 
 def ensure_started() -> None:

@@ -63,10 +63,17 @@ class OutputPool:
         self._idle: dict[int, list] = {}  # insertion order: least recently returned first
         self._bytes = 0
         self._lock = threading.RLock()
+        self.set_limit(config.arena_pool_max_size)
+
+    def set_limit(self, arena_pool_max_size: int) -> None:
+        """Follow the config's ``arena_pool_max_size`` (kept here: a config lookup per
+        output would cost as much as the rest of a lease)."""
+        self._limit = arena_pool_max_size if arena_pool_max_size < 0 \
+            else arena_pool_max_size // 2
+        self.trim()
 
     def limit(self) -> int:
-        limit = config.arena_pool_max_size
-        return limit if limit < 0 else limit // 2
+        return self._limit
 
     def take(self, nbytes: int) -> tuple:
         """An idle block of ``nbytes`` bytes, else a new one: ``(block, address, self)``."""
@@ -86,12 +93,13 @@ class OutputPool:
         with self._lock:
             self._idle.setdefault(nbytes, []).append(entry)
             self._bytes += nbytes
-        self.trim()
+        if self._bytes > self._limit >= 0:
+            self.trim()
 
     def trim(self, limit: int | None = None) -> None:
         """Drop the least recently returned blocks until at most ``limit`` bytes (default:
         :meth:`limit`) are idle."""
-        limit = self.limit() if limit is None else limit
+        limit = self._limit if limit is None else limit
         if limit < 0:
             return
         dropped = []
@@ -151,6 +159,6 @@ class _Discard:
 _calibration_block = np.empty(8, np.uint8)
 _SOLE_LEASE_REFERENCES = _lease_references(np.asarray(_Lease(
     (_calibration_block, _calibration_block.ctypes.data, _Discard), (2,), np.dtype(np.float32))))
-config.on_change("arena_pool_max_size", lambda _value: pool.trim())
+config.on_change("arena_pool_max_size", pool.set_limit)
 _caches.on_clear(lambda: pool.trim(0))
 _backends.register_lent_memory_check(sole_lease)

@@ -5,6 +5,10 @@ still writes a pooled result in place."""
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -129,3 +133,24 @@ def test_threads_taking_and_returning_blocks_get_right_results():
         t.join()
     assert not errors
     assert output_memory.pool.nbytes <= output_memory.pool.limit()
+
+
+def test_leases_alive_at_interpreter_exit_give_their_blocks_back_quietly():
+    script = textwrap.dedent("""
+        import numpy as np
+        import functrans, functrans.numpy as jnp
+        f = functrans.jit(lambda x: (x + 1.0, x * 2.0))
+        kept = f(jnp.ones((512, 512)))
+        view = np.asarray(kept[0])[1:]
+
+        class Cycle:
+            pass
+
+        cycle = Cycle()
+        cycle.self, cycle.arrays = cycle, f(jnp.ones((512, 512)))
+        print(float(view[0, 0]) + float(cycle.arrays[1][0, 0]))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300, env=dict(os.environ, FUNCTRANS_DEFAULT_BACKEND="cpu"))
+    assert result.returncode == 0 and result.stdout.strip() == "4.0", result.stderr
+    assert "Exception ignored" not in result.stderr and "Traceback" not in result.stderr

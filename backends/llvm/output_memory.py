@@ -32,8 +32,9 @@ import numpy as np
 from functrans import _backends, _caches
 from functrans._config import config
 
-# Smaller outputs keep NumPy's allocator: a lease costs about 3 microseconds, and glibc
-# serves blocks below its mmap threshold (128 KiB at first) from memory its heap holds.
+# Smaller outputs keep NumPy's allocator: a lease and its return cost about 2.4 us against
+# 0.17 us for np.empty, and glibc serves blocks below its mmap threshold (128 KiB at first)
+# from memory its heap holds.
 POOLED_MIN_BYTES = 1 << 18
 
 

@@ -139,6 +139,22 @@ def device_parallel_section(num_devices: int):
         yield
 
 
+_lent_memory_checks: list = []
+
+
+def register_lent_memory_check(check: Callable) -> None:
+    """A backend whose results may not own their memory (an array on a block of a pool,
+    given back when the array dies) registers ``check(array) -> bool``: whether that array
+    is still the only one using its memory, so that ``jit``'s donation may write into it."""
+    _lent_memory_checks.append(check)
+
+
+def sole_user_of_memory(value) -> bool:
+    """Whether the NumPy array ``value`` owns its memory, or is the only array on memory a
+    backend lent it (see :func:`register_lent_memory_check`)."""
+    return value.flags.owndata or any(check(value) for check in _lent_memory_checks)
+
+
 _shared_library_builders: dict[str, Callable] = {}
 
 

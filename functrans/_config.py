@@ -13,7 +13,8 @@ Memory kept between calls is bounded by the options below (sizes in bytes; -1: n
   program's scratch arena up to this size stays with it between calls; a larger one is lent
   per call from a pool that keeps at most ``arena_pool_max_size`` (a sixteenth of the
   machine's physical memory, at least 64 MiB; ``FUNCTRANS_ARENA_POOL_MAX_SIZE``) bytes
-  between calls.
+  between calls. The llvm backend's large results are on blocks used again once their
+  arrays die; it keeps at most half as many bytes of such blocks idle.
 - ``compilation_cache_max_size`` (1 GiB, ``FUNCTRANS_COMPILATION_CACHE_MAX_SIZE``): the on-disk
   cache of compiled code, least recently used entries evicted (0 turns it off, as does
   ``enable_compilation_cache=False`` or ``FUNCTRANS_DISABLE_COMPILATION_CACHE=1``); it lives

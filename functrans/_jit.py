@@ -910,7 +910,7 @@ def _exclusively_owned(leaf) -> bool:
     if type(leaf) is not Array:
         return False
     value = leaf._value
-    if type(value) is not np.ndarray or not value.flags.owndata:
+    if type(value) is not np.ndarray or not _backends.sole_user_of_memory(value):
         return False
     del value  # counted the same way as the calibration below: no reference held here
     return _references_to_buffer(leaf) <= _SOLE_OWNER_REFERENCES

@@ -29,7 +29,7 @@ import threading
 import numpy as np
 
 from functrans._config import config
-from functrans.backends.llvm import arenas, interrupts
+from functrans.backends.llvm import arenas, interrupts, output_memory
 from functrans.backends.compiler import cost
 from functrans.backends.compiler.buffers import BufferPlan
 from functrans.backends.compiler.fusion import Buffer, FallbackStep, Program
@@ -138,7 +138,9 @@ class Executable:
     LLVM IR it was compiled from."""
 
     _lends_arena = False  # see _LentArenaExecutable
-    _empty = staticmethod(np.empty)  # a fresh output (poisoned ones: see _poisoned_empty)
+    # a fresh output, large ones on memory used before (see output_memory; poisoned ones:
+    # see _poisoned_empty)
+    _empty = staticmethod(output_memory.empty)
 
     def __init__(self, program: Program, plan: BufferPlan, schedule: list, slots: dict,
                  entry_points: dict, ir_text: str = "", optimized_ir: str = "", engine=None,
@@ -425,7 +427,7 @@ def _is_float(dtype) -> bool:
 
 
 def _poisoned_empty(shape, dtype) -> np.ndarray:
-    out = np.empty(shape, dtype)
+    out = output_memory.empty(shape, dtype)
     poison(out)
     return out
 

@@ -90,6 +90,7 @@ def _prepare_cold_compile() -> None:
     # on a warm start)
     from functrans.backends.llvm import machine_code
     loading = machine_code.load_library_ahead()
+    # deferred: start-up time (imported here, beside the mapping, for the compile to come)
     from functrans.backends.llvm import pipeline  # noqa: F401
     if loading is not None:
         loading.join()

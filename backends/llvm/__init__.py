@@ -69,6 +69,8 @@ def _from_disk_cache(closed, target_cpu):
     from functrans.backends.llvm import cache, program_cache, targets
     if not cache.enabled():
         return None
+    if not cache.host_target_stored():
+        _prepare_cold_compile()
     target = targets.resolve(target_cpu)
     targets.check_runs_here(target)
     key = program_cache.program_key(closed, target=target)
@@ -77,6 +79,21 @@ def _from_disk_cache(closed, target_cpu):
         return None
     return program_cache.cached_executable(closed, key, entry,
                                            functools.partial(_plan, closed, target))
+
+
+def _prepare_cold_compile() -> None:
+    """A cache directory without this CPU's description is new: this process loads LLVM
+    (to describe the CPU for the key) and compiles. LLVM's library is mapped on another
+    thread, without the GIL, while this one imports the compiler, which it is about to
+    need (see :func:`machine_code.load_library_ahead`)."""
+    # deferred: start-up time (LLVM's driver and the compiler: only for a compile, never
+    # on a warm start)
+    from functrans.backends.llvm import machine_code
+    loading = machine_code.load_library_ahead()
+    # deferred: start-up time (imported here, beside the mapping, for the compile to come)
+    from functrans.backends.llvm import pipeline  # noqa: F401
+    if loading is not None:
+        loading.join()
 
 
 def _plan(closed, target):

@@ -198,16 +198,35 @@ def host_target(compute) -> str:
     with _opened_directory(create=True) as directory:
         if directory is None:
             return compute()
-        try:
-            entry = json.loads(_read_entry_file(directory, name, touch=False) or b"null")
-            if entry.get("fingerprint") == fingerprint and isinstance(entry.get("target"), str):
-                return entry["target"]
-        except (_NotAnEntry, ValueError, AttributeError):  # then written anew, below
-            pass
+        target = _stored_host_target(directory, name, fingerprint)
+        if target is not None:
+            return target
         target = compute()
         _write_atomically(directory, name,
                           json.dumps({"fingerprint": fingerprint, "target": target}).encode())
     return target
+
+
+def host_target_stored() -> bool:
+    """Whether :func:`host_target` will find this CPU's description in the cache directory
+    (without creating the directory): if not, the directory is new, and this process will
+    load LLVM and compile."""
+    fingerprint = _cpu_fingerprint() if enabled() else None
+    if fingerprint is None:
+        return False
+    with _opened_directory(create=False) as directory:
+        return directory is not None and _stored_host_target(
+            directory, f"host-{fingerprint[:32]}.json", fingerprint) is not None
+
+
+def _stored_host_target(directory, name: str, fingerprint: str):
+    try:
+        entry = json.loads(_read_entry_file(directory, name, touch=False) or b"null")
+        if entry.get("fingerprint") == fingerprint and isinstance(entry.get("target"), str):
+            return entry["target"]
+    except (_NotAnEntry, ValueError, AttributeError):  # then written anew
+        pass
+    return None
 
 
 # ---- the directory ---------------------------------------------------------------------------

@@ -85,6 +85,7 @@ class ModuleIR:
         self.pool_in_use = False
         self._single_vector_loop = None  # see single_vector_loop
         self._interleaved_loops: dict = {}  # see interleaved_loop
+        self._scalar_loop = None  # see scalar_loop
         self.function_attributes: dict = {}  # function name -> its string attribute
 
     def shared(self, fn: ir.Function) -> ir.Function:
@@ -250,13 +251,14 @@ class ModuleIR:
     # ---- loops ------------------------------------------------------------------------------
 
     def loop(self, b: ir.IRBuilder, extent: int, body, name="i", bounds=None,
-             interleave=True):
+             interleave=True, vectorize=True):
         """``for i in range(extent): body(i)`` (or ``range(*bounds)``, two i64 values within
         ``[0, extent]``); leaves ``b`` after the loop and returns the loop's back edge (the
         branch that carries ``llvm.loop`` hints), or None: extents are static, so an empty
         loop is simply not emitted. ``interleave=False`` asks LLVM to vectorize the loop
         without interleaving its vector iterations (see :meth:`single_vector_loop`), a
-        number ``n`` for ``n`` vectors per iteration (see :mod:`vector_loops`)."""
+        number ``n`` for ``n`` vectors per iteration (see :mod:`vector_loops`);
+        ``vectorize=False`` keeps it scalar (see :meth:`scalar_loop`)."""
         if extent <= 0:
             return
         fn = b.function
@@ -276,7 +278,9 @@ class ModuleIR:
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nuw", "nsw"])
         i.add_incoming(nxt, b.block)
         latch = b.cbranch(b.icmp_signed("<", nxt, end), head, done)
-        if interleave is not True:
+        if not vectorize:
+            latch.set_metadata("llvm.loop", self.scalar_loop())
+        elif interleave is not True:
             count = 1 if interleave is False else interleave
             latch.set_metadata("llvm.loop", self.single_vector_loop() if count == 1
                                else self.interleaved_loop(count))
@@ -297,6 +301,14 @@ class ModuleIR:
         if self._single_vector_loop is None:
             self._single_vector_loop = self.loop_id({"llvm.loop.interleave.count": 1})
         return self._single_vector_loop
+
+    def scalar_loop(self):
+        """The loop ID of loops left unvectorized: the short innermost loops of narrow
+        kernels (see :func:`vector_loops.narrow`). One node, shared as
+        :meth:`single_vector_loop`'s is."""
+        if self._scalar_loop is None:
+            self._scalar_loop = self.loop_id({"llvm.loop.vectorize.enable": 0})
+        return self._scalar_loop
 
     def interleaved_loop(self, count: int):
         """The loop ID of loops computing ``count`` vectors per iteration (one node per
@@ -328,15 +340,18 @@ class ModuleIR:
             self.module.add_metadata([ir.MetaDataString(self.module, name), ir.Constant(I32, value)])
             for name, value in hints.items()])
 
-    def loop_nest(self, b, extents, body, indices=(), bounds=None, interleave=True):
-        """Nested loops over ``extents``; ``bounds`` (start, end) limits the outermost."""
+    def loop_nest(self, b, extents, body, indices=(), bounds=None, interleave=True,
+                  vectorize=True):
+        """Nested loops over ``extents``; ``bounds`` (start, end) limits the outermost;
+        ``vectorize=False`` keeps the innermost scalar."""
         if not extents:
             body(list(indices))
             return
         self.loop(b, extents[0],
                   lambda i: self.loop_nest(b, extents[1:], body, tuple(indices) + (i,),
-                                           interleave=interleave),
-                  name=f"i{len(indices)}", bounds=bounds, interleave=interleave)
+                                           interleave=interleave, vectorize=vectorize),
+                  name=f"i{len(indices)}", bounds=bounds, interleave=interleave,
+                  vectorize=vectorize or len(extents) > 1)
 
 
 class LoopID(ir.values.MDValue):

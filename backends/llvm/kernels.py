@@ -251,7 +251,9 @@ def emit_loop_kernel(mb, b, step: LoopKernel, ptrs, bounds, flag=None, exact=Fal
                                              bounds)
     elif step.shape:
         mb.loop_nest(b, list(step.shape), body, bounds=bounds,
-                     interleave=vector_loops.interleave_count(step))
+                     interleave=vector_loops.interleave_count(step),
+                     vectorize=not vector_loops.narrow(
+                         step, [v for _, _, v in step.outputs]))
     else:
         body([])
 
@@ -272,6 +274,9 @@ def emit_row_group(mb, b, step: RowGroup, ptrs, bounds, flag=None, exact=False):
             for buf_id, tile in tiles.items():
                 ptrs[buf_id] = b.gep(tile, [offset], inbounds=True)
         for part in step.parts:
+            vectorize = not vector_loops.narrow(step, [v for _, _, v in part.outputs]
+                                                if isinstance(part, LoopKernel) else
+                                                [part.value])
             if isinstance(part, LoopKernel):
                 def element(j, part=part):
                     ev = Evaluator(mb, b, [r, j], ptrs, exact)
@@ -280,7 +285,8 @@ def emit_row_group(mb, b, step: RowGroup, ptrs, bounds, flag=None, exact=False):
                     for buf, off, value in values:
                         ev.store(buf, off, value)
                     ev.record_guards(flag)
-                mb.loop(b, width, element, name="col", interleave=False)
+                mb.loop(b, width, element, name="col", interleave=False,
+                        vectorize=vectorize)
                 continue
 
             def value_at(idx, part=part):
@@ -290,7 +296,7 @@ def emit_row_group(mb, b, step: RowGroup, ptrs, bounds, flag=None, exact=False):
                 return ev, value
             dtype = part.out.dtype
             acc = accumulate(mb, b, part.monoid, dtype, monoid_identity(part.monoid, dtype), [r],
-                                  [width], value_at)
+                             [width], value_at, vectorize)
             ev = Evaluator(mb, b, [r, ir.Constant(I64, 0)], ptrs)
             ev.store(part.out, ev.index(part.out_offset), acc)
     mb.loop(b, rows, row, name="row", bounds=bounds)
@@ -305,6 +311,7 @@ def emit_reduce_kernel(mb, b, step: ReduceKernel, ptrs, bounds, flag=None, exact
     accumulate_in_memory = any(reduced[:last_kept + 1])
     out, dtype, monoid = step.out, step.out.dtype, step.monoid
     identity = monoid_identity(monoid, dtype)
+    vectorize = not vector_loops.narrow(step, [step.value])
     if accumulate_in_memory:
         def init(indices):
             ev = Evaluator(mb, b, [], ptrs)
@@ -319,7 +326,8 @@ def emit_reduce_kernel(mb, b, step: ReduceKernel, ptrs, bounds, flag=None, exact
             return ev, value
 
         if inner:
-            acc = accumulate(mb, b, monoid, dtype, identity, list(outer_idx), inner, value_at)
+            acc = accumulate(mb, b, monoid, dtype, identity, list(outer_idx), inner, value_at,
+                             vectorize)
             ev = Evaluator(mb, b, list(outer_idx) + [ir.Constant(I64, 0)] * len(inner), ptrs)
         else:
             ev, acc = value_at(list(outer_idx))
@@ -332,15 +340,22 @@ def emit_reduce_kernel(mb, b, step: ReduceKernel, ptrs, bounds, flag=None, exact
         # only a kept outermost dimension is ever split into chunks (each chunk then
         # owns its outputs), or a reduced one into partial results (``split``); otherwise
         # the bounds are the whole extent
-        mb.loop_nest(b, outer, outer_body, bounds=bounds if split or not reduced[0] else None)
+        mb.loop_nest(b, outer, outer_body, bounds=bounds if split or not reduced[0] else None,
+                     vectorize=vectorize or bool(inner))
     else:
         outer_body([])
 
 
-def accumulate(mb, b, monoid, dtype, identity, prefix, extents, value_at):
-    """Reduce ``value_at(prefix + inner indices)`` over ``extents`` in a register."""
+def accumulate(mb, b, monoid, dtype, identity, prefix, extents, value_at, vectorize=True):
+    """Reduce ``value_at(prefix + inner indices)`` over ``extents`` in a register; with
+    ``vectorize=False`` the innermost extent is reduced in straight-line code (a narrow
+    row's, see :func:`vector_loops.narrow`)."""
     if 0 in extents:
         return identity
+    if not vectorize and len(extents) == 1:
+        return combine(mb, b, monoid, dtype, identity, _tree(
+            mb, b, monoid, dtype, [value_at(prefix + [ir.Constant(I64, j)])[1]
+                                   for j in range(extents[0])]))
     fn = b.function
     pre = b.block
     level = len(prefix)
@@ -356,13 +371,24 @@ def accumulate(mb, b, monoid, dtype, identity, prefix, extents, value_at):
         _, value = value_at(prefix + [i])
         new_acc = combine(mb, b, monoid, dtype, acc, value)
     else:
-        new_acc = accumulate(mb, b, monoid, dtype, acc, prefix + [i], extents[1:], value_at)
+        new_acc = accumulate(mb, b, monoid, dtype, acc, prefix + [i], extents[1:], value_at,
+                             vectorize)
     nxt = b.add(i, ir.Constant(I64, 1), flags=["nuw", "nsw"])
     i.add_incoming(nxt, b.block)
     acc.add_incoming(new_acc, b.block)
     b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, extents[0])), head, done)
     b.position_at_end(done)
     return new_acc
+
+
+def _tree(mb, b, monoid, dtype, values):
+    """``values`` combined in pairs, then the pairs' results in pairs, and so on: a narrow
+    row's reduction as straight-line code (no loop for LLVM to vectorize, see
+    :func:`vector_loops.narrow`) whose dependent chain is log2 of the row, not the row."""
+    while len(values) > 1:
+        values = [combine(mb, b, monoid, dtype, values[k], values[k + 1])
+                  if k + 1 < len(values) else values[k] for k in range(0, len(values), 2)]
+    return values[0]
 
 
 def kernel_structure(step, buffers) -> tuple:

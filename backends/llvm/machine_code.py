@@ -11,8 +11,10 @@ with a target machine of its own, is compiled past it (:func:`emitted`).
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import re
+import sys
 import tempfile
 import threading
 
@@ -43,6 +45,38 @@ def initialize() -> None:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             _initialized = True
+
+
+def load_library_ahead():
+    """Start mapping LLVM's shared library (``libllvmlite.so``: its relocations and static
+    initializers, 8-11 ms) on a thread of its own, or return None where it is loaded
+    already or cannot be found. The thread calls ``dlopen`` through ctypes, which releases
+    the GIL, so the calling thread runs Python meanwhile; ``import llvmlite.binding`` then
+    finds the library mapped. (Its own Python, 13-14 ms, holds the GIL: not done here.)
+    The caller joins the thread before importing ``llvmlite.binding``."""
+    if "llvmlite.binding" in sys.modules or os.name != "posix":
+        return None
+    spec = importlib.util.find_spec("llvmlite")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(spec.submodule_search_locations[0], "binding",
+                        "libllvmlite.dylib" if sys.platform == "darwin" else "libllvmlite.so")
+    if not os.path.exists(path):
+        return None
+    thread = threading.Thread(target=_map_library, args=(path,), daemon=True,
+                              name="functrans-llvm-library")
+    thread.start()
+    return thread
+
+
+def _map_library(path: str) -> None:
+    try:
+        dlopen = ctypes.CDLL(None).dlopen
+        dlopen.argtypes, dlopen.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_void_p
+        # the flags ctypes.CDLL uses, as llvmlite's loading will: the same mapping
+        dlopen(os.fsencode(path), os.RTLD_NOW | os.RTLD_LOCAL)
+    except (OSError, AttributeError):  # llvmlite loads it itself
+        pass
 
 
 def create_target_machine(opt: int = 3, target=None):

@@ -21,20 +21,34 @@ Xeon (family 6 model 167, AVX-512), CPU time: 4.2-5.0 ms with one 256-bit vector
 iteration, 3.0-3.2 with four, 3.2-3.3 with one 512-bit vector, 2.5-2.9 with four and
 2.2-2.7 with eight 512-bit vectors (see ``docs/performance.md``).
 
-    >>> interleave_count(step), vector_width(step)       # doctest: +SKIP
-    (8, 512)
+A *narrow* kernel is the opposite case: its innermost loop runs over a handful of
+elements (the 10 logits of a classifier's rows), in a kernel too small to take
+microseconds. Vectorizing such a loop buys one or two vector iterations, while LLVM spends
+about 2.4 ms per loop building its masked or remainder form (the MLP step's softmax row
+group, seven 10-column loops: 17 ms of its 85 ms of LLVM); its loops stay scalar (see
+:func:`narrow`).
+
+    >>> interleave_count(step), vector_width(step), narrow(step)      # doctest: +SKIP
+    (8, 512, False)
 """
 from __future__ import annotations
 
 import math
 
-from functrans.backends.compiler.fusion import LoopKernel
+from functrans.backends.compiler.fusion import LoopKernel, unique_buffers
 from functrans.backends.llvm import scalar_ops, targets
 
 # Below this many elements a loop runs for microseconds: the several times larger code of
 # an interleaved 512-bit loop (about 18 ms more of LLVM for the benchmark chain's kernel)
 # would not pay for itself over the calls of a typical program.
 LONG_CHAIN_MIN_ELEMENTS = 1 << 16
+
+# A kernel's innermost loops stay scalar when they cover fewer than NARROW_ROW_BYTES (two
+# 256-bit vectors: 16 float32 elements, 8 float64) and the whole kernel at most
+# NARROW_MAX_ELEMENTS elements: scalar, such a kernel costs at most a few microseconds
+# more per call, against about 2.4 ms of LLVM per loop saved once.
+NARROW_ROW_BYTES = 64
+NARROW_MAX_ELEMENTS = 1 << 12
 
 
 def long_chain(step) -> bool:
@@ -58,3 +72,18 @@ def vector_width(step) -> int | None:
     """The vector width in bits LLVM is asked to prefer for ``step``'s function, or None
     for its own choice for the target CPU."""
     return 512 if long_chain(step) and targets.current().has_avx512 else None
+
+
+def narrow(step, values) -> bool:
+    """Whether the innermost loops of ``step`` computing ``values`` (a row group's loop
+    over the row, a loop's or a reduction's last dimension) are left unvectorized: fewer
+    than NARROW_ROW_BYTES of the kernel's widest element type, in a kernel of at most
+    NARROW_MAX_ELEMENTS elements, and no inline float32 math among ``values`` (a chain of
+    dozens of instructions per element, which vectors do take several times faster)."""
+    shape = getattr(step, "shape", None)
+    if not shape or math.prod(shape) > NARROW_MAX_ELEMENTS:
+        return False
+    buffers = unique_buffers(step.writes() + step.reads())
+    itemsize = max((b.dtype.itemsize for b in buffers), default=1)
+    return shape[-1] * itemsize < NARROW_ROW_BYTES and \
+        not scalar_ops.calls_inline_math(values)

@@ -238,9 +238,7 @@ def emit_gemm(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr):
     single-threaded BLAS call: a product large enough for BLAS to thread holds BLAS to
     one thread while it runs (see :mod:`thread_pool`), so that its result never depends
     on the BLAS thread count another thread left behind."""
-    if register_tiled(step):
-        held = False  # no BLAS call
-    elif matrix_vector(step):
+    if matrix_vector(step):
         held = step.m * step.n * step.k >= BLAS_SERIAL_GEMV_ELEMENTS  # per call
     else:
         held = step.batch * step.m * step.n * step.k > BLAS_SERIAL_MNK

@@ -49,6 +49,8 @@ BLOCK_DEPTH = 512
 MAX_ROWS = 256
 L1_DEPTH = 128
 MIN_DEPTH = 64
+PREFETCH_ROWS = 4  # rows of B ahead that each step of k asks the cache for
+PREFETCH_VECTORS = (0, 1, 2, 3)  # ... its vectors of the tile's columns asked for
 
 
 def applies(step: DotKernel, column_chunk: int | None = None) -> bool:
@@ -131,8 +133,8 @@ def kernel(mb, step: DotKernel) -> ir.Function:
         bv = [b.load(b.bitcast(b.gep(b_ptr, [b.add(row_b, c64(LANES * v))]), vec.as_pointer()),
                      align=4) for v in range(VECTORS)]
         # the next rows of B, ahead of their use: they come from L2 in a stride of n floats
-        ahead = b.add(row_b, c64(4 * n))
-        for v in (0, 2):
+        ahead = b.add(row_b, c64(PREFETCH_ROWS * n))
+        for v in PREFETCH_VECTORS if PREFETCH_ROWS else ():
             target = b.gep(b_ptr, [b.add(ahead, c64(LANES * v))])
             b.call(prefetch, [b.bitcast(target, i8p),
                               ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])

@@ -31,15 +31,17 @@ def _product(m, n, k, lhs_transposed=False, rhs_transposed=False, batch=1,
 
 
 def test_which_products_take_register_tiles():
-    """The MLP's forward products and its 512x512 weight gradient do; not: B transposed,
+    """The MLP's forward products and its weight gradients do; not: B transposed,
     float64, a batch of products, columns that are not whole tiles, long sums with many
-    rows, a scale with several blocks of k, one row."""
+    rows, many rows of A not transposed, a scale with several blocks of k, one row."""
     for step in (_product(128, 512, 784), _product(128, 512, 512),
-                 _product(512, 512, 128, lhs_transposed=True, alpha=-0.1)):
+                 _product(512, 512, 128, lhs_transposed=True, alpha=-0.1),
+                 _product(784, 512, 128, lhs_transposed=True, alpha=-0.1)):
         assert register_tiled(step, threads=2) and register_tiled(step, threads=1)
     for step in (_product(128, 512, 512, rhs_transposed=True),
                  _product(128, 512, 784, dtype=np.float64), _product(128, 512, 784, batch=4),
-                 _product(128, 500, 784), _product(784, 512, 128, lhs_transposed=True),
+                 _product(128, 500, 784), _product(784, 512, 256, lhs_transposed=True),
+                 _product(1025, 512, 128, lhs_transposed=True), _product(300, 512, 128),
                  _product(300, 512, 784), _product(128, 512, 784, alpha=0.5),
                  _product(1, 512, 784)):
         assert not register_tiled(step, threads=2)
@@ -78,7 +80,7 @@ def test_products_against_numpy(m, n, k):
 
 
 @pytest.mark.parametrize("m,n,k", [(2, 64, 64), (13, 128, 128), (512, 512, 128),
-                                   (300, 128, 100)])
+                                   (300, 128, 100), (784, 512, 128), (1021, 128, 65)])
 def test_transposed_a_scaled_and_accumulated(m, n, k):
     """A weight gradient with the SGD update fused in: ``w - lr * xᵀ g``."""
     rng = np.random.default_rng(m + n + k)

@@ -43,10 +43,11 @@ TILE_COLUMNS = LANES * VECTORS
 BLOCK_DEPTH = 512
 # only products with few rows of C: B is read again by each tile of rows, from L2; with
 # many rows OpenBLAS's packing is paid for by the reuse. Unless the sums are short (a weight
-# gradient over a batch): up to L1_DEPTH rows of B, a tile's columns of B (32 KiB) stay in
-# the L1 cache for every tile of rows, up to 2 * MAX_ROWS rows (the MLP's 512x512x128 ran
-# faster than OpenBLAS's; its 784x512x128 even, so not taken).
+# gradient over a batch, A transposed): up to L1_DEPTH rows of B, a tile's columns of B
+# (32 KiB) stay in the L1 cache for every tile of rows, up to MAX_LONG_ROWS rows (the MLP's
+# 512x512x128 and 784x512x128 weight gradients ran faster than OpenBLAS's).
 MAX_ROWS = 256
+MAX_LONG_ROWS = 1024
 L1_DEPTH = 128
 MIN_DEPTH = 64
 PREFETCH_ROWS = 4  # rows of B ahead that each step of k asks the cache for
@@ -55,8 +56,8 @@ PREFETCH_VECTORS = (0, 1, 2, 3)  # ... its vectors of the tile's columns asked f
 
 def applies(step: DotKernel, column_chunk: int | None = None) -> bool:
     """Whether ``step`` runs as register tiles: a float32 product of one matrix, B not
-    transposed (A may be), at most MAX_ROWS rows of C (twice that with at most L1_DEPTH
-    terms per element) and at least MIN_DEPTH terms, a scale only with one block of k,
+    transposed (A may be), at most MAX_ROWS rows of C (MAX_LONG_ROWS with A transposed
+    and at most L1_DEPTH terms per element) and at least MIN_DEPTH terms, a scale only with one block of k,
     its columns (and ``column_chunk``, a split's columns per chunk) whole tiles, on an
     AVX-512 target; and the optimization ``register_tiles`` enabled."""
     if not passes.enabled("register_tiles") or not targets.current().has_avx512:
@@ -65,8 +66,10 @@ def applies(step: DotKernel, column_chunk: int | None = None) -> bool:
         return False
     if step.rhs_transposed or (step.alpha != 1.0 and step.k > BLOCK_DEPTH):
         return False
-    if step.m < 2 or step.k < MIN_DEPTH or step.m > 2 * MAX_ROWS or (
-            step.m > MAX_ROWS and step.k > L1_DEPTH):
+    if step.m < 2 or step.k < MIN_DEPTH:
+        return False
+    if step.m > MAX_ROWS and not (step.lhs_transposed and step.k <= L1_DEPTH
+                                  and step.m <= MAX_LONG_ROWS):
         return False
     if step.n % TILE_COLUMNS or (column_chunk is not None and column_chunk % TILE_COLUMNS):
         return False

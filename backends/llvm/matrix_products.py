@@ -139,7 +139,9 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     pool's), over "batch" elements, rows of C ("m") or columns of C ("n") (the longer side:
     each chunk re-packs the other operand); ``chunks`` is 1 for a product run by one BLAS
     call. On two threads, a 128x784 by 784x512 product: ``("n", 2)``, two chunks of 256
-    columns; an 8192x512 by 512x512 one: ``("m", 8)``, eight chunks of 1024 rows."""
+    columns; an 8192x512 by 512x512 one: ``("m", 8)``, eight chunks of 1024 rows. A product
+    that runs as register tiles (see :mod:`register_tiles`), which pack nothing, is split
+    over columns whatever its longer side."""
     threads = thread_pool.compiled_threads() if threads is None else threads
     bands, _ = gemv_bands(step, threads)
     if bands > 1:  # a matrix-vector product, by the size of its matrix

@@ -55,6 +55,8 @@ INNER_SWITCHES = {
     "parallel_loops": "loops and products run on the calling thread alone",
     "recomputed_values": "a few additions, products or selects that several kernels read "
                          "are written out once, not computed again in each reader",
+    "register_tiles": "float32 products with few rows call BLAS's sgemm, not generated "
+                      "register-tiled code",
     "shared_kernels": "identical kernels are compiled once each, not shared",
     "streaming_stores": "large loops write their outputs with ordinary stores",
 }

@@ -15,7 +15,7 @@ import numpy as np
 
 from functrans.backends.compiler import passes
 from functrans.backends.compiler.fusion import DotKernel, Program
-from functrans.backends.llvm import thread_pool
+from functrans.backends.llvm import register_tiles, thread_pool
 from functrans.backends.llvm.attention import AttentionStep
 from functrans.backends.llvm.blas import (GEMM_FOR_SYMBOL, GEMM_JOINED_FOR_SYMBOL,
                                           GEMM_RANGE_FOR_SYMBOL)
@@ -139,7 +139,9 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
     pool's), over "batch" elements, rows of C ("m") or columns of C ("n") (the longer side:
     each chunk re-packs the other operand); ``chunks`` is 1 for a product run by one BLAS
     call. On two threads, a 128x784 by 784x512 product: ``("n", 2)``, two chunks of 256
-    columns; an 8192x512 by 512x512 one: ``("m", 8)``, eight chunks of 1024 rows."""
+    columns; an 8192x512 by 512x512 one: ``("m", 8)``, eight chunks of 1024 rows. A product
+    that runs as register tiles (see :mod:`register_tiles`), which pack nothing, is split
+    over columns whatever its longer side."""
     threads = thread_pool.compiled_threads() if threads is None else threads
     bands, _ = gemv_bands(step, threads)
     if bands > 1:  # a matrix-vector product, by the size of its matrix
@@ -160,6 +162,8 @@ def gemm_split(step: DotKernel, threads: int | None = None) -> tuple:
         chunks -= chunks % threads  # whole rounds, for balance on a quiet machine
     if chunks < 2:
         return None, 1
+    if step.batch == 1 and axis == "m" and register_tiles.applies(step, -(-step.n // chunks)):
+        axis = "n"  # register tiles pack nothing: columns, whose chunks are whole tiles
     return ("batch" if step.batch > 1 else axis), int(chunks)
 
 
@@ -186,6 +190,16 @@ def joined_blocks(step: DotKernel, threads: int | None = None) -> bool:
     rows = -(-extent // chunks)
     smallest = extent - (-(-extent // rows) - 1) * rows  # the last block's rows or columns
     return smallest * (step.m * step.n // extent) * step.k >= JOINED_MIN_BLOCK_MNK
+
+
+def register_tiled(step: DotKernel, threads: int | None = None) -> bool:
+    """Whether ``step`` runs as generated register tiles instead of ``sgemm`` (see
+    :mod:`register_tiles`): a product whole or split over columns of C, each chunk's
+    columns whole tiles."""
+    axis, chunks = gemm_split(step, threads)
+    if axis not in (None, "n") or gemv_bands(step, threads)[0] > 1:
+        return False
+    return register_tiles.applies(step, -(-step.n // chunks) if axis == "n" else None)
 
 
 def splits_products(program: Program) -> bool:
@@ -292,6 +306,14 @@ def gemm_calls(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, new_slot, split=None
     """The BLAS call(s) of ``step`` at ``b``: all of it, or with ``split = (axis, start,
     end)`` (i64 values) the batch elements, rows of C ("m") or columns of C ("n") in
     ``[start, end)``. ``new_slot(type, None)`` makes a stack slot."""
+    if register_tiled(step):
+        tiles = mb.tile_kernels.get(id(step))
+        if tiles is None:
+            tiles = mb.tile_kernels[id(step)] = mb.shared(register_tiles.kernel(mb, step))
+        j0, j1 = (split[1], split[2]) if split is not None else (ir.Constant(I64, 0),
+                                                                 ir.Constant(I64, step.n))
+        b.call(tiles, [a_ptr, b_ptr, c_ptr, j0, j1])
+        return
     ty = F32 if step.out.dtype == np.float32 else F64
     tp = ty.as_pointer()
     i32p = I32.as_pointer()

@@ -1,0 +1,210 @@
+"""Float32 products with few rows, ``C (+)= A @ B`` (a dense layer at a small batch), as
+generated register-tiled code instead of BLAS ``sgemm``.
+
+OpenBLAS packs both operands of every call into its own layout first. With few rows of C
+(the MLP's batch of 128), each element of the weights B is used only ``m`` times after it
+is packed, and the packing of B was 13% of the MLP step's time (docs/performance.md, "The
+MLP step"). Here B is read in place: a tile of ``ROWS`` rows of C by ``VECTORS`` vectors
+of columns is held in registers while k runs, each step loading ``VECTORS`` vectors of one
+row of B and broadcasting one element of A per row. A tile of rows walks down the same
+columns of B, which stay in the core's L2 cache (a block of at most ``BLOCK_DEPTH`` rows of
+B: ``BLOCK_DEPTH * 64`` floats, 128 KiB). One thread, 128x784 by 784x512: 172 GFLOP/s
+against OpenBLAS's 124-130 (C prototype of the same loop, blocks of 392).
+
+Only for AVX-512 targets (16 floats a vector, 32 registers: 24 accumulators, 4 rows of B
+and a broadcast), products whose column blocks are whole tiles: C's columns, and each
+chunk's when the product is split (over columns only), a multiple of ``VECTORS`` vectors.
+Each element of C sums its k terms in order, one fused multiply-add each, from its initial
+value (0, or C's when accumulating) through every block: the same bits whatever the split
+and whichever thread runs a chunk, and within a few ulps of BLAS (tests/test_register_tiles.py).
+
+    >>> applies(step)                     # doctest: +SKIP
+    True
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+import numpy as np
+
+from functrans.backends.compiler import passes
+from functrans.backends.compiler.fusion import DotKernel
+from functrans.backends.llvm import targets
+from functrans.backends.llvm.ir_builder import I32, I64
+from functrans.backends.llvm.vector_math import F32
+
+LANES = 16  # float32 lanes of a 512-bit vector
+ROWS = 6  # rows of C in a tile: 6 x 4 accumulators of the 32 registers
+VECTORS = 4  # vectors of columns in a tile
+TILE_COLUMNS = LANES * VECTORS
+# k in blocks of at most this many rows of B (even blocks): the tile's columns of a block,
+# 512 x 64 floats, stay in L2 while the row tiles walk down C. C prototype, one thread,
+# 128x512 by K (GFLOP/s): K=784 in one block 134, in blocks of 392 172, of 256 175, of 200
+# 166; K=512 in one block 181-191, in blocks of 256 175.
+BLOCK_DEPTH = 512
+# only products with few rows of C: B is read again by each tile of rows, from L2; with
+# many rows OpenBLAS's packing is paid for by the reuse. Unless the sums are short (a weight
+# gradient over a batch, A transposed): up to L1_DEPTH rows of B, a tile's columns of B
+# (32 KiB) stay in the L1 cache for every tile of rows, up to MAX_LONG_ROWS rows (the MLP's
+# 512x512x128 and 784x512x128 weight gradients ran faster than OpenBLAS's).
+MAX_ROWS = 256
+MAX_LONG_ROWS = 1024
+L1_DEPTH = 128
+MIN_DEPTH = 64
+PREFETCH_ROWS = 4  # rows of B ahead that each step of k asks the cache for
+PREFETCH_VECTORS = (0, 1, 2, 3)  # ... its vectors of the tile's columns asked for
+
+
+def applies(step: DotKernel, column_chunk: int | None = None) -> bool:
+    """Whether ``step`` runs as register tiles: a float32 product of one matrix, B not
+    transposed (A may be), at most MAX_ROWS rows of C (MAX_LONG_ROWS with A transposed
+    and at most L1_DEPTH terms per element) and at least MIN_DEPTH terms, a scale only with one block of k,
+    its columns (and ``column_chunk``, a split's columns per chunk) whole tiles, on an
+    AVX-512 target; and the optimization ``register_tiles`` enabled."""
+    if not passes.enabled("register_tiles") or not targets.current().has_avx512:
+        return False
+    if step.out is None or step.out.dtype != np.float32 or step.batch != 1:
+        return False
+    if step.rhs_transposed or (step.alpha != 1.0 and step.k > BLOCK_DEPTH):
+        return False
+    if step.m < 2 or step.k < MIN_DEPTH:
+        return False
+    if step.m > MAX_ROWS and not (step.lhs_transposed and step.k <= L1_DEPTH
+                                  and step.m <= MAX_LONG_ROWS):
+        return False
+    if step.n % TILE_COLUMNS or (column_chunk is not None and column_chunk % TILE_COLUMNS):
+        return False
+    return True
+
+
+def kernel(mb, step: DotKernel) -> ir.Function:
+    """The function ``void (float* A, float* B, float* C, i64 j0, i64 j1)`` computing
+    columns ``[j0, j1)`` of C (multiples of TILE_COLUMNS) for ``step``'s shapes. A
+    transposed (stored k x m) gives each tile's rows side by side in a row of A."""
+    m, n, k = step.m, step.n, step.k
+    vec = ir.VectorType(F32, LANES)
+    fp = F32.as_pointer()
+    fnty = ir.FunctionType(ir.VoidType(), [fp, fp, fp, I64, I64])
+    mb.kernel_count += 1
+    fn = ir.Function(mb.module, fnty, name=f"tiles{mb.kernel_count}")
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    mb.names[fn.name] = f"register tiles of {step.describe()}"
+    # explicit 512-bit vectors: on cores where LLVM prefers 256-bit ones it would otherwise
+    # split each into two
+    mb.function_attributes[fn.name] = \
+        '"prefer-vector-width"="512" "min-legal-vector-width"="512"'
+    a_ptr, b_ptr, c_ptr, j0, j1 = fn.args
+    for arg in (a_ptr, b_ptr, c_ptr):
+        arg.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fma = mb.math.declare(f"llvm.fma.v{LANES}f32", vec, [vec] * 3)
+    i8p = ir.PointerType(ir.IntType(8))
+    prefetch = mb.math.declare("llvm.prefetch.p0", ir.VoidType(), [i8p, I32, I32, I32])
+    blocks = -(-k // BLOCK_DEPTH)
+    depth = -(-k // blocks)
+    undef = ir.Constant(vec, ir.Undefined)
+    scaled = step.alpha != 1.0  # then k is one block (see applies)
+    alpha = ir.Constant(vec, [float(np.float32(step.alpha))] * LANES)
+    zeros = ir.Constant(ir.VectorType(I32, LANES), [0] * LANES)
+
+    def c64(v):
+        return ir.Constant(I64, v)
+
+    def tile(j, i, rows, k_start, k_end, first):
+        """rows [i, i + rows) by columns [j, j + TILE_COLUMNS) (``i``, ``j``: i64 values),
+        k in [k_start, k_end)."""
+        c_base = b.add(b.mul(i, c64(n)), j)
+        a_base = b.mul(i, c64(k))
+        c_rows = [[b.bitcast(b.gep(c_ptr, [b.add(c_base, c64(r * n + LANES * v))]),
+                             vec.as_pointer()) for v in range(VECTORS)] for r in range(rows)]
+        if (first and not step.accumulate) or scaled:
+            init = [[ir.Constant(vec, [0.0] * LANES)] * VECTORS for _ in range(rows)]
+        else:
+            init = [[b.load(p, align=4) for p in row] for row in c_rows]
+        pre = b.block
+        body = fn.append_basic_block("k.loop")
+        done = fn.append_basic_block("k.done")
+        b.branch(body)
+        b.position_at_end(body)
+        kk = b.phi(I64, name="k")
+        kk.add_incoming(c64(k_start), pre)
+        acc = [[b.phi(vec) for _ in range(VECTORS)] for _ in range(rows)]
+        for r in range(rows):
+            for v in range(VECTORS):
+                acc[r][v].add_incoming(init[r][v], pre)
+        row_b = b.add(b.mul(kk, c64(n)), j)
+        bv = [b.load(b.bitcast(b.gep(b_ptr, [b.add(row_b, c64(LANES * v))]), vec.as_pointer()),
+                     align=4) for v in range(VECTORS)]
+        # the next rows of B, ahead of their use: they come from L2 in a stride of n floats
+        ahead = b.add(row_b, c64(PREFETCH_ROWS * n))
+        for v in PREFETCH_VECTORS if PREFETCH_ROWS else ():
+            target = b.gep(b_ptr, [b.add(ahead, c64(LANES * v))])
+            b.call(prefetch, [b.bitcast(target, i8p),
+                              ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+        new = []
+        for r in range(rows):
+            x = b.load(b.gep(a_ptr, [b.add(b.mul(kk, c64(m)), b.add(i, c64(r)))
+                                     if step.lhs_transposed else
+                                     b.add(a_base, b.add(kk, c64(r * k)))]), align=4)
+            splat = b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef, zeros)
+            new.append([b.call(fma, [splat, bv[v], acc[r][v]]) for v in range(VECTORS)])
+        nxt = b.add(kk, c64(1), flags=["nuw", "nsw"])
+        kk.add_incoming(nxt, b.block)
+        for r in range(rows):
+            for v in range(VECTORS):
+                acc[r][v].add_incoming(new[r][v], b.block)
+        b.cbranch(b.icmp_signed("<", nxt, c64(k_end)), body, done)
+        b.position_at_end(done)
+        for r in range(rows):
+            for v in range(VECTORS):
+                out = new[r][v]
+                if scaled:  # C = alpha * sum (+ C): one rounding of the sum, as BLAS
+                    out = (b.call(fma, [alpha, out, b.load(c_rows[r][v], align=4)])
+                           if step.accumulate else b.fmul(alpha, out))
+                b.store(out, c_rows[r][v], align=4)
+
+    def columns(body):
+        """``body(j)`` for the tiles' columns j in [j0, j1)."""
+        pre = b.block
+        head = fn.append_basic_block("j.loop")
+        after = fn.append_basic_block("j.done")
+        b.cbranch(b.icmp_signed("<", j0, j1), head, after)
+        b.position_at_end(head)
+        j = b.phi(I64, name="j")
+        j.add_incoming(j0, pre)
+        body(j)
+        j_next = b.add(j, c64(TILE_COLUMNS), flags=["nuw", "nsw"])
+        j.add_incoming(j_next, b.block)
+        b.cbranch(b.icmp_signed("<", j_next, j1), head, after)
+        b.position_at_end(after)
+
+    def rows(body):
+        """``body(i, count)`` for the tiles' rows: full tiles in a loop, then the rest."""
+        full = m // ROWS
+        if full:
+            pre = b.block
+            head = fn.append_basic_block("i.loop")
+            done = fn.append_basic_block("i.done")
+            b.branch(head)
+            b.position_at_end(head)
+            it = b.phi(I64, name="tile")
+            it.add_incoming(c64(0), pre)
+            body(b.mul(it, c64(ROWS)), ROWS)
+            it_next = b.add(it, c64(1), flags=["nuw", "nsw"])
+            it.add_incoming(it_next, b.block)
+            b.cbranch(b.icmp_signed("<", it_next, c64(full)), head, done)
+            b.position_at_end(done)
+        if m % ROWS:
+            body(c64(full * ROWS), m % ROWS)
+
+    for block in range(blocks):
+        k_range = (block * depth, min(k, (block + 1) * depth), block == 0)
+        if m > MAX_ROWS:
+            # a long C (L1_DEPTH terms at most: all of B's columns stay in L2) row tile by
+            # row tile, so that C streams through the caches row by row
+            rows(lambda i, count: columns(lambda j: tile(j, i, count, *k_range)))
+        else:
+            columns(lambda j: rows(lambda i, count: tile(j, i, count, *k_range)))
+    b.ret_void()
+    return fn
+

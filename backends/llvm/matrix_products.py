@@ -306,7 +306,9 @@ def gemm_calls(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, new_slot, split=None
     """The BLAS call(s) of ``step`` at ``b``: all of it, or with ``split = (axis, start,
     end)`` (i64 values) the batch elements, rows of C ("m") or columns of C ("n") in
     ``[start, end)``. ``new_slot(type, None)`` makes a stack slot."""
-    if register_tiled(step):
+    # the tiles take columns of C: a split of rows or batches (a plan made with another
+    # thread count than register_tiled's) goes to BLAS
+    if register_tiled(step) and (split is None or split[0] == "n"):
         tiles = mb.tile_kernels.get(id(step))
         if tiles is None:
             tiles = mb.tile_kernels[id(step)] = mb.shared(register_tiles.kernel(mb, step))

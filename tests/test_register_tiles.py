@@ -136,3 +136,19 @@ def test_disabled_they_call_blas():
 def test_tile_geometry_fits_the_registers():
     """24 accumulators, 4 rows of B and a broadcast: 29 of AVX-512's 32 registers."""
     assert register_tiles.ROWS * register_tiles.VECTORS + register_tiles.VECTORS + 1 <= 32
+
+
+def test_a_bias_is_added_to_the_sum_not_summed_into():
+    """``b + x @ w`` with terms each below half an ulp of the bias: summed from the bias
+    every term would be lost (the result the bias alone); each block summed from zero and
+    then added keeps them, as BLAS and float64 do."""
+    m, n, k = 12, 64, 784
+    x = np.ones((m, k), np.float32)
+    w = np.full((k, n), 1e-8, np.float32)
+    bias = np.ones(n, np.float32)
+    got = np.asarray(functrans.jit(lambda x, w, b: jnp.dot(x, w) + b)(x, w, bias))
+    want = np.float32(1.0 + k * np.float64(np.float32(1e-8)))
+    assert np.abs(got - want).max() <= 2e-7, (got[0, 0], want)
+    text = functrans.jit(lambda x, w, b: jnp.dot(x, w) + b).lower(
+        x, w, bias).compile()._executable.ir_text
+    assert _TILES.search(text)

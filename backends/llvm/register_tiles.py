@@ -14,9 +14,13 @@ against OpenBLAS's 124-130 (C prototype of the same loop, blocks of 392).
 Only for AVX-512 targets (16 floats a vector, 32 registers: 24 accumulators, 4 rows of B
 and a broadcast), products whose column blocks are whole tiles: C's columns, and each
 chunk's when the product is split (over columns only), a multiple of ``VECTORS`` vectors.
-Each element of C sums its k terms in order, one fused multiply-add each, from its initial
-value (0, or C's when accumulating) through every block: the same bits whatever the split
-and whichever thread runs a chunk, and within a few ulps of BLAS (tests/test_register_tiles.py).
+Each element of C sums each block's k terms in order from zero, one fused multiply-add
+each, and adds the block's sum to C (its initial value when accumulating, else the earlier
+blocks'), as BLAS adds its blocks: the same bits whatever the split and whichever thread
+runs a chunk, and within a few ulps of BLAS (tests/test_register_tiles.py). A bias the
+product accumulates onto stays out of the chain of sums: started from it, a 784-term sum's
+rounding put a pre-activation of 1e-7 on the other side of a ReLU's kink from BLAS's and
+float64's.
 
     >>> applies(step)                     # doctest: +SKIP
     True
@@ -117,10 +121,10 @@ def kernel(mb, step: DotKernel) -> ir.Function:
         a_base = b.mul(i, c64(k))
         c_rows = [[b.bitcast(b.gep(c_ptr, [b.add(c_base, c64(r * n + LANES * v))]),
                              vec.as_pointer()) for v in range(VECTORS)] for r in range(rows)]
-        if (first and not step.accumulate) or scaled:
-            init = [[ir.Constant(vec, [0.0] * LANES)] * VECTORS for _ in range(rows)]
-        else:
-            init = [[b.load(p, align=4) for p in row] for row in c_rows]
+        # each block of k sums from zero and is then added to C (as BLAS adds each of its
+        # blocks): C's initial value and the earlier blocks' sums are not in the chain
+        init = [[ir.Constant(vec, [0.0] * LANES)] * VECTORS for _ in range(rows)]
+        adds_to_c = step.accumulate or not first
         pre = b.block
         body = fn.append_basic_block("k.loop")
         done = fn.append_basic_block("k.done")
@@ -160,7 +164,9 @@ def kernel(mb, step: DotKernel) -> ir.Function:
                 out = new[r][v]
                 if scaled:  # C = alpha * sum (+ C): one rounding of the sum, as BLAS
                     out = (b.call(fma, [alpha, out, b.load(c_rows[r][v], align=4)])
-                           if step.accumulate else b.fmul(alpha, out))
+                           if adds_to_c else b.fmul(alpha, out))
+                elif adds_to_c:
+                    out = b.fadd(b.load(c_rows[r][v], align=4), out)
                 b.store(out, c_rows[r][v], align=4)
 
     def columns(body):

@@ -87,7 +87,7 @@ class ModuleIR:
         self._interleaved_loops: dict = {}  # see interleaved_loop
         self._scalar_loop = None  # see scalar_loop
         self.function_attributes: dict = {}  # function name -> its string attribute
-        self.tile_kernels: dict = {}  # id(DotKernel) -> its register tiles' function
+        self.tile_kernel = None  # the register tiles' function, once a product needs it
 
     def shared(self, fn: ir.Function) -> ir.Function:
         """``fn``, or an identical function built earlier (then ``fn`` is dropped): kernels

@@ -309,12 +309,12 @@ def gemm_calls(mb, b, step: DotKernel, a_ptr, b_ptr, c_ptr, new_slot, split=None
     # the tiles take columns of C: a split of rows or batches (a plan made with another
     # thread count than register_tiled's) goes to BLAS
     if register_tiled(step) and (split is None or split[0] == "n"):
-        tiles = mb.tile_kernels.get(id(step))
-        if tiles is None:
-            tiles = mb.tile_kernels[id(step)] = mb.shared(register_tiles.kernel(mb, step))
+        if mb.tile_kernel is None:
+            mb.tile_kernel = register_tiles.kernel(mb)
+        tiles = mb.tile_kernel
         j0, j1 = (split[1], split[2]) if split is not None else (ir.Constant(I64, 0),
                                                                  ir.Constant(I64, step.n))
-        b.call(tiles, [a_ptr, b_ptr, c_ptr, j0, j1])
+        b.call(tiles, [a_ptr, b_ptr, c_ptr, j0, j1] + register_tiles.arguments(step))
         return
     ty = F32 if step.out.dtype == np.float32 else F64
     tp = ty.as_pointer()

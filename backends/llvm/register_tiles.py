@@ -80,137 +80,152 @@ def applies(step: DotKernel, column_chunk: int | None = None) -> bool:
     return True
 
 
-def kernel(mb, step: DotKernel) -> ir.Function:
-    """The function ``void (float* A, float* B, float* C, i64 j0, i64 j1)`` computing
-    columns ``[j0, j1)`` of C (multiples of TILE_COLUMNS) for ``step``'s shapes. A
-    transposed (stored k x m) gives each tile's rows side by side in a row of A."""
+def block_depth(k: int) -> int:
+    """The terms of each block of k: even blocks of at most BLOCK_DEPTH."""
+    blocks = -(-k // BLOCK_DEPTH)
+    return -(-k // blocks)
+
+
+def arguments(step: DotKernel) -> tuple:
+    """The sizes :func:`kernel`'s function takes after ``j0, j1`` for ``step``: ``(m, n, k,
+    block depth, A's stride between rows of C, A's stride between terms)`` as i64 values,
+    then ``alpha`` (float) and whether C's initial value is added to (i64 0 or 1)."""
     m, n, k = step.m, step.n, step.k
+    strides = (1, m) if step.lhs_transposed else (k, 1)
+    sizes = [ir.Constant(I64, v) for v in (m, n, k, block_depth(k)) + strides]
+    return sizes + [ir.Constant(F32, float(np.float32(step.alpha))),
+                    ir.Constant(I64, int(step.accumulate))]
+
+
+def kernel(mb) -> ir.Function:
+    """The function ``void (float* A, float* B, float* C, i64 j0, i64 j1, <arguments>)``
+    computing columns ``[j0, j1)`` of C (multiples of TILE_COLUMNS) for any product that
+    :func:`applies`: sizes, strides and scale are arguments, so one function serves every
+    product of a module and LLVM compiles the tile once (about 30 ms of LLVM a tile body:
+    specialized to each product's sizes, the MLP step's four took 125 ms). A's element
+    (row i of C, term t) is at ``i * row_stride + t * term_stride``: a transposed A (stored
+    k x m) gives each tile's rows side by side in a row of A. The tiles walk C column tile
+    by column tile, down the rows (row tiles outermost for a long C timed the same on the
+    MLP step's weight gradients)."""
     vec = ir.VectorType(F32, LANES)
     fp = F32.as_pointer()
-    fnty = ir.FunctionType(ir.VoidType(), [fp, fp, fp, I64, I64])
+    fnty = ir.FunctionType(ir.VoidType(), [fp, fp, fp, I64, I64] + [I64] * 6 + [F32, I64])
     mb.kernel_count += 1
     fn = ir.Function(mb.module, fnty, name=f"tiles{mb.kernel_count}")
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
-    mb.names[fn.name] = f"register tiles of {step.describe()}"
+    mb.names[fn.name] = "register-tiled float32 products"
     # explicit 512-bit vectors: on cores where LLVM prefers 256-bit ones it would otherwise
     # split each into two
     mb.function_attributes[fn.name] = \
         '"prefer-vector-width"="512" "min-legal-vector-width"="512"'
-    a_ptr, b_ptr, c_ptr, j0, j1 = fn.args
+    a_ptr, b_ptr, c_ptr, j0, j1, m, n, k, depth, a_row, a_term, alpha1, accumulate = fn.args
     for arg in (a_ptr, b_ptr, c_ptr):
         arg.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     fma = mb.math.declare(f"llvm.fma.v{LANES}f32", vec, [vec] * 3)
     i8p = ir.PointerType(ir.IntType(8))
     prefetch = mb.math.declare("llvm.prefetch.p0", ir.VoidType(), [i8p, I32, I32, I32])
-    blocks = -(-k // BLOCK_DEPTH)
-    depth = -(-k // blocks)
     undef = ir.Constant(vec, ir.Undefined)
-    scaled = step.alpha != 1.0  # then k is one block (see applies)
-    alpha = ir.Constant(vec, [float(np.float32(step.alpha))] * LANES)
     zeros = ir.Constant(ir.VectorType(I32, LANES), [0] * LANES)
+
+    def splat(x):
+        return b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef, zeros)
 
     def c64(v):
         return ir.Constant(I64, v)
 
-    def tile(j, i, rows, k_start, k_end, first):
-        """rows [i, i + rows) by columns [j, j + TILE_COLUMNS) (``i``, ``j``: i64 values),
-        k in [k_start, k_end)."""
-        c_base = b.add(b.mul(i, c64(n)), j)
-        a_base = b.mul(i, c64(k))
-        c_rows = [[b.bitcast(b.gep(c_ptr, [b.add(c_base, c64(r * n + LANES * v))]),
-                             vec.as_pointer()) for v in range(VECTORS)] for r in range(rows)]
+    alpha = splat(alpha1)
+    last_row = b.sub(m, c64(1))
+    prefetch_step = b.mul(n, c64(PREFETCH_ROWS))
+
+    def tile(j, i, k_start, k_end, adds):
+        """rows [i, i + ROWS) by columns [j, j + TILE_COLUMNS) (i64 values), k in
+        [k_start, k_end). Rows past C's last (the last tile of rows) read its last row of
+        A and store nothing: every row C has is summed in the same order, whatever m."""
+        rows = [i] + [b.select(b.icmp_signed("<", b.add(i, c64(r)), m), b.add(i, c64(r)),
+                               last_row) for r in range(1, ROWS)]
+        a_rows = [b.mul(row, a_row) for row in rows]
         # each block of k sums from zero and is then added to C (as BLAS adds each of its
         # blocks): C's initial value and the earlier blocks' sums are not in the chain
-        init = [[ir.Constant(vec, [0.0] * LANES)] * VECTORS for _ in range(rows)]
-        adds_to_c = step.accumulate or not first
+        init = [ir.Constant(vec, [0.0] * LANES)] * VECTORS
         pre = b.block
         body = fn.append_basic_block("k.loop")
         done = fn.append_basic_block("k.done")
         b.branch(body)
         b.position_at_end(body)
         kk = b.phi(I64, name="k")
-        kk.add_incoming(c64(k_start), pre)
-        acc = [[b.phi(vec) for _ in range(VECTORS)] for _ in range(rows)]
-        for r in range(rows):
+        kk.add_incoming(k_start, pre)
+        acc = [[b.phi(vec) for _ in range(VECTORS)] for _ in range(ROWS)]
+        for r in range(ROWS):
             for v in range(VECTORS):
-                acc[r][v].add_incoming(init[r][v], pre)
-        row_b = b.add(b.mul(kk, c64(n)), j)
+                acc[r][v].add_incoming(init[v], pre)
+        row_b = b.add(b.mul(kk, n), j)
         bv = [b.load(b.bitcast(b.gep(b_ptr, [b.add(row_b, c64(LANES * v))]), vec.as_pointer()),
                      align=4) for v in range(VECTORS)]
         # the next rows of B, ahead of their use: they come from L2 in a stride of n floats
-        ahead = b.add(row_b, c64(PREFETCH_ROWS * n))
+        ahead = b.add(row_b, prefetch_step)
         for v in PREFETCH_VECTORS if PREFETCH_ROWS else ():
             target = b.gep(b_ptr, [b.add(ahead, c64(LANES * v))])
             b.call(prefetch, [b.bitcast(target, i8p),
                               ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+        a_term_offset = b.mul(kk, a_term)
         new = []
-        for r in range(rows):
-            x = b.load(b.gep(a_ptr, [b.add(b.mul(kk, c64(m)), b.add(i, c64(r)))
-                                     if step.lhs_transposed else
-                                     b.add(a_base, b.add(kk, c64(r * k)))]), align=4)
-            splat = b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef, zeros)
-            new.append([b.call(fma, [splat, bv[v], acc[r][v]]) for v in range(VECTORS)])
+        for r in range(ROWS):
+            x = b.load(b.gep(a_ptr, [b.add(a_rows[r], a_term_offset)]), align=4)
+            new.append([b.call(fma, [splat(x), bv[v], acc[r][v]]) for v in range(VECTORS)])
         nxt = b.add(kk, c64(1), flags=["nuw", "nsw"])
         kk.add_incoming(nxt, b.block)
-        for r in range(rows):
+        for r in range(ROWS):
             for v in range(VECTORS):
                 acc[r][v].add_incoming(new[r][v], b.block)
-        b.cbranch(b.icmp_signed("<", nxt, c64(k_end)), body, done)
+        b.cbranch(b.icmp_signed("<", nxt, k_end), body, done)
         b.position_at_end(done)
-        for r in range(rows):
-            for v in range(VECTORS):
-                out = new[r][v]
-                if scaled:  # C = alpha * sum (+ C): one rounding of the sum, as BLAS
-                    out = (b.call(fma, [alpha, out, b.load(c_rows[r][v], align=4)])
-                           if adds_to_c else b.fmul(alpha, out))
-                elif adds_to_c:
-                    out = b.fadd(b.load(c_rows[r][v], align=4), out)
-                b.store(out, c_rows[r][v], align=4)
+        c_base = b.add(b.mul(i, n), j)
+        for r in range(ROWS):
+            def store_row(r=r):
+                c_row = b.add(c_base, b.mul(c64(r), n))
+                for v in range(VECTORS):
+                    ptr = b.bitcast(b.gep(c_ptr, [b.add(c_row, c64(LANES * v))]),
+                                    vec.as_pointer())
+                    # C = alpha * sum (+ C): one rounding of the sum, as BLAS (alpha 1:
+                    # the sum itself, or C + sum)
+                    added = b.call(fma, [alpha, new[r][v], b.load(ptr, align=4)])
+                    b.store(b.select(adds, added, b.fmul(alpha, new[r][v])), ptr, align=4)
+            if r == 0:
+                store_row()
+            else:
+                with b.if_then(b.icmp_signed("<", b.add(i, c64(r)), m)):
+                    store_row()
 
-    def columns(body):
-        """``body(j)`` for the tiles' columns j in [j0, j1)."""
+    def loop(start, end, step_size, body, name):
+        """``body(x)`` for x in range(start, end, step_size), i64 values (start < end)."""
         pre = b.block
-        head = fn.append_basic_block("j.loop")
-        after = fn.append_basic_block("j.done")
-        b.cbranch(b.icmp_signed("<", j0, j1), head, after)
+        head = fn.append_basic_block(f"{name}.loop")
+        after = fn.append_basic_block(f"{name}.done")
+        b.branch(head)
         b.position_at_end(head)
-        j = b.phi(I64, name="j")
-        j.add_incoming(j0, pre)
-        body(j)
-        j_next = b.add(j, c64(TILE_COLUMNS), flags=["nuw", "nsw"])
-        j.add_incoming(j_next, b.block)
-        b.cbranch(b.icmp_signed("<", j_next, j1), head, after)
+        x = b.phi(I64, name=name)
+        x.add_incoming(start, pre)
+        body(x)
+        x_next = b.add(x, step_size, flags=["nuw", "nsw"])
+        x.add_incoming(x_next, b.block)
+        b.cbranch(b.icmp_signed("<", x_next, end), head, after)
         b.position_at_end(after)
 
-    def rows(body):
-        """``body(i, count)`` for the tiles' rows: full tiles in a loop, then the rest."""
-        full = m // ROWS
-        if full:
-            pre = b.block
-            head = fn.append_basic_block("i.loop")
-            done = fn.append_basic_block("i.done")
-            b.branch(head)
-            b.position_at_end(head)
-            it = b.phi(I64, name="tile")
-            it.add_incoming(c64(0), pre)
-            body(b.mul(it, c64(ROWS)), ROWS)
-            it_next = b.add(it, c64(1), flags=["nuw", "nsw"])
-            it.add_incoming(it_next, b.block)
-            b.cbranch(b.icmp_signed("<", it_next, c64(full)), head, done)
-            b.position_at_end(done)
-        if m % ROWS:
-            body(c64(full * ROWS), m % ROWS)
+    def block(k_start):
+        k_end = b.select(b.icmp_signed("<", b.add(k_start, depth), k), b.add(k_start, depth), k)
+        adds = b.or_(b.icmp_signed("!=", accumulate, c64(0)),
+                     b.icmp_signed(">", k_start, c64(0)))
 
-    for block in range(blocks):
-        k_range = (block * depth, min(k, (block + 1) * depth), block == 0)
-        if m > MAX_ROWS:
-            # a long C (L1_DEPTH terms at most: all of B's columns stay in L2) row tile by
-            # row tile, so that C streams through the caches row by row
-            rows(lambda i, count: columns(lambda j: tile(j, i, count, *k_range)))
-        else:
-            columns(lambda j: rows(lambda i, count: tile(j, i, count, *k_range)))
+        def columns(body):
+            loop(j0, j1, c64(TILE_COLUMNS), body, "j")
+
+        def rows(body):
+            loop(c64(0), m, c64(ROWS), body, "i")
+        columns(lambda j: rows(lambda i: tile(j, i, k_start, k_end, adds)))
+
+    with b.if_then(b.icmp_signed("<", j0, j1)):
+        loop(c64(0), k, depth, block, "block")
     b.ret_void()
     return fn
-

@@ -1,7 +1,13 @@
 """What the LLVM backend's tests share: a long elementwise chain, a program compiled with
-the streaming stores' threshold moved, a pass replaced by one that miscompiles, and SciPy's
-OpenBLAS routines as generated code calls them."""
+the streaming stores' threshold moved, a pass replaced by one that miscompiles, SciPy's
+OpenBLAS routines as generated code calls them, and scripts run in a fresh process with a
+cache directory of their own."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -56,3 +62,14 @@ def openblas_routine(name: str, checked: str):
     if setter is not None:
         setter(1)  # as while a product holds BLAS
     return getattr(library, f"scipy_{name}_")
+
+
+def run_with_cache_dir(script: str, cache_dir) -> str:
+    """The standard output of ``script`` (dedented) run by a fresh interpreter on the CPU
+    backend with ``FUNCTRANS_CACHE_DIR=cache_dir``; its failure fails the test."""
+    environment = dict(os.environ, FUNCTRANS_CACHE_DIR=str(cache_dir),
+                       FUNCTRANS_DEFAULT_BACKEND="cpu")
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=environment,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout

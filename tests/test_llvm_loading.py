@@ -2,19 +2,7 @@
 directory new (it will load LLVM and compile), and not on a warm start."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
-
-def _run(script: str, cache_dir) -> str:
-    environment = dict(os.environ, FUNCTRANS_CACHE_DIR=str(cache_dir),
-                       FUNCTRANS_DEFAULT_BACKEND="cpu")
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=environment,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+from llvm_setups import run_with_cache_dir
 
 
 _COMPILE = """
@@ -33,14 +21,14 @@ _COMPILE = """
 
 
 def test_the_library_is_mapped_ahead_on_a_cold_cache_only(tmp_path):
-    cold = _run(_COMPILE, tmp_path).splitlines()
-    warm = _run(_COMPILE, tmp_path).splitlines()
+    cold = run_with_cache_dir(_COMPILE, tmp_path).splitlines()
+    warm = run_with_cache_dir(_COMPILE, tmp_path).splitlines()
     assert cold[1] == "True" and warm[1] == "False"
     assert cold[0] == warm[0]
 
 
 def test_mapping_ahead_leaves_llvmlite_to_import_it(tmp_path):
-    out = _run("""
+    out = run_with_cache_dir("""
         import sys
         from functrans.backends.llvm import machine_code
         thread = machine_code.load_library_ahead()

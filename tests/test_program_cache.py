@@ -4,11 +4,6 @@ layout that does not fit its program, or a damaged entry, is never trusted (the 
 compiled again); constants always come from the program, never from the cache."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
@@ -18,7 +13,7 @@ import functrans.numpy as jnp
 pytest.importorskip("llvmlite")
 
 from functrans.backends.llvm import cache, pipeline, program_cache  # noqa: E402
-from llvm_setups import miscompile_dot_epilogues  # noqa: E402
+from llvm_setups import miscompile_dot_epilogues, run_with_cache_dir  # noqa: E402
 
 
 def _program(x):
@@ -38,14 +33,6 @@ def _check(outs, x=X):
     for got, want in zip(outs, _expected(x)):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
 
-
-def _run(script: str, cache_dir) -> str:
-    environment = dict(os.environ, FUNCTRANS_CACHE_DIR=str(cache_dir),
-                       FUNCTRANS_DEFAULT_BACKEND="cpu")
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=environment,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 _SCRIPT = """
@@ -69,8 +56,8 @@ _SCRIPT = """
 
 
 def test_a_warm_start_runs_without_the_compiler(tmp_path):
-    cold = _run(_SCRIPT, tmp_path).splitlines()
-    warm = _run(_SCRIPT, tmp_path).splitlines()
+    cold = run_with_cache_dir(_SCRIPT, tmp_path).splitlines()
+    warm = run_with_cache_dir(_SCRIPT, tmp_path).splitlines()
     assert cold[0] == "0 True True True"
     # served by the cache: neither the compiler's passes and code generator nor LLVM (nor
     # llvmlite's IR builder) loaded

@@ -194,11 +194,11 @@ def host_target(compute) -> str:
     fingerprint = _cpu_fingerprint() if enabled() else None
     if fingerprint is None:
         return compute()
-    name = f"host-{fingerprint[:32]}.json"
+    name = _host_entry_name(fingerprint)
     with _opened_directory(create=True) as directory:
         if directory is None:
             return compute()
-        target = _stored_host_target(directory, name, fingerprint)
+        target = _stored_host_target(directory, fingerprint)
         if target is not None:
             return target
         target = compute()
@@ -215,13 +215,18 @@ def host_target_stored() -> bool:
     if fingerprint is None:
         return False
     with _opened_directory(create=False) as directory:
-        return directory is not None and _stored_host_target(
-            directory, f"host-{fingerprint[:32]}.json", fingerprint) is not None
+        return directory is not None and \
+            _stored_host_target(directory, fingerprint) is not None
 
 
-def _stored_host_target(directory, name: str, fingerprint: str):
+def _host_entry_name(fingerprint: str) -> str:
+    return f"host-{fingerprint[:32]}.json"
+
+
+def _stored_host_target(directory, fingerprint: str):
     try:
-        entry = json.loads(_read_entry_file(directory, name, touch=False) or b"null")
+        entry = json.loads(_read_entry_file(directory, _host_entry_name(fingerprint),
+                                            touch=False) or b"null")
         if entry.get("fingerprint") == fingerprint and isinstance(entry.get("target"), str):
             return entry["target"]
     except (_NotAnEntry, ValueError, AttributeError):  # then written anew
